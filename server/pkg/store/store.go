@@ -1,0 +1,104 @@
+// Package store keeps threads, messages and message versions in an embedded
+// Pebble database, together with the deletion index and the purge primitives
+// the retention subsystem is built on.
+//
+// Key layout (spec §2):
+//
+//	thread:<tid>:meta                       thread metadata (JSON)
+//	thread:<tid>:log:<created_ns 20d>:<mid> message order within the thread
+//	version:msg:<mid>:<version 20d>         every version of a message (JSON)
+//	idx:del:t:<deleted_ns 20d>:<tid>        deletion index, threads
+//	idx:del:m:<deleted_ns 20d>:<mid>        deletion index, messages (value: tid)
+//	sys:purge:t:<tid> / sys:purge:m:<mid>   purge in progress (pending audit record)
+//	sys:...                                 other server state
+//
+// IDs cannot contain ':', so no thread's prefix covers another thread's keys.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Sentinel errors callers act on.
+var (
+	ErrNotFound        = errors.New("not found")
+	ErrInvalidID       = errors.New("invalid id")
+	ErrExists          = errors.New("already exists")
+	ErrPurgeInProgress = errors.New("purge in progress")
+	ErrNotEligible     = errors.New("no longer eligible for purge")
+	ErrInvalidArgument = errors.New("invalid argument")
+	ErrMalformed       = errors.New("malformed record")
+	ErrDatabaseLocked  = errors.New("database is in use by another process")
+)
+
+// Thread is a thread's metadata as stored (spec §2). Timestamps are Unix ns, UTC.
+type Thread struct {
+	ID        string `json:"id"`
+	Title     string `json:"title"`
+	Author    string `json:"author"`
+	CreatedTS int64  `json:"created_ts"`
+	UpdatedTS int64  `json:"updated_ts"`
+	Deleted   bool   `json:"deleted"`
+	DeletedTS int64  `json:"deleted_ts"`
+	LegalHold bool   `json:"legal_hold"`
+}
+
+// Message is one stored version of a message (spec §2).
+type Message struct {
+	ID        string          `json:"id"`
+	Thread    string          `json:"thread"`
+	Author    string          `json:"author"`
+	Body      json.RawMessage `json:"body"`
+	TS        int64           `json:"ts"`
+	Version   int64           `json:"version"`
+	Deleted   bool            `json:"deleted"`
+	DeletedTS int64           `json:"deleted_ts"`
+}
+
+// ItemKind tells threads from messages in the deletion index and purge markers.
+type ItemKind string
+
+const (
+	KindThread  ItemKind = "thread"
+	KindMessage ItemKind = "message"
+)
+
+// DeletionEntry is one entry of the deletion index.
+type DeletionEntry struct {
+	Kind      ItemKind
+	ID        string // thread or message ID
+	ThreadID  string // for messages: the thread it belongs to; for threads: ID
+	DeletedTS int64  // as indexed; 0 for legacy or unreadable records
+}
+
+// PurgeMarker is written, synced, before the first delete of an item and
+// removed once the item's audit record is durable. It is the pending audit
+// record that lets the next run finish an interrupted purge or write the
+// missing audit record (marked recovered).
+type PurgeMarker struct {
+	Kind      ItemKind `json:"kind"`
+	ID        string   `json:"id"`
+	ThreadID  string   `json:"thread_id"`
+	DeletedTS int64    `json:"deleted_ts"`
+	RunID     string   `json:"run_id"`
+	StartedAt int64    `json:"started_at"`
+}
+
+// PurgeOptions control a chunked purge.
+type PurgeOptions struct {
+	// BatchSize is the number of keys per delete batch (default 1000).
+	BatchSize int
+	// BeforeBatch, when set, is called before every batch is committed; an
+	// error stops the purge before that batch (used for the lease check and
+	// pacing). The purge returns that error wrapped.
+	BeforeBatch func(ctx context.Context) error
+}
+
+// Options configure Open.
+type Options struct {
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
