@@ -1,0 +1,71 @@
+package retention
+
+// This file fixes the run and status types the HTTP API and CLI build
+// against. Implementations replace the bodies; signatures change only
+// together with every caller.
+
+import (
+	"context"
+	"time"
+)
+
+// ErrDisabled: a non-dry run was asked for while retention is disabled.
+var ErrDisabled = errorString("retention is disabled")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// RunRequest asks for one run.
+type RunRequest struct {
+	DryRun  bool   // forces a dry run; a configured DRY_RUN forces it too
+	Trigger string // "schedule", "startup", "admin", "cli"
+}
+
+// Result summarises a run (spec §7 last_run).
+type Result struct {
+	RunID       string    `json:"run_id"`
+	StartedAt   time.Time `json:"started_at"`
+	FinishedAt  time.Time `json:"finished_at"`
+	Status      string    `json:"status"` // completed|failed|interrupted|aborted
+	DryRun      bool      `json:"dry_run"`
+	Scanned     int64     `json:"scanned"`
+	Eligible    int64     `json:"eligible"`
+	Purged      int64     `json:"purged"`
+	Failed      int64     `json:"failed"`
+	Skipped     int64     `json:"skipped"`
+	Stamped     int64     `json:"stamped"`
+	KeysDeleted int64     `json:"keys_deleted"`
+	AuditFile   string    `json:"audit_file"`
+	Error       string    `json:"error,omitempty"`
+}
+
+// LeaseStatus is the lease part of Status.
+type LeaseStatus struct {
+	Owner   string    `json:"owner"`
+	Expires time.Time `json:"expires"`
+	Held    bool      `json:"held"` // held by anybody and not expired
+}
+
+// Status answers GET /admin/retention and `retention status`.
+type Status struct {
+	Enabled       bool        `json:"enabled"`
+	DryRun        bool        `json:"dry_run"`
+	Period        string      `json:"period"`
+	MessagePeriod string      `json:"message_period"`
+	Cron          string      `json:"cron"`
+	NextRun       *time.Time  `json:"next_run"`
+	Lease         LeaseStatus `json:"lease"`
+	LastRun       *Result     `json:"last_run"`
+}
+
+// Service is what the HTTP API and CLI use: runs on demand and status.
+type Service interface {
+	// Run runs now and waits. Errors: ErrLeaseHeld (as *LeaseHeldError),
+	// ErrDisabled, or a failure (the Result still describes the run).
+	Run(ctx context.Context, req RunRequest) (Result, error)
+	// Start begins a run in the background and returns its run ID once the
+	// lease is held, or the same errors as Run.
+	Start(ctx context.Context, req RunRequest) (string, error)
+	Status(ctx context.Context) (Status, error)
+}
