@@ -1,0 +1,57 @@
+# progressdb — build, run, test, benchmark.
+GO        ?= go
+BIN       := bin/progressdb
+PKG       := ./server/cmd/progressdb
+# Short fault trials run in `make test`; `make faults` runs the long mode.
+FAULT_TRIALS ?= 30
+
+.PHONY: all build run demo test test-short faults fuzz bench lint vet fmt clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) $(PKG)
+
+# Starts the server on an embedded database in ./data (Ctrl-C to stop).
+run: build
+	PROGRESSDB_DB_PATH=$${PROGRESSDB_DB_PATH:-./data} ./$(BIN) serve
+
+# Seeds a temporary database, runs a dry run and a real run, prints the
+# summaries and audit files, and verifies them.
+demo: build
+	./scripts/demo.sh ./$(BIN)
+
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 12m ./...
+
+test-short:
+	$(GO) test -count=1 -short ./...
+
+faults: build
+	PROGRESSDB_FAULT_TRIALS=$(FAULT_TRIALS) $(GO) test -count=1 -timeout 60m -run 'Fault' -v ./server/internal/faults/
+
+# FUZZTIME per target (default 30s); the seed corpora also run in `make test`.
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test ./server/pkg/config -run '^$$' -fuzz FuzzParseDuration -fuzztime $(FUZZTIME)
+	$(GO) test ./server/pkg/store -run '^$$' -fuzz FuzzValidateID -fuzztime $(FUZZTIME)
+	$(GO) test ./server/pkg/store -run '^$$' -fuzz FuzzKeys -fuzztime $(FUZZTIME)
+	$(GO) test ./server/pkg/store -run '^$$' -fuzz FuzzDecodeRecords -fuzztime $(FUZZTIME)
+	$(GO) test ./audit -run '^$$' -fuzz FuzzReader -fuzztime $(FUZZTIME)
+	$(GO) test ./audit -run '^$$' -fuzz FuzzVerify -fuzztime $(FUZZTIME)
+
+bench: build
+	$(GO) run ./server/cmd/progressdb-bench -out BENCHMARKS.md $(BENCHFLAGS)
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+lint: vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+clean:
+	rm -rf bin
