@@ -1,0 +1,172 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+type messageList struct {
+	Messages   []store.Message `json:"messages"`
+	NextCursor string          `json:"next_cursor"`
+}
+
+type versionList struct {
+	Versions []store.Message `json:"versions"`
+}
+
+// threadAndMessage returns the validated {tid} and {mid} path IDs.
+func threadAndMessage(r *http.Request) (tid, mid string, err error) {
+	if tid, err = pathID(r, "tid", "thread id"); err != nil {
+		return "", "", err
+	}
+	if mid, err = pathID(r, "mid", "message id"); err != nil {
+		return "", "", err
+	}
+	return tid, mid, nil
+}
+
+func (s *server) appendMessage(w http.ResponseWriter, r *http.Request) error {
+	tid, err := pathID(r, "tid", "thread id")
+	if err != nil {
+		return err
+	}
+	var req struct {
+		ID     string          `json:"id"`
+		Author string          `json:"author"`
+		Body   json.RawMessage `json:"body"`
+	}
+	if err := s.decodeBody(w, r, &req, false); err != nil {
+		return err
+	}
+	if err := bodyID(req.ID, "message id"); err != nil {
+		return err
+	}
+	if req.Author == "" {
+		return badRequest("author is required")
+	}
+	if len(req.Body) == 0 {
+		return badRequest("body is required")
+	}
+	m, err := s.store.AppendMessage(r.Context(), tid, store.Message{ID: req.ID, Author: req.Author, Body: req.Body})
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/threads/"+tid+"/messages/"+m.ID)
+	return s.writeJSON(w, r, http.StatusCreated, m)
+}
+
+func (s *server) listMessages(w http.ResponseWriter, r *http.Request) error {
+	tid, err := pathID(r, "tid", "thread id")
+	if err != nil {
+		return err
+	}
+	o, err := listOptions(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.visibleThread(r.Context(), tid, o.IncludeDeleted); err != nil {
+		return err
+	}
+	msgs, next, err := s.store.ListMessages(r.Context(), tid, o)
+	if err != nil {
+		return err
+	}
+	if msgs == nil {
+		msgs = []store.Message{}
+	}
+	return s.writeJSON(w, r, http.StatusOK, messageList{Messages: msgs, NextCursor: next})
+}
+
+func (s *server) getMessage(w http.ResponseWriter, r *http.Request) error {
+	tid, mid, err := threadAndMessage(r)
+	if err != nil {
+		return err
+	}
+	inc, err := boolParam(r, "include_deleted", false)
+	if err != nil {
+		return err
+	}
+	if _, err := s.visibleThread(r.Context(), tid, inc); err != nil {
+		return err
+	}
+	m, err := s.store.GetMessage(r.Context(), tid, mid)
+	if err != nil {
+		return err
+	}
+	if m.Deleted && !inc {
+		return errMsgNotFound
+	}
+	return s.writeJSON(w, r, http.StatusOK, m)
+}
+
+func (s *server) editMessage(w http.ResponseWriter, r *http.Request) error {
+	tid, mid, err := threadAndMessage(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Body json.RawMessage `json:"body"`
+	}
+	if err := s.decodeBody(w, r, &req, false); err != nil {
+		return err
+	}
+	if len(req.Body) == 0 {
+		return badRequest("body is required")
+	}
+	// Like appending, editing needs a live thread.
+	if _, err := s.visibleThread(r.Context(), tid, false); err != nil {
+		return err
+	}
+	m, err := s.store.EditMessage(r.Context(), tid, mid, req.Body)
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(w, r, http.StatusOK, m)
+}
+
+func (s *server) deleteMessage(w http.ResponseWriter, r *http.Request) error {
+	tid, mid, err := threadAndMessage(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.store.DeleteMessage(r.Context(), tid, mid); err != nil {
+		return err
+	}
+	return noContent(w)
+}
+
+func (s *server) restoreMessage(w http.ResponseWriter, r *http.Request) error {
+	tid, mid, err := threadAndMessage(r)
+	if err != nil {
+		return err
+	}
+	m, err := s.store.RestoreMessage(r.Context(), tid, mid)
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(w, r, http.StatusOK, m)
+}
+
+func (s *server) listVersions(w http.ResponseWriter, r *http.Request) error {
+	tid, mid, err := threadAndMessage(r)
+	if err != nil {
+		return err
+	}
+	inc, err := boolParam(r, "include_deleted", false)
+	if err != nil {
+		return err
+	}
+	if _, err := s.visibleThread(r.Context(), tid, inc); err != nil {
+		return err
+	}
+	versions, err := s.store.ListVersions(r.Context(), tid, mid)
+	if err != nil {
+		return err
+	}
+	if len(versions) == 0 {
+		return errMsgNotFound // purged: nothing of the message is left
+	}
+	return s.writeJSON(w, r, http.StatusOK, versionList{Versions: versions})
+}

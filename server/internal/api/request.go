@@ -1,0 +1,113 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// maxListLimit bounds ?limit= (store.ListOptions allows up to 1000).
+const maxListLimit = 1000
+
+// decodeBody reads exactly one JSON value into dst: unknown fields, trailing
+// values and bodies over the size limit are refused. An empty body is
+// refused unless allowEmpty, in which case dst keeps its zero value.
+func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, dst any, allowEmpty bool) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		if errors.Is(err, io.EOF) {
+			if allowEmpty {
+				return nil
+			}
+			return badRequest("request body is required")
+		}
+		return bodyError(err)
+	}
+	switch _, err := dec.Token(); {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err == nil:
+		return badRequest("request body must hold a single JSON value")
+	default:
+		return bodyError(err)
+	}
+}
+
+// bodyError turns a decoding failure into a client error.
+func bodyError(err error) error {
+	var (
+		tooLarge *http.MaxBytesError
+		typeErr  *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &tooLarge):
+		return errBodyTooLarge
+	case errors.As(err, &typeErr):
+		return badRequest("invalid JSON: field %q must be %s, not %s", typeErr.Field, typeErr.Type, typeErr.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("invalid JSON: unexpected end of body")
+	default:
+		// Syntax errors and unknown fields; the text names the problem.
+		return badRequest("invalid JSON: %v", err)
+	}
+}
+
+// pathID returns a validated ID from the path. The store's error names the
+// rule an ID must follow.
+func pathID(r *http.Request, name, what string) (string, error) {
+	id := r.PathValue(name)
+	if err := store.ValidateID(id); err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	return id, nil
+}
+
+// bodyID validates an optional client-chosen ID ("" lets the store pick).
+func bodyID(id, what string) error {
+	if id == "" {
+		return nil
+	}
+	if err := store.ValidateID(id); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// boolParam reads a boolean query parameter; absent or empty means def.
+func boolParam(r *http.Request, name string, def bool) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, badRequest("%s must be true or false", name)
+	}
+	return b, nil
+}
+
+// listOptions reads ?limit=, ?cursor= and ?include_deleted=.
+func listOptions(r *http.Request) (store.ListOptions, error) {
+	var o store.ListOptions
+	q := r.URL.Query()
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			return o, badRequest("limit must be an integer from 1 to %d", maxListLimit)
+		}
+		o.Limit = n
+	}
+	o.Cursor = q.Get("cursor")
+	inc, err := boolParam(r, "include_deleted", false)
+	if err != nil {
+		return o, err
+	}
+	o.IncludeDeleted = inc
+	return o, nil
+}

@@ -1,0 +1,195 @@
+// Package api serves progressdb's HTTP interface (spec §7): the public /v1
+// chat API, the /admin routes, /healthz and /metrics.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// DefaultMaxBodyBytes limits request bodies when Options.MaxBodyBytes is 0.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Options configure New.
+type Options struct {
+	// Store is required.
+	Store *store.Store
+	// Retention serves the admin retention routes; nil makes them answer 503.
+	Retention retention.Service
+	// Logger receives request and error events; nothing is logged when nil.
+	Logger *slog.Logger
+	// APIKey, when set, is the bearer token /v1 requires.
+	APIKey string
+	// AdminToken is the bearer token /admin requires; unset disables /admin.
+	AdminToken string
+	// Registry receives the HTTP metrics and is served at /metrics; a fresh
+	// registry is used when nil.
+	Registry *prometheus.Registry
+	// MaxBodyBytes limits request bodies (DefaultMaxBodyBytes when 0).
+	MaxBodyBytes int64
+}
+
+// server holds what the handlers share. It is built once by New.
+type server struct {
+	store     *store.Store
+	retention retention.Service
+	log       *slog.Logger
+	registry  *prometheus.Registry
+	maxBody   int64
+}
+
+// New builds the HTTP handler.
+func New(opts Options) (http.Handler, error) {
+	if opts.Store == nil {
+		return nil, errors.New("api: Options.Store is required")
+	}
+	if opts.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("api: MaxBodyBytes %d is negative", opts.MaxBodyBytes)
+	}
+	s := &server{
+		store:     opts.Store,
+		retention: opts.Retention,
+		log:       opts.Logger,
+		registry:  opts.Registry,
+		maxBody:   opts.MaxBodyBytes,
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.registry == nil {
+		s.registry = prometheus.NewRegistry()
+	}
+	if s.maxBody == 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	mux := http.NewServeMux()
+	s.register(mux)
+	return mux, nil
+}
+
+// handlerFunc is a handler that reports failure by returning an error; the
+// error becomes the response in one place (see fail).
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+type route struct {
+	method  string
+	path    string
+	handler handlerFunc
+}
+
+func (s *server) routes() []route {
+	return []route{
+		{http.MethodGet, "/healthz", s.healthz},
+
+		{http.MethodPost, "/v1/threads", s.createThread},
+		{http.MethodGet, "/v1/threads", s.listThreads},
+		{http.MethodGet, "/v1/threads/{tid}", s.getThread},
+		{http.MethodDelete, "/v1/threads/{tid}", s.deleteThread},
+		{http.MethodPost, "/v1/threads/{tid}/restore", s.restoreThread},
+		{http.MethodPost, "/v1/threads/{tid}/messages", s.appendMessage},
+		{http.MethodGet, "/v1/threads/{tid}/messages", s.listMessages},
+		{http.MethodGet, "/v1/threads/{tid}/messages/{mid}", s.getMessage},
+		{http.MethodPut, "/v1/threads/{tid}/messages/{mid}", s.editMessage},
+		{http.MethodDelete, "/v1/threads/{tid}/messages/{mid}", s.deleteMessage},
+		{http.MethodPost, "/v1/threads/{tid}/messages/{mid}/restore", s.restoreMessage},
+		{http.MethodGet, "/v1/threads/{tid}/messages/{mid}/versions", s.listVersions},
+	}
+}
+
+// adapt runs h, turning its error into the response.
+func (s *server) adapt(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.fail(w, r, err)
+		}
+	})
+}
+
+// register installs every route. The mux answers
+// unknown paths and wrong methods in plain text, so each path also gets a
+// method-less fallback (less specific than the method patterns) and "/"
+// catches the rest: every error the API returns is JSON.
+func (s *server) register(mux *http.ServeMux) {
+	routes := s.routes()
+	methods := make(map[string][]string)
+	for _, rt := range routes {
+		mux.Handle(rt.method+" "+rt.path, s.adapt(rt.handler))
+		methods[rt.path] = append(methods[rt.path], rt.method)
+	}
+	for _, rt := range routes {
+		allowed, ok := methods[rt.path]
+		if !ok {
+			continue // fallback already registered
+		}
+		delete(methods, rt.path)
+		mux.Handle(rt.path, s.adapt(methodNotAllowed(allowed)))
+	}
+	mux.Handle("/", s.adapt(func(http.ResponseWriter, *http.Request) error {
+		return errRouteNotFound
+	}))
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
+	// Serving at all means the store is open: the app closes the store only
+	// after the HTTP server has shut down.
+	return s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// Server timeouts. There is no write timeout: a waited-for retention run can
+// legitimately take minutes; bodies are small, so reads are bounded.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 30 * time.Second
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 64 << 10
+	shutdownTimeout   = 15 * time.Second
+)
+
+// Serve serves h on ln until ctx ends, then shuts down gracefully: it stops
+// accepting, lets in-flight requests finish for up to shutdownTimeout, and
+// then closes what is left. It returns nil after a clean shutdown.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("http serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	logger.Info("http_shutdown_started", "timeout", shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		closeErr := srv.Close()
+		<-served
+		return errors.Join(fmt.Errorf("http shutdown: %w", err), closeErr)
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http serve: %w", err)
+	}
+	logger.Info("http_shutdown_completed")
+	return nil
+}

@@ -1,0 +1,107 @@
+package api
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+type threadList struct {
+	Threads    []store.Thread `json:"threads"`
+	NextCursor string         `json:"next_cursor"`
+}
+
+func (s *server) createThread(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		ID     string `json:"id"`
+		Title  string `json:"title"`
+		Author string `json:"author"`
+	}
+	if err := s.decodeBody(w, r, &req, false); err != nil {
+		return err
+	}
+	if err := bodyID(req.ID, "thread id"); err != nil {
+		return err
+	}
+	if req.Title == "" {
+		return badRequest("title is required")
+	}
+	if req.Author == "" {
+		return badRequest("author is required")
+	}
+	t, err := s.store.CreateThread(r.Context(), store.Thread{ID: req.ID, Title: req.Title, Author: req.Author})
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/threads/"+t.ID)
+	return s.writeJSON(w, r, http.StatusCreated, t)
+}
+
+func (s *server) listThreads(w http.ResponseWriter, r *http.Request) error {
+	o, err := listOptions(r)
+	if err != nil {
+		return err
+	}
+	threads, next, err := s.store.ListThreads(r.Context(), o)
+	if err != nil {
+		return err
+	}
+	if threads == nil {
+		threads = []store.Thread{} // "threads": [] rather than null
+	}
+	return s.writeJSON(w, r, http.StatusOK, threadList{Threads: threads, NextCursor: next})
+}
+
+func (s *server) getThread(w http.ResponseWriter, r *http.Request) error {
+	tid, err := pathID(r, "tid", "thread id")
+	if err != nil {
+		return err
+	}
+	inc, err := boolParam(r, "include_deleted", false)
+	if err != nil {
+		return err
+	}
+	t, err := s.visibleThread(r.Context(), tid, inc)
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(w, r, http.StatusOK, t)
+}
+
+func (s *server) deleteThread(w http.ResponseWriter, r *http.Request) error {
+	tid, err := pathID(r, "tid", "thread id")
+	if err != nil {
+		return err
+	}
+	if _, err := s.store.DeleteThread(r.Context(), tid); err != nil {
+		return err
+	}
+	return noContent(w)
+}
+
+func (s *server) restoreThread(w http.ResponseWriter, r *http.Request) error {
+	tid, err := pathID(r, "tid", "thread id")
+	if err != nil {
+		return err
+	}
+	t, err := s.store.RestoreThread(r.Context(), tid)
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(w, r, http.StatusOK, t)
+}
+
+// visibleThread returns the thread unless it is absent or soft-deleted; a
+// soft-deleted thread, and everything in it, shows only with
+// include_deleted.
+func (s *server) visibleThread(ctx context.Context, tid string, includeDeleted bool) (store.Thread, error) {
+	t, err := s.store.GetThread(ctx, tid)
+	if err != nil {
+		return store.Thread{}, err
+	}
+	if t.Deleted && !includeDeleted {
+		return store.Thread{}, errThreadNotFound
+	}
+	return t, nil
+}
