@@ -41,11 +41,13 @@ type Options struct {
 
 // server holds what the handlers share. It is built once by New.
 type server struct {
-	store     *store.Store
-	retention retention.Service
-	log       *slog.Logger
-	registry  *prometheus.Registry
-	maxBody   int64
+	store      *store.Store
+	retention  retention.Service
+	log        *slog.Logger
+	apiKey     *secret // nil: /v1 is open
+	adminToken *secret // nil: /admin is disabled
+	registry   *prometheus.Registry
+	maxBody    int64
 }
 
 // New builds the HTTP handler.
@@ -57,11 +59,13 @@ func New(opts Options) (http.Handler, error) {
 		return nil, fmt.Errorf("api: MaxBodyBytes %d is negative", opts.MaxBodyBytes)
 	}
 	s := &server{
-		store:     opts.Store,
-		retention: opts.Retention,
-		log:       opts.Logger,
-		registry:  opts.Registry,
-		maxBody:   opts.MaxBodyBytes,
+		store:      opts.Store,
+		retention:  opts.Retention,
+		log:        opts.Logger,
+		apiKey:     newSecret(opts.APIKey),
+		adminToken: newSecret(opts.AdminToken),
+		registry:   opts.Registry,
+		maxBody:    opts.MaxBodyBytes,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -84,38 +88,30 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 type route struct {
 	method  string
 	path    string
+	access  access
 	handler handlerFunc
 }
 
 func (s *server) routes() []route {
 	return []route{
-		{http.MethodGet, "/healthz", s.healthz},
+		{http.MethodGet, "/healthz", accessOpen, s.healthz},
 
-		{http.MethodPost, "/v1/threads", s.createThread},
-		{http.MethodGet, "/v1/threads", s.listThreads},
-		{http.MethodGet, "/v1/threads/{tid}", s.getThread},
-		{http.MethodDelete, "/v1/threads/{tid}", s.deleteThread},
-		{http.MethodPost, "/v1/threads/{tid}/restore", s.restoreThread},
-		{http.MethodPost, "/v1/threads/{tid}/messages", s.appendMessage},
-		{http.MethodGet, "/v1/threads/{tid}/messages", s.listMessages},
-		{http.MethodGet, "/v1/threads/{tid}/messages/{mid}", s.getMessage},
-		{http.MethodPut, "/v1/threads/{tid}/messages/{mid}", s.editMessage},
-		{http.MethodDelete, "/v1/threads/{tid}/messages/{mid}", s.deleteMessage},
-		{http.MethodPost, "/v1/threads/{tid}/messages/{mid}/restore", s.restoreMessage},
-		{http.MethodGet, "/v1/threads/{tid}/messages/{mid}/versions", s.listVersions},
+		{http.MethodPost, "/v1/threads", accessAPI, s.createThread},
+		{http.MethodGet, "/v1/threads", accessAPI, s.listThreads},
+		{http.MethodGet, "/v1/threads/{tid}", accessAPI, s.getThread},
+		{http.MethodDelete, "/v1/threads/{tid}", accessAPI, s.deleteThread},
+		{http.MethodPost, "/v1/threads/{tid}/restore", accessAPI, s.restoreThread},
+		{http.MethodPost, "/v1/threads/{tid}/messages", accessAPI, s.appendMessage},
+		{http.MethodGet, "/v1/threads/{tid}/messages", accessAPI, s.listMessages},
+		{http.MethodGet, "/v1/threads/{tid}/messages/{mid}", accessAPI, s.getMessage},
+		{http.MethodPut, "/v1/threads/{tid}/messages/{mid}", accessAPI, s.editMessage},
+		{http.MethodDelete, "/v1/threads/{tid}/messages/{mid}", accessAPI, s.deleteMessage},
+		{http.MethodPost, "/v1/threads/{tid}/messages/{mid}/restore", accessAPI, s.restoreMessage},
+		{http.MethodGet, "/v1/threads/{tid}/messages/{mid}/versions", accessAPI, s.listVersions},
 	}
 }
 
-// adapt runs h, turning its error into the response.
-func (s *server) adapt(h handlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r); err != nil {
-			s.fail(w, r, err)
-		}
-	})
-}
-
-// register installs every route. The mux answers
+// register installs every route behind its access guard. The mux answers
 // unknown paths and wrong methods in plain text, so each path also gets a
 // method-less fallback (less specific than the method patterns) and "/"
 // catches the rest: every error the API returns is JSON.
@@ -123,7 +119,7 @@ func (s *server) register(mux *http.ServeMux) {
 	routes := s.routes()
 	methods := make(map[string][]string)
 	for _, rt := range routes {
-		mux.Handle(rt.method+" "+rt.path, s.adapt(rt.handler))
+		mux.Handle(rt.method+" "+rt.path, s.guard(rt.access, rt.handler))
 		methods[rt.path] = append(methods[rt.path], rt.method)
 	}
 	for _, rt := range routes {
@@ -132,9 +128,9 @@ func (s *server) register(mux *http.ServeMux) {
 			continue // fallback already registered
 		}
 		delete(methods, rt.path)
-		mux.Handle(rt.path, s.adapt(methodNotAllowed(allowed)))
+		mux.Handle(rt.path, s.guard(rt.access, methodNotAllowed(allowed)))
 	}
-	mux.Handle("/", s.adapt(func(http.ResponseWriter, *http.Request) error {
+	mux.Handle("/", s.guard(accessOpen, func(http.ResponseWriter, *http.Request) error {
 		return errRouteNotFound
 	}))
 }

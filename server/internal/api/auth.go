@@ -1,0 +1,86 @@
+package api
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
+	"strings"
+)
+
+// access says which credential a route needs.
+type access int
+
+const (
+	accessOpen  access = iota // /healthz, /metrics
+	accessAPI                 // /v1: the API key, when one is set
+	accessAdmin               // /admin: the admin token; disabled without one
+)
+
+// secret is a configured bearer token, kept as a SHA-256 digest so that
+// comparison takes the same time whatever the length or content of the
+// presented token.
+type secret [sha256.Size]byte
+
+func newSecret(token string) *secret {
+	if token == "" {
+		return nil
+	}
+	d := secret(sha256.Sum256([]byte(token)))
+	return &d
+}
+
+func (s *secret) matches(token string) bool {
+	d := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(s[:], d[:]) == 1
+}
+
+// bearerToken returns the token of an "Authorization: Bearer <token>" header
+// (the scheme is case-insensitive, RFC 7235).
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// guard checks the route's credential, then runs h, turning its error into
+// the response.
+func (s *server) guard(a access, h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.authorize(a, r); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if err := h(w, r); err != nil {
+			s.fail(w, r, err)
+		}
+	})
+}
+
+func (s *server) authorize(a access, r *http.Request) error {
+	var want *secret
+	switch a {
+	case accessOpen:
+		return nil
+	case accessAPI:
+		if s.apiKey == nil {
+			return nil
+		}
+		want = s.apiKey
+	case accessAdmin:
+		if s.adminToken == nil {
+			return errAdminDisabled
+		}
+		want = s.adminToken
+	}
+	token, ok := bearerToken(r)
+	if !ok {
+		return errMissingToken
+	}
+	if !want.matches(token) {
+		return errWrongToken
+	}
+	return nil
+}
