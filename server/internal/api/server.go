@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -47,6 +48,7 @@ type server struct {
 	apiKey     *secret // nil: /v1 is open
 	adminToken *secret // nil: /admin is disabled
 	registry   *prometheus.Registry
+	metrics    *httpMetrics
 	maxBody    int64
 }
 
@@ -76,9 +78,15 @@ func New(opts Options) (http.Handler, error) {
 	if s.maxBody == 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
+	m, err := newHTTPMetrics(s.registry)
+	if err != nil {
+		return nil, fmt.Errorf("api: register metrics: %w", err)
+	}
+	s.metrics = m
+
 	mux := http.NewServeMux()
 	s.register(mux)
-	return mux, nil
+	return s.instrument(mux), nil
 }
 
 // handlerFunc is a handler that reports failure by returning an error; the
@@ -95,6 +103,7 @@ type route struct {
 func (s *server) routes() []route {
 	return []route{
 		{http.MethodGet, "/healthz", accessOpen, s.healthz},
+		{http.MethodGet, "/metrics", accessOpen, s.serveMetrics},
 
 		{http.MethodPost, "/v1/threads", accessAPI, s.createThread},
 		{http.MethodGet, "/v1/threads", accessAPI, s.listThreads},
@@ -139,6 +148,11 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
 	// Serving at all means the store is open: the app closes the store only
 	// after the HTTP server has shut down.
 	return s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *server) serveMetrics(w http.ResponseWriter, r *http.Request) error {
+	promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	return nil
 }
 
 // Server timeouts. There is no write timeout: a waited-for retention run can

@@ -1,0 +1,65 @@
+package api
+
+import (
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+)
+
+// recorder remembers the status a handler wrote.
+type recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (rec *recorder) WriteHeader(code int) {
+	if rec.status == 0 {
+		rec.status = code
+	}
+	rec.ResponseWriter.WriteHeader(code)
+}
+
+func (rec *recorder) Write(b []byte) (int, error) {
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	return rec.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
+
+// instrument wraps the mux: it turns a handler panic into a 500, counts and
+// times every request, and logs one debug line per request.
+func (s *server) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			p := recover()
+			if p != nil && p != http.ErrAbortHandler {
+				s.log.LogAttrs(r.Context(), slog.LevelError, "http_panic",
+					append(requestAttrs(r), slog.Any("panic", p), slog.String("stack", string(debug.Stack())))...)
+				if rec.status == 0 {
+					s.writeJSON(rec, r, http.StatusInternalServerError, errorBody{Error: internalErrorMsg})
+				}
+			}
+			status := rec.status
+			if status == 0 {
+				status = http.StatusOK // nothing written: net/http sends 200
+			}
+			elapsed := time.Since(start)
+			method, route := methodLabel(r.Method), routeLabel(r)
+			s.metrics.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
+			s.metrics.duration.WithLabelValues(method, route).Observe(elapsed.Seconds())
+			s.log.LogAttrs(r.Context(), slog.LevelDebug, "http_request",
+				append(requestAttrs(r), slog.Int("status", status), slog.Duration("duration", elapsed))...)
+			if p == http.ErrAbortHandler {
+				panic(p) // net/http's own signal to abort the response
+			}
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
