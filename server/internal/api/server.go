@@ -117,6 +117,10 @@ func (s *server) routes() []route {
 		{http.MethodDelete, "/v1/threads/{tid}/messages/{mid}", accessAPI, s.deleteMessage},
 		{http.MethodPost, "/v1/threads/{tid}/messages/{mid}/restore", accessAPI, s.restoreMessage},
 		{http.MethodGet, "/v1/threads/{tid}/messages/{mid}/versions", accessAPI, s.listVersions},
+
+		{http.MethodGet, "/admin/retention", accessAdmin, s.retentionStatus},
+		{http.MethodPost, "/admin/retention/run", accessAdmin, s.retentionRun},
+		{http.MethodPut, "/admin/threads/{tid}/legal_hold", accessAdmin, s.setLegalHold},
 	}
 }
 

@@ -1,0 +1,87 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/progressdb/progressdb/server/internal/retention"
+)
+
+// retentionStatus answers GET /admin/retention.
+func (s *server) retentionStatus(w http.ResponseWriter, r *http.Request) error {
+	if s.retention == nil {
+		return errNoRetention
+	}
+	st, err := s.retention.Status(r.Context())
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(w, r, http.StatusOK, st)
+}
+
+// retentionRun answers POST /admin/retention/run {dry_run?}. By default it
+// waits for the run and answers its result; ?wait=false starts it in the
+// background and answers the run ID.
+func (s *server) retentionRun(w http.ResponseWriter, r *http.Request) error {
+	if s.retention == nil {
+		return errNoRetention
+	}
+	var req struct {
+		DryRun bool `json:"dry_run"`
+	}
+	if err := s.decodeBody(w, r, &req, true); err != nil {
+		return err
+	}
+	wait, err := boolParam(r, "wait", true)
+	if err != nil {
+		return err
+	}
+	run := retention.RunRequest{DryRun: req.DryRun, Trigger: "admin"}
+
+	if !wait {
+		id, err := s.retention.Start(r.Context(), run)
+		if err != nil {
+			return err
+		}
+		return s.writeJSON(w, r, http.StatusAccepted, map[string]string{"run_id": id})
+	}
+
+	// The run follows the request's context: a client that hangs up
+	// interrupts it at the next batch boundary, which is safe and audited.
+	// Fire-and-forget runs use ?wait=false.
+	res, err := s.retention.Run(r.Context(), run)
+	switch {
+	case err == nil:
+		return s.writeJSON(w, r, http.StatusOK, res)
+	case errors.Is(err, retention.ErrLeaseHeld), errors.Is(err, retention.ErrDisabled):
+		return err
+	case res.RunID != "":
+		return &runFailedError{err: err, result: res}
+	default:
+		return err
+	}
+}
+
+// setLegalHold answers PUT /admin/threads/{tid}/legal_hold {legal_hold}.
+// Holds are a compliance action, so they sit behind the admin token.
+func (s *server) setLegalHold(w http.ResponseWriter, r *http.Request) error {
+	tid, err := pathID(r, "tid", "thread id")
+	if err != nil {
+		return err
+	}
+	var req struct {
+		LegalHold *bool `json:"legal_hold"`
+	}
+	if err := s.decodeBody(w, r, &req, false); err != nil {
+		return err
+	}
+	if req.LegalHold == nil {
+		return badRequest("legal_hold is required")
+	}
+	t, err := s.store.SetLegalHold(r.Context(), tid, *req.LegalHold)
+	if err != nil {
+		return err
+	}
+	s.log.InfoContext(r.Context(), "legal_hold_set", "tid", tid, "legal_hold", *req.LegalHold)
+	return s.writeJSON(w, r, http.StatusOK, t)
+}
