@@ -1,0 +1,136 @@
+package audit
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// File layout: <root>/YYYY-MM/retention-<YYYYMMDDTHHMMSSZ>-<run_id>.jsonl,
+// with an extra suffix while the run is in progress, and another for files
+// set aside because they cannot be sealed.
+const (
+	extSealed        = ".jsonl"
+	suffixInProgress = ".inprogress"
+	extInProgress    = extSealed + suffixInProgress
+	extCorrupt       = extSealed + ".corrupt"
+	filePrefix       = "retention-"
+	stampLayout      = "20060102T150405Z"
+	monthLayout      = "2006-01"
+
+	dirMode  fs.FileMode = 0o750
+	fileMode fs.FileMode = 0o640
+)
+
+// sealedName is the final file name of the run that started at start.
+func sealedName(start time.Time, runID string) string {
+	return filePrefix + start.UTC().Format(stampLayout) + "-" + runID + extSealed
+}
+
+// isMonthDir reports whether name is a YYYY-MM folder name.
+func isMonthDir(name string) bool {
+	if len(name) != len(monthLayout) {
+		return false
+	}
+	_, err := time.Parse(monthLayout, name)
+	return err == nil
+}
+
+// isAuditName reports whether name looks like a run's file with suffix ext.
+func isAuditName(name, ext string) bool {
+	return strings.HasPrefix(name, filePrefix) && strings.HasSuffix(name, ext)
+}
+
+// monthDirs lists root's month folders, oldest first; none when root does
+// not exist.
+func monthDirs(root string) ([]string, error) {
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit: list %s: %w", root, err)
+	}
+	var months []string
+	for _, e := range entries {
+		if e.IsDir() && isMonthDir(e.Name()) {
+			months = append(months, e.Name())
+		}
+	}
+	slices.Sort(months)
+	return months, nil
+}
+
+// makeDirs creates dir and any missing parents with mode 0750, set
+// explicitly so the umask cannot change it. It returns the folders it
+// created, outermost first, so a caller can undo them.
+func makeDirs(dir string) ([]string, error) {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		_, err := os.Stat(d)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	var created []string
+	for _, d := range slices.Backward(missing) {
+		if err := os.Mkdir(d, dirMode); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				continue // made by someone else meanwhile
+			}
+			return created, err
+		}
+		created = append(created, d)
+		if err := os.Chmod(d, dirMode); err != nil {
+			return created, err
+		}
+	}
+	return created, nil
+}
+
+// removeDirs removes folders made by makeDirs, innermost first; folders
+// that are no longer empty stay.
+func removeDirs(created []string) {
+	for _, d := range slices.Backward(created) {
+		_ = os.Remove(d)
+	}
+}
+
+// syncDir makes the entries of dir (creations, renames) durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync folder %s: %w", dir, err)
+	}
+	return nil
+}
+
+// renameNew renames from to to, refusing to replace an existing file: a
+// sealed file is never modified again.
+func renameNew(from, to string) error {
+	if _, err := os.Lstat(to); err == nil {
+		return fmt.Errorf("rename %s: %s already exists", from, to)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return os.Rename(from, to)
+}

@@ -1,0 +1,380 @@
+// Package audit writes, reads and verifies retention audit files (spec §5).
+// Backup tooling may import it to check what it collects.
+//
+// An audit file holds one retention run: a header line, one line per item
+// the run looked at, and a footer line. Every line is a JSON object that
+// starts with the keys msg, time, run_id, seq and prev, in that order; prev is
+// the hex SHA-256 of the previous line's bytes, so a changed, missing or
+// reordered line breaks the chain. The package uses the standard library
+// only.
+package audit
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Record names (the "msg" field).
+const (
+	MsgHeader = "retention_audit_header"
+	MsgItem   = "retention_audit_item"
+	MsgFooter = "retention_audit_footer"
+)
+
+// Item statuses.
+const (
+	StatusPurged  = "purged"
+	StatusDryRun  = "dry_run"
+	StatusFailed  = "failed"
+	StatusSkipped = "skipped"
+	StatusStamped = "stamped"
+)
+
+// Item types.
+const (
+	ItemThread  = "thread"
+	ItemMessage = "message"
+)
+
+// Footer (run) statuses.
+const (
+	RunCompleted   = "completed"
+	RunFailed      = "failed"
+	RunInterrupted = "interrupted"
+	RunAborted     = "aborted"
+)
+
+// MaxLineSize is the longest line, without its newline, that the reader
+// accepts and the writer produces.
+const MaxLineSize = 1 << 20
+
+// maxReason caps an item's or footer's reason so that a runaway error text
+// cannot make a record unwritable (and so lose a purge's record).
+const maxReason = 4096
+
+// Header opens a run's file.
+type Header struct {
+	StartedAt     time.Time `json:"started_at"`
+	DryRun        bool      `json:"dry_run"`
+	Period        string    `json:"period"`
+	MessagePeriod string    `json:"message_period"`
+	Cutoff        time.Time `json:"cutoff"`
+	Owner         string    `json:"owner"`
+	Host          string    `json:"host"`
+	PID           int       `json:"pid"`
+	Epoch         int64     `json:"epoch"`
+	Version       string    `json:"version"`
+	BatchSize     int       `json:"batch_size"`
+}
+
+// Item records what happened to one thread or message. It holds IDs and
+// timestamps only: never titles, bodies or authors.
+type Item struct {
+	ItemType    string     `json:"item_type"` // "thread" | "message"
+	ItemID      string     `json:"item_id"`
+	ThreadID    string     `json:"thread_id"`
+	DeletedAt   time.Time  `json:"deleted_at"` // zero when unknown
+	Status      string     `json:"status"`
+	KeysDeleted int64      `json:"keys_deleted"`
+	PurgedAt    *time.Time `json:"purged_at,omitempty"` // only when purged
+	Reason      string     `json:"reason,omitempty"`    // when skipped, failed or stamped
+	Recovered   bool       `json:"recovered,omitempty"` // written by a later run
+}
+
+// Footer closes a run's file.
+type Footer struct {
+	FinishedAt  time.Time `json:"finished_at"`
+	Status      string    `json:"status"`
+	Reason      string    `json:"reason,omitempty"`
+	Scanned     int64     `json:"scanned"`
+	Eligible    int64     `json:"eligible"`
+	Purged      int64     `json:"purged"`
+	Failed      int64     `json:"failed"`
+	Skipped     int64     `json:"skipped"`
+	Stamped     int64     `json:"stamped"`
+	KeysDeleted int64     `json:"keys_deleted"`
+	DurationMS  int64     `json:"duration_ms"`
+}
+
+// Sentinel errors.
+var (
+	ErrUnwritable    = errors.New("audit folder not writable")
+	ErrCorrupt       = errors.New("audit file does not verify")
+	ErrClosed        = errors.New("audit writer closed")
+	ErrInvalidRunID  = errors.New("invalid run ID (want ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$)")
+	ErrInvalidRecord = errors.New("invalid audit record")
+)
+
+// Problem is one verification failure, naming file and line (1-based; 0 for
+// the file as a whole). It wraps ErrCorrupt.
+type Problem struct {
+	File   string `json:"file"`
+	Line   int    `json:"line"`
+	Reason string `json:"reason"`
+}
+
+func (p *Problem) Error() string {
+	if p.Line == 0 {
+		return p.File + ": " + p.Reason
+	}
+	return p.File + ":" + strconv.Itoa(p.Line) + ": " + p.Reason
+}
+
+// Unwrap lets errors.Is(err, ErrCorrupt) hold for every Problem.
+func (p *Problem) Unwrap() error { return ErrCorrupt }
+
+// Record is one decoded line. Exactly one of Header, Item and Footer is set,
+// according to Msg.
+type Record struct {
+	Msg   string
+	Time  time.Time // when the line was written
+	RunID string
+	Seq   int64
+	Prev  string // hex SHA-256 of the previous line; "" on the header
+	Raw   []byte // the line's exact bytes, without the newline
+	Line  int    // 1-based line number in the file
+
+	Header *Header
+	Item   *Item
+	Footer *Footer
+}
+
+// lineHash is the value the next line carries in prev.
+func lineHash(raw []byte) string {
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// encodeLine renders one line (without newline): the envelope keys in their
+// fixed order followed by the fields of body, which must encode as a JSON
+// object.
+func encodeLine(msg string, at time.Time, runID string, seq int64, prev string, body any) ([]byte, error) {
+	fields, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRecord, msg, err)
+	}
+	if len(fields) < 2 || fields[0] != '{' {
+		return nil, fmt.Errorf("%w: %s does not encode as an object", ErrInvalidRecord, msg)
+	}
+	b := make([]byte, 0, len(fields)+160)
+	b = append(b, `{"msg":`...)
+	b = appendString(b, msg)
+	b = append(b, `,"time":"`...)
+	b = at.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","run_id":`...)
+	b = appendString(b, runID)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendInt(b, seq, 10)
+	b = append(b, `,"prev":"`...)
+	b = append(b, prev...)
+	b = append(b, '"')
+	if len(fields) > 2 { // not "{}"
+		b = append(b, ',')
+	}
+	b = append(b, fields[1:]...)
+	if len(b) > MaxLineSize {
+		return nil, fmt.Errorf("%w: %s line is %d bytes, longer than %d", ErrInvalidRecord, msg, len(b), MaxLineSize)
+	}
+	return b, nil
+}
+
+// appendString appends s as a JSON string, escaped the way encoding/json
+// escapes it.
+func appendString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always encodes
+	return append(b, q...)
+}
+
+// parseLine decodes one line and checks its envelope: the first keys are
+// msg, time, run_id, seq and prev in that order, time is RFC 3339 UTC, seq
+// is a non-negative integer, and msg names a known record. It returns a
+// plain reason on failure; callers add file and line.
+func parseLine(raw []byte) (Record, string) {
+	rec := Record{Raw: raw}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return rec, "not a JSON object"
+	}
+	// Every line starts with these keys, in this order.
+	envelope := [...]string{"msg", "time", "run_id", "seq", "prev"}
+	var values [len(envelope)]any
+	for i, want := range envelope {
+		key, err := dec.Token()
+		if err != nil {
+			return rec, "not valid JSON"
+		}
+		if key != want {
+			return rec, fmt.Sprintf("key %d is %v, want %q", i+1, describeToken(key), want)
+		}
+		if values[i], err = dec.Token(); err != nil {
+			return rec, "not valid JSON"
+		}
+	}
+	var ok bool
+	if rec.Msg, ok = values[0].(string); !ok {
+		return rec, "msg is not a string"
+	}
+	stamp, ok := values[1].(string)
+	if !ok {
+		return rec, "time is not a string"
+	}
+	t, err := time.Parse(time.RFC3339Nano, stamp)
+	if err != nil || !strings.HasSuffix(stamp, "Z") {
+		return rec, fmt.Sprintf("time %q is not RFC 3339 UTC", stamp)
+	}
+	rec.Time = t
+	if rec.RunID, ok = values[2].(string); !ok {
+		return rec, "run_id is not a string"
+	}
+	num, ok := values[3].(json.Number)
+	if !ok {
+		return rec, "seq is not a number"
+	}
+	if rec.Seq, err = num.Int64(); err != nil || rec.Seq < 0 {
+		return rec, fmt.Sprintf("seq %s is not a non-negative integer", num)
+	}
+	if rec.Prev, ok = values[4].(string); !ok {
+		return rec, "prev is not a string"
+	}
+
+	// The typed decode also rejects anything after the object.
+	switch rec.Msg {
+	case MsgHeader:
+		rec.Header = new(Header)
+		err = json.Unmarshal(raw, rec.Header)
+	case MsgItem:
+		rec.Item = new(Item)
+		err = json.Unmarshal(raw, rec.Item)
+	case MsgFooter:
+		rec.Footer = new(Footer)
+		err = json.Unmarshal(raw, rec.Footer)
+	default:
+		return rec, fmt.Sprintf("unknown msg %q", rec.Msg)
+	}
+	if err != nil {
+		rec.Header, rec.Item, rec.Footer = nil, nil, nil
+		return rec, fmt.Sprintf("%s: %v", rec.Msg, err)
+	}
+	return rec, ""
+}
+
+func describeToken(tok json.Token) string {
+	if s, ok := tok.(string); ok {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%v", tok)
+}
+
+// validRunID reports whether id matches ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$.
+func validRunID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func validItemType(s string) bool { return s == ItemThread || s == ItemMessage }
+
+func validItemStatus(s string) bool {
+	switch s {
+	case StatusPurged, StatusDryRun, StatusFailed, StatusSkipped, StatusStamped:
+		return true
+	}
+	return false
+}
+
+func validRunStatus(s string) bool {
+	switch s {
+	case RunCompleted, RunFailed, RunInterrupted, RunAborted:
+		return true
+	}
+	return false
+}
+
+// truncateReason shortens s to at most maxReason bytes on a rune boundary.
+func truncateReason(s string) string {
+	if len(s) <= maxReason {
+		return s
+	}
+	cut := maxReason
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+// tally sums the item records of one file; footers must agree with it.
+type tally struct {
+	items, purged, failed, skipped, stamped, dryRun, keys int64
+}
+
+func (t *tally) add(it *Item) {
+	t.items++
+	t.keys += it.KeysDeleted
+	switch it.Status {
+	case StatusPurged:
+		t.purged++
+	case StatusFailed:
+		t.failed++
+	case StatusSkipped:
+		t.skipped++
+	case StatusStamped:
+		t.stamped++
+	case StatusDryRun:
+		t.dryRun++
+	}
+}
+
+// footer returns a footer carrying the tally's counts: every item was
+// scanned; purged, failed and dry-run items were eligible.
+func (t tally) footer() Footer {
+	return Footer{
+		Scanned:     t.items,
+		Eligible:    t.purged + t.failed + t.dryRun,
+		Purged:      t.purged,
+		Failed:      t.failed,
+		Skipped:     t.skipped,
+		Stamped:     t.stamped,
+		KeysDeleted: t.keys,
+	}
+}
+
+// mismatch names the first footer count that disagrees with the items, or
+// returns "".
+func (t tally) mismatch(f *Footer) string {
+	checks := []struct {
+		name        string
+		footer, sum int64
+	}{
+		{"purged", f.Purged, t.purged},
+		{"failed", f.Failed, t.failed},
+		{"skipped", f.Skipped, t.skipped},
+		{"stamped", f.Stamped, t.stamped},
+		{"keys_deleted", f.KeysDeleted, t.keys},
+	}
+	for _, c := range checks {
+		if c.footer != c.sum {
+			return fmt.Sprintf("footer %s is %d, items sum to %d", c.name, c.footer, c.sum)
+		}
+	}
+	if f.Eligible < t.purged+t.failed {
+		return fmt.Sprintf("footer eligible is %d, less than purged+failed (%d)", f.Eligible, t.purged+t.failed)
+	}
+	return ""
+}

@@ -1,0 +1,265 @@
+package audit
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Writer appends one run's records to
+// <root>/YYYY-MM/retention-<ts>-<run_id>.jsonl.inprogress. It is safe for
+// concurrent use. A write error is sticky: every later call returns it.
+type Writer struct {
+	mu     sync.Mutex
+	now    func() time.Time
+	runID  string
+	dir    string // the month folder
+	path   string // current path: .inprogress until Close
+	f      *os.File
+	bw     *bufio.Writer
+	seq    int64  // seq of the next line
+	prev   string // hash of the last line written
+	tally  tally
+	err    error // sticky write error
+	closed bool
+}
+
+// Create makes the month folder (0750) and the file (0640), writes the
+// header and syncs it and the folder entry before returning: no delete may
+// happen before Create returns nil. The file is named after h.StartedAt,
+// which must be set. When the folder or the file cannot be made or written,
+// the error wraps ErrUnwritable and nothing is left behind.
+func Create(root, runID string, h Header) (*Writer, error) {
+	return newWriter(root, runID, h, time.Now)
+}
+
+// newWriter is Create with the clock that stamps each line's time.
+func newWriter(root, runID string, h Header, now func() time.Time) (*Writer, error) {
+	if !validRunID(runID) {
+		return nil, fmt.Errorf("audit: %w: %q", ErrInvalidRunID, runID)
+	}
+	if h.StartedAt.IsZero() {
+		return nil, fmt.Errorf("audit: %w: header started_at is not set", ErrInvalidRecord)
+	}
+	if root == "" {
+		return nil, fmt.Errorf("audit: %w: no audit folder configured", ErrUnwritable)
+	}
+	h.StartedAt = h.StartedAt.UTC()
+	h.Cutoff = h.Cutoff.UTC()
+
+	dir := filepath.Join(root, h.StartedAt.Format(monthLayout))
+	final := filepath.Join(dir, sealedName(h.StartedAt, runID))
+	w := &Writer{now: now, runID: runID, dir: dir, path: final + suffixInProgress}
+	header, err := w.encode(MsgHeader, h)
+	if err != nil {
+		return nil, err
+	}
+
+	created, err := makeDirs(dir)
+	if err != nil {
+		removeDirs(created)
+		return nil, fmt.Errorf("audit: %w: create %s: %w", ErrUnwritable, dir, err)
+	}
+	if err := w.open(final, created, header); err != nil {
+		removeDirs(created)
+		return nil, fmt.Errorf("audit: %w: %w", ErrUnwritable, err)
+	}
+	return w, nil
+}
+
+// open creates the file, writes and syncs the header line, and syncs the
+// folders whose entries changed. On failure it removes the file again.
+func (w *Writer) open(final string, created []string, header []byte) error {
+	if _, err := os.Lstat(final); err == nil {
+		return fmt.Errorf("%s already exists", final)
+	}
+	f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fileMode)
+	if err != nil {
+		return err
+	}
+	w.f = f
+	w.bw = bufio.NewWriter(f)
+	err = f.Chmod(fileMode) // explicit, so the umask cannot change it
+	if err == nil {
+		err = w.write(header)
+	}
+	if err == nil {
+		err = w.flushSync()
+	}
+	if err == nil {
+		err = syncDir(w.dir) // the file's entry
+	}
+	for _, d := range created { // each new folder's entry lives in its parent
+		if err == nil {
+			err = syncDir(filepath.Dir(d))
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		_ = os.Remove(w.path)
+		return fmt.Errorf("write %s: %w", w.path, err)
+	}
+	return nil
+}
+
+// Item appends an item record (buffered until Sync). Times are written in
+// UTC; purged_at is kept only for purged items and, when missing there, set
+// to the time of writing; a reason longer than 4 KiB is shortened. An
+// invalid item is refused and leaves the writer usable.
+func (w *Writer) Item(it Item) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usable(); err != nil {
+		return err
+	}
+	if !validItemType(it.ItemType) {
+		return fmt.Errorf("audit: %w: item_type %q", ErrInvalidRecord, it.ItemType)
+	}
+	if !validItemStatus(it.Status) {
+		return fmt.Errorf("audit: %w: item status %q", ErrInvalidRecord, it.Status)
+	}
+	it.DeletedAt = it.DeletedAt.UTC()
+	switch {
+	case it.Status != StatusPurged:
+		it.PurgedAt = nil
+	case it.PurgedAt == nil:
+		at := w.now().UTC()
+		it.PurgedAt = &at
+	default:
+		at := it.PurgedAt.UTC()
+		it.PurgedAt = &at
+	}
+	it.Reason = truncateReason(it.Reason)
+	line, err := w.encode(MsgItem, it)
+	if err != nil {
+		return err
+	}
+	if err := w.write(line); err != nil {
+		return err
+	}
+	w.tally.add(&it)
+	return nil
+}
+
+// Sync flushes and fsyncs every record appended so far.
+func (w *Writer) Sync() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usable(); err != nil {
+		return err
+	}
+	return w.flushSync()
+}
+
+// Counts returns a footer holding the counts of the items written so far
+// (scanned = items; eligible = purged + failed + dry_run), for callers that
+// want their footer to agree with the file by construction.
+func (w *Writer) Counts() Footer {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.tally.footer()
+}
+
+// Close appends the footer, syncs, renames the file to .jsonl and syncs the
+// folder. It returns the final path. After Close every method returns
+// ErrClosed, or the sticky error when Close failed; the file then stays
+// .inprogress and SealAbandoned finishes it later.
+func (w *Writer) Close(f Footer) (string, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usable(); err != nil {
+		return "", err
+	}
+	if !validRunStatus(f.Status) {
+		return "", fmt.Errorf("audit: %w: footer status %q", ErrInvalidRecord, f.Status)
+	}
+	f.FinishedAt = f.FinishedAt.UTC()
+	f.Reason = truncateReason(f.Reason)
+	line, err := w.encode(MsgFooter, f)
+	if err != nil {
+		return "", err
+	}
+
+	w.closed = true
+	err = w.write(line)
+	if err == nil {
+		err = w.flushSync()
+	}
+	if cerr := w.f.Close(); err == nil && cerr != nil {
+		err = w.fail(fmt.Errorf("audit: close %s: %w", w.path, cerr))
+	}
+	if err != nil {
+		return "", err
+	}
+	final := strings.TrimSuffix(w.path, suffixInProgress)
+	if err := renameNew(w.path, final); err != nil {
+		return "", w.fail(fmt.Errorf("audit: seal %s: %w", w.path, err))
+	}
+	w.path = final
+	if err := syncDir(w.dir); err != nil {
+		return "", w.fail(fmt.Errorf("audit: %w", err))
+	}
+	return final, nil
+}
+
+// Path is the file's current path: .inprogress until Close succeeds, the
+// final .jsonl path after.
+func (w *Writer) Path() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.path
+}
+
+// usable returns the sticky error, or ErrClosed after Close.
+func (w *Writer) usable() error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// fail records err as the sticky error and returns it.
+func (w *Writer) fail(err error) error {
+	w.err = err
+	return err
+}
+
+// encode renders the next line of the chain, stamped with the clock.
+func (w *Writer) encode(msg string, body any) ([]byte, error) {
+	line, err := encodeLine(msg, w.now(), w.runID, w.seq, w.prev, body)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	return line, nil
+}
+
+// write buffers line and advances the chain; a failure is sticky.
+func (w *Writer) write(line []byte) error {
+	_, err := w.bw.Write(line)
+	if err == nil {
+		err = w.bw.WriteByte('\n')
+	}
+	if err != nil {
+		return w.fail(fmt.Errorf("audit: write %s: %w", w.path, err))
+	}
+	w.seq++
+	w.prev = lineHash(line)
+	return nil
+}
+
+func (w *Writer) flushSync() error {
+	if err := w.bw.Flush(); err != nil {
+		return w.fail(fmt.Errorf("audit: write %s: %w", w.path, err))
+	}
+	if err := w.f.Sync(); err != nil {
+		return w.fail(fmt.Errorf("audit: sync %s: %w", w.path, err))
+	}
+	return nil
+}
