@@ -1,0 +1,214 @@
+// Package config loads and validates progressdb's configuration from the
+// environment (spec §6).
+package config
+
+import (
+	"errors"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Config is the whole server configuration. The env tags name the
+// variables; defaults that depend on other values are applied by Load.
+type Config struct {
+	DBPath     string    `env:"PROGRESSDB_DB_PATH" envDefault:"./data"`
+	Addr       string    `env:"PROGRESSDB_ADDR" envDefault:"127.0.0.1:8080"`
+	AdminToken string    `env:"PROGRESSDB_ADMIN_TOKEN"`                  // secret
+	APIKey     string    `env:"PROGRESSDB_API_KEY"`                      // secret
+	LogLevel   string    `env:"PROGRESSDB_LOG_LEVEL" envDefault:"info"`  // debug|info|warn|error
+	LogFormat  string    `env:"PROGRESSDB_LOG_FORMAT" envDefault:"auto"` // text|json|auto
+	LogSink    string    `env:"PROGRESSDB_LOG_SINK" envDefault:"stderr"` // stderr|file:<path>
+	Retention  Retention `envPrefix:"PROGRESSDB_RETENTION_"`
+}
+
+// Retention is the PROGRESSDB_RETENTION_* group.
+type Retention struct {
+	Enabled          bool          `env:"ENABLED" envDefault:"false"`
+	Period           time.Duration `env:"PERIOD" envDefault:"30d"`
+	MessagePeriod    time.Duration `env:"MESSAGE_PERIOD"` // defaults to Period
+	Cron             string        `env:"CRON" envDefault:"0 2 * * *"`
+	MinPeriod        time.Duration `env:"MIN_PERIOD" envDefault:"1h"`
+	AllowShortPeriod bool          `env:"ALLOW_SHORT_PERIOD" envDefault:"false"`
+	DryRun           bool          `env:"DRY_RUN" envDefault:"false"`
+	AuditPath        string        `env:"AUDIT_PATH"` // defaults to <DBPath>/purge_audit
+	LeasePath        string        `env:"LEASE_PATH"` // defaults to <AuditPath>/retention.lock
+	LeaseTTL         time.Duration `env:"LEASE_TTL" envDefault:"5m"`
+	BatchSize        int           `env:"BATCH_SIZE" envDefault:"1000"`
+	BatchPause       time.Duration `env:"BATCH_PAUSE" envDefault:"0"`
+	MaxItems         int           `env:"MAX_ITEMS" envDefault:"0"`
+	RunMissed        bool          `env:"RUN_MISSED" envDefault:"true"`
+}
+
+// Variable names, for errors and Redacted.
+const (
+	VarDBPath           = "PROGRESSDB_DB_PATH"
+	VarAddr             = "PROGRESSDB_ADDR"
+	VarAdminToken       = "PROGRESSDB_ADMIN_TOKEN"
+	VarAPIKey           = "PROGRESSDB_API_KEY"
+	VarLogLevel         = "PROGRESSDB_LOG_LEVEL"
+	VarLogFormat        = "PROGRESSDB_LOG_FORMAT"
+	VarLogSink          = "PROGRESSDB_LOG_SINK"
+	VarEnabled          = "PROGRESSDB_RETENTION_ENABLED"
+	VarPeriod           = "PROGRESSDB_RETENTION_PERIOD"
+	VarMessagePeriod    = "PROGRESSDB_RETENTION_MESSAGE_PERIOD"
+	VarCron             = "PROGRESSDB_RETENTION_CRON"
+	VarMinPeriod        = "PROGRESSDB_RETENTION_MIN_PERIOD"
+	VarAllowShortPeriod = "PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD"
+	VarDryRun           = "PROGRESSDB_RETENTION_DRY_RUN"
+	VarAuditPath        = "PROGRESSDB_RETENTION_AUDIT_PATH"
+	VarLeasePath        = "PROGRESSDB_RETENTION_LEASE_PATH"
+	VarLeaseTTL         = "PROGRESSDB_RETENTION_LEASE_TTL"
+	VarBatchSize        = "PROGRESSDB_RETENTION_BATCH_SIZE"
+	VarBatchPause       = "PROGRESSDB_RETENTION_BATCH_PAUSE"
+	VarMaxItems         = "PROGRESSDB_RETENTION_MAX_ITEMS"
+	VarRunMissed        = "PROGRESSDB_RETENTION_RUN_MISSED"
+)
+
+// Error is a configuration error naming the variable, the value and the rule.
+// Error() is one line: `PROGRESSDB_X="value": rule`.
+type Error struct {
+	Var, Value, Rule string
+}
+
+func (e *Error) Error() string {
+	// Values are quoted and rules flattened so the message stays one line.
+	return e.Var + "=" + strconv.Quote(e.Value) + ": " + strings.Join(strings.Fields(e.Rule), " ")
+}
+
+// Load reads configuration from environ (as os.Environ()), applies defaults
+// and validates it. Errors are *Error (errors.As).
+func Load(environ []string) (Config, error) {
+	vars := envMap(environ)
+	var c Config
+	err := env.ParseWithOptions(&c, env.Options{
+		Environment: vars,
+		FuncMap: map[reflect.Type]env.ParserFunc{
+			reflect.TypeOf(time.Duration(0)): func(v string) (any, error) { return parseDuration(v) },
+		},
+	})
+	if err != nil {
+		return Config{}, parseError(err, vars)
+	}
+	c.applyDerived(vars)
+	if err := c.validate(vars); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// envMap turns KEY=value pairs into a map; later entries win, as in a shell.
+func envMap(environ []string) map[string]string {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && k != "" {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// applyDerived fills the defaults that depend on other settings. An empty
+// variable counts as unset, as it does for every other default.
+func (c *Config) applyDerived(vars map[string]string) {
+	r := &c.Retention
+	if vars[VarMessagePeriod] == "" {
+		r.MessagePeriod = r.Period
+	}
+	if r.AuditPath == "" {
+		r.AuditPath = filepath.Join(c.DBPath, "purge_audit")
+	}
+	if r.LeasePath == "" {
+		r.LeasePath = filepath.Join(r.AuditPath, "retention.lock")
+	}
+}
+
+// parseError turns the first error reported by env into an *Error naming
+// the variable and its value.
+func parseError(err error, vars map[string]string) error {
+	var agg env.AggregateError
+	if errors.As(err, &agg) && len(agg.Errors) > 0 {
+		err = agg.Errors[0]
+	}
+	var pe env.ParseError
+	if errors.As(err, &pe) {
+		name := fieldVars()[pe.Name]
+		return &Error{Var: name, Value: vars[name], Rule: typeRule(pe)}
+	}
+	// Other env errors (unsupported tags, missing parsers) are programming
+	// errors in this package; keep them one line all the same.
+	return &Error{Var: "PROGRESSDB_*", Value: "", Rule: err.Error()}
+}
+
+func typeRule(pe env.ParseError) string {
+	switch pe.Type {
+	case reflect.TypeOf(false):
+		return "must be true or false"
+	case reflect.TypeOf(0):
+		return "must be a whole number within range"
+	case reflect.TypeOf(time.Duration(0)):
+		return "must be a duration such as 90m, 1d12h or 30d: " + pe.Err.Error()
+	}
+	return pe.Err.Error()
+}
+
+// fieldVars maps Config's field names to their variables, following the
+// same env and envPrefix tags that env reads.
+func fieldVars() map[string]string {
+	m := map[string]string{}
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if f.Type.Kind() == reflect.Struct {
+				walk(f.Type, prefix+f.Tag.Get("envPrefix"))
+				continue
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+			m[f.Name] = prefix + name
+		}
+	}
+	walk(reflect.TypeOf(Config{}), "")
+	return m
+}
+
+// Redacted returns the effective configuration as ordered name/value pairs
+// (variable names), with secrets shown as "<redacted>" or "<unset>".
+func (c Config) Redacted() [][2]string {
+	r := c.Retention
+	return [][2]string{
+		{VarDBPath, c.DBPath},
+		{VarAddr, c.Addr},
+		{VarAdminToken, secret(c.AdminToken)},
+		{VarAPIKey, secret(c.APIKey)},
+		{VarLogLevel, c.LogLevel},
+		{VarLogFormat, c.LogFormat},
+		{VarLogSink, c.LogSink},
+		{VarEnabled, strconv.FormatBool(r.Enabled)},
+		{VarPeriod, FormatDuration(r.Period)},
+		{VarMessagePeriod, FormatDuration(r.MessagePeriod)},
+		{VarCron, r.Cron},
+		{VarMinPeriod, FormatDuration(r.MinPeriod)},
+		{VarAllowShortPeriod, strconv.FormatBool(r.AllowShortPeriod)},
+		{VarDryRun, strconv.FormatBool(r.DryRun)},
+		{VarAuditPath, r.AuditPath},
+		{VarLeasePath, r.LeasePath},
+		{VarLeaseTTL, FormatDuration(r.LeaseTTL)},
+		{VarBatchSize, strconv.Itoa(r.BatchSize)},
+		{VarBatchPause, FormatDuration(r.BatchPause)},
+		{VarMaxItems, strconv.Itoa(r.MaxItems)},
+		{VarRunMissed, strconv.FormatBool(r.RunMissed)},
+	}
+}
+
+func secret(s string) string {
+	if s == "" {
+		return "<unset>"
+	}
+	return "<redacted>"
+}

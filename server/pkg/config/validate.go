@@ -1,0 +1,126 @@
+package config
+
+import (
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Limits checked by validate.
+const (
+	minLeaseTTL  = 3 * time.Second // the heartbeat runs every TTL/3
+	maxBatchSize = 1_000_000
+)
+
+// validate checks the parsed values in the order of the spec's table; the
+// first violation is returned as an *Error.
+func (c Config) validate(vars map[string]string) error {
+	checks := []func(map[string]string) *Error{
+		c.validateLogging,
+		c.validateAddr,
+		c.Retention.validatePeriods,
+		c.Retention.validateCron,
+		c.Retention.validateBatches,
+	}
+	for _, check := range checks {
+		if err := check(vars); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c Config) validateLogging(map[string]string) *Error {
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return &Error{VarLogLevel, c.LogLevel, "must be debug, info, warn or error"}
+	}
+	switch c.LogFormat {
+	case "text", "json", "auto":
+	default:
+		return &Error{VarLogFormat, c.LogFormat, "must be text, json or auto"}
+	}
+	if c.LogSink != "stderr" {
+		path, ok := strings.CutPrefix(c.LogSink, "file:")
+		if !ok || path == "" {
+			return &Error{VarLogSink, c.LogSink, "must be stderr or file:<path>"}
+		}
+	}
+	return nil
+}
+
+func (c Config) validateAddr(map[string]string) *Error {
+	const rule = "must be host:port with a port number from 0 to 65535"
+	_, port, err := net.SplitHostPort(c.Addr)
+	if err != nil {
+		return &Error{VarAddr, c.Addr, rule}
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || port != strconv.FormatUint(n, 10) {
+		return &Error{VarAddr, c.Addr, rule}
+	}
+	return nil
+}
+
+func (r Retention) validatePeriods(vars map[string]string) *Error {
+	periods := []struct {
+		name string
+		d    time.Duration
+	}{
+		{VarPeriod, r.Period},
+		{VarMessagePeriod, r.MessagePeriod},
+	}
+	for _, p := range periods {
+		value := shown(vars, p.name, FormatDuration(p.d))
+		if p.d <= 0 {
+			return &Error{p.name, value, "must be greater than 0"}
+		}
+		// A short period purges data soon after a mistaken delete; the
+		// operator has to say they mean it.
+		if p.d < r.MinPeriod && !r.AllowShortPeriod {
+			return &Error{p.name, value, "is below PROGRESSDB_RETENTION_MIN_PERIOD (" +
+				FormatDuration(r.MinPeriod) + "); set PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD=true to allow it"}
+		}
+	}
+	return nil
+}
+
+func (r Retention) validateCron(map[string]string) *Error {
+	// Schedules are UTC by contract; a zone prefix would silently change that.
+	if strings.HasPrefix(r.Cron, "TZ=") || strings.HasPrefix(r.Cron, "CRON_TZ=") {
+		return &Error{VarCron, r.Cron, "schedules are UTC; a time zone prefix is not allowed"}
+	}
+	if _, err := cron.ParseStandard(r.Cron); err != nil {
+		return &Error{VarCron, r.Cron, "must be a 5-field cron expression or a descriptor such as @daily or @every 1h: " + err.Error()}
+	}
+	return nil
+}
+
+func (r Retention) validateBatches(vars map[string]string) *Error {
+	if r.LeaseTTL < minLeaseTTL {
+		return &Error{VarLeaseTTL, shown(vars, VarLeaseTTL, FormatDuration(r.LeaseTTL)), "must be at least 3s (the lease is renewed every TTL/3)"}
+	}
+	if r.BatchSize < 1 || r.BatchSize > maxBatchSize {
+		return &Error{VarBatchSize, shown(vars, VarBatchSize, strconv.Itoa(r.BatchSize)), "must be from 1 to 1000000"}
+	}
+	if r.BatchPause < 0 || r.BatchPause >= r.LeaseTTL/3 {
+		return &Error{VarBatchPause, shown(vars, VarBatchPause, FormatDuration(r.BatchPause)), "must be shorter than a third of PROGRESSDB_RETENTION_LEASE_TTL (" +
+			FormatDuration(r.LeaseTTL/3) + ") so the lease can be renewed between batches"}
+	}
+	if r.MaxItems < 0 {
+		return &Error{VarMaxItems, shown(vars, VarMaxItems, strconv.Itoa(r.MaxItems)), "must be 0 (no limit) or more"}
+	}
+	return nil
+}
+
+// shown is the value an error names: what the operator set, or the
+// effective default when the variable is unset.
+func shown(vars map[string]string, name, effective string) string {
+	if v := vars[name]; v != "" {
+		return v
+	}
+	return effective
+}
