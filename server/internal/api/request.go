@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -49,12 +50,34 @@ func bodyError(err error) error {
 	case errors.As(err, &tooLarge):
 		return errBodyTooLarge
 	case errors.As(err, &typeErr):
-		return badRequest("invalid JSON: field %q must be %s, not %s", typeErr.Field, typeErr.Type, typeErr.Value)
+		if typeErr.Field == "" {
+			return badRequest("invalid JSON: the body must be an object, not %s", typeErr.Value)
+		}
+		return badRequest("invalid JSON: field %q must be %s, not %s", typeErr.Field, kindName(typeErr.Type), typeErr.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return badRequest("invalid JSON: unexpected end of body")
 	default:
 		// Syntax errors and unknown fields; the text names the problem.
 		return badRequest("invalid JSON: %v", err)
+	}
+}
+
+// kindName names a Go type the way a JSON client thinks of it.
+func kindName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.String:
+		return "a string"
+	default:
+		return "a number"
 	}
 }
 
