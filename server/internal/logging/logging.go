@@ -1,0 +1,106 @@
+// Package logging builds the server's slog.Logger from the configured level,
+// format and sink: tint text for people at a terminal, JSON for machines.
+package logging
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/lmittmann/tint"
+	"github.com/mattn/go-isatty"
+)
+
+// ErrInvalidOption is wrapped by New's errors for a bad level, format or sink.
+var ErrInvalidOption = errors.New("invalid logging option")
+
+// Options select the logger. Values are those of PROGRESSDB_LOG_LEVEL,
+// PROGRESSDB_LOG_FORMAT and PROGRESSDB_LOG_SINK; empty means the default
+// (info, auto, stderr).
+type Options struct {
+	Level  string // debug|info|warn|error
+	Format string // text|json|auto
+	Sink   string // stderr|file:<path>
+	// Stderr is where the stderr sink writes; io.Discard when nil.
+	Stderr io.Writer
+}
+
+// New returns the logger and a Closer for its sink (a no-op for stderr).
+// Record times are written in UTC.
+func New(opts Options) (*slog.Logger, io.Closer, error) {
+	level, err := ParseLevel(opts.Level)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, closer, err := openSink(opts.Sink, opts.Stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := newHandler(opts.Format, w, level)
+	if err != nil {
+		closer.Close()
+		return nil, nil, err
+	}
+	return slog.New(h), closer, nil
+}
+
+// ParseLevel reads debug, info, warn or error (any case); "" is info.
+func ParseLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "", "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("%w: level %q: must be debug, info, warn or error", ErrInvalidOption, s)
+}
+
+func newHandler(format string, w io.Writer, level slog.Level) (slog.Handler, error) {
+	tty := isTerminal(w)
+	switch format {
+	case "", "auto":
+		if tty {
+			format = "text"
+		} else {
+			format = "json"
+		}
+	case "text", "json":
+	default:
+		return nil, fmt.Errorf("%w: format %q: must be text, json or auto", ErrInvalidOption, format)
+	}
+	if format == "json" {
+		return slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: utcTime}), nil
+	}
+	return tint.NewHandler(w, &tint.Options{
+		Level:       level,
+		ReplaceAttr: utcTime,
+		TimeFormat:  "2006-01-02T15:04:05.000Z07:00",
+		NoColor:     !tty, // escape codes only where a person reads them
+	}), nil
+}
+
+// utcTime rewrites the record time to UTC so every sink agrees with the
+// audit files and the API, whatever the machine's zone.
+func utcTime(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.TimeKey && a.Value.Kind() == slog.KindTime {
+		return slog.Time(slog.TimeKey, a.Value.Time().UTC())
+	}
+	return a
+}
+
+// isTerminal reports whether w is a terminal; only an *os.File can be.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fd := f.Fd()
+	return isatty.IsTerminal(fd) || isatty.IsCygwinTerminal(fd)
+}

@@ -1,0 +1,202 @@
+package logging
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestJSONOutputParses(t *testing.T) {
+	// A zone far from UTC makes a local timestamp visible.
+	saved := time.Local
+	time.Local = time.FixedZone("UTC+5", 5*3600)
+	t.Cleanup(func() { time.Local = saved })
+
+	var buf bytes.Buffer
+	log := mustNew(t, Options{Format: "json", Stderr: &buf})
+	log.Info("retention_run_finished", "run_id", "r1", "purged", 3)
+
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, buf.String())
+	}
+	if rec["msg"] != "retention_run_finished" || rec["run_id"] != "r1" || rec["purged"] != float64(3) || rec["level"] != "INFO" {
+		t.Errorf("record = %v", rec)
+	}
+	ts, _ := rec["time"].(string)
+	if !strings.HasSuffix(ts, "Z") {
+		t.Errorf("time = %q, want UTC (ending in Z)", ts)
+	}
+	if _, err := time.Parse(time.RFC3339Nano, ts); err != nil {
+		t.Errorf("time %q: %v", ts, err)
+	}
+}
+
+func TestLevelFiltering(t *testing.T) {
+	tests := []struct {
+		level string
+		want  []string
+	}{
+		{"debug", []string{"d", "i", "w", "e"}},
+		{"", []string{"i", "w", "e"}},
+		{"info", []string{"i", "w", "e"}},
+		{"WARN", []string{"w", "e"}},
+		{"error", []string{"e"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.level, func(t *testing.T) {
+			var buf bytes.Buffer
+			log := mustNew(t, Options{Level: tt.level, Format: "json", Stderr: &buf})
+			log.Debug("d")
+			log.Info("i")
+			log.Warn("w")
+			log.Error("e")
+			if got := messages(t, buf.Bytes()); strings.Join(got, ",") != strings.Join(tt.want, ",") {
+				t.Errorf("logged %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFileSink(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "logs", "nested", "progressdb.log")
+	for _, msg := range []string{"first_start", "second_start"} {
+		log, c, err := New(Options{Format: "json", Sink: "file:" + path, Stderr: failWriter{t}})
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		log.Info(msg)
+		if err := c.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Appended, not truncated, across opens.
+	if got := messages(t, data); strings.Join(got, ",") != "first_start,second_start" {
+		t.Errorf("file holds %v", got)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm()&^0o640 != 0 {
+		t.Errorf("file mode %v, want at most 0640", fi.Mode().Perm())
+	}
+	di, err := os.Stat(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if di.Mode().Perm()&^0o750 != 0 {
+		t.Errorf("folder mode %v, want at most 0750", di.Mode().Perm())
+	}
+}
+
+func TestAutoPicksJSONForNonTerminal(t *testing.T) {
+	t.Run("buffer", func(t *testing.T) {
+		var buf bytes.Buffer
+		mustNew(t, Options{Format: "auto", Stderr: &buf}).Info("hello")
+		if !json.Valid(bytes.TrimSpace(buf.Bytes())) {
+			t.Errorf("auto on a buffer wrote %q, want JSON", buf.String())
+		}
+	})
+	t.Run("regular file as stderr", func(t *testing.T) {
+		f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		mustNew(t, Options{Stderr: f}).Info("hello") // format defaults to auto
+		data, err := os.ReadFile(f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !json.Valid(bytes.TrimSpace(data)) {
+			t.Errorf("auto on a file wrote %q, want JSON", data)
+		}
+	})
+}
+
+func TestTextWithoutColourOffTerminal(t *testing.T) {
+	var buf bytes.Buffer
+	mustNew(t, Options{Format: "text", Stderr: &buf}).Warn("lease_lost", "owner", "host-a")
+	out := buf.String()
+	if strings.Contains(out, "\x1b[") {
+		t.Errorf("text output off a terminal has escape codes: %q", out)
+	}
+	if !strings.Contains(out, "lease_lost") || !strings.Contains(out, "owner=host-a") || !strings.Contains(out, "WRN") {
+		t.Errorf("text output = %q", out)
+	}
+	if json.Valid(bytes.TrimSpace(buf.Bytes())) {
+		t.Errorf("text format wrote JSON: %q", out)
+	}
+	// The timestamp leads the line in UTC.
+	stamp, _, _ := strings.Cut(out, " ")
+	if ts, err := time.Parse("2006-01-02T15:04:05.000Z07:00", stamp); err != nil || ts.Location() != time.UTC {
+		t.Errorf("timestamp %q: %v", stamp, err)
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	for _, o := range []Options{
+		{Level: "verbose"},
+		{Format: "xml"},
+		{Sink: "syslog"},
+		{Sink: "file:"},
+	} {
+		_, _, err := New(o)
+		if !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("New(%+v) error = %v, want ErrInvalidOption", o, err)
+		}
+	}
+	// A file sink that cannot be created is an error, not a silent fallback.
+	blocker := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := New(Options{Sink: "file:" + filepath.Join(blocker, "x.log")}); err == nil {
+		t.Error("New with a sink below a regular file succeeded")
+	}
+}
+
+func mustNew(t *testing.T, o Options) *slog.Logger {
+	t.Helper()
+	log, c, err := New(o)
+	if err != nil {
+		t.Fatalf("New(%+v): %v", o, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return log
+}
+
+// messages returns the msg field of every JSON line.
+func messages(t *testing.T, data []byte) []string {
+	t.Helper()
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		var rec struct{ Msg string }
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		out = append(out, rec.Msg)
+	}
+	return out
+}
+
+// failWriter fails the test if anything is written to stderr.
+type failWriter struct{ t *testing.T }
+
+func (w failWriter) Write(p []byte) (int, error) {
+	w.t.Errorf("unexpected write to stderr: %q", p)
+	return len(p), nil
+}
