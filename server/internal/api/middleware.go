@@ -44,6 +44,11 @@ func (s *server) instrument(next http.Handler) http.Handler {
 					append(requestAttrs(r), slog.Any("panic", p), slog.String("stack", string(debug.Stack())))...)
 				if rec.status == 0 {
 					s.writeJSON(rec, r, http.StatusInternalServerError, errorBody{Error: internalErrorMsg})
+					p = nil
+				} else {
+					// Part of a response is out: break the connection so the
+					// client cannot take it for a complete one.
+					p = http.ErrAbortHandler
 				}
 			}
 			status := rec.status
@@ -56,8 +61,8 @@ func (s *server) instrument(next http.Handler) http.Handler {
 			s.metrics.duration.WithLabelValues(method, route).Observe(elapsed.Seconds())
 			s.log.LogAttrs(r.Context(), slog.LevelDebug, "http_request",
 				append(requestAttrs(r), slog.Int("status", status), slog.Duration("duration", elapsed))...)
-			if p == http.ErrAbortHandler {
-				panic(p) // net/http's own signal to abort the response
+			if p != nil {
+				panic(p) // http.ErrAbortHandler: net/http aborts the response quietly
 			}
 		}()
 		next.ServeHTTP(rec, r)

@@ -7,7 +7,8 @@ import (
 )
 
 // writeJSON answers v with status. The body is encoded before anything is
-// sent, so an encoding failure can still become a clean 500.
+// sent, so an encoding failure can still become a clean 500. It returns nil
+// so that handlers can end with `return s.writeJSON(...)`.
 func (s *server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -47,8 +47,8 @@ type server struct {
 	log        *slog.Logger
 	apiKey     *secret // nil: /v1 is open
 	adminToken *secret // nil: /admin is disabled
-	registry   *prometheus.Registry
 	metrics    *httpMetrics
+	scrape     http.Handler // /metrics
 	maxBody    int64
 }
 
@@ -66,19 +66,20 @@ func New(opts Options) (http.Handler, error) {
 		log:        opts.Logger,
 		apiKey:     newSecret(opts.APIKey),
 		adminToken: newSecret(opts.AdminToken),
-		registry:   opts.Registry,
 		maxBody:    opts.MaxBodyBytes,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	if s.registry == nil {
-		s.registry = prometheus.NewRegistry()
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
 	}
+	s.scrape = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	if s.maxBody == 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
-	m, err := newHTTPMetrics(s.registry)
+	m, err := newHTTPMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
@@ -155,7 +156,7 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) serveMetrics(w http.ResponseWriter, r *http.Request) error {
-	promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	s.scrape.ServeHTTP(w, r)
 	return nil
 }
 
