@@ -246,6 +246,10 @@ func parseLine(raw []byte) (Record, string) {
 		return rec, "prev is not a string"
 	}
 
+	if reason := checkKeys(dec, rec.Msg); reason != "" {
+		return rec, reason
+	}
+
 	// The typed decode also rejects anything after the object.
 	switch rec.Msg {
 	case MsgHeader:
@@ -257,14 +261,65 @@ func parseLine(raw []byte) (Record, string) {
 	case MsgFooter:
 		rec.Footer = new(Footer)
 		err = json.Unmarshal(raw, rec.Footer)
-	default:
-		return rec, fmt.Sprintf("unknown msg %q", rec.Msg)
 	}
 	if err != nil {
 		rec.Header, rec.Item, rec.Footer = nil, nil, nil
 		return rec, fmt.Sprintf("%s: %v", rec.Msg, err)
 	}
 	return rec, ""
+}
+
+// checkKeys reads the rest of a line's object after the envelope and checks
+// its keys: every field the record type requires is there, no key appears
+// twice (encoding/json matches keys case-insensitively, so neither may
+// differ only in case), and no key carries content the audit must never
+// hold.
+func checkKeys(dec *json.Decoder, msg string) string {
+	var required []string
+	switch msg {
+	case MsgHeader:
+		required = []string{"started_at", "dry_run", "period", "message_period", "cutoff",
+			"owner", "host", "pid", "epoch", "version", "batch_size"}
+	case MsgItem:
+		required = []string{"item_type", "item_id", "thread_id", "deleted_at", "status", "keys_deleted"}
+	case MsgFooter:
+		required = []string{"finished_at", "status", "scanned", "eligible", "purged", "failed",
+			"skipped", "stamped", "keys_deleted", "duration_ms"}
+	default:
+		return fmt.Sprintf("unknown msg %q", msg)
+	}
+	seen := map[string]bool{"msg": true, "time": true, "run_id": true, "seq": true, "prev": true}
+	present := make(map[string]bool)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "not valid JSON"
+		}
+		key, _ := tok.(string)
+		folded := strings.ToLower(key)
+		if seen[folded] {
+			return fmt.Sprintf("key %q appears twice", key)
+		}
+		seen[folded] = true
+		present[key] = true
+		switch folded {
+		case "title", "body", "author":
+			return fmt.Sprintf("key %q: audit records hold IDs and timestamps only", key)
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "not valid JSON"
+		}
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return "not valid JSON"
+	}
+	for _, key := range required {
+		if !present[key] {
+			return fmt.Sprintf("%s lacks %q", msg, key)
+		}
+	}
+	return ""
 }
 
 func describeToken(tok json.Token) string {
