@@ -2,10 +2,7 @@ package audit
 
 // This file holds the exported surface not implemented yet.
 
-import (
-	"errors"
-	"time"
-)
+import "errors"
 
 var errTODO = errors.New("audit: not implemented yet")
 
@@ -22,11 +19,3 @@ type Summary struct {
 // time (sealed or not); nil, nil when there is none. Cheap: it reads only
 // the newest month folders and each candidate's first and last lines.
 func LastRun(root string) (*Summary, error) { return nil, errTODO }
-
-// SealAbandoned finds .inprogress files under root left by crashed runs,
-// drops a torn last line, appends a footer with status "aborted" and the
-// counts of the records present, and renames them. Returns the sealed paths.
-// Files named in skip (the caller's own open file) are left alone.
-func SealAbandoned(root string, now time.Time, skip ...string) ([]string, error) {
-	return nil, errTODO
-}

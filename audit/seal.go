@@ -1,0 +1,202 @@
+package audit
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// abandonedReason is the footer reason of a run sealed by a later one.
+const abandonedReason = "run did not finish (process ended)"
+
+// SealAbandoned finds .inprogress files under root left by crashed runs,
+// drops a torn last line, appends a footer with status "aborted" and the
+// counts of the records present, and renames them. Returns the sealed paths.
+// Files named in skip (the caller's own open file) are left alone.
+//
+// A torn last line is one without a newline, one that is not a valid
+// record, or one that does not chain to the line before; it is cut off and
+// the chain continues from the last good line. A file whose last good line
+// already is a footer (its run ended between writing the footer and the
+// rename) is only renamed. A file without a valid header, or damaged before
+// its last line, is never cut: it is renamed to .jsonl.corrupt and reported
+// in the error as a *Problem (errors.Is(err, ErrCorrupt)). Other files are
+// still sealed.
+//
+// The caller must hold the retention lease, so that no live run's file is
+// sealed.
+func SealAbandoned(root string, now time.Time, skip ...string) ([]string, error) {
+	months, err := monthDirs(root)
+	if err != nil {
+		return nil, err
+	}
+	skipped := make(map[string]bool, len(skip))
+	for _, p := range skip {
+		skipped[pathKey(p)] = true
+	}
+	var sealed []string
+	var errs []error
+	for _, month := range months {
+		dir := filepath.Join(root, month)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("audit: list %s: %w", dir, err))
+			continue
+		}
+		for _, e := range entries {
+			path := filepath.Join(dir, e.Name())
+			if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), extInProgress) || skipped[pathKey(path)] {
+				continue
+			}
+			final, err := sealFile(path, now)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			sealed = append(sealed, final)
+		}
+	}
+	return sealed, errors.Join(errs...)
+}
+
+// pathKey makes paths comparable however they were spelt.
+func pathKey(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return filepath.Clean(p)
+}
+
+// sealFile seals one abandoned file and returns its final path.
+func sealFile(path string, now time.Time) (string, error) {
+	final := strings.TrimSuffix(path, suffixInProgress)
+	if _, err := os.Lstat(final); err == nil {
+		return "", fmt.Errorf("audit: seal %s: %s already exists", path, final)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return "", fmt.Errorf("audit: seal %s: %w", path, err)
+	}
+	s, err := scanPrefix(f, path)
+	if err == nil && (s.chain.header == nil || s.bad != nil && !s.badIsLast) {
+		_ = f.Close()
+		return "", quarantine(path, s)
+	}
+	if err == nil && s.bad != nil {
+		err = f.Truncate(s.goodEnd)
+	}
+	if err == nil && s.chain.footer == nil {
+		err = appendAbortFooter(f, s, now)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("audit: seal %s: %w", path, err)
+	}
+	if err := renameNew(path, final); err != nil {
+		return "", fmt.Errorf("audit: seal %s: %w", path, err)
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return "", fmt.Errorf("audit: seal %s: %w", path, err)
+	}
+	return final, nil
+}
+
+// appendAbortFooter writes the footer of an abandoned run after the last
+// good line, continuing its chain.
+func appendAbortFooter(f *os.File, s scan, now time.Time) error {
+	footer := s.chain.tally.footer()
+	footer.FinishedAt = now.UTC()
+	footer.Status = RunAborted
+	footer.Reason = abandonedReason
+	footer.DurationMS = max(0, now.Sub(s.chain.header.StartedAt).Milliseconds())
+	line, err := encodeLine(MsgFooter, now, s.chain.runID, s.chain.records, s.chain.lastHash, footer)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(append(line, '\n'), s.goodEnd)
+	return err
+}
+
+// quarantine renames a file that cannot be sealed to .jsonl.corrupt, so it
+// is kept but never taken for a complete run, and returns the Problem that
+// reports it.
+func quarantine(path string, s scan) error {
+	corrupt := strings.TrimSuffix(path, extInProgress) + extCorrupt
+	if err := renameNew(path, corrupt); err != nil {
+		return fmt.Errorf("audit: set aside %s: %w", path, err)
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("audit: set aside %s: %w", path, err)
+	}
+	p := &Problem{File: corrupt, Reason: "empty file, set aside instead of sealed"}
+	if s.bad != nil {
+		p.Line = s.bad.Line
+		p.Reason = s.bad.Reason
+		if s.chain.header == nil {
+			p.Reason = "no valid header (" + p.Reason + "), set aside instead of sealed"
+		} else {
+			p.Reason += ", and lines follow it: set aside instead of sealed"
+		}
+	}
+	return p
+}
+
+// scan is what scanPrefix learned about a file.
+type scan struct {
+	chain     chain    // the good lines
+	goodEnd   int64    // offset just past the last good line
+	bad       *Problem // the first line that is not good, if any
+	badIsLast bool     // nothing follows the bad line
+}
+
+// scanPrefix reads lines until the first one that is not a good
+// continuation of the chain, and notes whether anything follows it.
+func scanPrefix(src io.Reader, name string) (scan, error) {
+	lines := lineReader{br: bufio.NewReaderSize(src, 64<<10)}
+	var s scan
+	for n := 1; ; n++ {
+		raw, newline, tooLong, err := lines.next()
+		if errors.Is(err, io.EOF) {
+			return s, nil
+		}
+		if err != nil {
+			return s, err
+		}
+		var reason string
+		switch {
+		case tooLong:
+			reason = "line longer than " + strconv.Itoa(MaxLineSize) + " bytes"
+		case !newline:
+			reason = "last line has no newline (torn write)"
+		default:
+			rec, why := parseLine(raw)
+			if reason = why; reason == "" {
+				if f := s.chain.accept(&rec); f != nil {
+					reason = f.reason
+				}
+			}
+		}
+		if reason == "" {
+			s.goodEnd = lines.offset
+			continue
+		}
+		s.bad = &Problem{File: name, Line: n, Reason: reason}
+		_, _, _, err = lines.next()
+		if errors.Is(err, io.EOF) {
+			s.badIsLast = true
+			return s, nil
+		}
+		return s, err
+	}
+}
