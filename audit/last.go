@@ -1,0 +1,158 @@
+package audit
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Summary describes one audit file: its header and, when sealed, its footer.
+type Summary struct {
+	Path   string
+	RunID  string
+	Header Header
+	Footer *Footer // nil while in progress
+	Sealed bool
+}
+
+// LastRun returns the most recent run's file under root by header start
+// time (sealed or not); nil, nil when there is none. Cheap: it reads only
+// the newest month folders and each candidate's first and last lines.
+//
+// File names sort by start time (to the second), so the newest file is the
+// greatest name in the newest month folder that holds any. A file left in
+// progress has a footer only if its run ended between writing the footer
+// and the rename. A newest file whose header (or, when sealed, footer)
+// cannot be read is reported as a *Problem rather than skipped.
+func LastRun(root string) (*Summary, error) {
+	months, err := monthDirs(root)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(months) - 1; i >= 0; i-- {
+		dir := filepath.Join(root, months[i])
+		name, err := newestRun(dir)
+		if err != nil {
+			return nil, err
+		}
+		if name != "" {
+			return summarize(filepath.Join(dir, name))
+		}
+	}
+	return nil, nil
+}
+
+// newestRun returns the name of the newest run's file in one month folder,
+// or "" when it holds none.
+func newestRun(dir string) (string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", fmt.Errorf("audit: list %s: %w", dir, err)
+	}
+	var newest, newestBase string
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() {
+			continue
+		}
+		var base string
+		switch {
+		case isAuditName(name, extSealed):
+			base = strings.TrimSuffix(name, extSealed)
+		case isAuditName(name, extInProgress):
+			base = strings.TrimSuffix(name, extInProgress)
+		default:
+			continue
+		}
+		if base > newestBase {
+			newest, newestBase = name, base
+		}
+	}
+	return newest, nil
+}
+
+// summarize reads the header (first line) and footer (last line) of path.
+func summarize(path string) (*Summary, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	defer f.Close()
+
+	lines := lineReader{br: bufio.NewReaderSize(f, 4<<10)}
+	raw, newline, tooLong, err := lines.next()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("audit: read %s: %w", path, err)
+	}
+	first, reason := parseLine(raw)
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil, &Problem{File: path, Reason: "empty file"}
+	case tooLong || !newline:
+		return nil, &Problem{File: path, Line: 1, Reason: "header line is torn or too long"}
+	case reason != "":
+		return nil, &Problem{File: path, Line: 1, Reason: reason}
+	case first.Header == nil:
+		return nil, &Problem{File: path, Line: 1, Reason: "first record is " + first.Msg + ", want " + MsgHeader}
+	}
+	sum := &Summary{
+		Path:   path,
+		RunID:  first.RunID,
+		Header: *first.Header,
+		Sealed: strings.HasSuffix(path, extSealed),
+	}
+
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	raw, err = lastLine(f, info.Size())
+	if err != nil {
+		return nil, fmt.Errorf("audit: read %s: %w", path, err)
+	}
+	if raw != nil {
+		if last, reason := parseLine(raw); reason == "" && last.Footer != nil {
+			sum.Footer = last.Footer
+		}
+	}
+	if sum.Sealed && sum.Footer == nil {
+		return nil, &Problem{File: path, Reason: "last line is not a footer"}
+	}
+	return sum, nil
+}
+
+// lastLine returns the last complete line of f (size bytes long) without
+// its newline, reading backwards from the end in a growing window. It
+// returns nil when the file is empty or does not end with a newline (a
+// torn write), and an error when the line is longer than MaxLineSize.
+func lastLine(f io.ReaderAt, size int64) ([]byte, error) {
+	if size == 0 {
+		return nil, nil
+	}
+	for window := int64(4 << 10); ; window *= 2 {
+		window = min(window, size, MaxLineSize+2) // the line and a newline on each side
+		buf := make([]byte, window)
+		if _, err := f.ReadAt(buf, size-window); err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		if buf[len(buf)-1] != '\n' {
+			return nil, nil
+		}
+		body := buf[:len(buf)-1]
+		if i := bytes.LastIndexByte(body, '\n'); i >= 0 {
+			return body[i+1:], nil
+		}
+		if window == size { // the file is one line
+			return body, nil
+		}
+		if window == MaxLineSize+2 {
+			return nil, errors.New("last line longer than " + strconv.Itoa(MaxLineSize) + " bytes")
+		}
+	}
+}
