@@ -1,0 +1,677 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// Audit reasons, fixed so that operators and tests can rely on them.
+const (
+	reasonMalformed      = "malformed record: "
+	reasonStamped        = "legacy record without deleted_ts: retention clock started"
+	reasonStampDryRun    = "legacy record without deleted_ts (a real run stamps it)"
+	reasonFuture         = "deleted_ts in the future (clock skew)"
+	reasonLegalHold      = "legal hold"
+	reasonInterrupted    = "interrupted: the next run finishes this purge"
+	reasonMaxItems       = "max_items reached"
+	reasonShutdown       = "shutdown: "
+	reasonLeaseLost      = "lease lost: "
+	reasonRecoveredGone  = "purge completed by run %s; audit record written on recovery"
+	reasonRecoveredAgain = "purge begun by run %s; finished by run %s on recovery"
+)
+
+// run is one retention run, from the lease to the footer.
+type run struct {
+	r       *Runner
+	id      string
+	trigger string
+	dry     bool
+	lease   *Lease
+	release func() // stops the heartbeat, releases the lease and the slot
+
+	w  *audit.Writer
+	at time.Time // the run's reference time: cutoffs, due checks, stamps
+
+	// purging holds the threads purged (or, in a dry run, that would be
+	// purged) by this run or by an unfinished earlier one: their messages
+	// go with them and are not looked at on their own.
+	purging map[string]bool
+
+	group     []finishedPurge // purged, audit record not yet durable
+	groupKeys int
+
+	taken   int // items purged (or dry_run) by the scan, for MAX_ITEMS
+	batches int // batch boundaries reached
+
+	stop     *stopCause
+	auditErr error
+
+	scanned, eligible, purged, failed, skipped, stamped, keys int64
+
+	lastProgress time.Time
+}
+
+// finishedPurge is a purged item whose audit record waits for the next
+// durable group write.
+type finishedPurge struct {
+	marker store.PurgeMarker
+	item   audit.Item
+}
+
+// stopCause records why a run stopped before the end; the first one wins.
+type stopCause struct {
+	status string // footer status: completed, failed or interrupted
+	reason string
+	err    error // for failed runs: what Run returns
+}
+
+// candidate is what the run needs of a thread or message record.
+type candidate struct {
+	kind      store.ItemKind
+	id, tid   string
+	deleted   bool
+	deletedTS int64
+	legalHold bool
+}
+
+// execute performs the run begun by begin. It always releases the lease.
+func (rn *run) execute(ctx context.Context) (Result, error) {
+	defer rn.release()
+	r := rn.r
+	rn.at = r.now().UTC()
+	rn.lastProgress = rn.at
+	res := Result{RunID: rn.id, StartedAt: rn.at, DryRun: rn.dry}
+
+	// Files left .inprogress by a crashed run are sealed first, and only
+	// while holding the lease, so a live run's file is never sealed.
+	sealed, err := audit.SealAbandoned(r.cfg.AuditPath, rn.at)
+	if err != nil {
+		r.metrics.countError(stageAudit)
+		r.log.Warn("retention_audit_seal_failed", "run_id", rn.id, "err", err)
+	}
+	for _, p := range sealed {
+		r.log.Info("retention_audit_sealed", "run_id", rn.id, "file", p)
+	}
+
+	info := rn.lease.Info()
+	w, err := audit.Create(r.cfg.AuditPath, rn.id, audit.Header{
+		StartedAt:     rn.at,
+		DryRun:        rn.dry,
+		Period:        config.FormatDuration(r.cfg.Period),
+		MessagePeriod: config.FormatDuration(r.cfg.MessagePeriod),
+		Cutoff:        rn.at.Add(-r.cfg.Period),
+		Owner:         info.Owner,
+		Host:          info.Host,
+		PID:           info.PID,
+		Epoch:         info.Epoch,
+		Version:       r.version,
+		BatchSize:     r.cfg.BatchSize,
+	})
+	if err != nil {
+		// Fail closed: without a durable header nothing is deleted.
+		r.metrics.countError(stageAudit)
+		r.metrics.Runs.WithLabelValues(resultFailed).Inc()
+		res.FinishedAt = r.now().UTC()
+		res.Status = audit.RunFailed
+		res.Error = "create audit file: " + err.Error()
+		r.metrics.RunDuration.Observe(res.FinishedAt.Sub(res.StartedAt).Seconds())
+		r.last.Store(&res)
+		r.log.Error("retention_run_failed", "run_id", rn.id, "trigger", rn.trigger, "stage", stageAudit, "err", err)
+		return res, fmt.Errorf("create audit file: %w", err)
+	}
+	rn.w = w
+	r.log.Info("retention_run_started", "run_id", rn.id, "trigger", rn.trigger, "dry_run", rn.dry,
+		"cutoff", rn.at.Add(-r.cfg.Period), "message_cutoff", rn.at.Add(-r.cfg.MessagePeriod),
+		"owner", info.Owner, "epoch", info.Epoch, "audit_file", w.Path())
+
+	rn.recoverPending(ctx)
+	if rn.stop == nil {
+		rn.scan(ctx, store.KindThread, r.cfg.Period)
+	}
+	if rn.stop == nil {
+		rn.scan(ctx, store.KindMessage, r.cfg.MessagePeriod)
+	}
+	return rn.finish(ctx, res)
+}
+
+// recoverPending finishes what earlier runs left: a purge marker means a
+// purge began and its audit record may be missing. Dry runs only learn
+// which threads are affected.
+func (rn *run) recoverPending(ctx context.Context) {
+	r := rn.r
+	markers, err := r.st.PendingPurges(ctx)
+	if err != nil {
+		rn.fail(ctx, stageRecovery, "list pending purges", err)
+		return
+	}
+	for _, m := range markers {
+		if m.Kind == store.KindThread {
+			rn.purging[m.ID] = true
+		}
+	}
+	if rn.dry || len(markers) == 0 {
+		return
+	}
+	r.log.Info("retention_recovery", "run_id", rn.id, "pending", len(markers))
+	for _, m := range markers {
+		if err := rn.checkpoint(ctx); err != nil {
+			rn.halt(err)
+			return
+		}
+		rn.scanned++
+		it := audit.Item{
+			ItemType:  string(m.Kind),
+			ItemID:    m.ID,
+			ThreadID:  m.ThreadID,
+			DeletedAt: unixTime(m.DeletedTS),
+		}
+		exists, err := r.st.ItemExists(ctx, m.Kind, m.ID)
+		if err != nil {
+			rn.fail(ctx, stageRecovery, "check pending purge", err)
+			return
+		}
+		keys := 0
+		if exists {
+			keys, err = rn.purge(ctx, m)
+			if err != nil {
+				rn.purgeFailed(it, keys, err)
+				return
+			}
+			it.Reason = fmt.Sprintf(reasonRecoveredAgain, m.RunID, rn.id)
+		} else {
+			it.Reason = fmt.Sprintf(reasonRecoveredGone, m.RunID)
+		}
+		it.Recovered = true
+		rn.finished(ctx, m, it, keys)
+		if rn.stop != nil {
+			return
+		}
+	}
+	rn.flush(ctx)
+}
+
+// scan walks the deletion index of kind: the entries due for period, then
+// those stamped in the future, which are reported as clock skew.
+func (rn *run) scan(ctx context.Context, kind store.ItemKind, period time.Duration) {
+	cutoff := rn.at.Add(-period).UnixNano()
+	future := rn.at.Add(clockSkew).UnixNano()
+	ranges := [][2]int64{{0, cutoff}, {future + 1, math.MaxInt64}}
+	for _, rg := range ranges {
+		if rg[0] > rg[1] {
+			continue
+		}
+		err := rn.r.st.ScanDeletionIndex(ctx, kind, rg[0], rg[1], func(e store.DeletionEntry) error {
+			rn.consider(ctx, e, period)
+			rn.progress()
+			if rn.stop != nil {
+				return store.ErrStopScan
+			}
+			return nil
+		})
+		if err != nil && rn.stop == nil {
+			rn.fail(ctx, stageScan, "scan deletion index", err)
+		}
+		if rn.stop != nil {
+			return
+		}
+	}
+}
+
+// consider applies the rules of spec §3 to one index entry. The index only
+// finds candidates: every decision is taken on the record as it is now.
+func (rn *run) consider(ctx context.Context, e store.DeletionEntry, period time.Duration) {
+	if err := ctx.Err(); err != nil {
+		rn.halt(err)
+		return
+	}
+	if e.Kind == store.KindMessage && rn.purging[e.ThreadID] {
+		return // the thread's purge takes the message with it
+	}
+	c, err := rn.load(ctx, e)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return // a stale entry, or purged with its thread
+	case errors.Is(err, store.ErrMalformed):
+		rn.scanned++
+		rn.record(skippedItem(e, reasonMalformed+err.Error()))
+		return
+	case err != nil:
+		rn.fail(ctx, stageScan, "read "+string(e.Kind), err)
+		return
+	}
+	rn.scanned++
+	switch {
+	case !c.deleted:
+		return // restored since it was indexed
+	case c.deletedTS <= 0:
+		rn.stamp(ctx, e, c)
+		return
+	case c.deletedTS > rn.at.Add(clockSkew).UnixNano():
+		rn.record(c.item(audit.StatusSkipped, reasonFuture))
+		return
+	case unixTime(c.deletedTS).Add(period).After(rn.at):
+		return // not due yet: the index disagreed with the record
+	}
+	if c.kind == store.KindMessage {
+		hold, err := rn.threadOnHold(ctx, c.tid)
+		switch {
+		case errors.Is(err, store.ErrMalformed):
+			rn.record(c.item(audit.StatusSkipped, "malformed thread record: "+err.Error()))
+			return
+		case err != nil:
+			rn.fail(ctx, stageScan, "read thread", err)
+			return
+		}
+		c.legalHold = hold
+	}
+	if c.legalHold {
+		rn.record(c.item(audit.StatusSkipped, reasonLegalHold))
+		return
+	}
+	rn.take(ctx, c)
+}
+
+// load reads the record an index entry points at.
+func (rn *run) load(ctx context.Context, e store.DeletionEntry) (candidate, error) {
+	if e.Kind == store.KindThread {
+		t, err := rn.r.st.GetThread(ctx, e.ID)
+		if err != nil {
+			return candidate{}, err
+		}
+		return candidate{kind: e.Kind, id: t.ID, tid: t.ID, deleted: t.Deleted,
+			deletedTS: t.DeletedTS, legalHold: t.LegalHold}, nil
+	}
+	m, err := rn.r.st.GetMessage(ctx, e.ThreadID, e.ID)
+	if err != nil {
+		return candidate{}, err
+	}
+	return candidate{kind: e.Kind, id: m.ID, tid: e.ThreadID, deleted: m.Deleted, deletedTS: m.DeletedTS}, nil
+}
+
+// threadOnHold reports whether a message's thread is on legal hold; a
+// hold covers the thread's messages too. A thread that is gone holds nothing.
+func (rn *run) threadOnHold(ctx context.Context, tid string) (bool, error) {
+	t, err := rn.r.st.GetThread(ctx, tid)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	return t.LegalHold, err
+}
+
+// stamp starts the retention clock of a legacy record: it is never purged
+// on sight, only a full period after this run.
+func (rn *run) stamp(ctx context.Context, e store.DeletionEntry, c candidate) {
+	if rn.dry {
+		rn.record(c.item(audit.StatusSkipped, reasonStampDryRun))
+		return
+	}
+	if err := rn.checkpoint(ctx); err != nil {
+		rn.halt(err)
+		return
+	}
+	e.ThreadID = c.tid
+	err := rn.r.st.StampDeletion(ctx, e, rn.at.UnixNano())
+	switch {
+	case errors.Is(err, store.ErrNotEligible):
+		return // restored or stamped meanwhile
+	case err != nil:
+		rn.fail(ctx, stageStamp, "stamp deletion", err)
+		return
+	}
+	c.deletedTS = rn.at.UnixNano()
+	rn.record(c.item(audit.StatusStamped, reasonStamped))
+}
+
+// take purges an eligible item (or records it in a dry run).
+func (rn *run) take(ctx context.Context, c candidate) {
+	r := rn.r
+	rn.taken++
+	if c.kind == store.KindThread {
+		rn.purging[c.id] = true
+	}
+	if rn.dry {
+		rn.record(c.item(audit.StatusDryRun, ""))
+	} else {
+		if err := rn.checkpoint(ctx); err != nil {
+			rn.halt(err)
+			return
+		}
+		m := store.PurgeMarker{
+			Kind:      c.kind,
+			ID:        c.id,
+			ThreadID:  c.tid,
+			DeletedTS: c.deletedTS,
+			RunID:     rn.id,
+			StartedAt: r.now().UnixNano(),
+		}
+		err := r.st.BeginPurge(ctx, m)
+		switch {
+		case errors.Is(err, store.ErrNotEligible):
+			rn.taken--
+			delete(rn.purging, c.id)
+			return // a restore (or hold) won the race
+		case err != nil:
+			rn.fail(ctx, stagePurge, "begin purge", err)
+			return
+		}
+		it := c.item("", "")
+		keys, err := rn.purge(ctx, m)
+		if err != nil {
+			rn.purgeFailed(it, keys, err)
+			return
+		}
+		rn.finished(ctx, m, it, keys)
+	}
+	if r.cfg.MaxItems > 0 && rn.taken >= r.cfg.MaxItems && rn.stop == nil {
+		rn.stop = &stopCause{status: audit.RunCompleted, reason: reasonMaxItems}
+	}
+}
+
+// purge deletes an item's keys in batches, checking before every batch.
+func (rn *run) purge(ctx context.Context, m store.PurgeMarker) (int, error) {
+	opts := store.PurgeOptions{BatchSize: rn.r.cfg.BatchSize, BeforeBatch: rn.beforeBatch}
+	var keys int
+	var err error
+	if m.Kind == store.KindThread {
+		keys, err = rn.r.st.PurgeThread(ctx, m.ID, opts)
+	} else {
+		keys, err = rn.r.st.PurgeMessage(ctx, m.ThreadID, m.ID, opts)
+	}
+	rn.r.metrics.KeysDeleted.Add(float64(keys))
+	return keys, err
+}
+
+// beforeBatch runs before every delete batch: it stops the purge on
+// shutdown or when the lease is no longer safely ours, then paces.
+func (rn *run) beforeBatch(ctx context.Context) error {
+	rn.batches++
+	if h := rn.r.hooks.beforeBatch; h != nil {
+		h(ctx, batchPoint{RunID: rn.id, Lease: rn.lease, N: rn.batches})
+	}
+	if err := rn.checkpoint(ctx); err != nil {
+		return err
+	}
+	return sleep(ctx, rn.r.clock, jitter(rn.r.cfg.BatchPause))
+}
+
+// checkpoint is the check before any write: not shut down, lease still ours.
+func (rn *run) checkpoint(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := rn.lease.Check(); err != nil {
+		if !errors.Is(err, ErrLeaseLost) {
+			err = fmt.Errorf("%w: %w", ErrLeaseLost, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// purgeFailed records an item whose purge stopped part way. Its marker
+// stays, so the next run finishes the purge.
+func (rn *run) purgeFailed(it audit.Item, keys int, err error) {
+	it.Status = audit.StatusFailed
+	it.KeysDeleted = int64(keys)
+	if isStop(err) {
+		it.Reason = reasonInterrupted
+		rn.record(it)
+		rn.halt(err)
+		return
+	}
+	it.Reason = "purge failed: " + err.Error()
+	rn.r.metrics.countError(stagePurge)
+	rn.r.log.Error("retention_item_failed", "run_id", rn.id, "item_type", it.ItemType, "item_id", it.ItemID, "err", err)
+	rn.record(it)
+	rn.setStop(&stopCause{status: audit.RunFailed, reason: "purge " + it.ItemType + " " + it.ItemID + ": " + err.Error(), err: err})
+}
+
+// finished queues a purged item for the next durable group write.
+func (rn *run) finished(ctx context.Context, m store.PurgeMarker, it audit.Item, keys int) {
+	at := rn.r.now().UTC()
+	it.Status = audit.StatusPurged
+	it.KeysDeleted = int64(keys)
+	it.PurgedAt = &at
+	rn.group = append(rn.group, finishedPurge{marker: m, item: it})
+	rn.groupKeys += keys
+	if len(rn.group) >= flushItems || rn.groupKeys >= flushKeysFactor*rn.r.cfg.BatchSize {
+		rn.flush(ctx)
+	}
+}
+
+// flush makes a group of purges durable, in the order that keeps spec §5
+// true through a crash at any instant: deletes synced before any "purged"
+// record is written, records synced before any marker is cleared.
+func (rn *run) flush(ctx context.Context) {
+	if len(rn.group) == 0 || rn.auditErr != nil {
+		return
+	}
+	// Once deletes have happened their records are owed, shutdown or not.
+	ctx = context.WithoutCancel(ctx)
+	r := rn.r
+	if err := r.st.Sync(ctx); err != nil {
+		rn.fail(ctx, stageSync, "sync store", err)
+		return // markers stay: the next run writes the records
+	}
+	markers := make([]store.PurgeMarker, 0, len(rn.group))
+	for _, p := range rn.group {
+		if !rn.record(p.item) {
+			return
+		}
+		markers = append(markers, p.marker)
+	}
+	if err := rn.w.Sync(); err != nil {
+		rn.auditFailed(err)
+		return
+	}
+	if err := r.st.ClearPurges(ctx, markers); err != nil {
+		rn.fail(ctx, stageSync, "clear purge markers", err)
+		return
+	}
+	rn.group = rn.group[:0]
+	rn.groupKeys = 0
+}
+
+// record appends an item record and counts it. After an audit write error
+// nothing more is written or deleted.
+func (rn *run) record(it audit.Item) bool {
+	if rn.auditErr != nil {
+		return false
+	}
+	if err := rn.w.Item(it); err != nil {
+		rn.auditFailed(err)
+		return false
+	}
+	switch it.Status {
+	case audit.StatusPurged:
+		rn.purged++
+		rn.eligible++
+		rn.r.metrics.ItemsPurged.WithLabelValues(it.ItemType).Inc()
+	case audit.StatusFailed:
+		rn.failed++
+		rn.eligible++
+	case audit.StatusDryRun:
+		rn.eligible++
+	case audit.StatusSkipped:
+		rn.skipped++
+	case audit.StatusStamped:
+		rn.stamped++
+	}
+	rn.keys += it.KeysDeleted
+	return true
+}
+
+func (rn *run) auditFailed(err error) {
+	rn.auditErr = err
+	rn.r.metrics.countError(stageAudit)
+	rn.r.log.Error("retention_audit_write_failed", "run_id", rn.id, "err", err)
+	rn.stop = &stopCause{status: audit.RunFailed, reason: "audit write: " + err.Error(), err: fmt.Errorf("audit write: %w", err)}
+}
+
+// fail stops the run on an error of stage; a shutdown or lost lease
+// showing through the error interrupts it instead.
+func (rn *run) fail(ctx context.Context, stage, what string, err error) {
+	if isStop(err) || ctx.Err() != nil {
+		rn.halt(err)
+		return
+	}
+	rn.r.metrics.countError(stage)
+	rn.r.log.Error("retention_run_error", "run_id", rn.id, "stage", stage, "err", err)
+	rn.setStop(&stopCause{status: audit.RunFailed, reason: what + ": " + err.Error(), err: fmt.Errorf("%s: %w", what, err)})
+}
+
+// halt stops the run for a shutdown or a lost lease.
+func (rn *run) halt(err error) {
+	reason := reasonShutdown + err.Error()
+	if errors.Is(err, ErrLeaseLost) {
+		reason = err.Error()
+		if !strings.HasPrefix(reason, reasonLeaseLost) {
+			reason = reasonLeaseLost + reason
+		}
+		rn.r.log.Warn("retention_lease_lost", "run_id", rn.id, "err", err)
+	}
+	rn.setStop(&stopCause{status: audit.RunInterrupted, reason: reason})
+}
+
+func (rn *run) setStop(c *stopCause) {
+	if rn.stop == nil {
+		rn.stop = c
+	}
+}
+
+// isStop tells a requested stop (shutdown, lost lease) from a failure.
+func isStop(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrLeaseLost)
+}
+
+// progress logs how a long run is going, about every progressEvery.
+func (rn *run) progress() {
+	now := rn.r.now()
+	if now.Sub(rn.lastProgress) < progressEvery {
+		return
+	}
+	rn.lastProgress = now
+	elapsed := now.Sub(rn.at).Seconds()
+	rate := 0.0
+	if elapsed > 0 {
+		rate = float64(rn.taken) / elapsed
+	}
+	attrs := []any{"run_id", rn.id, "items_done", rn.taken, "scanned", rn.scanned, "keys_deleted", rn.keys,
+		"rate_per_sec", math.Round(rate*10) / 10}
+	if max := rn.r.cfg.MaxItems; max > 0 && rate > 0 {
+		left := time.Duration(float64(max-rn.taken) / rate * float64(time.Second))
+		attrs = append(attrs, "time_left", left.Round(time.Second).String())
+	}
+	rn.r.log.Info("retention_run_progress", attrs...)
+}
+
+// finish flushes, writes the footer, and reports the run.
+func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
+	r := rn.r
+	rn.flush(ctx)
+	status, reason := audit.RunCompleted, ""
+	var runErr error
+	if rn.stop != nil {
+		status, reason = rn.stop.status, rn.stop.reason
+		if status == audit.RunFailed {
+			runErr = fmt.Errorf("retention run %s: %w", rn.id, rn.stop.err)
+		}
+	}
+	finished := r.now().UTC()
+	path, err := rn.w.Close(audit.Footer{
+		FinishedAt:  finished,
+		Status:      status,
+		Reason:      reason,
+		Scanned:     rn.scanned,
+		Eligible:    rn.eligible,
+		Purged:      rn.purged,
+		Failed:      rn.failed,
+		Skipped:     rn.skipped,
+		Stamped:     rn.stamped,
+		KeysDeleted: rn.keys,
+		DurationMS:  finished.Sub(rn.at).Milliseconds(),
+	})
+	if err != nil {
+		r.metrics.countError(stageAudit)
+		r.log.Error("retention_audit_close_failed", "run_id", rn.id, "err", err)
+		path = rn.w.Path()
+		if status != audit.RunFailed {
+			status, reason = audit.RunFailed, "close audit file: "+err.Error()
+		}
+		if runErr == nil {
+			runErr = fmt.Errorf("retention run %s: close audit file: %w", rn.id, err)
+		}
+	}
+
+	res.FinishedAt = finished
+	res.Status = status
+	res.Scanned, res.Eligible, res.Purged = rn.scanned, rn.eligible, rn.purged
+	res.Failed, res.Skipped, res.Stamped, res.KeysDeleted = rn.failed, rn.skipped, rn.stamped, rn.keys
+	res.AuditFile = path
+	if status != audit.RunCompleted {
+		res.Error = reason
+	}
+
+	label := status
+	if status == audit.RunCompleted && rn.dry {
+		label = resultDryRun
+	}
+	r.metrics.Runs.WithLabelValues(label).Inc()
+	r.metrics.RunDuration.Observe(finished.Sub(rn.at).Seconds())
+	r.metrics.EligibleItems.Set(float64(rn.eligible))
+	if status == audit.RunCompleted {
+		r.metrics.LastSuccess.Set(float64(finished.UnixNano()) / 1e9)
+	}
+	r.last.Store(&res)
+
+	level := slog.LevelInfo
+	if status != audit.RunCompleted {
+		level = slog.LevelWarn
+	}
+	r.log.Log(ctx, level, "retention_run_finished", "run_id", rn.id, "trigger", rn.trigger, "dry_run", rn.dry,
+		"status", status, "reason", reason, "scanned", rn.scanned, "eligible", rn.eligible, "purged", rn.purged,
+		"failed", rn.failed, "skipped", rn.skipped, "stamped", rn.stamped, "keys_deleted", rn.keys,
+		"duration_ms", finished.Sub(rn.at).Milliseconds(), "audit_file", path)
+	return res, runErr
+}
+
+// item builds the audit record of a candidate.
+func (c candidate) item(status, reason string) audit.Item {
+	return audit.Item{
+		ItemType:  string(c.kind),
+		ItemID:    c.id,
+		ThreadID:  c.tid,
+		DeletedAt: unixTime(c.deletedTS),
+		Status:    status,
+		Reason:    reason,
+	}
+}
+
+func skippedItem(e store.DeletionEntry, reason string) audit.Item {
+	return audit.Item{
+		ItemType:  string(e.Kind),
+		ItemID:    e.ID,
+		ThreadID:  e.ThreadID,
+		DeletedAt: unixTime(e.DeletedTS),
+		Status:    audit.StatusSkipped,
+		Reason:    reason,
+	}
+}
+
+// unixTime renders a stored timestamp; zero (legacy, unknown) stays the
+// zero time, which the audit writes as unknown.
+func unixTime(ns int64) time.Time {
+	if ns <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}

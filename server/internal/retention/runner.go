@@ -1,0 +1,283 @@
+package retention
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+const (
+	defaultBatchSize = 1000
+	defaultLeaseTTL  = 5 * time.Minute
+	leaseFileName    = "retention.lock"
+
+	// clockSkew is how far in the future a deleted_ts may lie before the
+	// run treats it as a clock problem rather than a deletion (spec §3).
+	clockSkew = 5 * time.Minute
+	// A group of finished purges is made durable (store sync, audit
+	// records, audit sync, markers cleared) once it holds this many items
+	// or flushKeysFactor*BatchSize keys.
+	flushItems      = 64
+	flushKeysFactor = 8
+	// progressEvery spaces the progress lines of long runs.
+	progressEvery = 10 * time.Second
+)
+
+// RunnerOptions configure NewRunner.
+type RunnerOptions struct {
+	Store   *store.Store
+	Config  config.Retention
+	Logger  *slog.Logger     // slog.Default() when nil
+	Metrics *Metrics         // unregistered metrics when nil
+	Now     func() time.Time // Clock.Now when nil
+	Clock   Clock            // times the pauses between batches; SystemClock when nil
+	Host    string           // os.Hostname() when empty
+	PID     int              // os.Getpid() when zero
+	Version string           // written into audit headers
+}
+
+// Runner performs retention runs against one store. It never runs two at
+// once: a run asked for while another is going in this process is refused
+// the same way as one refused by the lease (the lease covers other
+// processes).
+type Runner struct {
+	st      *store.Store
+	cfg     config.Retention
+	log     *slog.Logger
+	metrics *Metrics
+	now     func() time.Time
+	clock   Clock
+	host    string
+	pid     int
+	version string
+	owner   string // lease owner: host/pid/random, unique per runner
+
+	slot   chan struct{}             // holds a token while a run is going
+	active atomic.Pointer[LeaseInfo] // lease of the run going, for refusals
+	last   atomic.Pointer[Result]    // the last run's result, for status
+
+	hooks runnerHooks
+}
+
+// runnerHooks let tests act at points of a run without sleeping. They are
+// nil in production.
+type runnerHooks struct {
+	// beforeBatch runs at every batch boundary of a purge, before the
+	// context, lease and pause checks.
+	beforeBatch func(ctx context.Context, b batchPoint)
+}
+
+// batchPoint describes a batch boundary to the test hook.
+type batchPoint struct {
+	RunID string
+	Lease *Lease
+	N     int // boundaries reached so far in this run, from 1
+}
+
+// NewRunner checks the configuration, fills in defaults and returns a runner.
+func NewRunner(o RunnerOptions) (*Runner, error) {
+	if o.Store == nil {
+		return nil, errors.New("retention: runner needs a store")
+	}
+	cfg, err := normalize(o.Config)
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{
+		st:      o.Store,
+		cfg:     cfg,
+		log:     o.Logger,
+		metrics: o.Metrics,
+		now:     o.Now,
+		clock:   o.Clock,
+		host:    o.Host,
+		pid:     o.PID,
+		version: o.Version,
+		slot:    make(chan struct{}, 1),
+	}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	if r.metrics == nil {
+		r.metrics = NewMetrics(nil)
+	}
+	if r.clock == nil {
+		r.clock = SystemClock{}
+	}
+	if r.now == nil {
+		r.now = r.clock.Now
+	}
+	if r.host == "" {
+		if r.host, err = os.Hostname(); err != nil || r.host == "" {
+			r.host = "unknown-host"
+		}
+	}
+	if r.pid == 0 {
+		r.pid = os.Getpid()
+	}
+	r.owner = fmt.Sprintf("%s/%d/%s", r.host, r.pid, randomHex(4))
+	return r, nil
+}
+
+// normalize applies the defaults of zero fields and validates the rest.
+// config.Load has done this for real configurations; it matters for
+// configurations built in code.
+func normalize(c config.Retention) (config.Retention, error) {
+	if c.MessagePeriod == 0 {
+		c.MessagePeriod = c.Period
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = defaultBatchSize
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = defaultLeaseTTL
+	}
+	if c.LeasePath == "" && c.AuditPath != "" {
+		c.LeasePath = filepath.Join(c.AuditPath, leaseFileName)
+	}
+	switch {
+	case c.Period <= 0:
+		return c, fmt.Errorf("retention: period must be positive, got %s", c.Period)
+	case c.MessagePeriod < 0:
+		return c, fmt.Errorf("retention: message period must be positive, got %s", c.MessagePeriod)
+	case c.AuditPath == "":
+		return c, errors.New("retention: audit path is required")
+	case c.BatchSize < 0:
+		return c, fmt.Errorf("retention: batch size must be positive, got %d", c.BatchSize)
+	case c.BatchPause < 0:
+		return c, fmt.Errorf("retention: batch pause must not be negative, got %s", c.BatchPause)
+	case c.MaxItems < 0:
+		return c, fmt.Errorf("retention: max items must not be negative, got %d", c.MaxItems)
+	case c.LeaseTTL < 0:
+		return c, fmt.Errorf("retention: lease TTL must be positive, got %s", c.LeaseTTL)
+	}
+	return c, nil
+}
+
+// Config returns the effective configuration (defaults applied).
+func (r *Runner) Config() config.Retention { return r.cfg }
+
+// LastResult returns the result of the last run this runner finished, or
+// nil when it has not finished one.
+func (r *Runner) LastResult() *Result {
+	if res := r.last.Load(); res != nil {
+		c := *res
+		return &c
+	}
+	return nil
+}
+
+// Run performs one run and waits for it. A run refused by the lease (or
+// by a run already going in this process) returns a *LeaseHeldError and
+// writes no audit file. A failed run returns an error and a Result that
+// describes it; an interrupted run returns a nil error and status
+// "interrupted".
+func (r *Runner) Run(ctx context.Context, req RunRequest) (Result, error) {
+	rn, res, err := r.begin(ctx, req)
+	if err != nil {
+		return res, err
+	}
+	return rn.execute(ctx)
+}
+
+// begin does what must happen before a run can be reported as started:
+// it takes this process's run slot and the lease, and starts the
+// heartbeat. On success the caller must call execute, which releases both.
+func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error) {
+	dry := req.DryRun || r.cfg.DryRun
+	if !dry && !r.cfg.Enabled {
+		return nil, Result{}, ErrDisabled
+	}
+	select {
+	case r.slot <- struct{}{}:
+	default:
+		holder := LeaseInfo{Owner: r.owner, Host: r.host, PID: r.pid}
+		if li := r.active.Load(); li != nil {
+			holder = *li
+		}
+		r.metrics.Runs.WithLabelValues(resultSkippedLease).Inc()
+		r.log.Info("retention_run_skipped", "trigger", req.Trigger, "reason", "a run is going in this process",
+			"holder", holder.Owner)
+		return nil, Result{}, &LeaseHeldError{Holder: holder}
+	}
+
+	lease, err := AcquireLease(ctx, LeaseConfig{
+		Path:  r.cfg.LeasePath,
+		TTL:   r.cfg.LeaseTTL,
+		Owner: r.owner,
+		Host:  r.host,
+		PID:   r.pid,
+		Now:   r.now,
+	})
+	if err != nil {
+		<-r.slot
+		var held *LeaseHeldError
+		if errors.As(err, &held) {
+			r.metrics.Runs.WithLabelValues(resultSkippedLease).Inc()
+			r.log.Info("retention_run_skipped", "trigger", req.Trigger, "reason", "lease held elsewhere",
+				"holder", held.Holder.Owner, "holder_expires", held.Holder.Expires)
+			return nil, Result{}, err
+		}
+		r.metrics.countError(stageLease)
+		r.metrics.Runs.WithLabelValues(resultFailed).Inc()
+		now := r.now().UTC()
+		res := Result{StartedAt: now, FinishedAt: now, Status: resultFailed, DryRun: dry,
+			Error: "acquire lease: " + err.Error()}
+		r.last.Store(&res)
+		r.log.Error("retention_run_failed", "trigger", req.Trigger, "stage", stageLease, "err", err)
+		return nil, res, fmt.Errorf("acquire lease: %w", err)
+	}
+	info := lease.Info()
+	r.active.Store(&info)
+	r.metrics.LeaseHeld.Set(1)
+
+	// The heartbeat outlives the run's context: after a shutdown the run
+	// still writes its footer under a valid lease.
+	hbCtx, stopHB := context.WithCancel(context.WithoutCancel(ctx))
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		lease.Heartbeat(hbCtx)
+	}()
+
+	rn := &run{
+		r:       r,
+		id:      newRunID(),
+		trigger: req.Trigger,
+		dry:     dry,
+		lease:   lease,
+		purging: make(map[string]bool),
+	}
+	rn.release = func() {
+		stopHB()
+		<-hbDone
+		if err := lease.Release(); err != nil {
+			r.metrics.countError(stageLease)
+			r.log.Warn("retention_lease_release_failed", "run_id", rn.id, "err", err)
+		}
+		r.metrics.LeaseHeld.Set(0)
+		r.active.Store(nil)
+		<-r.slot
+	}
+	return rn, Result{}, nil
+}
+
+// newRunID returns 12 lowercase hex characters: short, unique enough for
+// one audit folder, and valid under the ID rule.
+func newRunID() string { return randomHex(6) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (it panics on a broken system source)
+	return hex.EncodeToString(b)
+}
