@@ -1,0 +1,210 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/config"
+)
+
+// ServiceOptions configure NewService.
+type ServiceOptions struct {
+	Runner    *Runner
+	Scheduler *Scheduler // nil when retention is disabled
+	Logger    *slog.Logger
+	Now       func() time.Time // judges lease expiry in Status; time.Now when nil
+}
+
+// Manager is the retention Service: runs on demand, background runs and
+// status. It shares the runner with the scheduler, so runs started here and
+// scheduled runs never overlap in one process.
+type Manager struct {
+	runner *Runner
+	sched  *Scheduler
+	log    *slog.Logger
+	now    func() time.Time
+
+	// Background runs (Start) live on this context: detached from the
+	// request that started them, cancelled by Close.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+}
+
+var _ Service = (*Manager)(nil)
+
+// ErrClosed is returned by Start after Close.
+var ErrClosed = errors.New("retention service closed")
+
+// NewService returns the service over runner (and scheduler, when retention is enabled).
+func NewService(o ServiceOptions) (*Manager, error) {
+	if o.Runner == nil {
+		return nil, errors.New("retention: service needs a runner")
+	}
+	m := &Manager{runner: o.Runner, sched: o.Scheduler, log: o.Logger, now: o.Now}
+	if m.log == nil {
+		m.log = o.Runner.log
+	}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	return m, nil
+}
+
+// StartScheduler starts the scheduler, if there is one, until ctx ends or Close.
+func (m *Manager) StartScheduler(ctx context.Context) {
+	if m.sched != nil {
+		m.sched.Start(ctx)
+	}
+}
+
+// Close stops the scheduler and cancels background runs; each stops at its
+// next batch boundary with an interrupted footer. Close waits for them.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	if m.sched != nil {
+		m.sched.Stop()
+	}
+	m.cancel()
+	m.wg.Wait()
+}
+
+// Run runs now and waits (spec §7 POST /admin/retention/run).
+func (m *Manager) Run(ctx context.Context, req RunRequest) (Result, error) {
+	return m.runner.Run(ctx, req)
+}
+
+// Start takes the lease now, so that a held lease can be answered with
+// 409, and runs in the background. It returns the run ID.
+func (m *Manager) Start(ctx context.Context, req RunRequest) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return "", ErrClosed
+	}
+	rn, _, err := m.runner.begin(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer func() {
+			if p := recover(); p != nil {
+				m.runner.metrics.countError(stagePanic)
+				m.log.Error("retention_run_panic", "run_id", rn.id, "trigger", req.Trigger, "panic", fmt.Sprint(p))
+			}
+		}()
+		// Failures are logged and counted by the runner and show in Status.
+		_, _ = rn.execute(m.ctx)
+	}()
+	return rn.id, nil
+}
+
+// Status reports configuration, next run, lease and last run.
+func (m *Manager) Status(ctx context.Context) (Status, error) {
+	var next *time.Time
+	if m.sched != nil && m.runner.cfg.Enabled {
+		n := m.sched.Next()
+		next = &n
+	}
+	st, err := status(m.runner.cfg, m.now(), next)
+	if err != nil {
+		return st, err
+	}
+	if last := m.runner.LastResult(); last != nil {
+		st.LastRun = last
+		return st, nil
+	}
+	st.LastRun, err = lastRunFromAudit(m.runner.cfg.AuditPath)
+	return st, err
+}
+
+// ReadStatus builds the status from the configuration, the lease file and
+// the audit folder alone, so it works while a server holds the database
+// (`progressdb retention status`).
+func ReadStatus(cfg config.Retention, now time.Time) (Status, error) {
+	cfg, err := normalize(cfg)
+	if err != nil {
+		return Status{}, err
+	}
+	var next *time.Time
+	if cfg.Enabled {
+		sched, err := cron.ParseStandard(cfg.Cron)
+		if err != nil {
+			return Status{}, fmt.Errorf("retention: schedule %q: %w", cfg.Cron, err)
+		}
+		n := sched.Next(now.UTC())
+		next = &n
+	}
+	st, err := status(cfg, now, next)
+	if err != nil {
+		return st, err
+	}
+	st.LastRun, err = lastRunFromAudit(cfg.AuditPath)
+	return st, err
+}
+
+// status fills the configuration and lease parts of Status.
+func status(cfg config.Retention, now time.Time, next *time.Time) (Status, error) {
+	st := Status{
+		Enabled:       cfg.Enabled,
+		DryRun:        cfg.DryRun,
+		Period:        config.FormatDuration(cfg.Period),
+		MessagePeriod: config.FormatDuration(cfg.MessagePeriod),
+		Cron:          cfg.Cron,
+		NextRun:       next,
+	}
+	info, err := ReadLease(cfg.LeasePath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// Never taken: no lease to report.
+	case err != nil:
+		return st, fmt.Errorf("read lease: %w", err)
+	default:
+		st.Lease = LeaseStatus{Owner: info.Owner, Expires: info.Expires, Held: now.Before(info.Expires)}
+	}
+	return st, nil
+}
+
+// lastRunFromAudit describes the newest audit file as a Result.
+func lastRunFromAudit(root string) (*Result, error) {
+	sum, err := audit.LastRun(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil || sum == nil {
+		return nil, err
+	}
+	res := &Result{
+		RunID:     sum.RunID,
+		StartedAt: sum.Header.StartedAt,
+		DryRun:    sum.Header.DryRun,
+		Status:    "running", // not sealed yet: going, or left by a crash
+		AuditFile: sum.Path,
+	}
+	if f := sum.Footer; f != nil {
+		res.FinishedAt = f.FinishedAt
+		res.Status = f.Status
+		res.Scanned, res.Eligible, res.Purged = f.Scanned, f.Eligible, f.Purged
+		res.Failed, res.Skipped, res.Stamped, res.KeysDeleted = f.Failed, f.Skipped, f.Stamped, f.KeysDeleted
+		if f.Status != audit.RunCompleted {
+			res.Error = f.Reason
+		}
+	}
+	return res, nil
+}
