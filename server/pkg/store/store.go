@@ -19,6 +19,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"time"
 )
 
@@ -101,4 +102,6 @@ type PurgeOptions struct {
 type Options struct {
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Logger receives Pebble's own messages; they are dropped when nil.
+	Logger *slog.Logger
 }

@@ -1,0 +1,284 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// ErrStopScan ends ScanDeletionIndex early without error.
+var ErrStopScan = errors.New("stop scan")
+
+// ctxCheckEvery is how many keys long scans read between context checks.
+const ctxCheckEvery = 1024
+
+func checkKind(kind ItemKind) error {
+	if kind != KindThread && kind != KindMessage {
+		return fmt.Errorf("%w: item kind %q", ErrInvalidArgument, kind)
+	}
+	return nil
+}
+
+// ScanDeletionIndex calls fn for every index entry of kind with
+// from <= DeletedTS <= to, in deletion-time order. It reads a snapshot, so fn
+// may purge. Returning ErrStopScan from fn ends the scan without error.
+// Index keys that cannot be parsed are skipped.
+func (s *Store) ScanDeletionIndex(ctx context.Context, kind ItemKind, from, to int64, fn func(DeletionEntry) error) error {
+	if err := checkKind(kind); err != nil {
+		return err
+	}
+	from = max(from, 0)
+	if to < from {
+		return nil
+	}
+	prefix := deletionPrefix(kind)
+	lower := appendPadded(withRoom(prefix), from)
+	upper := upperBound(prefix)
+	if to < math.MaxInt64 {
+		upper = appendPadded(withRoom(prefix), to+1)
+	}
+	// An iterator reads the state as of its creation: fn's deletes do not
+	// disturb the scan.
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("scan deletion index: %w", err)
+	}
+	defer it.Close()
+
+	for n, valid := 0, it.First(); valid; n, valid = n+1, it.Next() {
+		if n%ctxCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		e, ok := deletionEntry(kind, it)
+		if !ok {
+			continue
+		}
+		if err := fn(e); err != nil {
+			if errors.Is(err, ErrStopScan) {
+				return nil
+			}
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("scan deletion index: %w", err)
+	}
+	return nil
+}
+
+// withRoom copies a prefix so appending to it cannot touch the original.
+func withRoom(p []byte) []byte { return append(make([]byte, 0, len(p)+padWidth+1), p...) }
+
+// deletionEntry parses the index entry at the iterator.
+func deletionEntry(kind ItemKind, it *pebble.Iterator) (DeletionEntry, bool) {
+	ts, id, ok := parseDeletionKey(kind, it.Key())
+	if !ok {
+		return DeletionEntry{}, false
+	}
+	e := DeletionEntry{Kind: kind, ID: id, ThreadID: id, DeletedTS: ts}
+	if kind == KindMessage {
+		v, err := it.ValueAndErr()
+		if err != nil || ValidateID(string(v)) != nil {
+			return DeletionEntry{}, false
+		}
+		e.ThreadID = string(v)
+	}
+	return e, true
+}
+
+// RebuildDeletionIndex drops and rebuilds the deletion index from a full
+// scan; records that cannot be decoded are indexed at time 0 so retention
+// reports them. Returns the number of entries written. It holds every
+// thread lock, so it runs alone with respect to writes.
+func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
+	defer s.locks.lockAll()()
+
+	w := newIndexWriter(s.db)
+	defer w.close()
+	// The drop and the first entries may be in different batches: sys:schema
+	// is only written at the end, so a crash means a rebuild at next open.
+	_ = w.b.DeleteRange([]byte(delIndexNS), upperBound([]byte(delIndexNS)), nil)
+
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte(threadNS),
+		UpperBound: upperBound([]byte(threadNS)),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("rebuild deletion index: %w", err)
+	}
+	defer it.Close()
+	r, err := newVersionReader(s.db)
+	if err != nil {
+		return 0, err
+	}
+	defer r.close()
+
+	for n, valid := 0, it.First(); valid; n, valid = n+1, it.Next() {
+		if n%ctxCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return w.count, err
+			}
+		}
+		tid, rest, ok := parseThreadKey(it.Key())
+		if !ok || ValidateID(tid) != nil {
+			continue
+		}
+		switch {
+		case string(rest) == metaSuffix:
+			value, err := it.ValueAndErr()
+			if err != nil {
+				return w.count, fmt.Errorf("rebuild deletion index: %w", err)
+			}
+			t, err := decodeThread(tid, value)
+			if err != nil {
+				err = w.add(KindThread, 0, tid, nil)
+			} else if t.Deleted {
+				err = w.add(KindThread, t.DeletedTS, tid, nil)
+			}
+			if err != nil {
+				return w.count, err
+			}
+		case len(rest) > len(logSuffix) && string(rest[:len(logSuffix)]) == logSuffix:
+			_, mid, ok := parseTimeID(rest[len(logSuffix):])
+			if !ok {
+				continue
+			}
+			if err := s.indexMessage(w, r, tid, mid); err != nil {
+				return w.count, err
+			}
+		}
+	}
+	if err := it.Error(); err != nil {
+		return w.count, fmt.Errorf("rebuild deletion index: %w", err)
+	}
+	_ = w.b.Set([]byte(schemaKey), []byte("1"), nil)
+	if err := w.b.Commit(pebble.Sync); err != nil {
+		return w.count, fmt.Errorf("rebuild deletion index: %w", err)
+	}
+	return w.count, nil
+}
+
+// indexMessage adds mid's entry when its latest version is a tombstone (or
+// cannot be read, so retention reports it).
+func (s *Store) indexMessage(w *indexWriter, r *versionReader, tid, mid string) error {
+	m, err := r.latestMessage(mid)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil
+	case errors.Is(err, ErrMalformed):
+		return w.add(KindMessage, 0, mid, []byte(tid))
+	case err != nil:
+		return err
+	case m.Thread != tid || !m.Deleted:
+		return nil
+	}
+	return w.add(KindMessage, m.DeletedTS, mid, []byte(tid))
+}
+
+// indexWriter writes index entries in unsynced batches of indexBatchKeys.
+type indexWriter struct {
+	db    *pebble.DB
+	b     *pebble.Batch
+	key   []byte
+	count int
+}
+
+const indexBatchKeys = 10_000
+
+func newIndexWriter(db *pebble.DB) *indexWriter {
+	return &indexWriter{db: db, b: db.NewBatch()}
+}
+
+func (w *indexWriter) add(kind ItemKind, deletedTS int64, id string, value []byte) error {
+	w.key = appendDeletionKey(w.key[:0], kind, indexTS(deletedTS), id)
+	_ = w.b.Set(w.key, value, nil)
+	w.count++
+	if w.b.Count() < indexBatchKeys {
+		return nil
+	}
+	if err := w.b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("rebuild deletion index: %w", err)
+	}
+	w.b.Reset()
+	return nil
+}
+
+func (w *indexWriter) close() { _ = w.b.Close() }
+
+// StampDeletion gives a deleted item that has no usable deleted_ts the time
+// ts (legacy data), moving its index entry. ErrNotEligible if it is no longer
+// deleted or already has a deleted_ts.
+func (s *Store) StampDeletion(ctx context.Context, e DeletionEntry, ts int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkKind(e.Kind); err != nil {
+		return err
+	}
+	if ts <= 0 {
+		return fmt.Errorf("%w: stamp time %d", ErrInvalidArgument, ts)
+	}
+	if e.Kind == KindThread && e.ThreadID == "" {
+		e.ThreadID = e.ID
+	}
+	if err := validateIDs(e.ID, e.ThreadID); err != nil {
+		return err
+	}
+	defer s.locks.lock(e.ThreadID)()
+
+	if e.Kind == KindThread {
+		return s.stampThread(e.ID, ts)
+	}
+	return s.stampMessage(e.ThreadID, e.ID, ts)
+}
+
+func (s *Store) stampThread(tid string, ts int64) error {
+	t, err := s.readThread(tid)
+	if err != nil {
+		return fmt.Errorf("stamp thread %s: %w: %w", tid, ErrNotEligible, err)
+	}
+	if !t.Deleted || t.DeletedTS > 0 {
+		return fmt.Errorf("stamp thread %s: %w: deleted=%t deleted_ts=%d", tid, ErrNotEligible, t.Deleted, t.DeletedTS)
+	}
+	b := s.db.NewBatch()
+	_ = b.Delete(deletionKey(KindThread, indexTS(t.DeletedTS), tid), nil)
+	_ = b.Set(deletionKey(KindThread, ts, tid), nil, nil)
+	t.DeletedTS = ts
+	if err := s.writeThread(b, t); err != nil {
+		b.Close()
+		return err
+	}
+	if err := commitSync(b); err != nil {
+		return fmt.Errorf("stamp thread %s: %w", tid, err)
+	}
+	return nil
+}
+
+// stampMessage rewrites the tombstone in place: a stamp is not a new
+// version, only the start of the retention clock.
+func (s *Store) stampMessage(tid, mid string, ts int64) error {
+	m, err := s.readMessage(tid, mid)
+	if err != nil {
+		return fmt.Errorf("stamp message %s: %w: %w", mid, ErrNotEligible, err)
+	}
+	if !m.Deleted || m.DeletedTS > 0 {
+		return fmt.Errorf("stamp message %s: %w: deleted=%t deleted_ts=%d", mid, ErrNotEligible, m.Deleted, m.DeletedTS)
+	}
+	b := s.db.NewBatch()
+	_ = b.Delete(deletionKey(KindMessage, indexTS(m.DeletedTS), mid), nil)
+	_ = b.Set(deletionKey(KindMessage, ts, mid), []byte(tid), nil)
+	m.DeletedTS = ts
+	if err := putVersion(b, m); err != nil {
+		b.Close()
+		return err
+	}
+	if err := commitSync(b); err != nil {
+		return fmt.Errorf("stamp message %s: %w", mid, err)
+	}
+	return nil
+}

@@ -1,0 +1,385 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// nullBody is the body of tombstones and of messages sent without one.
+var nullBody = json.RawMessage("null")
+
+func checkBody(body json.RawMessage) (json.RawMessage, error) {
+	if len(body) == 0 {
+		return nullBody, nil
+	}
+	if !json.Valid(body) {
+		return nil, fmt.Errorf("%w: body is not valid JSON", ErrInvalidArgument)
+	}
+	return body, nil
+}
+
+func validateIDs(ids ...string) error {
+	for _, id := range ids {
+		if err := ValidateID(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readMessage returns mid's newest version, which must belong to tid: a
+// message reached through another thread's route does not exist there.
+func (s *Store) readMessage(tid, mid string) (Message, error) {
+	r, err := newVersionReader(s.db)
+	if err != nil {
+		return Message{}, err
+	}
+	defer r.close()
+	m, err := r.latestMessage(mid)
+	if err != nil {
+		return Message{}, err
+	}
+	if m.Thread != tid {
+		return Message{}, fmt.Errorf("message %s in thread %s: %w", mid, tid, ErrNotFound)
+	}
+	return m, nil
+}
+
+// liveThread returns the thread if it exists and is not deleted; a deleted
+// thread takes no new messages or edits.
+func (s *Store) liveThread(tid string) (Thread, error) {
+	t, err := s.readThread(tid)
+	if err != nil {
+		return Thread{}, err
+	}
+	if t.Deleted {
+		return Thread{}, fmt.Errorf("thread %s is deleted: %w", tid, ErrNotFound)
+	}
+	return t, nil
+}
+
+func putVersion(b *pebble.Batch, m Message) error {
+	v, err := encode(m)
+	if err != nil {
+		return err
+	}
+	return b.Set(versionKey(m.ID, m.Version), v, nil)
+}
+
+// AppendMessage adds a message (version 1) to a live thread. m.ID may be
+// empty. ErrNotFound for an absent or deleted thread, ErrExists when the
+// message ID is already used anywhere.
+func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Message, error) {
+	if err := ctx.Err(); err != nil {
+		return Message{}, err
+	}
+	if m.ID == "" {
+		m.ID = s.NewID()
+	}
+	if err := validateIDs(tid, m.ID); err != nil {
+		return Message{}, err
+	}
+	body, err := checkBody(m.Body)
+	if err != nil {
+		return Message{}, err
+	}
+	// Message IDs are global: the message's own stripe keeps two threads
+	// from claiming one ID at the same time.
+	defer s.locks.lockPair(tid, m.ID)()
+
+	if _, err := s.liveThread(tid); err != nil {
+		return Message{}, err
+	}
+	used, err := s.hasRange(versionPrefix(m.ID), versionEnd(m.ID))
+	if err != nil {
+		return Message{}, err
+	}
+	if !used {
+		// A purged message's ID stays taken until its audit record is out.
+		used, err = s.purgeStarted(KindMessage, m.ID)
+		if err != nil {
+			return Message{}, err
+		}
+	}
+	if used {
+		return Message{}, fmt.Errorf("message %s: %w", m.ID, ErrExists)
+	}
+
+	now := s.now().UnixNano()
+	msg := Message{ID: m.ID, Thread: tid, Author: m.Author, Body: body, TS: now, Version: 1}
+	b := s.db.NewBatch()
+	if err := putVersion(b, msg); err != nil {
+		b.Close()
+		return Message{}, err
+	}
+	_ = b.Set(logKey(tid, now, msg.ID), []byte(msg.ID), nil)
+	if err := commitSync(b); err != nil {
+		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
+	}
+	return msg, nil
+}
+
+// GetMessage returns the latest version (a tombstone included).
+func (s *Store) GetMessage(ctx context.Context, tid, mid string) (Message, error) {
+	if err := ctx.Err(); err != nil {
+		return Message{}, err
+	}
+	if err := validateIDs(tid, mid); err != nil {
+		return Message{}, err
+	}
+	return s.readMessage(tid, mid)
+}
+
+// EditMessage appends a new version with body; ErrNotFound if the message or
+// its thread is deleted.
+func (s *Store) EditMessage(ctx context.Context, tid, mid string, body json.RawMessage) (Message, error) {
+	if err := ctx.Err(); err != nil {
+		return Message{}, err
+	}
+	if err := validateIDs(tid, mid); err != nil {
+		return Message{}, err
+	}
+	body, err := checkBody(body)
+	if err != nil {
+		return Message{}, err
+	}
+	defer s.locks.lock(tid)()
+
+	if _, err := s.liveThread(tid); err != nil {
+		return Message{}, err
+	}
+	m, err := s.readMessage(tid, mid)
+	if err != nil {
+		return Message{}, err
+	}
+	if m.Deleted {
+		return Message{}, fmt.Errorf("message %s is deleted: %w", mid, ErrNotFound)
+	}
+	m.Body, m.TS = body, s.now().UnixNano()
+	m.Version++
+	b := s.db.NewBatch()
+	if err := putVersion(b, m); err != nil {
+		b.Close()
+		return Message{}, err
+	}
+	if err := commitSync(b); err != nil {
+		return Message{}, fmt.Errorf("edit message %s: %w", mid, err)
+	}
+	return m, nil
+}
+
+// DeleteMessage appends a tombstone version; repeated delete keeps the first.
+// The tombstone and the deletion index entry are one batch. The tombstone
+// carries no body; a restore brings back the last live one.
+func (s *Store) DeleteMessage(ctx context.Context, tid, mid string) (Message, error) {
+	if err := ctx.Err(); err != nil {
+		return Message{}, err
+	}
+	if err := validateIDs(tid, mid); err != nil {
+		return Message{}, err
+	}
+	defer s.locks.lock(tid)()
+
+	m, err := s.readMessage(tid, mid)
+	if err != nil || m.Deleted {
+		return m, err
+	}
+	// A thread being purged takes no new versions: the purge would miss them.
+	if started, err := s.purgeStarted(KindThread, tid); err != nil {
+		return Message{}, err
+	} else if started {
+		return Message{}, fmt.Errorf("delete message %s: %w", mid, ErrPurgeInProgress)
+	}
+	now := s.now().UnixNano()
+	m.Body, m.TS, m.Deleted, m.DeletedTS = nullBody, now, true, now
+	m.Version++
+	b := s.db.NewBatch()
+	if err := putVersion(b, m); err != nil {
+		b.Close()
+		return Message{}, err
+	}
+	_ = b.Set(deletionKey(KindMessage, indexTS(now), mid), []byte(tid), nil)
+	if err := commitSync(b); err != nil {
+		return Message{}, fmt.Errorf("delete message %s: %w", mid, err)
+	}
+	return m, nil
+}
+
+// RestoreMessage appends a live version carrying the last live body;
+// ErrPurgeInProgress once the message's (or its thread's) purge began. The
+// version and the removal of the index entry are one batch.
+func (s *Store) RestoreMessage(ctx context.Context, tid, mid string) (Message, error) {
+	if err := ctx.Err(); err != nil {
+		return Message{}, err
+	}
+	if err := validateIDs(tid, mid); err != nil {
+		return Message{}, err
+	}
+	defer s.locks.lock(tid)()
+
+	for _, p := range []struct {
+		kind ItemKind
+		id   string
+	}{{KindMessage, mid}, {KindThread, tid}} {
+		if started, err := s.purgeStarted(p.kind, p.id); err != nil {
+			return Message{}, err
+		} else if started {
+			return Message{}, fmt.Errorf("restore message %s: %w", mid, ErrPurgeInProgress)
+		}
+	}
+
+	r, err := newVersionReader(s.db)
+	if err != nil {
+		return Message{}, err
+	}
+	defer r.close()
+	tomb, err := r.latestMessage(mid)
+	if err != nil {
+		return Message{}, err
+	}
+	if tomb.Thread != tid {
+		return Message{}, fmt.Errorf("message %s in thread %s: %w", mid, tid, ErrNotFound)
+	}
+	if !tomb.Deleted {
+		return tomb, nil
+	}
+	live, ok, err := r.lastLive(mid)
+	if err != nil {
+		return Message{}, err
+	}
+	m := tomb
+	m.Body = nullBody
+	if ok {
+		m.Body, m.Author = live.Body, live.Author
+	}
+	m.TS, m.Deleted, m.DeletedTS = s.now().UnixNano(), false, 0
+	m.Version = tomb.Version + 1
+
+	b := s.db.NewBatch()
+	if err := putVersion(b, m); err != nil {
+		b.Close()
+		return Message{}, err
+	}
+	_ = b.Delete(deletionKey(KindMessage, indexTS(tomb.DeletedTS), mid), nil)
+	if err := commitSync(b); err != nil {
+		return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
+	}
+	return m, nil
+}
+
+// ListMessages lists the latest version of each message in thread order
+// (creation time, then ID). The cursor is the last log position returned.
+// Messages whose latest version cannot be read are left out.
+func (s *Store) ListMessages(ctx context.Context, tid string, o ListOptions) ([]Message, string, error) {
+	if err := ValidateID(tid); err != nil {
+		return nil, "", err
+	}
+	limit, err := o.limit()
+	if err != nil {
+		return nil, "", err
+	}
+	if o.Cursor != "" {
+		if _, _, ok := parseTimeID([]byte(o.Cursor)); !ok {
+			return nil, "", fmt.Errorf("%w: cursor %q is not one this server returned", ErrInvalidArgument, o.Cursor)
+		}
+	}
+
+	// One snapshot for the log and the versions: a consistent page.
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	if found, err := hasKey(snap, threadMetaKey(tid)); err != nil {
+		return nil, "", err
+	} else if !found {
+		return nil, "", fmt.Errorf("thread %s: %w", tid, ErrNotFound)
+	}
+
+	prefix := logPrefix(tid)
+	logIt, err := snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upperBound(prefix)})
+	if err != nil {
+		return nil, "", fmt.Errorf("list messages of %s: %w", tid, err)
+	}
+	defer logIt.Close()
+	r, err := newVersionReader(snap)
+	if err != nil {
+		return nil, "", err
+	}
+	defer r.close()
+
+	var pos bool
+	if o.Cursor == "" {
+		pos = logIt.First()
+	} else {
+		// Just past the cursor's key.
+		pos = logIt.SeekGE(append(append(prefix, o.Cursor...), 0))
+	}
+	var (
+		out  []Message
+		last string
+	)
+	for n := 0; pos; pos, n = logIt.Next(), n+1 {
+		if n%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, "", err
+			}
+		}
+		suffix := logIt.Key()[len(prefix):]
+		_, mid, ok := parseTimeID(suffix)
+		if !ok {
+			continue
+		}
+		m, err := r.latestMessage(mid)
+		if err != nil || m.Thread != tid || (m.Deleted && !o.IncludeDeleted) {
+			continue
+		}
+		if len(out) == limit {
+			return out, last, nil
+		}
+		out = append(out, m)
+		last = string(suffix)
+	}
+	if err := logIt.Error(); err != nil {
+		return nil, "", fmt.Errorf("list messages of %s: %w", tid, err)
+	}
+	return out, "", nil
+}
+
+// ListVersions lists every version of a message, oldest first.
+func (s *Store) ListVersions(ctx context.Context, tid, mid string) ([]Message, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := validateIDs(tid, mid); err != nil {
+		return nil, err
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: versionPrefix(mid), UpperBound: versionEnd(mid)})
+	if err != nil {
+		return nil, fmt.Errorf("list versions of %s: %w", mid, err)
+	}
+	defer it.Close()
+	var out []Message
+	for valid := it.First(); valid; valid = it.Next() {
+		value, err := it.ValueAndErr()
+		if err != nil {
+			return nil, fmt.Errorf("list versions of %s: %w", mid, err)
+		}
+		_, version, _ := parseVersionKey(it.Key())
+		m, err := decodeMessage(mid, version, value)
+		if err != nil {
+			return nil, err
+		}
+		if m.Thread != tid {
+			return nil, fmt.Errorf("message %s in thread %s: %w", mid, tid, ErrNotFound)
+		}
+		out = append(out, m)
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("list versions of %s: %w", mid, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("message %s: %w", mid, ErrNotFound)
+	}
+	return out, nil
+}

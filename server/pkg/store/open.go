@@ -1,0 +1,181 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Store is the chat store. Build one with Open and pass it down; no globals.
+type Store struct {
+	db     *pebble.DB
+	now    func() time.Time
+	ids    *idGen
+	locks  stripes
+	closed atomic.Bool
+}
+
+// memTableSize is larger than Pebble's 4 MiB default so bulk loads and
+// purges of large threads flush fewer, larger files.
+const memTableSize = 32 << 20
+
+// Open opens (creating if needed) the database at path. It returns an error
+// wrapping ErrDatabaseLocked when another process has it open. On first open
+// of a database that has never had a deletion index (legacy data), it builds
+// the index with one full scan.
+func Open(path string, opts Options) (*Store, error) {
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	db, err := pebble.Open(path, &pebble.Options{
+		Logger:       pebbleLogger{opts.Logger},
+		MemTableSize: memTableSize,
+	})
+	if err != nil {
+		if isLockHeld(err) {
+			return nil, fmt.Errorf("open store %q: %w (is a progressdb server running on it?): %w", path, ErrDatabaseLocked, err)
+		}
+		return nil, fmt.Errorf("open store %q: %w", path, err)
+	}
+	s := &Store{db: db, now: now, ids: newIDGen(now)}
+	if err := s.ensureDeletionIndex(context.Background()); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open store %q: %w", path, err)
+	}
+	return s, nil
+}
+
+// isLockHeld tells Pebble's "directory lock is taken" from other open
+// errors: fcntl answers EAGAIN or EACCES (a bare errno; failing to create the
+// lock file is a *PathError instead), and a second open in this process is
+// refused by Pebble itself.
+func isLockHeld(err error) bool {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return false
+	}
+	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) {
+		return true
+	}
+	return strings.Contains(err.Error(), "lock held by current process")
+}
+
+// ensureDeletionIndex builds the deletion index once for a database written
+// before it existed; sys:schema records that it is there.
+func (s *Store) ensureDeletionIndex(ctx context.Context) error {
+	ok, err := s.has([]byte(schemaKey))
+	if err != nil || ok {
+		return err
+	}
+	_, err = s.RebuildDeletionIndex(ctx)
+	return err
+}
+
+// Close closes the database cleanly. Closing twice is a no-op.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close store: %w", err)
+	}
+	return nil
+}
+
+// DB exposes the Pebble handle for tooling that measures or inspects raw
+// keys (benchmarks, fault checks). Application code uses the methods.
+func (s *Store) DB() *pebble.DB { return s.db }
+
+// Sync makes every earlier write durable (one synced write).
+func (s *Store) Sync(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("sync store: %w", err)
+	}
+	return nil
+}
+
+// get returns a copy of the value at key, or ErrNotFound.
+func (s *Store) get(key []byte) ([]byte, error) {
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	out := append([]byte(nil), v...)
+	return out, closer.Close()
+}
+
+func (s *Store) has(key []byte) (bool, error) { return hasKey(s.db, key) }
+
+func hasKey(r pebble.Reader, key []byte) (bool, error) {
+	_, closer, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", key, err)
+	}
+	return true, closer.Close()
+}
+
+// hasRange reports whether any key lies in [lower, upper).
+func (s *Store) hasRange(lower, upper []byte) (bool, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return false, fmt.Errorf("open iterator: %w", err)
+	}
+	found := it.First()
+	if err := it.Close(); err != nil {
+		return false, fmt.Errorf("read %s: %w", lower, err)
+	}
+	return found, nil
+}
+
+// commitSync applies a user write durably and releases the batch.
+func commitSync(b *pebble.Batch) error {
+	defer b.Close()
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// pebbleLogger sends Pebble's own messages to slog; without a logger they
+// are dropped, since Pebble's default writes to the process-wide log package.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	if p.l != nil {
+		p.l.Info("pebble", "detail", fmt.Sprintf(format, args...))
+	}
+}
+
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	if p.l != nil {
+		p.l.Error("pebble_error", "detail", fmt.Sprintf(format, args...))
+	}
+}
+
+// Fatalf is called on corruption Pebble cannot continue from; it must not
+// return.
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	detail := fmt.Sprintf(format, args...)
+	if p.l != nil {
+		p.l.Error("pebble_fatal", "detail", detail)
+	}
+	panic("pebble: " + detail)
+}

@@ -1,0 +1,455 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+const defaultPurgeBatch = 1000
+
+// PurgeThread deletes every key under thread:<tid>: and version:msg:<mid>:
+// for each of its messages, plus their deletion-index entries, in batches of
+// opts.BatchSize keys, metadata last. Idempotent. Returns the number of data
+// keys deleted (index entries are bookkeeping and not counted). Batches are
+// not synced; call Sync before relying on durability.
+//
+// It refuses (ErrNotEligible) a thread that is not soft-deleted or whose
+// metadata cannot be read: live data and malformed records are never
+// deleted. Callers start with BeginPurge, which stops writes to the thread
+// that this purge's iterators could not see.
+func (s *Store) PurgeThread(ctx context.Context, tid string, opts PurgeOptions) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := ValidateID(tid); err != nil {
+		return 0, err
+	}
+	meta := threadMetaKey(tid)
+	var indexKey []byte
+	switch t, err := s.readThread(tid); {
+	case errors.Is(err, ErrNotFound):
+		// Absent, or metadata already gone: finish whatever is left.
+	case err != nil:
+		return 0, fmt.Errorf("purge thread %s: %w: %w", tid, ErrNotEligible, err)
+	case !t.Deleted:
+		return 0, fmt.Errorf("purge thread %s: %w: not deleted", tid, ErrNotEligible)
+	default:
+		indexKey = deletionKey(KindThread, indexTS(t.DeletedTS), tid)
+	}
+
+	prefix := threadPrefix(tid)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: threadEnd(tid)})
+	if err != nil {
+		return 0, fmt.Errorf("purge thread %s: %w", tid, err)
+	}
+	defer it.Close()
+	r, err := newVersionReader(s.db)
+	if err != nil {
+		return 0, err
+	}
+	defer r.close()
+	p := s.newPurger(ctx, opts)
+	defer p.close()
+
+	metaFound := false
+	for valid := it.First(); valid; valid = it.Next() {
+		key := it.Key()
+		rest := key[len(prefix):]
+		if string(rest) == metaSuffix {
+			metaFound = true // deleted last, below
+			continue
+		}
+		if _, mid, ok := parseLogEntry(rest); ok {
+			if err := p.message(r, tid, mid, key); err != nil {
+				return p.deleted, fmt.Errorf("purge thread %s: %w", tid, err)
+			}
+			continue
+		}
+		// Any other key of the thread.
+		if err := p.room(1); err != nil {
+			return p.deleted, fmt.Errorf("purge thread %s: %w", tid, err)
+		}
+		p.del(key, true)
+	}
+	if err := it.Error(); err != nil {
+		return p.deleted, fmt.Errorf("purge thread %s: %w", tid, err)
+	}
+
+	// The metadata and the index entry go in the very last batch: until it
+	// commits, the thread is still found, and the next run finishes it.
+	if metaFound || indexKey != nil {
+		if err := p.room(2); err != nil {
+			return p.deleted, fmt.Errorf("purge thread %s: %w", tid, err)
+		}
+		if metaFound {
+			p.del(meta, true)
+		}
+		if indexKey != nil {
+			p.del(indexKey, false)
+		}
+	}
+	if err := p.flush(); err != nil {
+		return p.deleted, fmt.Errorf("purge thread %s: %w", tid, err)
+	}
+	return p.deleted, nil
+}
+
+// parseLogEntry reads the tail of a thread key as a log entry.
+func parseLogEntry(rest []byte) (created int64, mid string, ok bool) {
+	if len(rest) <= len(logSuffix) || string(rest[:len(logSuffix)]) != logSuffix {
+		return 0, "", false
+	}
+	return parseTimeID(rest[len(logSuffix):])
+}
+
+// PurgeMessage deletes one message's versions, its log entry and its index
+// entry, in batches. Idempotent. Returns the number of data keys deleted.
+// It refuses (ErrNotEligible) a message whose latest version is not a
+// tombstone of thread tid, or cannot be read.
+func (s *Store) PurgeMessage(ctx context.Context, tid, mid string, opts PurgeOptions) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := validateIDs(tid, mid); err != nil {
+		return 0, err
+	}
+	r, err := newVersionReader(s.db)
+	if err != nil {
+		return 0, err
+	}
+	defer r.close()
+
+	switch m, err := r.latestMessage(mid); {
+	case errors.Is(err, ErrNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("purge message %s: %w: %w", mid, ErrNotEligible, err)
+	case m.Thread != tid:
+		return 0, fmt.Errorf("purge message %s: %w: belongs to thread %s", mid, ErrNotEligible, m.Thread)
+	case !m.Deleted:
+		return 0, fmt.Errorf("purge message %s: %w: not deleted", mid, ErrNotEligible)
+	}
+
+	p := s.newPurger(ctx, opts)
+	defer p.close()
+	if err := p.message(r, tid, mid, nil); err != nil {
+		return p.deleted, fmt.Errorf("purge message %s: %w", mid, err)
+	}
+	if err := p.flush(); err != nil {
+		return p.deleted, fmt.Errorf("purge message %s: %w", mid, err)
+	}
+	return p.deleted, nil
+}
+
+// purger deletes keys in batches of size, committing unsynced: a purge is
+// idempotent, so a lost batch is redone by the next run, and one Sync at the
+// end makes it durable before the audit record says "purged".
+type purger struct {
+	ctx     context.Context
+	db      *pebble.DB
+	b       *pebble.Batch
+	before  func(context.Context) error
+	size    int
+	pending int // data keys in b
+	deleted int // data keys committed
+
+	first, latest []byte // reused key buffers
+}
+
+func (s *Store) newPurger(ctx context.Context, opts PurgeOptions) *purger {
+	size := opts.BatchSize
+	if size <= 0 {
+		size = defaultPurgeBatch
+	}
+	return &purger{ctx: ctx, db: s.db, b: s.db.NewBatch(), before: opts.BeforeBatch, size: size}
+}
+
+func (p *purger) close() { _ = p.b.Close() }
+
+// del adds a delete; data says whether the key counts as deleted data.
+func (p *purger) del(key []byte, data bool) {
+	_ = p.b.Delete(key, nil)
+	if data {
+		p.pending++
+	}
+}
+
+// room commits the current batch if n more keys would overflow it. Groups
+// larger than a batch stay whole: their atomicity matters more.
+func (p *purger) room(n int) error {
+	if int(p.b.Count())+n <= p.size {
+		return nil
+	}
+	return p.flush()
+}
+
+func (p *purger) flush() error {
+	if p.b.Count() == 0 {
+		return nil
+	}
+	if p.before != nil {
+		if err := p.before(p.ctx); err != nil {
+			return fmt.Errorf("stopped before batch: %w", err)
+		}
+	}
+	if err := p.ctx.Err(); err != nil {
+		return fmt.Errorf("stopped before batch: %w", err)
+	}
+	if err := p.b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("commit delete batch: %w", err)
+	}
+	p.deleted += p.pending
+	p.pending = 0
+	p.b.Reset()
+	return nil
+}
+
+// message deletes mid's versions, then, in one batch, its oldest and newest
+// versions with its index entry and its log entry (logKey, or computed from
+// the oldest version when nil). Until that batch commits, the two versions
+// those keys are computed from are still there, so the next run finishes an
+// interrupted purge with nothing left behind.
+func (p *purger) message(r *versionReader, tid, mid string, logKey []byte) error {
+	it := r.bound(mid)
+	if !it.Last() {
+		if err := it.Error(); err != nil {
+			return err
+		}
+		// No versions left: only the log entry remains, if anything.
+		if logKey != nil {
+			if err := p.room(1); err != nil {
+				return err
+			}
+			p.del(logKey, true)
+		}
+		return nil
+	}
+	p.latest = append(p.latest[:0], it.Key()...)
+	value, err := it.ValueAndErr()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", p.latest, err)
+	}
+	var indexKey []byte
+	_, version, _ := parseVersionKey(p.latest)
+	switch m, err := decodeMessage(mid, version, value); {
+	case err != nil:
+		indexKey = deletionKey(KindMessage, 0, mid) // where the rebuild put it
+	case m.Thread != tid:
+		// Another thread's message (corrupt log entry): drop only our entry.
+		if logKey != nil {
+			if err := p.room(1); err != nil {
+				return err
+			}
+			p.del(logKey, true)
+		}
+		return nil
+	case m.Deleted:
+		indexKey = deletionKey(KindMessage, indexTS(m.DeletedTS), mid)
+	}
+
+	if !it.First() {
+		return it.Error()
+	}
+	p.first = append(p.first[:0], it.Key()...)
+	if logKey == nil {
+		var err error
+		if logKey, err = p.computedLogKey(it, tid, mid); err != nil {
+			return err
+		}
+	}
+	for valid := it.Next(); valid && string(it.Key()) != string(p.latest); valid = it.Next() {
+		if err := p.room(1); err != nil {
+			return err
+		}
+		p.del(it.Key(), true)
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+
+	if err := p.room(4); err != nil {
+		return err
+	}
+	if string(p.first) != string(p.latest) {
+		p.del(p.first, true)
+	}
+	p.del(p.latest, true)
+	if indexKey != nil {
+		p.del(indexKey, false)
+	}
+	if logKey != nil {
+		p.del(logKey, true)
+	}
+	return nil
+}
+
+// computedLogKey finds a message's log entry from its oldest version (the
+// iterator's position), whose ts is the creation time. It returns nil when
+// that version cannot be read or the entry is already gone.
+func (p *purger) computedLogKey(it *pebble.Iterator, tid, mid string) ([]byte, error) {
+	value, err := it.ValueAndErr()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", it.Key(), err)
+	}
+	_, version, _ := parseVersionKey(it.Key())
+	first, err := decodeMessage(mid, version, value)
+	if err != nil {
+		return nil, nil
+	}
+	key := logKey(tid, first.TS, mid)
+	found, err := hasKey(p.db, key)
+	if err != nil || !found {
+		return nil, err
+	}
+	return key, nil
+}
+
+// BeginPurge re-checks, under the thread's lock, that the item is still
+// soft-deleted with deleted_ts == m.DeletedTS (threads: and not on legal
+// hold), then writes the purge marker with a synced write. ErrNotEligible
+// otherwise. From then on restore answers ErrPurgeInProgress.
+func (s *Store) BeginPurge(ctx context.Context, m PurgeMarker) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkKind(m.Kind); err != nil {
+		return err
+	}
+	if m.Kind == KindThread {
+		if m.ThreadID == "" {
+			m.ThreadID = m.ID
+		}
+		if m.ThreadID != m.ID {
+			return fmt.Errorf("%w: thread marker %s names thread %s", ErrInvalidArgument, m.ID, m.ThreadID)
+		}
+	}
+	if err := validateIDs(m.ID, m.ThreadID); err != nil {
+		return err
+	}
+	if m.DeletedTS <= 0 {
+		// Never purge on sight what has no deletion time (spec §3).
+		return fmt.Errorf("begin purge of %s %s: %w: no deletion time", m.Kind, m.ID, ErrNotEligible)
+	}
+	defer s.locks.lock(m.ThreadID)()
+
+	if err := s.stillEligible(m); err != nil {
+		return fmt.Errorf("begin purge of %s %s: %w", m.Kind, m.ID, err)
+	}
+	if m.StartedAt == 0 {
+		m.StartedAt = s.now().UnixNano()
+	}
+	v, err := encode(m)
+	if err != nil {
+		return err
+	}
+	if err := s.db.Set(purgeKey(m.Kind, m.ID), v, pebble.Sync); err != nil {
+		return fmt.Errorf("begin purge of %s %s: %w", m.Kind, m.ID, err)
+	}
+	return nil
+}
+
+// stillEligible checks the item against the marker; the caller holds the
+// thread's lock.
+func (s *Store) stillEligible(m PurgeMarker) error {
+	if m.Kind == KindThread {
+		t, err := s.readThread(m.ID)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w: %w", ErrNotEligible, err)
+		case !t.Deleted:
+			return fmt.Errorf("%w: restored", ErrNotEligible)
+		case t.LegalHold:
+			return fmt.Errorf("%w: on legal hold", ErrNotEligible)
+		case t.DeletedTS != m.DeletedTS:
+			return fmt.Errorf("%w: deleted_ts is %d, not %d", ErrNotEligible, t.DeletedTS, m.DeletedTS)
+		}
+		return nil
+	}
+	msg, err := s.readMessage(m.ThreadID, m.ID)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w", ErrNotEligible, err)
+	case !msg.Deleted:
+		return fmt.Errorf("%w: restored", ErrNotEligible)
+	case msg.DeletedTS != m.DeletedTS:
+		return fmt.Errorf("%w: deleted_ts is %d, not %d", ErrNotEligible, msg.DeletedTS, m.DeletedTS)
+	}
+	return nil
+}
+
+// PendingPurges lists purge markers left by earlier (possibly crashed) runs.
+// Markers that cannot be decoded are left out.
+func (s *Store) PendingPurges(ctx context.Context) ([]PurgeMarker, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte(purgeNS),
+		UpperBound: upperBound([]byte(purgeNS)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pending purges: %w", err)
+	}
+	defer it.Close()
+	var out []PurgeMarker
+	for valid := it.First(); valid; valid = it.Next() {
+		value, err := it.ValueAndErr()
+		if err != nil {
+			return nil, fmt.Errorf("pending purges: %w", err)
+		}
+		var m PurgeMarker
+		if json.Unmarshal(value, &m) != nil || checkKind(m.Kind) != nil ||
+			string(it.Key()) != string(purgeKey(m.Kind, m.ID)) {
+			continue
+		}
+		out = append(out, m)
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("pending purges: %w", err)
+	}
+	return out, nil
+}
+
+// ClearPurges removes purge markers (synced) once their audit records are durable.
+func (s *Store) ClearPurges(ctx context.Context, ms []PurgeMarker) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	b := s.db.NewBatch()
+	for _, m := range ms {
+		if err := checkKind(m.Kind); err != nil {
+			b.Close()
+			return err
+		}
+		_ = b.Delete(purgeKey(m.Kind, m.ID), nil)
+	}
+	if err := commitSync(b); err != nil {
+		return fmt.Errorf("clear purge markers: %w", err)
+	}
+	return nil
+}
+
+// ItemExists reports whether any key of the item remains (thread: any key
+// under thread:<id>:; message: any version key).
+func (s *Store) ItemExists(ctx context.Context, kind ItemKind, id string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if err := checkKind(kind); err != nil {
+		return false, err
+	}
+	if err := ValidateID(id); err != nil {
+		return false, err
+	}
+	if kind == KindThread {
+		return s.hasRange(threadPrefix(id), threadEnd(id))
+	}
+	return s.hasRange(versionPrefix(id), versionEnd(id))
+}

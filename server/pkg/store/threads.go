@@ -1,0 +1,281 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// ListOptions page through threads or messages. Cursor is opaque ("" = start).
+type ListOptions struct {
+	Limit          int // default 100, max 1000
+	Cursor         string
+	IncludeDeleted bool
+}
+
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+)
+
+func (o ListOptions) limit() (int, error) {
+	switch {
+	case o.Limit < 0:
+		return 0, fmt.Errorf("%w: limit %d is negative", ErrInvalidArgument, o.Limit)
+	case o.Limit == 0:
+		return defaultListLimit, nil
+	default:
+		return min(o.Limit, maxListLimit), nil
+	}
+}
+
+// readThread loads and decodes a thread's metadata.
+func (s *Store) readThread(tid string) (Thread, error) {
+	v, err := s.get(threadMetaKey(tid))
+	if errors.Is(err, ErrNotFound) {
+		return Thread{}, fmt.Errorf("thread %s: %w", tid, ErrNotFound)
+	}
+	if err != nil {
+		return Thread{}, err
+	}
+	return decodeThread(tid, v)
+}
+
+// purgeStarted reports whether a purge marker exists for the item.
+func (s *Store) purgeStarted(kind ItemKind, id string) (bool, error) {
+	return s.has(purgeKey(kind, id))
+}
+
+func (s *Store) writeThread(b *pebble.Batch, t Thread) error {
+	v, err := encode(t)
+	if err != nil {
+		return err
+	}
+	return b.Set(threadMetaKey(t.ID), v, nil)
+}
+
+// CreateThread stores a new thread. t.ID may be empty (generated); ErrExists
+// when the ID is taken (even by a soft-deleted thread).
+func (s *Store) CreateThread(ctx context.Context, t Thread) (Thread, error) {
+	if err := ctx.Err(); err != nil {
+		return Thread{}, err
+	}
+	if t.ID == "" {
+		t.ID = s.NewID()
+	} else if err := ValidateID(t.ID); err != nil {
+		return Thread{}, err
+	}
+	defer s.locks.lock(t.ID)()
+
+	// Any key left under the prefix (even of a half-purged thread) keeps
+	// the ID taken, so a new thread never inherits old messages.
+	taken, err := s.hasRange(threadPrefix(t.ID), threadEnd(t.ID))
+	if err != nil {
+		return Thread{}, err
+	}
+	if taken {
+		return Thread{}, fmt.Errorf("thread %s: %w", t.ID, ErrExists)
+	}
+	// Until its audit record is written, a purged thread's ID stays taken.
+	if pending, err := s.purgeStarted(KindThread, t.ID); err != nil {
+		return Thread{}, err
+	} else if pending {
+		return Thread{}, fmt.Errorf("thread %s: %w", t.ID, ErrPurgeInProgress)
+	}
+
+	now := s.now().UnixNano()
+	t.CreatedTS, t.UpdatedTS = now, now
+	t.Deleted, t.DeletedTS = false, 0
+	b := s.db.NewBatch()
+	if err := s.writeThread(b, t); err != nil {
+		b.Close()
+		return Thread{}, err
+	}
+	if err := commitSync(b); err != nil {
+		return Thread{}, fmt.Errorf("create thread %s: %w", t.ID, err)
+	}
+	return t, nil
+}
+
+// GetThread returns the thread's metadata, deleted or not. ErrNotFound when
+// absent; ErrMalformed when the stored record cannot be decoded.
+func (s *Store) GetThread(ctx context.Context, tid string) (Thread, error) {
+	if err := ctx.Err(); err != nil {
+		return Thread{}, err
+	}
+	if err := ValidateID(tid); err != nil {
+		return Thread{}, err
+	}
+	return s.readThread(tid)
+}
+
+// DeleteThread soft-deletes; a repeated delete keeps the first deleted_ts.
+// The metadata and the deletion index entry are written in one batch.
+func (s *Store) DeleteThread(ctx context.Context, tid string) (Thread, error) {
+	if err := ctx.Err(); err != nil {
+		return Thread{}, err
+	}
+	if err := ValidateID(tid); err != nil {
+		return Thread{}, err
+	}
+	defer s.locks.lock(tid)()
+
+	t, err := s.readThread(tid)
+	if err != nil || t.Deleted {
+		return t, err
+	}
+	now := s.now().UnixNano()
+	t.Deleted, t.DeletedTS, t.UpdatedTS = true, now, now
+
+	b := s.db.NewBatch()
+	if err := s.writeThread(b, t); err != nil {
+		b.Close()
+		return Thread{}, err
+	}
+	_ = b.Set(deletionKey(KindThread, indexTS(now), tid), nil, nil)
+	if err := commitSync(b); err != nil {
+		return Thread{}, fmt.Errorf("delete thread %s: %w", tid, err)
+	}
+	return t, nil
+}
+
+// RestoreThread undoes a soft delete; ErrPurgeInProgress once a purge began.
+// The metadata and the removal of the index entry are one batch.
+func (s *Store) RestoreThread(ctx context.Context, tid string) (Thread, error) {
+	if err := ctx.Err(); err != nil {
+		return Thread{}, err
+	}
+	if err := ValidateID(tid); err != nil {
+		return Thread{}, err
+	}
+	defer s.locks.lock(tid)()
+
+	if started, err := s.purgeStarted(KindThread, tid); err != nil {
+		return Thread{}, err
+	} else if started {
+		return Thread{}, fmt.Errorf("restore thread %s: %w", tid, ErrPurgeInProgress)
+	}
+	t, err := s.readThread(tid)
+	if err != nil || !t.Deleted {
+		return t, err
+	}
+	b := s.db.NewBatch()
+	_ = b.Delete(deletionKey(KindThread, indexTS(t.DeletedTS), tid), nil)
+	t.Deleted, t.DeletedTS, t.UpdatedTS = false, 0, s.now().UnixNano()
+	if err := s.writeThread(b, t); err != nil {
+		b.Close()
+		return Thread{}, err
+	}
+	if err := commitSync(b); err != nil {
+		return Thread{}, fmt.Errorf("restore thread %s: %w", tid, err)
+	}
+	return t, nil
+}
+
+// SetLegalHold sets or clears the legal hold flag. A thread whose purge has
+// begun can no longer be held: ErrPurgeInProgress.
+func (s *Store) SetLegalHold(ctx context.Context, tid string, hold bool) (Thread, error) {
+	if err := ctx.Err(); err != nil {
+		return Thread{}, err
+	}
+	if err := ValidateID(tid); err != nil {
+		return Thread{}, err
+	}
+	defer s.locks.lock(tid)()
+
+	if started, err := s.purgeStarted(KindThread, tid); err != nil {
+		return Thread{}, err
+	} else if started {
+		return Thread{}, fmt.Errorf("legal hold on thread %s: %w", tid, ErrPurgeInProgress)
+	}
+	t, err := s.readThread(tid)
+	if err != nil || t.LegalHold == hold {
+		return t, err
+	}
+	t.LegalHold, t.UpdatedTS = hold, s.now().UnixNano()
+	b := s.db.NewBatch()
+	if err := s.writeThread(b, t); err != nil {
+		b.Close()
+		return Thread{}, err
+	}
+	if err := commitSync(b); err != nil {
+		return Thread{}, fmt.Errorf("legal hold on thread %s: %w", tid, err)
+	}
+	return t, nil
+}
+
+// ListThreads lists threads in key order (thread ID order, with an ID
+// sorting before its extensions by a letter and after those by '-', '.' or a
+// digit). The cursor is the last ID returned. Malformed metadata is skipped.
+func (s *Store) ListThreads(ctx context.Context, o ListOptions) ([]Thread, string, error) {
+	limit, err := o.limit()
+	if err != nil {
+		return nil, "", err
+	}
+	if o.Cursor != "" {
+		if err := ValidateID(o.Cursor); err != nil {
+			return nil, "", fmt.Errorf("%w: cursor: %w", ErrInvalidArgument, err)
+		}
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte(threadNS),
+		UpperBound: upperBound([]byte(threadNS)),
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("list threads: %w", err)
+	}
+	defer it.Close()
+
+	var out []Thread
+	var pos bool
+	if o.Cursor == "" {
+		pos = it.First()
+	} else {
+		pos = it.SeekGE(threadEnd(o.Cursor))
+	}
+	for pos {
+		if err := ctx.Err(); err != nil {
+			return nil, "", err
+		}
+		tid, _, ok := parseThreadKey(it.Key())
+		if !ok {
+			pos = it.Next() // not a thread key: step over it
+			continue
+		}
+		if t, ok := s.listedThread(it, tid, o.IncludeDeleted); ok {
+			if len(out) == limit {
+				// Another thread follows the full page: hand out a cursor.
+				return out, out[len(out)-1].ID, nil
+			}
+			out = append(out, t)
+		}
+		pos = it.SeekGE(threadEnd(tid))
+	}
+	if err := it.Error(); err != nil {
+		return nil, "", fmt.Errorf("list threads: %w", err)
+	}
+	return out, "", nil
+}
+
+// listedThread reads tid's metadata at the iterator (which sits on one of
+// the thread's keys) and says whether it belongs in a listing.
+func (s *Store) listedThread(it *pebble.Iterator, tid string, includeDeleted bool) (Thread, bool) {
+	if ValidateID(tid) != nil {
+		return Thread{}, false
+	}
+	meta := threadMetaKey(tid)
+	if !it.SeekGE(meta) || string(it.Key()) != string(meta) {
+		return Thread{}, false
+	}
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return Thread{}, false
+	}
+	t, err := decodeThread(tid, v)
+	if err != nil || (t.Deleted && !includeDeleted) {
+		return Thread{}, false
+	}
+	return t, true
+}
