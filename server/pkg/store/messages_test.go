@@ -1,0 +1,207 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+func TestMessageVersionsTombstoneAndRestore(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	s := openStore(t, c)
+	createThread(t, s, "t")
+
+	m1 := appendMessage(t, s, "t", "m", "first")
+	if m1.Version != 1 || m1.Thread != "t" || m1.TS != c.Now().UnixNano() || m1.Deleted {
+		t.Fatalf("appended %+v", m1)
+	}
+	c.Advance(time.Minute)
+	m2, err := s.EditMessage(ctx, "t", "m", json.RawMessage(`{"text":"second"}`))
+	if err != nil || m2.Version != 2 || string(m2.Body) != `{"text":"second"}` || m2.TS != c.Now().UnixNano() {
+		t.Fatalf("EditMessage = %+v, %v", m2, err)
+	}
+
+	c.Advance(time.Minute)
+	tomb := deleteMessage(t, s, "t", "m")
+	if !tomb.Deleted || tomb.DeletedTS != c.Now().UnixNano() || tomb.Version != 3 {
+		t.Fatalf("tombstone = %+v", tomb)
+	}
+	c.Advance(time.Minute)
+	again := deleteMessage(t, s, "t", "m")
+	if again.DeletedTS != tomb.DeletedTS || again.Version != 3 {
+		t.Fatalf("repeated delete = %+v, want the first tombstone", again)
+	}
+	if got, err := s.GetMessage(ctx, "t", "m"); err != nil || !got.Deleted {
+		t.Fatalf("GetMessage after delete = %+v, %v", got, err)
+	}
+	_, err = s.EditMessage(ctx, "t", "m", json.RawMessage(`1`))
+	wantErr(t, err, store.ErrNotFound)
+	if got := indexEntries(t, s, store.KindMessage); len(got) != 1 || got[0] != (store.DeletionEntry{Kind: store.KindMessage, ID: "m", ThreadID: "t", DeletedTS: tomb.DeletedTS}) {
+		t.Fatalf("index = %+v", got)
+	}
+
+	restored, err := s.RestoreMessage(ctx, "t", "m")
+	if err != nil || restored.Deleted || restored.Version != 4 || string(restored.Body) != `{"text":"second"}` {
+		t.Fatalf("RestoreMessage = %+v, %v", restored, err)
+	}
+	if got := indexEntries(t, s, store.KindMessage); len(got) != 0 {
+		t.Fatalf("index after restore = %+v", got)
+	}
+
+	versions, err := s.ListVersions(ctx, "t", "m")
+	if err != nil || len(versions) != 4 {
+		t.Fatalf("ListVersions = %d versions, %v", len(versions), err)
+	}
+	for i, v := range versions {
+		if v.Version != int64(i+1) {
+			t.Fatalf("version %d numbered %d", i, v.Version)
+		}
+	}
+	if !versions[2].Deleted || string(versions[0].Body) != `{"text":"first"}` {
+		t.Fatalf("versions = %+v", versions)
+	}
+}
+
+func TestMessagesAreScopedToTheirThread(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, newClock())
+	createThread(t, s, "a")
+	createThread(t, s, "b")
+	appendMessage(t, s, "a", "m", "x")
+
+	_, err := s.GetMessage(ctx, "b", "m")
+	wantErr(t, err, store.ErrNotFound)
+	_, err = s.EditMessage(ctx, "b", "m", json.RawMessage(`1`))
+	wantErr(t, err, store.ErrNotFound)
+	_, err = s.DeleteMessage(ctx, "b", "m")
+	wantErr(t, err, store.ErrNotFound)
+	_, err = s.ListVersions(ctx, "b", "m")
+	wantErr(t, err, store.ErrNotFound)
+
+	// Message IDs are global.
+	_, err = s.AppendMessage(ctx, "b", store.Message{ID: "m"})
+	wantErr(t, err, store.ErrExists)
+	_, err = s.AppendMessage(ctx, "a", store.Message{ID: "m"})
+	wantErr(t, err, store.ErrExists)
+}
+
+func TestAppendAndEditRules(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, newClock())
+	createThread(t, s, "t")
+	appendMessage(t, s, "t", "m", "x")
+
+	_, err := s.AppendMessage(ctx, "missing", store.Message{})
+	wantErr(t, err, store.ErrNotFound)
+	_, err = s.AppendMessage(ctx, "t", store.Message{Body: json.RawMessage(`{bad`)})
+	wantErr(t, err, store.ErrInvalidArgument)
+
+	m, err := s.AppendMessage(ctx, "t", store.Message{Author: "bo"})
+	if err != nil || store.ValidateID(m.ID) != nil || string(m.Body) != "null" {
+		t.Fatalf("append with generated id and no body = %+v, %v", m, err)
+	}
+
+	deleteThread(t, s, "t")
+	_, err = s.AppendMessage(ctx, "t", store.Message{ID: "m2"})
+	wantErr(t, err, store.ErrNotFound)
+	_, err = s.EditMessage(ctx, "t", "m", json.RawMessage(`2`))
+	wantErr(t, err, store.ErrNotFound)
+}
+
+func TestAppendSameIDConcurrentlyInTwoThreads(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, newClock())
+	for i := range 8 {
+		createThread(t, s, fmt.Sprint("t", i))
+	}
+	for round := range 20 {
+		mid := fmt.Sprint("m", round)
+		errs := make(chan error, 8)
+		for i := range 8 {
+			go func() {
+				_, err := s.AppendMessage(ctx, fmt.Sprint("t", i), store.Message{ID: mid})
+				errs <- err
+			}()
+		}
+		ok := 0
+		for range 8 {
+			if err := <-errs; err == nil {
+				ok++
+			} else {
+				wantErr(t, err, store.ErrExists)
+			}
+		}
+		if ok != 1 {
+			t.Fatalf("message id %s appended %d times", mid, ok)
+		}
+	}
+}
+
+func TestListMessagesOrderFilterAndCursor(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	s := openStore(t, c)
+	createThread(t, s, "t")
+	createThread(t, s, "t-other")
+	for i := range 7 {
+		appendMessage(t, s, "t", fmt.Sprintf("m%d", 6-i), "x") // creation order, not ID order
+		c.Advance(time.Second)
+	}
+	appendMessage(t, s, "t-other", "elsewhere", "x")
+	deleteMessage(t, s, "t", "m3")
+
+	list := func(o store.ListOptions) []string {
+		t.Helper()
+		var ids []string
+		for {
+			page, next, err := s.ListMessages(ctx, "t", o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range page {
+				ids = append(ids, m.ID)
+			}
+			if next == "" {
+				return ids
+			}
+			o.Cursor = next
+		}
+	}
+	if got := strings.Join(list(store.ListOptions{Limit: 2}), " "); got != "m6 m5 m4 m2 m1 m0" {
+		t.Fatalf("live messages = %s", got)
+	}
+	if got := strings.Join(list(store.ListOptions{Limit: 3, IncludeDeleted: true}), " "); got != "m6 m5 m4 m3 m2 m1 m0" {
+		t.Fatalf("all messages = %s", got)
+	}
+	page, next, err := s.ListMessages(ctx, "t", store.ListOptions{Limit: 6})
+	if err != nil || len(page) != 6 || next != "" {
+		t.Fatalf("exact page: %d messages, cursor %q, %v", len(page), next, err)
+	}
+
+	_, _, err = s.ListMessages(ctx, "t", store.ListOptions{Cursor: "garbage"})
+	wantErr(t, err, store.ErrInvalidArgument)
+	_, _, err = s.ListMessages(ctx, "missing", store.ListOptions{})
+	wantErr(t, err, store.ErrNotFound)
+}
+
+func TestRestoreMessageAfterSeveralDeletes(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, newClock())
+	createThread(t, s, "t")
+	appendMessage(t, s, "t", "m", "one")
+	deleteMessage(t, s, "t", "m")
+	if _, err := s.RestoreMessage(ctx, "t", "m"); err != nil {
+		t.Fatal(err)
+	}
+	deleteMessage(t, s, "t", "m")
+	m, err := s.RestoreMessage(ctx, "t", "m")
+	if err != nil || m.Deleted || m.Version != 5 || string(m.Body) != `{"text":"one"}` {
+		t.Fatalf("second restore = %+v, %v", m, err)
+	}
+}
