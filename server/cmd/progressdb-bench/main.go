@@ -1,0 +1,199 @@
+//go:build benchdraft
+
+// Command progressdb-bench measures the retention subsystem side by side
+// with a naive purge and with Pebble's own limit, on data it seeds itself in
+// temporary directories, and writes the figures to BENCHMARKS.md.
+//
+// Every figure is the median of several repetitions, and every target is a
+// ratio of figures measured in the same run, so the results hold on any
+// machine that is quiet enough. Each repetition starts from an identical
+// copy of the scenario's seeded database (a Pebble checkpoint).
+//
+//	go run ./server/cmd/progressdb-bench -out BENCHMARKS.md [-scale 1] [-reps N] [-only B1,B3]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are the command-line flags.
+type options struct {
+	scale      float64
+	reps       int
+	only       map[string]bool
+	out        string
+	tmp        string
+	keep       bool
+	cpuprofile string
+	args       []string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "progressdb-bench:", err)
+		return 2
+	}
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			fmt.Fprintln(stderr, "progressdb-bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "progressdb-bench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	b, err := newBench(o, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "progressdb-bench:", err)
+		return 1
+	}
+	defer b.cleanup()
+
+	rep := &report{
+		command: commandLine(o.args),
+		machine: describeMachine(),
+		scale:   o.scale,
+		started: time.Now().UTC(),
+	}
+	failed := false
+	for _, sc := range scenarios {
+		if len(o.only) > 0 && !o.only[sc.id] {
+			continue
+		}
+		b.logf("%s: %s", sc.id, sc.title)
+		start := time.Now()
+		sec, err := sc.run(ctx, b)
+		if sec == nil {
+			sec = &section{}
+		}
+		sec.id, sec.title = sc.id, sc.title
+		sec.elapsed = time.Since(start)
+		if err != nil {
+			failed = true
+			sec.err = err.Error()
+			b.logf("%s: error: %v", sc.id, err)
+		} else {
+			b.logf("%s: done in %s", sc.id, sec.elapsed.Round(100*time.Millisecond))
+		}
+		rep.sections = append(rep.sections, sec)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	rep.finished = time.Now().UTC()
+	rep.loadEnd = loadAverage()
+
+	fmt.Fprint(stdout, rep.console())
+	if o.out != "" && o.out != "-" {
+		if err := os.WriteFile(o.out, []byte(rep.markdown()), 0o644); err != nil {
+			fmt.Fprintln(stderr, "progressdb-bench:", err)
+			return 1
+		}
+		b.logf("wrote %s", o.out)
+	}
+	if failed || ctx.Err() != nil {
+		return 1
+	}
+	return 0
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("progressdb-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	var only string
+	fs.Float64Var(&o.scale, "scale", 1, "size multiplier (1: about five minutes on two cores)")
+	fs.IntVar(&o.reps, "reps", 0, "repetitions per measurement (0: 5 where cheap, 3 otherwise)")
+	fs.StringVar(&only, "only", "", "comma-separated scenarios to run, e.g. B1,B3 (default: all)")
+	fs.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown report to write (\"-\": none)")
+	fs.StringVar(&o.tmp, "tmp", "", "directory for the temporary databases (default: the system temp dir)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temporary databases")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: progressdb-bench [flags]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.scale <= 0 {
+		return o, fmt.Errorf("-scale must be positive, got %v", o.scale)
+	}
+	if o.reps < 0 {
+		return o, fmt.Errorf("-reps must not be negative, got %d", o.reps)
+	}
+	known := map[string]bool{}
+	for _, sc := range scenarios {
+		known[sc.id] = true
+	}
+	if only != "" {
+		o.only = map[string]bool{}
+		for _, id := range strings.Split(only, ",") {
+			id = strings.ToUpper(strings.TrimSpace(id))
+			if id == "" {
+				continue
+			}
+			if !known[id] {
+				return o, fmt.Errorf("-only: unknown scenario %q", id)
+			}
+			o.only[id] = true
+		}
+	}
+	o.args = args
+	return o, nil
+}
+
+// commandLine renders the command that reproduces this run.
+func commandLine(args []string) string {
+	parts := []string{"go run ./server/cmd/progressdb-bench"}
+	for _, a := range args {
+		if strings.ContainsAny(a, " \t'\"$") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, " ")
+}
+
+// scenario is one benchmark of the issue (B1..B5).
+type scenario struct {
+	id, title string
+	run       func(ctx context.Context, b *bench) (*section, error)
+}
+
+var scenarios = []scenario{
+	{"B1", "purge throughput", runB1},
+	{"B2", "discovery cost", runB2},
+	{"B3", "memory", runB3},
+	{"B4", "foreground impact", runB4},
+	{"B5", "disk space", runB5},
+}

@@ -1,0 +1,118 @@
+// Package app wires the store, the retention service and the HTTP server
+// together for `progressdb serve`.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/progressdb/progressdb/server/internal/api"
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// Version is the server version written into audit headers.
+const Version = "0.1.0"
+
+// Serve runs the server until ctx ends, then shuts down in order: HTTP
+// first, then the scheduler (the current run stops at its next batch
+// boundary and writes an interrupted footer), then the store.
+func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	if err := Validate(cfg); err != nil {
+		return err
+	}
+	st, err := store.Open(cfg.DBPath, store.Options{})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer func() {
+		if err := st.Close(); err != nil {
+			logger.Error("store_close_failed", "err", err)
+		}
+	}()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	svc, err := NewRetention(st, cfg.Retention, logger, reg, true)
+	if err != nil {
+		return err
+	}
+	// The scheduler outlives ctx until HTTP has drained; Close then stops
+	// the current run at its next batch boundary.
+	svc.StartScheduler(context.WithoutCancel(ctx))
+	defer svc.Close()
+
+	h, err := api.New(api.Options{
+		Store:      st,
+		Retention:  svc,
+		Logger:     logger,
+		APIKey:     cfg.APIKey,
+		AdminToken: cfg.AdminToken,
+		Registry:   reg,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	logger.Info("server_started", "addr", ln.Addr().String(), "db_path", cfg.DBPath,
+		"retention_enabled", cfg.Retention.Enabled, "version", Version)
+	err = api.Serve(ctx, ln, h, logger)
+	logger.Info("server_stopping")
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// hostname names this machine in leases and audit headers.
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown-host"
+	}
+	return h
+}
+
+// NewRetention builds the retention runner, its scheduler (when retention
+// is enabled and withScheduler is set) and the service over both.
+func NewRetention(st *store.Store, cfg config.Retention, logger *slog.Logger, reg prometheus.Registerer, withScheduler bool) (*retention.Manager, error) {
+	metrics := retention.NewMetrics(reg)
+	runner, err := retention.NewRunner(retention.RunnerOptions{
+		Store:   st,
+		Config:  cfg,
+		Logger:  logger,
+		Metrics: metrics,
+		Host:    hostname(),
+		Version: Version,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("retention: %w", err)
+	}
+	var sched *retention.Scheduler
+	if withScheduler && cfg.Enabled {
+		sched, err = retention.NewScheduler(retention.SchedulerOptions{
+			Runner:    runner,
+			Spec:      cfg.Cron,
+			RunMissed: cfg.RunMissed,
+			Logger:    logger,
+			Metrics:   metrics,
+			AuditPath: cfg.AuditPath,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("retention scheduler: %w", err)
+		}
+	}
+	return retention.NewService(retention.ServiceOptions{Runner: runner, Scheduler: sched, Logger: logger})
+}

@@ -1,0 +1,58 @@
+package app
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/progressdb/progressdb/server/pkg/config"
+)
+
+// StartupError is a configuration the environment parsed but the machine
+// cannot honour (for example an audit folder that cannot be written). The
+// command line exits 2 with its one-line message, like any invalid
+// configuration.
+type StartupError struct {
+	Var, Value, Rule string
+	Err              error
+}
+
+func (e *StartupError) Error() string {
+	return fmt.Sprintf("%s=%q: %s: %v", e.Var, e.Value, e.Rule, e.Err)
+}
+
+func (e *StartupError) Unwrap() error { return e.Err }
+
+// Validate checks what config.Load cannot: with retention enabled, the audit
+// folder must be creatable and writable, because a run that cannot write its
+// audit deletes nothing (better to refuse at startup than to fail every run).
+func Validate(cfg config.Config) error {
+	if !cfg.Retention.Enabled {
+		return nil
+	}
+	if err := checkWritableDir(cfg.Retention.AuditPath); err != nil {
+		return &StartupError{Var: "PROGRESSDB_RETENTION_AUDIT_PATH", Value: cfg.Retention.AuditPath,
+			Rule: "must be a writable folder", Err: err}
+	}
+	if err := checkWritableDir(filepath.Dir(cfg.Retention.LeasePath)); err != nil {
+		return &StartupError{Var: "PROGRESSDB_RETENTION_LEASE_PATH", Value: cfg.Retention.LeasePath,
+			Rule: "its folder must be writable", Err: err}
+	}
+	return nil
+}
+
+func checkWritableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	cerr := f.Close()
+	if err := os.Remove(name); err != nil {
+		return err
+	}
+	return cerr
+}
