@@ -25,15 +25,21 @@ func badRequest(format string, args ...any) error {
 }
 
 var (
-	errRouteNotFound  = &httpError{http.StatusNotFound, "no such route"}
-	errBodyTooLarge   = &httpError{http.StatusRequestEntityTooLarge, "request body too large"}
-	errMissingToken   = &httpError{http.StatusUnauthorized, "missing bearer token"}
-	errWrongToken     = &httpError{http.StatusUnauthorized, "invalid bearer token"}
-	errAdminDisabled  = &httpError{http.StatusForbidden, "admin API disabled: set PROGRESSDB_ADMIN_TOKEN"}
-	errNoRetention    = &httpError{http.StatusServiceUnavailable, "retention not configured"}
-	errThreadNotFound = fmt.Errorf("thread %w", store.ErrNotFound)
-	errMsgNotFound    = fmt.Errorf("message %w", store.ErrNotFound)
+	errRouteNotFound = &httpError{http.StatusNotFound, "no such route"}
+	errBodyTooLarge  = &httpError{http.StatusRequestEntityTooLarge, "request body too large"}
+	errMissingToken  = &httpError{http.StatusUnauthorized, "missing bearer token"}
+	errWrongToken    = &httpError{http.StatusUnauthorized, "invalid bearer token"}
+	errAdminDisabled = &httpError{http.StatusForbidden, "admin API disabled: set PROGRESSDB_ADMIN_TOKEN"}
+	errNoRetention   = &httpError{http.StatusServiceUnavailable, "retention not configured"}
 )
+
+// threadNotFound and messageNotFound hide soft-deleted items, worded like
+// the store's own not-found errors.
+func threadNotFound(tid string) error { return fmt.Errorf("thread %s: %w", tid, store.ErrNotFound) }
+
+func messageNotFound(tid, mid string) error {
+	return fmt.Errorf("message %s in thread %s: %w", mid, tid, store.ErrNotFound)
+}
 
 // methodNotAllowed answers a known path asked with a method it does not serve.
 func methodNotAllowed(allowed []string) handlerFunc {

@@ -96,7 +96,7 @@ func (s *server) getMessage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if m.Deleted && !inc {
-		return errMsgNotFound
+		return messageNotFound(tid, mid)
 	}
 	return s.writeJSON(w, r, http.StatusOK, m)
 }
@@ -166,7 +166,7 @@ func (s *server) listVersions(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(versions) == 0 {
-		return errMsgNotFound // purged: nothing of the message is left
+		return messageNotFound(tid, mid) // purged: nothing of the message is left
 	}
 	return s.writeJSON(w, r, http.StatusOK, versionList{Versions: versions})
 }

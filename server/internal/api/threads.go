@@ -101,7 +101,7 @@ func (s *server) visibleThread(ctx context.Context, tid string, includeDeleted b
 		return store.Thread{}, err
 	}
 	if t.Deleted && !includeDeleted {
-		return store.Thread{}, errThreadNotFound
+		return store.Thread{}, threadNotFound(tid)
 	}
 	return t, nil
 }

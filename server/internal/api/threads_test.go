@@ -1,0 +1,181 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+func TestThreadLifecycle(t *testing.T) {
+	e := newEnv(t, Options{})
+
+	r := e.expect(t, "POST", "/v1/threads", `{"id":"t1","title":"Plans","author":"ann"}`, http.StatusCreated)
+	var th store.Thread
+	r.decode(t, &th)
+	if th.ID != "t1" || th.Title != "Plans" || th.Author != "ann" || th.CreatedTS == 0 || th.Deleted || th.LegalHold {
+		t.Fatalf("created thread %+v", th)
+	}
+	if loc := r.header.Get("Location"); loc != "/v1/threads/t1" {
+		t.Errorf("Location %q", loc)
+	}
+	e.expect(t, "POST", "/v1/threads", `{"id":"t1","title":"again","author":"ann"}`, http.StatusConflict)
+
+	var got store.Thread
+	e.expect(t, "GET", "/v1/threads/t1", "", http.StatusOK).decode(t, &got)
+	if got != th {
+		t.Fatalf("get %+v, want %+v", got, th)
+	}
+	if msg := e.expect(t, "GET", "/v1/threads/nope", "", http.StatusNotFound).errorText(t); msg == "" {
+		t.Fatal("404 without message")
+	}
+
+	// Soft delete hides the thread unless include_deleted=true.
+	if r := e.expect(t, "DELETE", "/v1/threads/t1", "", http.StatusNoContent); len(r.body) != 0 {
+		t.Errorf("204 with body %q", r.body)
+	}
+	e.expect(t, "GET", "/v1/threads/t1", "", http.StatusNotFound).errorText(t)
+	e.expect(t, "GET", "/v1/threads/t1?include_deleted=false", "", http.StatusNotFound)
+	e.expect(t, "GET", "/v1/threads/t1?include_deleted=yes-please", "", http.StatusBadRequest)
+	var deleted store.Thread
+	e.expect(t, "GET", "/v1/threads/t1?include_deleted=true", "", http.StatusOK).decode(t, &deleted)
+	if !deleted.Deleted || deleted.DeletedTS == 0 {
+		t.Fatalf("deleted thread %+v", deleted)
+	}
+	var list threadList
+	e.expect(t, "GET", "/v1/threads", "", http.StatusOK).decode(t, &list)
+	if len(list.Threads) != 0 {
+		t.Fatalf("live list holds a deleted thread: %+v", list.Threads)
+	}
+
+	var restored store.Thread
+	e.expect(t, "POST", "/v1/threads/t1/restore", "", http.StatusOK).decode(t, &restored)
+	if restored.Deleted {
+		t.Fatalf("restored thread %+v", restored)
+	}
+	e.expect(t, "GET", "/v1/threads/t1", "", http.StatusOK)
+
+	e.expect(t, "DELETE", "/v1/threads/nope", "", http.StatusNotFound)
+	e.expect(t, "POST", "/v1/threads/nope/restore", "", http.StatusNotFound)
+}
+
+func TestCreateThreadGeneratesID(t *testing.T) {
+	e := newEnv(t, Options{})
+	var th store.Thread
+	e.expect(t, "POST", "/v1/threads", `{"title":"x","author":"ann"}`, http.StatusCreated).decode(t, &th)
+	if err := store.ValidateID(th.ID); err != nil {
+		t.Fatalf("generated ID %q: %v", th.ID, err)
+	}
+	e.expect(t, "GET", "/v1/threads/"+th.ID, "", http.StatusOK)
+}
+
+func TestListThreadsPagination(t *testing.T) {
+	e := newEnv(t, Options{})
+	want := []string{"p1", "p2", "p3", "p4", "p5"}
+	for _, id := range want {
+		e.createThread(t, id)
+	}
+
+	var got []string
+	cursor := ""
+	for page := 0; ; page++ {
+		if page > len(want) {
+			t.Fatalf("pagination does not end; got %v", got)
+		}
+		var list threadList
+		e.expect(t, "GET", "/v1/threads?limit=2&cursor="+cursor, "", http.StatusOK).decode(t, &list)
+		if len(list.Threads) > 2 {
+			t.Fatalf("page of %d threads with limit=2", len(list.Threads))
+		}
+		for _, th := range list.Threads {
+			got = append(got, th.ID)
+		}
+		if list.NextCursor == "" {
+			break
+		}
+		cursor = list.NextCursor
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("paged IDs %v, want %v", got, want)
+	}
+
+	for _, bad := range []string{"0", "1001", "-1", "ten", "1.5"} {
+		msg := e.expect(t, "GET", "/v1/threads?limit="+bad, "", http.StatusBadRequest).errorText(t)
+		if msg != "limit must be an integer from 1 to 1000" {
+			t.Errorf("limit=%s: %q", bad, msg)
+		}
+	}
+	e.expect(t, "GET", "/v1/threads?limit=1000", "", http.StatusOK)
+
+	// An empty database lists [] rather than null.
+	empty := newEnv(t, Options{})
+	r := empty.expect(t, "GET", "/v1/threads", "", http.StatusOK)
+	if string(r.body) != "{\"threads\":[],\"next_cursor\":\"\"}\n" {
+		t.Fatalf("empty list %s", r.body)
+	}
+}
+
+func TestRestoreThreadWhilePurging(t *testing.T) {
+	e := newEnv(t, Options{})
+	ctx := context.Background()
+	e.createThread(t, "t1")
+	e.appendMessage(t, "t1", "m1", `"hello"`)
+	e.expect(t, "DELETE", "/v1/threads/t1", "", http.StatusNoContent)
+
+	th, err := e.store.GetThread(ctx, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := store.PurgeMarker{
+		Kind: store.KindThread, ID: "t1", ThreadID: "t1", DeletedTS: th.DeletedTS,
+		RunID: "run1", StartedAt: time.Now().UnixNano(),
+	}
+	if err := e.store.BeginPurge(ctx, marker); err != nil {
+		t.Fatalf("begin purge: %v", err)
+	}
+	e.expect(t, "POST", "/v1/threads/t1/restore", "", http.StatusConflict).errorText(t)
+
+	if _, err := e.store.PurgeThread(ctx, "t1", store.PurgeOptions{BatchSize: 2}); err != nil {
+		t.Fatalf("purge: %v", err)
+	}
+	// A run clears the marker once the item's audit record is durable.
+	if err := e.store.ClearPurges(ctx, []store.PurgeMarker{marker}); err != nil {
+		t.Fatalf("clear purge marker: %v", err)
+	}
+	e.expect(t, "POST", "/v1/threads/t1/restore", "", http.StatusNotFound)
+	e.expect(t, "GET", "/v1/threads/t1?include_deleted=true", "", http.StatusNotFound)
+	e.expect(t, "GET", "/v1/threads/t1/messages/m1/versions?include_deleted=true", "", http.StatusNotFound)
+}
+
+func TestLegalHold(t *testing.T) {
+	e := newEnv(t, Options{AdminToken: "adm"})
+	e.createThread(t, "t1")
+	e.bearer = "adm"
+
+	var th store.Thread
+	e.expect(t, "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":true}`, http.StatusOK).decode(t, &th)
+	if !th.LegalHold {
+		t.Fatalf("hold not set: %+v", th)
+	}
+	e.bearer = ""
+	e.expect(t, "GET", "/v1/threads/t1", "", http.StatusOK).decode(t, &th)
+	if !th.LegalHold {
+		t.Fatalf("hold not stored: %+v", th)
+	}
+	e.bearer = "adm"
+	e.expect(t, "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":false}`, http.StatusOK).decode(t, &th)
+	if th.LegalHold {
+		t.Fatalf("hold not cleared: %+v", th)
+	}
+
+	e.expect(t, "PUT", "/admin/threads/t1/legal_hold", `{}`, http.StatusBadRequest)
+	e.expect(t, "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":"yes"}`, http.StatusBadRequest)
+	e.expect(t, "PUT", "/admin/threads/nope/legal_hold", `{"legal_hold":true}`, http.StatusNotFound)
+	e.expect(t, "PUT", "/admin/threads/a:b/legal_hold", `{"legal_hold":true}`, http.StatusBadRequest)
+
+	e.bearer = ""
+	e.expect(t, "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":true}`, http.StatusUnauthorized)
+}
