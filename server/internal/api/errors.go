@@ -74,7 +74,7 @@ const internalErrorMsg = "internal error"
 // missing item); server errors answer a generic message and are logged with
 // IDs only.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, body := s.classify(err)
+	status, body := classify(err)
 	if status == http.StatusInternalServerError {
 		s.log.LogAttrs(r.Context(), slog.LevelError, "http_internal_error",
 			append(requestAttrs(r), slog.Int("status", status), slog.Any("err", err))...)
@@ -85,7 +85,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	s.writeJSON(w, r, status, body)
 }
 
-func (s *server) classify(err error) (int, errorBody) {
+func classify(err error) (int, errorBody) {
 	var (
 		he      *httpError
 		held    *retention.LeaseHeldError
