@@ -395,7 +395,7 @@ func (rn *run) purge(ctx context.Context, m store.PurgeMarker) (int, error) {
 func (rn *run) beforeBatch(ctx context.Context) error {
 	rn.batches++
 	if h := rn.r.hooks.beforeBatch; h != nil {
-		h(ctx, batchPoint{RunID: rn.id, Lease: rn.lease, N: rn.batches})
+		h(ctx, batchPoint{RunID: rn.id, Lease: rn.lease, Audit: rn.w, N: rn.batches})
 	}
 	if err := rn.checkpoint(ctx); err != nil {
 		return err

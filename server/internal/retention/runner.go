@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -81,6 +82,7 @@ type runnerHooks struct {
 type batchPoint struct {
 	RunID string
 	Lease *Lease
+	Audit *audit.Writer
 	N     int // boundaries reached so far in this run, from 1
 }
 

@@ -218,8 +218,8 @@ func (s *Scheduler) fire(ctx context.Context, trigger string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer s.running.Store(false)
-		res, err := s.runOnce(ctx, trigger)
+		res, err := s.runOnce(ctx, trigger) // never panics
+		s.running.Store(false)
 		if h := s.hooks.runDone; h != nil {
 			h(trigger, res, err)
 		}
