@@ -1,0 +1,184 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/audit"
+)
+
+func (e *env) service(r *Runner, s *Scheduler) *Manager {
+	e.t.Helper()
+	m, err := NewService(ServiceOptions{Runner: r, Scheduler: s, Logger: e.logger, Now: e.clock.Now})
+	if err != nil {
+		e.t.Fatalf("NewService: %v", err)
+	}
+	e.t.Cleanup(m.Close)
+	return m
+}
+
+func TestServiceRunAndStatus(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.MessagePeriod = 36 * time.Hour
+	e.dueThread("t1", 1, 1)
+	r := e.runner()
+	s, _ := e.scheduler(r, e.cfg.Cron, false)
+	svc := e.service(r, s)
+
+	res, err := svc.Run(context.Background(), RunRequest{Trigger: TriggerAdmin})
+	if err != nil || res.Purged != 1 || res.Status != audit.RunCompleted {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	st, err := svc.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Enabled || st.DryRun || st.Period != "30d" || st.MessagePeriod != "1d12h" || st.Cron != "0 2 * * *" {
+		t.Fatalf("status config %+v", st)
+	}
+	if st.NextRun == nil || !st.NextRun.Equal(time.Date(2025, 3, 2, 2, 0, 0, 0, time.UTC)) {
+		t.Fatalf("next run %v", st.NextRun)
+	}
+	if st.Lease.Owner != r.owner || st.Lease.Held {
+		t.Fatalf("lease %+v after the run, want ours and released", st.Lease)
+	}
+	if st.LastRun == nil || st.LastRun.RunID != res.RunID || st.LastRun.AuditFile != res.AuditFile {
+		t.Fatalf("last run %+v, want %+v", st.LastRun, res)
+	}
+}
+
+func TestServiceRefusesRealRunsWhileDisabled(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.Enabled = false
+	svc := e.service(e.runner(), nil)
+	ctx := context.Background()
+	if _, err := svc.Run(ctx, RunRequest{Trigger: TriggerAdmin}); !errors.Is(err, ErrDisabled) {
+		t.Fatalf("Run: %v, want ErrDisabled", err)
+	}
+	if _, err := svc.Start(ctx, RunRequest{Trigger: TriggerAdmin}); !errors.Is(err, ErrDisabled) {
+		t.Fatalf("Start: %v, want ErrDisabled", err)
+	}
+	if res, err := svc.Run(ctx, RunRequest{DryRun: true, Trigger: TriggerAdmin}); err != nil || !res.DryRun {
+		t.Fatalf("dry run: %+v %v", res, err)
+	}
+	st, err := svc.Status(ctx)
+	if err != nil || st.Enabled || st.NextRun != nil || st.LastRun == nil || !st.LastRun.DryRun {
+		t.Fatalf("status %+v %v", st, err)
+	}
+}
+
+func TestServiceStartRunsDetachedFromTheRequest(t *testing.T) {
+	e := newEnv(t)
+	e.dueThread("t1", 1, 1)
+	r := e.runner()
+	svc := e.service(r, nil)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	id, err := svc.Start(ctx, RunRequest{Trigger: TriggerAdmin})
+	cancel() // the HTTP request ends at once
+	if err != nil || len(id) != 12 {
+		t.Fatalf("Start: %q %v", id, err)
+	}
+	svc.wg.Wait()
+	last := r.LastResult()
+	if last == nil || last.RunID != id || last.Status != audit.RunCompleted || last.Purged != 1 {
+		t.Fatalf("background run: %+v", last)
+	}
+}
+
+func TestServiceStartAnswersLeaseHeldAtOnce(t *testing.T) {
+	e := newEnv(t)
+	other, err := AcquireLease(context.Background(), LeaseConfig{
+		Path: e.cfg.LeasePath, TTL: time.Hour, Owner: "elsewhere/9/0009", Host: "elsewhere", PID: 9, Now: e.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	svc := e.service(e.runner(), nil)
+	_, err = svc.Start(context.Background(), RunRequest{Trigger: TriggerAdmin})
+	var held *LeaseHeldError
+	if !errors.As(err, &held) || held.Holder.Owner != "elsewhere/9/0009" {
+		t.Fatalf("Start: %v, want *LeaseHeldError", err)
+	}
+	st, err := svc.Status(context.Background())
+	if err != nil || !st.Lease.Held || st.Lease.Owner != "elsewhere/9/0009" {
+		t.Fatalf("status lease %+v %v", st.Lease, err)
+	}
+	if len(e.auditFiles()) != 0 {
+		t.Fatal("a refused run wrote an audit file")
+	}
+}
+
+func TestServiceCloseInterruptsBackgroundRuns(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.BatchSize = 2
+	e.dueThread("t1", 3, 2)
+	r := e.runner()
+	reached := make(chan struct{})
+	var once sync.Once
+	r.hooks.beforeBatch = func(ctx context.Context, b batchPoint) {
+		once.Do(func() { close(reached) })
+		<-ctx.Done()
+	}
+	svc := e.service(r, nil)
+	id, err := svc.Start(context.Background(), RunRequest{Trigger: TriggerAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-reached
+	// While it runs, a second run in this process is refused.
+	var held *LeaseHeldError
+	if _, err := svc.Run(context.Background(), RunRequest{Trigger: TriggerAdmin}); !errors.As(err, &held) {
+		t.Fatalf("overlapping Run: %v, want *LeaseHeldError", err)
+	}
+	svc.Close()
+	last := r.LastResult()
+	if last == nil || last.RunID != id || last.Status != audit.RunInterrupted {
+		t.Fatalf("closed run: %+v", last)
+	}
+	if _, err := svc.Start(context.Background(), RunRequest{Trigger: TriggerAdmin}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after Close: %v", err)
+	}
+}
+
+func TestStatusFromDiskAlone(t *testing.T) {
+	e := newEnv(t)
+	e.dueThread("t1", 1, 1)
+	res, _ := e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+
+	// A fresh service (a restarted server) and the CLI read the last run from the audit folder.
+	fresh := e.service(e.runner(), nil)
+	st, err := fresh.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := ReadStatus(e.cfg, e.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]Status{"service": st, "ReadStatus": cli} {
+		lr := s.LastRun
+		if lr == nil || lr.RunID != res.RunID || lr.Status != audit.RunCompleted || lr.Purged != 1 ||
+			lr.KeysDeleted != res.KeysDeleted || lr.AuditFile != res.AuditFile || !lr.StartedAt.Equal(res.StartedAt) {
+			t.Fatalf("%s last run %+v, want %+v", name, lr, res)
+		}
+	}
+	if cli.NextRun == nil || !cli.NextRun.Equal(time.Date(2025, 3, 2, 2, 0, 0, 0, time.UTC)) {
+		t.Fatalf("ReadStatus next run %v", cli.NextRun)
+	}
+}
+
+func TestStatusWithNothingOnDisk(t *testing.T) {
+	e := newEnv(t)
+	st, err := ReadStatus(e.cfg, e.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.LastRun != nil || st.Lease.Owner != "" || st.Lease.Held {
+		t.Fatalf("status %+v", st)
+	}
+}
