@@ -971,3 +971,33 @@ func TestPurgesAreMadeDurableInGroups(t *testing.T) {
 		t.Fatalf("at most %d markers pending, want between 1 and %d", maxPending, flushItems+1)
 	}
 }
+
+func TestLongRunsLogProgress(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.MaxItems = 10
+	for _, id := range []string{"p1", "p2", "p3", "p4"} {
+		e.dueThread(id, 1, 1)
+	}
+	r := e.runner()
+	r.hooks.beforeBatch = func(context.Context, batchPoint) {
+		e.clock.Advance(6 * time.Second) // each item takes a while
+	}
+	e.run(r, RunRequest{Trigger: TriggerCLI})
+	var lines []map[string]any
+	for _, l := range strings.Split(e.logs.String(), "\n") {
+		if strings.Contains(l, `"msg":"retention_run_progress"`) {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, m)
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatalf("no progress line in a run of %s:\n%s", 4*6*time.Second, e.logs.String())
+	}
+	p := lines[0]
+	if p["items_done"] == nil || p["rate_per_sec"] == nil || p["time_left"] == nil {
+		t.Fatalf("progress line %v lacks items_done, rate_per_sec or time_left", p)
+	}
+}

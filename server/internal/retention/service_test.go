@@ -130,6 +130,9 @@ func TestServiceCloseInterruptsBackgroundRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-reached
+	if st, err := svc.Status(context.Background()); err != nil || !st.Lease.Held || st.Lease.Owner != r.owner {
+		t.Fatalf("status lease during the run: %+v %v", st.Lease, err)
+	}
 	// While it runs, a second run in this process is refused.
 	var held *LeaseHeldError
 	if _, err := svc.Run(context.Background(), RunRequest{Trigger: TriggerAdmin}); !errors.As(err, &held) {
