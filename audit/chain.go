@@ -32,7 +32,7 @@ func (c *chain) accept(rec *Record) *fault {
 	if f := c.place(rec); f != nil {
 		return f
 	}
-	if reason := fields(rec); reason != "" {
+	if reason := checkFields(rec); reason != "" {
 		return &fault{reason: reason}
 	}
 	switch {
@@ -78,8 +78,8 @@ func (c *chain) place(rec *Record) *fault {
 	return nil
 }
 
-// fields checks the values of a record's own fields.
-func fields(rec *Record) string {
+// checkFields checks the values of a record's own fields.
+func checkFields(rec *Record) string {
 	switch {
 	case rec.Header != nil:
 		h := rec.Header

@@ -11,7 +11,8 @@ import (
 )
 
 // Reader reads an audit file one record at a time, holding one line in
-// memory at most (MaxLineSize bytes).
+// memory at most (MaxLineSize bytes). It does not check the chain between
+// lines; VerifyFile does. A Reader is not safe for concurrent use.
 type Reader struct {
 	name   string
 	closer io.Closer

@@ -1,12 +1,3 @@
-// Package audit writes, reads and verifies retention audit files (spec §5).
-// Backup tooling may import it to check what it collects.
-//
-// An audit file holds one retention run: a header line, one line per item
-// the run looked at, and a footer line. Every line is a JSON object that
-// starts with the keys msg, time, run_id, seq and prev, in that order; prev is
-// the hex SHA-256 of the previous line's bytes, so a changed, missing or
-// reordered line breaks the chain. The package uses the standard library
-// only.
 package audit
 
 import (
