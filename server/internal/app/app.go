@@ -46,6 +46,11 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Retention.Enabled {
+		if _, err := svc.Recover(ctx); err != nil {
+			logger.Error("retention_recover_failed", "err", err)
+		}
+	}
 	// The scheduler outlives ctx until HTTP has drained; Close then stops
 	// the current run at its next batch boundary.
 	svc.StartScheduler(context.WithoutCancel(ctx))

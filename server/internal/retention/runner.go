@@ -213,14 +213,7 @@ func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error
 		return nil, Result{}, &LeaseHeldError{Holder: holder}
 	}
 
-	lease, err := AcquireLease(ctx, LeaseConfig{
-		Path:  r.cfg.LeasePath,
-		TTL:   r.cfg.LeaseTTL,
-		Owner: r.owner,
-		Host:  r.host,
-		PID:   r.pid,
-		Now:   r.now,
-	})
+	lease, err := AcquireLease(ctx, r.leaseConfig())
 	if err != nil {
 		<-r.slot
 		var held *LeaseHeldError
@@ -272,6 +265,36 @@ func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error
 		<-r.slot
 	}
 	return rn, Result{}, nil
+}
+
+func (r *Runner) leaseConfig() LeaseConfig {
+	return LeaseConfig{Path: r.cfg.LeasePath, TTL: r.cfg.LeaseTTL, Owner: r.owner, Host: r.host, PID: r.pid, Now: r.now}
+}
+
+// Recover seals audit files that a crashed process left in progress, so
+// that they are sealed at the next start and not only at the next run. It
+// works under the lease, so it never seals a live run's file; when the
+// lease is held (or a run is going here) the holder seals them itself.
+func (r *Runner) Recover(ctx context.Context) ([]string, error) {
+	select {
+	case r.slot <- struct{}{}:
+	default:
+		return nil, nil
+	}
+	defer func() { <-r.slot }()
+	lease, err := AcquireLease(ctx, r.leaseConfig())
+	if errors.Is(err, ErrLeaseHeld) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("acquire lease: %w", err)
+	}
+	defer lease.Release()
+	sealed, err := audit.SealAbandoned(r.cfg.AuditPath, r.now().UTC())
+	for _, p := range sealed {
+		r.log.Warn("retention_audit_sealed_aborted", "file", p)
+	}
+	return sealed, err
 }
 
 // newRunID returns 12 lowercase hex characters: short, unique enough for

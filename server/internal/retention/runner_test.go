@@ -1001,3 +1001,40 @@ func TestLongRunsLogProgress(t *testing.T) {
 		t.Fatalf("progress line %v lacks items_done, rate_per_sec or time_left", p)
 	}
 }
+
+func TestRecoverSealsAbandonedFilesOnlyUnderTheLease(t *testing.T) {
+	e := newEnv(t)
+	e.at(31 * day)
+	if _, err := audit.Create(e.cfg.AuditPath, "abandoned02", audit.Header{StartedAt: e.clock.Now().Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.runner()
+
+	// Another owner holds the lease: its files are not ours to seal.
+	other, err := AcquireLease(context.Background(), LeaseConfig{Path: e.cfg.LeasePath, TTL: e.cfg.LeaseTTL,
+		Owner: "other", Host: "other-host", PID: 1, Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sealed, err := r.Recover(context.Background()); err != nil || len(sealed) != 0 {
+		t.Fatalf("with the lease held elsewhere: sealed %v, err %v", sealed, err)
+	}
+	if err := other.Release(); err != nil {
+		t.Fatal(err)
+	}
+
+	sealed, err := r.Recover(context.Background())
+	if err != nil || len(sealed) != 1 {
+		t.Fatalf("sealed %v, err %v", sealed, err)
+	}
+	rep, err := audit.VerifyDir(e.cfg.AuditPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Files != 1 || rep.Verified != 1 || len(rep.InProgress) != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	if _, err := ReadLease(e.cfg.LeasePath); err != nil {
+		t.Fatalf("lease after recover: %v", err)
+	}
+}

@@ -70,6 +70,10 @@ func (m *Manager) StartScheduler(ctx context.Context) {
 	}
 }
 
+// Recover seals audit files left in progress by a crashed process (see
+// Runner.Recover); the server calls it at start.
+func (m *Manager) Recover(ctx context.Context) ([]string, error) { return m.runner.Recover(ctx) }
+
 // Close stops the scheduler and cancels background runs; each stops at its
 // next batch boundary with an interrupted footer. Close waits for them.
 func (m *Manager) Close() {
