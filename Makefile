@@ -38,8 +38,9 @@ fuzz:
 	$(GO) test ./server/pkg/store -run '^$$' -fuzz FuzzValidateID -fuzztime $(FUZZTIME)
 	$(GO) test ./server/pkg/store -run '^$$' -fuzz FuzzKeys -fuzztime $(FUZZTIME)
 	$(GO) test ./server/pkg/store -run '^$$' -fuzz FuzzDecodeRecords -fuzztime $(FUZZTIME)
-	$(GO) test ./audit -run '^$$' -fuzz FuzzReader -fuzztime $(FUZZTIME)
+	$(GO) test ./audit -run '^$$' -fuzz FuzzReader -fuzztime $(FUZZTIME) -fuzzminimizetime 0
 	$(GO) test ./audit -run '^$$' -fuzz FuzzVerify -fuzztime $(FUZZTIME)
+	$(GO) test ./audit -run '^$$' -fuzz FuzzSeal -fuzztime $(FUZZTIME)
 
 bench: build
 	$(GO) run ./server/cmd/progressdb-bench -out BENCHMARKS.md $(BENCHFLAGS)

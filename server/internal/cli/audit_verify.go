@@ -41,6 +41,9 @@ func (e env) auditVerify(args []string) int {
 		for _, p := range rep.Problems {
 			fmt.Fprintf(e.stdout, "FAIL %s:%d: %s\n", p.File, p.Line, p.Reason)
 		}
+		for _, f := range rep.Quarantined {
+			fmt.Fprintf(e.stdout, "quarantined (could not be sealed, kept as is): %s\n", f)
+		}
 		for _, f := range rep.InProgress {
 			fmt.Fprintf(e.stdout, "in progress (not judged): %s\n", f)
 		}
