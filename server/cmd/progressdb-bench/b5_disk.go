@@ -1,5 +1,3 @@
-//go:build benchdraft
-
 package main
 
 import (

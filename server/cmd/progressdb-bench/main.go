@@ -1,5 +1,3 @@
-//go:build benchdraft
-
 // Command progressdb-bench measures the retention subsystem side by side
 // with a naive purge and with Pebble's own limit, on data it seeds itself in
 // temporary directories, and writes the figures to BENCHMARKS.md.
