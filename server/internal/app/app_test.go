@@ -1,0 +1,98 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"os"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// Serve answers on its address, then on cancellation shuts down and closes
+// the store cleanly, so the database opens again at once.
+func TestServeStartsAndShutsDownCleanly(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	addr := freeAddr(t)
+	cfg, err := config.Load([]string{
+		"PROGRESSDB_DB_PATH=" + dir,
+		"PROGRESSDB_ADDR=" + addr,
+		"PROGRESSDB_RETENTION_ENABLED=true",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("healthz: %d", resp.StatusCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not answer: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Serve did not return after cancellation")
+	}
+	st, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatalf("reopen after shutdown: %v", err)
+	}
+	st.Close()
+}
+
+func TestValidateRefusesAnAuditFolderThatCannotBeCreated(t *testing.T) {
+	cfg, err := config.Load([]string{"PROGRESSDB_DB_PATH=" + t.TempDir(), "PROGRESSDB_RETENTION_ENABLED=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Validate(cfg); err != nil {
+		t.Fatalf("the default audit folder is refused: %v", err)
+	}
+	// A regular file where a folder must be (tests run as root, which
+	// ignores permission bits).
+	blocker := filepath.Join(t.TempDir(), "blocker")
+	if err := os.WriteFile(blocker, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Retention.AuditPath = filepath.Join(blocker, "audit")
+	var se *StartupError
+	if err := Validate(cfg); !errors.As(err, &se) || se.Var != "PROGRESSDB_RETENTION_AUDIT_PATH" {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -1,0 +1,215 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// harness runs commands through Main with a private environment.
+type harness struct {
+	t       *testing.T
+	dbPath  string
+	environ []string
+}
+
+func newHarness(t *testing.T, extra ...string) *harness {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "data")
+	env := append([]string{
+		"PROGRESSDB_DB_PATH=" + db,
+		"PROGRESSDB_LOG_FORMAT=json",
+		"PROGRESSDB_LOG_LEVEL=warn",
+		"PROGRESSDB_RETENTION_ENABLED=true",
+	}, extra...)
+	return &harness{t: t, dbPath: db, environ: env}
+}
+
+func (h *harness) run(args ...string) (code int, stdout, stderr string) {
+	h.t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(context.Background(), args, h.environ, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func (h *harness) mustRun(args ...string) string {
+	h.t.Helper()
+	code, out, errOut := h.run(args...)
+	if code != exitOK {
+		h.t.Fatalf("%v: exit %d\nstdout: %s\nstderr: %s", args, code, out, errOut)
+	}
+	return out
+}
+
+// seedDue writes threads deleted 40 days ago (due under the default 30d).
+func (h *harness) seedDue() {
+	h.mustRun("seed", "--threads", "20", "--messages", "5", "--versions", "2", "--deleted", "0.5", "--deleted-age", "40d")
+}
+
+func TestRetentionRunPurgesAndPrintsJSON(t *testing.T) {
+	h := newHarness(t)
+	h.seedDue()
+
+	var dry retention.Result
+	if err := json.Unmarshal([]byte(h.mustRun("retention", "run", "--dry-run", "--json")), &dry); err != nil {
+		t.Fatal(err)
+	}
+	if !dry.DryRun || dry.Purged != 0 || dry.Eligible == 0 || dry.Status != "completed" {
+		t.Fatalf("dry run result %+v", dry)
+	}
+
+	var res retention.Result
+	if err := json.Unmarshal([]byte(h.mustRun("retention", "run", "--json")), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Purged != dry.Eligible || res.KeysDeleted == 0 || res.AuditFile == "" {
+		t.Fatalf("run result %+v after dry run %+v", res, dry)
+	}
+	if _, err := os.Stat(res.AuditFile); err != nil {
+		t.Fatalf("audit file: %v", err)
+	}
+	if out := h.mustRun("audit", "verify", filepath.Join(h.dbPath, "purge_audit")); !strings.Contains(out, "2 of 2 sealed audit files verify") {
+		t.Fatalf("verify output: %s", out)
+	}
+}
+
+func TestRetentionRunRefusedWhileDisabled(t *testing.T) {
+	h := newHarness(t, "PROGRESSDB_RETENTION_ENABLED=false")
+	code, _, errOut := h.run("retention", "run")
+	if code != exitFailed || !strings.Contains(errOut, "PROGRESSDB_RETENTION_ENABLED") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if code, _, _ := h.run("retention", "run", "--dry-run"); code != exitOK {
+		t.Fatalf("dry run while disabled: exit %d", code)
+	}
+}
+
+func TestRetentionRunExits75WhenTheLeaseIsHeld(t *testing.T) {
+	h := newHarness(t)
+	h.seedDue()
+	lease, err := retention.AcquireLease(context.Background(), retention.LeaseConfig{
+		Path: filepath.Join(h.dbPath, "purge_audit", "retention.lock"), TTL: time.Minute,
+		Owner: "elsewhere/1/x", Host: "elsewhere", PID: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release()
+	code, _, errOut := h.run("retention", "run")
+	if code != exitLeaseHeld || !strings.Contains(errOut, "elsewhere/1/x") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// A server holds the database: the command says so at once and exits 1.
+// Pebble's lock is per process, so the holder is a real child process.
+func TestRetentionRunWhileAServerHoldsTheDatabase(t *testing.T) {
+	if os.Getenv("PROGRESSDB_CLI_HOLD_DB") != "" {
+		st, err := store.Open(os.Getenv("PROGRESSDB_CLI_HOLD_DB"), store.Options{})
+		if err != nil {
+			os.Exit(3)
+		}
+		defer st.Close()
+		os.Stdout.WriteString("open\n")
+		time.Sleep(time.Minute) // killed by the parent
+		return
+	}
+	h := newHarness(t)
+	h.seedDue()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRetentionRunWhileAServerHoldsTheDatabase$")
+	cmd.Env = append(os.Environ(), "PROGRESSDB_CLI_HOLD_DB="+h.dbPath)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	buf := make([]byte, 5)
+	if _, err := stdout.Read(buf); err != nil || string(buf) != "open\n" {
+		t.Fatalf("child did not open the store: %q %v", buf, err)
+	}
+
+	start := time.Now()
+	code, _, errOut := h.run("retention", "run")
+	if code != exitFailed || !strings.Contains(errOut, "running server") || !strings.Contains(errOut, "/admin/retention/run") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if time.Since(start) > 30*time.Second {
+		t.Fatalf("the command waited for the database instead of failing at once")
+	}
+	// Status reads only files, so it works while the server runs.
+	if out := h.mustRun("retention", "status", "--json"); !strings.Contains(out, `"enabled": true`) {
+		t.Fatalf("status: %s", out)
+	}
+}
+
+func TestInvalidConfigurationExits2WithOneLine(t *testing.T) {
+	for _, args := range [][]string{{"config", "check"}, {"serve"}, {"retention", "run"}, {"retention", "status"}} {
+		h := newHarness(t, "PROGRESSDB_RETENTION_PERIOD=5m")
+		code, _, errOut := h.run(args...)
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		if code != exitUsage || len(lines) != 1 || !strings.Contains(errOut, "PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+}
+
+func TestServeRefusesAnUnwritableAuditFolder(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, "PROGRESSDB_RETENTION_AUDIT_PATH="+filepath.Join(notDir, "audit"), "PROGRESSDB_ADDR=127.0.0.1:0")
+	code, _, errOut := h.run("serve")
+	if code != exitUsage || !strings.Contains(errOut, "PROGRESSDB_RETENTION_AUDIT_PATH") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestConfigCheckRedactsSecrets(t *testing.T) {
+	h := newHarness(t, "PROGRESSDB_ADMIN_TOKEN=hunter2-admin", "PROGRESSDB_API_KEY=hunter2-key")
+	out := h.mustRun("config", "check")
+	if strings.Contains(out, "hunter2") || !strings.Contains(out, "PROGRESSDB_ADMIN_TOKEN=<redacted>") {
+		t.Fatalf("config check output:\n%s", out)
+	}
+}
+
+func TestAuditVerifyFailsOnATamperedFileNamingFileAndLine(t *testing.T) {
+	h := newHarness(t)
+	h.seedDue()
+	var res retention.Result
+	if err := json.Unmarshal([]byte(h.mustRun("retention", "run", "--json")), &res); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(res.AuditFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	lines[1] = bytes.Replace(lines[1], []byte(`"purged"`), []byte(`"failed"`), 1)
+	if err := os.WriteFile(res.AuditFile, bytes.Join(lines, nil), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := h.run("audit", "verify", filepath.Join(h.dbPath, "purge_audit"), "--json")
+	if code != exitFailed || !strings.Contains(out, filepath.Base(res.AuditFile)) || !strings.Contains(out, `"line": 2`) {
+		t.Fatalf("exit %d, output %s", code, out)
+	}
+}
+
+func TestUnknownCommandIsAUsageError(t *testing.T) {
+	h := newHarness(t)
+	if code, _, errOut := h.run("frobnicate"); code != exitUsage || !strings.Contains(errOut, "usage") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
