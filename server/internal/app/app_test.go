@@ -3,11 +3,11 @@ package app
 import (
 	"context"
 	"errors"
-	"os"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
