@@ -380,7 +380,9 @@ func TestLeaseRenewFailsWhenUnwritable(t *testing.T) {
 func TestLeaseHeartbeat(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "retention.lock")
 	cfg := leaseConfig(path, "me", "host-a", time.Now)
-	cfg.TTL = 300 * time.Millisecond
+	// Short enough to see several renewals, long enough (500ms of slack
+	// between a renewal and the deadline) for a loaded machine's fsyncs.
+	cfg.TTL = 1500 * time.Millisecond
 	l := mustAcquireLease(t, cfg)
 	first := l.Info().RenewedAt
 
