@@ -265,7 +265,10 @@ func (p *proc) stop(t testing.TB) int {
 }
 
 func (p *proc) String() string {
-	return "progressdb " + strings.Join(p.args[1:], " ")
+	if p.args[0] == binary {
+		return "progressdb " + strings.Join(p.args[1:], " ")
+	}
+	return strings.Join(p.args, " ")
 }
 
 // output is the process's output, for failure messages.
