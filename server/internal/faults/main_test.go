@@ -323,6 +323,12 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// sleepUntil waits for an instant: retention decides by the clock, and a
+// deletion falls due only once its period has passed.
+func sleepUntil(at time.Time) {
+	time.Sleep(time.Until(at))
+}
+
 // findings reports failures of one kind: the first few, then a count, so
 // that a broken invariant does not print a line per key.
 type findings struct {
