@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,7 +88,22 @@ func New(opts Options) (http.Handler, error) {
 
 	mux := http.NewServeMux()
 	s.register(mux)
-	return s.instrument(mux), nil
+	return s.instrument(s.canonicalPaths(mux)), nil
+}
+
+// canonicalPaths answers 400 to a path with an empty, "." or ".." segment.
+// The mux would redirect such a path to its cleaned form, which names
+// another resource: an empty thread ID in /v1/threads//messages would
+// become thread "messages".
+func (s *server) canonicalPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p != "/" && path.Clean(p) != p {
+			s.fail(w, r, badRequest("invalid path %q: empty, \".\" or \"..\" segment; ids must match %s",
+				p, "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // handlerFunc is a handler that reports failure by returning an error; the
