@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/robfig/cron/v3"
 )
@@ -21,6 +22,7 @@ func (c Config) validate(vars map[string]string) error {
 	checks := []func(map[string]string) *Error{
 		c.validateLogging,
 		c.validateAddr,
+		c.validateSecrets,
 		c.Retention.validatePeriods,
 		c.Retention.validateCron,
 		c.Retention.validateBatches,
@@ -28,6 +30,24 @@ func (c Config) validate(vars map[string]string) error {
 	for _, check := range checks {
 		if err := check(vars); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// validateSecrets refuses bearer secrets that no Authorization header can
+// present: a control character (a stray "\r" or "\n" from a file) cannot
+// be sent, and the server trims the spaces around a presented token, so
+// either would lock clients out without a word. The value is not shown.
+func (c Config) validateSecrets(map[string]string) *Error {
+	secrets := []struct{ name, value string }{
+		{VarAdminToken, c.AdminToken},
+		{VarAPIKey, c.APIKey},
+	}
+	for _, s := range secrets {
+		if strings.TrimSpace(s.value) != s.value || strings.IndexFunc(s.value, unicode.IsControl) >= 0 {
+			return &Error{s.name, "<redacted>", "must not contain control characters or begin or end with a space: " +
+				"no Authorization header could carry it"}
 		}
 	}
 	return nil
