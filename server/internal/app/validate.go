@@ -23,10 +23,14 @@ func (e *StartupError) Error() string {
 
 func (e *StartupError) Unwrap() error { return e.Err }
 
-// Validate checks what config.Load cannot: with retention enabled, the audit
-// folder must be creatable and writable, because a run that cannot write its
+// Validate checks what config.Load cannot: the database path must be a
+// folder (or creatable as one); with retention enabled, the audit folder
+// must be creatable and writable, because a run that cannot write its
 // audit deletes nothing (better to refuse at startup than to fail every run).
 func Validate(cfg config.Config) error {
+	if err := checkDir(cfg.DBPath); err != nil {
+		return &StartupError{Var: "PROGRESSDB_DB_PATH", Value: cfg.DBPath, Rule: "must be a folder", Err: err}
+	}
 	if !cfg.Retention.Enabled {
 		return nil
 	}
@@ -39,6 +43,11 @@ func Validate(cfg config.Config) error {
 			Rule: "its folder must be writable", Err: err}
 	}
 	return nil
+}
+
+// checkDir makes sure dir is a folder, creating it when missing.
+func checkDir(dir string) error {
+	return os.MkdirAll(dir, 0o750)
 }
 
 func checkWritableDir(dir string) error {

@@ -76,10 +76,13 @@ func (e env) loadConfig() (config.Config, bool) {
 }
 
 // logger builds the configured logger; commands close it when done.
+// config.Load has checked the level, the format and the sink's syntax, so
+// what can still fail is opening the sink's file.
 func (e env) logger(cfg config.Config) (*slog.Logger, io.Closer, bool) {
 	l, c, err := logging.New(logging.Options{Level: cfg.LogLevel, Format: cfg.LogFormat, Sink: cfg.LogSink, Stderr: e.stderr})
 	if err != nil {
-		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
+		cerr := &config.Error{Var: config.VarLogSink, Value: cfg.LogSink, Rule: "must be stderr or a writable file:<path>: " + err.Error()}
+		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", cerr)
 		return nil, nil, false
 	}
 	return l, c, true

@@ -1,18 +1,38 @@
 package cli
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+
+	"github.com/progressdb/progressdb/server/internal/app"
 )
 
 // configCheck validates the environment and prints the effective
-// configuration with secrets redacted.
+// configuration with secrets redacted. It refuses what serve would refuse
+// at startup, with the same one-line message and exit status 2, so it runs
+// the same checks: the log sink is opened and the folders serve needs are
+// created if missing and checked writable.
 func (e env) configCheck(args []string) int {
 	if !e.parseFlags(flag.NewFlagSet("config check", flag.ContinueOnError), args, false) {
 		return exitUsage
 	}
 	cfg, ok := e.loadConfig()
 	if !ok {
+		return exitUsage
+	}
+	_, closer, ok := e.logger(cfg)
+	if !ok {
+		return exitUsage
+	}
+	closer.Close()
+	if err := app.Validate(cfg); err != nil {
+		var verr *app.StartupError
+		if !errors.As(err, &verr) {
+			fmt.Fprintf(e.stderr, "progressdb config check: %v\n", err)
+			return exitFailed
+		}
+		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
 		return exitUsage
 	}
 	for _, kv := range cfg.Redacted() {
