@@ -20,16 +20,17 @@ import (
 const (
 	b4Writers  = 4
 	b4Warmup   = 500 * time.Millisecond
-	b4Baseline = 3 * time.Second
+	b4Baseline = 2 * time.Second
 	b4Live     = 1000
 )
 
 // b4Cell is one pacing of the grid.
 type b4Cell struct {
-	p                   pacing
-	runs                []time.Duration
-	keys                int64
-	p50, p99, ops, errs []float64
+	p                    pacing
+	runs                 []time.Duration
+	keys                 int64
+	p50, p99, ops, errs  []float64
+	flushes, compactions []float64 // Pebble's, during the run
 }
 
 func runB4(ctx context.Context, b *bench) (*section, error) {
@@ -80,11 +81,13 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 	bp99 := median(base.p99)
 	t := table{
 		caption: "Whole purge, production defaults, against no run:",
-		header:  []string{"Variant", "Keys", "Run time", "Write p50", "Write p99", "p99 / no-run p99", "Writes measured"},
+		header: []string{"Variant", "Keys", "Run time", "Write p50", "Write p99", "p99 / no-run p99", "Writes measured",
+			"Pebble flushes / compactions"},
 	}
-	t.add("no run", "–", "–", spread(base.p50, fmtDurF), spread(base.p99, fmtDurF), "1×", fmt.Sprintf("%.0f", median(base.ops)))
+	t.add("no run", "–", "–", spread(base.p50, fmtDurF), spread(base.p99, fmtDurF), "1×", fmt.Sprintf("%.0f", median(base.ops)), "–")
 	t.add("run, "+def.p.String(), count(def.keys), spread(durs(def.runs), fmtDurF), spread(def.p50, fmtDurF),
-		spread(def.p99, fmtDurF), fmtRatio(median(def.p99)/bp99), fmt.Sprintf("%.0f", median(def.ops)))
+		spread(def.p99, fmtDurF), fmtRatio(median(def.p99)/bp99), fmt.Sprintf("%.0f", median(def.ops)),
+		fmt.Sprintf("%.0f / %.0f", median(def.flushes), median(def.compactions)))
 	sec.tables = append(sec.tables, t)
 	ratio := median(def.p99) / bp99
 	sec.addTarget("write p99 during a run (default pacing) vs no run", "≤ 2×",
@@ -93,14 +96,14 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 		sec.notes = append(sec.notes, fmt.Sprintf("⚠ %.0f writes failed.", errs))
 	}
 
-	// The grid, on a quarter of the eligible threads (MAX_ITEMS), so that
+	// The grid, on an eighth of the eligible threads (MAX_ITEMS), so that
 	// slow pacings finish in reasonable time.
-	quarter := max(e/4, 1)
-	gridKeys := int64(quarter) * ps[0].keys()
+	gridItems := max(e/8, 1)
+	gridKeys := int64(gridItems) * ps[0].keys()
 	var cells []*b4Cell
 	for _, bs := range []int{250, 1000, 4000} {
 		for _, pause := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond} {
-			cells = append(cells, &b4Cell{p: pacing{batchSize: bs, pause: pause, pauseSet: true, maxItems: quarter}})
+			cells = append(cells, &b4Cell{p: pacing{batchSize: bs, pause: pause, pauseSet: true, maxItems: gridItems}})
 		}
 	}
 	greps := b.reps(3)
@@ -115,7 +118,7 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 	}
 	gt := table{
 		caption: fmt.Sprintf("Grid: each run purges %d threads (MAX_ITEMS, about %s keys); the no-run p99 is %s.",
-			quarter, count(gridKeys), fmtDurF(bp99)),
+			gridItems, count(gridKeys), fmtDurF(bp99)),
 		header: []string{"BATCH_SIZE", "BATCH_PAUSE", "Run time", "Keys/s", "Write p50", "Write p99", "p99 / no-run p99"},
 	}
 	for _, c := range cells {
@@ -202,11 +205,15 @@ func b4Measure(ctx context.Context, sd *seeded, live []string, p *pacing, c *b4C
 	} else {
 		runner, _, err := newRunner(f, *p)
 		if err == nil {
+			m0 := f.db().Metrics()
 			var res retention.Result
 			var el time.Duration
 			res, el, err = runOnce(ctx, runner)
+			m1 := f.db().Metrics()
 			c.runs = append(c.runs, el)
 			c.keys = res.KeysDeleted
+			c.flushes = append(c.flushes, float64(m1.Flush.Count-m0.Flush.Count))
+			c.compactions = append(c.compactions, float64(m1.Compact.Count-m0.Compact.Count))
 		}
 		runErr = err
 	}

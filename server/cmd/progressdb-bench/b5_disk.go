@@ -15,7 +15,7 @@ import (
 
 func runB5(ctx context.Context, b *bench) (*section, error) {
 	sec := &section{}
-	e := b.scaled(200, 4)
+	e := b.scaled(1000, 4)
 	const m, v = 200, 3
 	ps := threadsOf("b5", 0, 2*e, m, v, 2)
 	sec.setup = append(sec.setup,
