@@ -31,6 +31,7 @@ type b4Cell struct {
 	keys                 int64
 	p50, p99, ops, errs  []float64
 	flushes, compactions []float64 // Pebble's, during the run
+	sched99              []float64 // Go scheduling latency p99 over the window
 }
 
 func runB4(ctx context.Context, b *bench) (*section, error) {
@@ -82,12 +83,13 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 	t := table{
 		caption: "Whole purge, production defaults, against no run:",
 		header: []string{"Variant", "Keys", "Run time", "Write p50", "Write p99", "p99 / no-run p99", "Writes measured",
-			"Pebble flushes / compactions"},
+			"Go scheduling p99", "Pebble flushes / compactions"},
 	}
-	t.add("no run", "–", "–", spread(base.p50, fmtDurF), spread(base.p99, fmtDurF), "1×", fmt.Sprintf("%.0f", median(base.ops)), "–")
+	t.add("no run", "–", "–", spread(base.p50, fmtDurF), spread(base.p99, fmtDurF), "1×", fmt.Sprintf("%.0f", median(base.ops)),
+		fmtDurF(median(base.sched99)), "–")
 	t.add("run, "+def.p.String(), count(def.keys), spread(durs(def.runs), fmtDurF), spread(def.p50, fmtDurF),
 		spread(def.p99, fmtDurF), fmtRatio(median(def.p99)/bp99), fmt.Sprintf("%.0f", median(def.ops)),
-		fmt.Sprintf("%.0f / %.0f", median(def.flushes), median(def.compactions)))
+		fmtDurF(median(def.sched99)), fmt.Sprintf("%.0f / %.0f", median(def.flushes), median(def.compactions)))
 	sec.tables = append(sec.tables, t)
 	ratio := median(def.p99) / bp99
 	sec.addTarget("write p99 during a run (default pacing) vs no run", "≤ 2×",
@@ -119,12 +121,13 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 	gt := table{
 		caption: fmt.Sprintf("Grid: each run purges %d threads (MAX_ITEMS, about %s keys); the no-run p99 is %s.",
 			gridItems, count(gridKeys), fmtDurF(bp99)),
-		header: []string{"BATCH_SIZE", "BATCH_PAUSE", "Run time", "Keys/s", "Write p50", "Write p99", "p99 / no-run p99"},
+		header: []string{"BATCH_SIZE", "BATCH_PAUSE", "Run time", "Keys/s", "Write p50", "Write p99", "p99 / no-run p99",
+			"Go scheduling p99"},
 	}
 	for _, c := range cells {
 		rt := medianDur(c.runs)
 		gt.add(fmt.Sprint(c.p.batchSize), fmtPause(c.p.pause), spread(durs(c.runs), fmtDurF), fmtRate(rate(c.keys, rt)),
-			spread(c.p50, fmtDurF), spread(c.p99, fmtDurF), fmtRatio(median(c.p99)/bp99))
+			spread(c.p50, fmtDurF), spread(c.p99, fmtDurF), fmtRatio(median(c.p99)/bp99), fmtDurF(median(c.sched99)))
 	}
 	sec.tables = append(sec.tables, gt)
 	sec.notes = append(sec.notes, b4Recommend(cells, bp99))
@@ -196,6 +199,7 @@ func b4Measure(ctx context.Context, sd *seeded, live []string, p *pacing, c *b4C
 	case <-time.After(b4Warmup):
 	}
 	w.record(true)
+	s0 := readSched()
 	var runErr error
 	if p == nil {
 		select {
@@ -218,6 +222,7 @@ func b4Measure(ctx context.Context, sd *seeded, live []string, p *pacing, c *b4C
 		runErr = err
 	}
 	w.record(false)
+	s1 := readSched()
 	lat, errs := w.stop()
 	if runErr != nil {
 		return runErr
@@ -233,6 +238,7 @@ func b4Measure(ctx context.Context, sd *seeded, live []string, p *pacing, c *b4C
 	c.p99 = append(c.p99, float64(percentile(lat, 99)))
 	c.ops = append(c.ops, float64(len(lat)))
 	c.errs = append(c.errs, float64(errs))
+	c.sched99 = append(c.sched99, float64(schedPercentile(s0, s1, 99)))
 	return nil
 }
 
