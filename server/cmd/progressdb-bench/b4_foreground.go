@@ -44,7 +44,10 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 		fmt.Sprintf("%d eligible threads of %d messages with %d versions (%s keys to purge) and %d live threads of 10 messages. "+
 			"%d writers in a closed loop call `store.AppendMessage` (a synced write, as in production) on random live threads. "+
 			"Latencies count the writes that start while the run is going (after %s of warm-up); the no-run "+
-			"baseline records the same writers for %s on an identical checkpoint. Baseline and run repetitions alternate.",
+			"baseline records the same writers for %s on an identical checkpoint. Baseline and run repetitions alternate. "+
+			"A third variant, not a target, deletes the same keys with no reads and no pacing, to show what the "+
+			"delete rate alone does to the writers. Go scheduling p99 is the 99th percentile of the time goroutines "+
+			"of this process waited to run (`/sched/latencies:seconds`) over the same window.",
 			e, m, v, count(planKeys(ps, true)), b4Live, b4Writers, b4Warmup, b4Baseline))
 
 	sd, err := openSeeded(b.dir("b4"))
@@ -59,6 +62,7 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 	if err := sd.settle(ctx); err != nil {
 		return sec, err
 	}
+	eligible := eligibleIDs(ps)
 	liveIDs := make([]string, len(live))
 	for i, p := range live {
 		liveIDs[i] = p.id
@@ -68,16 +72,22 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 	reps := b.reps(3)
 	base := &b4Cell{}
 	def := &b4Cell{p: pacing{}}
+	blind := &b4Cell{}
 	for i := range reps {
-		if err := b4Measure(ctx, sd, liveIDs, nil, base); err != nil {
+		if err := b4Measure(ctx, sd, liveIDs, eligible, b4NoRun, base); err != nil {
 			return sec, err
 		}
 		b.logf("B4 no run: rep %d/%d: p50 %s p99 %s (%.0f writes)", i+1, reps, fmtDurF(last(base.p50)), fmtDurF(last(base.p99)), last(base.ops))
-		if err := b4Measure(ctx, sd, liveIDs, &def.p, def); err != nil {
+		if err := b4Measure(ctx, sd, liveIDs, eligible, b4Runner, def); err != nil {
 			return sec, err
 		}
 		b.logf("B4 default pacing: rep %d/%d: %s keys in %s, p50 %s p99 %s (%.0f writes)", i+1, reps, count(def.keys),
 			fmtDur(def.runs[len(def.runs)-1]), fmtDurF(last(def.p50)), fmtDurF(last(def.p99)), last(def.ops))
+		if err := b4Measure(ctx, sd, liveIDs, eligible, b4Blind, blind); err != nil {
+			return sec, err
+		}
+		b.logf("B4 unpaced blind deletes: rep %d/%d: %s keys in %s, p50 %s p99 %s (%.0f writes)", i+1, reps, count(blind.keys),
+			fmtDur(blind.runs[len(blind.runs)-1]), fmtDurF(last(blind.p50)), fmtDurF(last(blind.p99)), last(blind.ops))
 	}
 	bp99 := median(base.p99)
 	t := table{
@@ -85,11 +95,15 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 		header: []string{"Variant", "Keys", "Run time", "Write p50", "Write p99", "p99 / no-run p99", "Writes measured",
 			"Go scheduling p99", "Pebble flushes / compactions"},
 	}
-	t.add("no run", "–", "–", spread(base.p50, fmtDurF), spread(base.p99, fmtDurF), "1×", fmt.Sprintf("%.0f", median(base.ops)),
-		fmtDurF(median(base.sched99)), "–")
-	t.add("run, "+def.p.String(), count(def.keys), spread(durs(def.runs), fmtDurF), spread(def.p50, fmtDurF),
-		spread(def.p99, fmtDurF), fmtRatio(median(def.p99)/bp99), fmt.Sprintf("%.0f", median(def.ops)),
-		fmtDurF(median(def.sched99)), fmt.Sprintf("%.0f / %.0f", median(def.flushes), median(def.compactions)))
+	row := func(name, keys, runs string, c *b4Cell) {
+		t.add(name, keys, runs, spread(c.p50, fmtDurF), spread(c.p99, fmtDurF), fmtRatio(median(c.p99)/bp99),
+			fmt.Sprintf("%.0f", median(c.ops)), fmtDurF(median(c.sched99)),
+			fmt.Sprintf("%.0f / %.0f", median(c.flushes), median(c.compactions)))
+	}
+	row("no run", "–", "–", base)
+	row("run, "+def.p.String(), count(def.keys), spread(durs(def.runs), fmtDurF), def)
+	row("not a target: the same keys, collected first, deleted unpaced in batches of 1000 (no reads)",
+		count(blind.keys), spread(durs(blind.runs), fmtDurF), blind)
 	sec.tables = append(sec.tables, t)
 	ratio := median(def.p99) / bp99
 	sec.addTarget("write p99 during a run (default pacing) vs no run", "≤ 2×",
@@ -111,7 +125,7 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 	greps := b.reps(3)
 	for i := range greps {
 		for _, c := range cells {
-			if err := b4Measure(ctx, sd, liveIDs, &c.p, c); err != nil {
+			if err := b4Measure(ctx, sd, liveIDs, eligible, b4Runner, c); err != nil {
 				return sec, err
 			}
 			b.logf("B4 grid %s: rep %d/%d: %s keys in %s, p50 %s p99 %s", c.p, i+1, greps, count(c.keys),
@@ -185,14 +199,29 @@ func b4Recommend(cells []*b4Cell, bp99 float64) string {
 	}
 }
 
-// b4Measure runs the writers on a fresh checkpoint, with a run of pacing p
-// (none when p is nil), and appends the figures to c.
-func b4Measure(ctx context.Context, sd *seeded, live []string, p *pacing, c *b4Cell) error {
+// b4Mode is what runs beside the writers.
+type b4Mode int
+
+const (
+	b4NoRun  b4Mode = iota // nothing: the baseline
+	b4Runner               // a retention run with the cell's pacing
+	b4Blind                // the eligible keys, collected first, deleted unpaced in batches of 1000
+)
+
+// b4Measure runs the writers on a fresh checkpoint beside mode and appends
+// the figures to c.
+func b4Measure(ctx context.Context, sd *seeded, live, eligible []string, mode b4Mode, c *b4Cell) error {
 	f, err := sd.fork("w")
 	if err != nil {
 		return err
 	}
 	defer f.close()
+	var keys [][]byte
+	if mode == b4Blind {
+		if keys, err = threadKeySet(ctx, f.db(), eligible); err != nil {
+			return err
+		}
+	}
 	w := startWriters(ctx, f.st, live, b4Writers)
 	select {
 	case <-ctx.Done():
@@ -200,27 +229,31 @@ func b4Measure(ctx context.Context, sd *seeded, live []string, p *pacing, c *b4C
 	}
 	w.record(true)
 	s0 := readSched()
+	m0 := f.db().Metrics()
 	var runErr error
-	if p == nil {
+	switch mode {
+	case b4NoRun:
 		select {
 		case <-ctx.Done():
 		case <-time.After(b4Baseline):
 		}
-	} else {
-		runner, _, err := newRunner(f, *p)
+	case b4Runner:
+		runner, _, err := newRunner(f, c.p)
 		if err == nil {
-			m0 := f.db().Metrics()
 			var res retention.Result
 			var el time.Duration
 			res, el, err = runOnce(ctx, runner)
-			m1 := f.db().Metrics()
 			c.runs = append(c.runs, el)
 			c.keys = res.KeysDeleted
-			c.flushes = append(c.flushes, float64(m1.Flush.Count-m0.Flush.Count))
-			c.compactions = append(c.compactions, float64(m1.Compact.Count-m0.Compact.Count))
 		}
 		runErr = err
+	case b4Blind:
+		el, err := deleteBatched(f.db(), keys, 1000)
+		c.runs = append(c.runs, el)
+		c.keys = int64(len(keys))
+		runErr = err
 	}
+	m1 := f.db().Metrics()
 	w.record(false)
 	s1 := readSched()
 	lat, errs := w.stop()
@@ -239,6 +272,8 @@ func b4Measure(ctx context.Context, sd *seeded, live []string, p *pacing, c *b4C
 	c.ops = append(c.ops, float64(len(lat)))
 	c.errs = append(c.errs, float64(errs))
 	c.sched99 = append(c.sched99, float64(schedPercentile(s0, s1, 99)))
+	c.flushes = append(c.flushes, float64(m1.Flush.Count-m0.Flush.Count))
+	c.compactions = append(c.compactions, float64(m1.Compact.Count-m0.Compact.Count))
 	return nil
 }
 
