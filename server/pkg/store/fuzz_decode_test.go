@@ -33,7 +33,7 @@ import (
 // builders, live in package store.
 func FuzzDecodeRecords(f *testing.F) {
 	for _, seed := range []struct {
-		thread, message string
+		thread, message  string
 		deleted, rebuild bool
 	}{
 		{`{"id":"T","title":"x","deleted":true,"deleted_ts":1}`, `{"id":"M","thread":"T","deleted":true,"deleted_ts":1}`, true, false},
