@@ -1,6 +1,8 @@
 package store
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -14,9 +16,12 @@ import (
 type Bulk struct {
 	s      *Store
 	b      *pebble.Batch
-	key    []byte // reused key buffer; batches copy what they are given
-	err    error  // first failure, or errBulkClosed; later calls return it
+	err    error // first failure, or errBulkClosed; later calls return it
 	closed bool
+
+	// Scratch buffers, reused: batches copy what they are given.
+	key, val []byte
+	body     bytes.Buffer
 }
 
 // A batch is committed once it holds this many keys or bytes.
@@ -38,12 +43,9 @@ func (b *Bulk) PutThread(t Thread) error {
 	if err := ValidateID(t.ID); err != nil {
 		return err
 	}
-	v, err := encode(t)
-	if err != nil {
-		return err
-	}
 	b.key = append(appendThreadPrefix(b.key[:0], t.ID), metaSuffix...)
-	_ = b.b.Set(b.key, v, nil)
+	b.val = appendThreadJSON(b.val[:0], t)
+	_ = b.b.Set(b.key, b.val, nil)
 	if t.Deleted {
 		b.key = appendDeletionKey(b.key[:0], KindThread, indexTS(t.DeletedTS), t.ID)
 		_ = b.b.Set(b.key, nil, nil)
@@ -78,15 +80,16 @@ func (b *Bulk) PutMessage(versions []Message) error {
 			return fmt.Errorf("%w: message %s: version %d after %d", ErrInvalidArgument, mid, m.Version, prev)
 		}
 		prev = m.Version
-		if len(m.Body) == 0 {
-			m.Body = nullBody
-		}
-		v, err := encode(m)
-		if err != nil {
-			return err
+		if len(m.Body) > 0 {
+			b.body.Reset()
+			if err := json.Compact(&b.body, m.Body); err != nil {
+				return fmt.Errorf("%w: message %s version %d: body is not valid JSON", ErrInvalidArgument, mid, m.Version)
+			}
+			m.Body = b.body.Bytes()
 		}
 		b.key = appendVersionKey(b.key[:0], mid, m.Version)
-		_ = b.b.Set(b.key, v, nil)
+		b.val = appendMessageJSON(b.val[:0], m)
+		_ = b.b.Set(b.key, b.val, nil)
 	}
 	b.key = appendLogKey(b.key[:0], tid, versions[0].TS, mid)
 	_ = b.b.Set(b.key, []byte(mid), nil)

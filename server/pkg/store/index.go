@@ -144,7 +144,7 @@ func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
 				return w.count, err
 			}
 		case len(rest) > len(logSuffix) && string(rest[:len(logSuffix)]) == logSuffix:
-			_, mid, ok := parseTimeID(rest[len(logSuffix):])
+			_, mid, ok := parseLogSuffix(rest[len(logSuffix):])
 			if !ok {
 				continue
 			}
@@ -249,10 +249,7 @@ func (s *Store) stampThread(tid string, ts int64) error {
 	_ = b.Delete(deletionKey(KindThread, indexTS(t.DeletedTS), tid), nil)
 	_ = b.Set(deletionKey(KindThread, ts, tid), nil, nil)
 	t.DeletedTS = ts
-	if err := s.writeThread(b, t); err != nil {
-		b.Close()
-		return err
-	}
+	writeThread(b, t)
 	if err := commitSync(b); err != nil {
 		return fmt.Errorf("stamp thread %s: %w", tid, err)
 	}
@@ -273,10 +270,7 @@ func (s *Store) stampMessage(tid, mid string, ts int64) error {
 	_ = b.Delete(deletionKey(KindMessage, indexTS(m.DeletedTS), mid), nil)
 	_ = b.Set(deletionKey(KindMessage, ts, mid), []byte(tid), nil)
 	m.DeletedTS = ts
-	if err := putVersion(b, m); err != nil {
-		b.Close()
-		return err
-	}
+	putVersion(b, m)
 	if err := commitSync(b); err != nil {
 		return fmt.Errorf("stamp message %s: %w", mid, err)
 	}

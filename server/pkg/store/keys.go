@@ -105,9 +105,10 @@ func logKey(tid string, created int64, mid string) []byte {
 	return appendLogKey(nil, tid, created, mid)
 }
 
-// parseTimeID splits "<ts 20d>:<id>": the tail of log keys (also the
-// ListMessages cursor) and of deletion index keys.
-func parseTimeID(b []byte) (ts int64, id string, ok bool) {
+// parseLogSuffix splits "<ts 20d>:<id>", the tail of a log key after
+// thread:<tid>:log: (also the ListMessages cursor). Deletion index keys end
+// the same way.
+func parseLogSuffix(b []byte) (ts int64, id string, ok bool) {
 	if len(b) < padWidth+2 || b[padWidth] != ':' {
 		return 0, "", false
 	}
@@ -208,7 +209,7 @@ func parseDeletionKey(kind ItemKind, key []byte) (ts int64, id string, ok bool) 
 	if !bytes.HasPrefix(key, p) {
 		return 0, "", false
 	}
-	ts, id, ok = parseTimeID(key[len(p):])
+	ts, id, ok = parseLogSuffix(key[len(p):])
 	return ts, id, ok
 }
 

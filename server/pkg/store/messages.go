@@ -11,16 +11,6 @@ import (
 // nullBody is the body of tombstones and of messages sent without one.
 var nullBody = json.RawMessage("null")
 
-func checkBody(body json.RawMessage) (json.RawMessage, error) {
-	if len(body) == 0 {
-		return nullBody, nil
-	}
-	if !json.Valid(body) {
-		return nil, fmt.Errorf("%w: body is not valid JSON", ErrInvalidArgument)
-	}
-	return body, nil
-}
-
 func validateIDs(ids ...string) error {
 	for _, id := range ids {
 		if err := ValidateID(id); err != nil {
@@ -61,12 +51,8 @@ func (s *Store) liveThread(tid string) (Thread, error) {
 	return t, nil
 }
 
-func putVersion(b *pebble.Batch, m Message) error {
-	v, err := encode(m)
-	if err != nil {
-		return err
-	}
-	return b.Set(versionKey(m.ID, m.Version), v, nil)
+func putVersion(b *pebble.Batch, m Message) {
+	_ = b.Set(versionKey(m.ID, m.Version), appendMessageJSON(nil, m), nil)
 }
 
 // AppendMessage adds a message (version 1) to a live thread. m.ID may be
@@ -82,7 +68,7 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 	if err := validateIDs(tid, m.ID); err != nil {
 		return Message{}, err
 	}
-	body, err := checkBody(m.Body)
+	body, err := compactBody(m.Body)
 	if err != nil {
 		return Message{}, err
 	}
@@ -111,10 +97,7 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 	now := s.now().UnixNano()
 	msg := Message{ID: m.ID, Thread: tid, Author: m.Author, Body: body, TS: now, Version: 1}
 	b := s.db.NewBatch()
-	if err := putVersion(b, msg); err != nil {
-		b.Close()
-		return Message{}, err
-	}
+	putVersion(b, msg)
 	_ = b.Set(logKey(tid, now, msg.ID), []byte(msg.ID), nil)
 	if err := commitSync(b); err != nil {
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
@@ -142,7 +125,7 @@ func (s *Store) EditMessage(ctx context.Context, tid, mid string, body json.RawM
 	if err := validateIDs(tid, mid); err != nil {
 		return Message{}, err
 	}
-	body, err := checkBody(body)
+	body, err := compactBody(body)
 	if err != nil {
 		return Message{}, err
 	}
@@ -161,10 +144,7 @@ func (s *Store) EditMessage(ctx context.Context, tid, mid string, body json.RawM
 	m.Body, m.TS = body, s.now().UnixNano()
 	m.Version++
 	b := s.db.NewBatch()
-	if err := putVersion(b, m); err != nil {
-		b.Close()
-		return Message{}, err
-	}
+	putVersion(b, m)
 	if err := commitSync(b); err != nil {
 		return Message{}, fmt.Errorf("edit message %s: %w", mid, err)
 	}
@@ -197,10 +177,7 @@ func (s *Store) DeleteMessage(ctx context.Context, tid, mid string) (Message, er
 	m.Body, m.TS, m.Deleted, m.DeletedTS = nullBody, now, true, now
 	m.Version++
 	b := s.db.NewBatch()
-	if err := putVersion(b, m); err != nil {
-		b.Close()
-		return Message{}, err
-	}
+	putVersion(b, m)
 	_ = b.Set(deletionKey(KindMessage, indexTS(now), mid), []byte(tid), nil)
 	if err := commitSync(b); err != nil {
 		return Message{}, fmt.Errorf("delete message %s: %w", mid, err)
@@ -259,10 +236,7 @@ func (s *Store) RestoreMessage(ctx context.Context, tid, mid string) (Message, e
 	m.Version = tomb.Version + 1
 
 	b := s.db.NewBatch()
-	if err := putVersion(b, m); err != nil {
-		b.Close()
-		return Message{}, err
-	}
+	putVersion(b, m)
 	_ = b.Delete(deletionKey(KindMessage, indexTS(tomb.DeletedTS), mid), nil)
 	if err := commitSync(b); err != nil {
 		return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
@@ -282,7 +256,7 @@ func (s *Store) ListMessages(ctx context.Context, tid string, o ListOptions) ([]
 		return nil, "", err
 	}
 	if o.Cursor != "" {
-		if _, _, ok := parseTimeID([]byte(o.Cursor)); !ok {
+		if _, _, ok := parseLogSuffix([]byte(o.Cursor)); !ok {
 			return nil, "", fmt.Errorf("%w: cursor %q is not one this server returned", ErrInvalidArgument, o.Cursor)
 		}
 	}
@@ -326,7 +300,7 @@ func (s *Store) ListMessages(ctx context.Context, tid string, o ListOptions) ([]
 			}
 		}
 		suffix := logIt.Key()[len(prefix):]
-		_, mid, ok := parseTimeID(suffix)
+		_, mid, ok := parseLogSuffix(suffix)
 		if !ok {
 			continue
 		}

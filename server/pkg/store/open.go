@@ -27,6 +27,11 @@ type Store struct {
 // purges of large threads flush fewer, larger files.
 const memTableSize = 32 << 20
 
+// cacheSize is the block cache. Pebble reserves its memtables out of the
+// cache, so it must be well above twice memTableSize: at 64 MiB nothing was
+// ever cached and every purge seek read its block from disk again.
+const cacheSize = 128 << 20
+
 // Open opens (creating if needed) the database at path. It returns an error
 // wrapping ErrDatabaseLocked when another process has it open. On first open
 // of a database that has never had a deletion index (legacy data), it builds
@@ -39,6 +44,7 @@ func Open(path string, opts Options) (*Store, error) {
 	db, err := pebble.Open(path, &pebble.Options{
 		Logger:       pebbleLogger{opts.Logger},
 		MemTableSize: memTableSize,
+		CacheSize:    cacheSize,
 	})
 	if err != nil {
 		if isLockHeld(err) {

@@ -103,7 +103,7 @@ func parseLogEntry(rest []byte) (created int64, mid string, ok bool) {
 	if len(rest) <= len(logSuffix) || string(rest[:len(logSuffix)]) != logSuffix {
 		return 0, "", false
 	}
-	return parseTimeID(rest[len(logSuffix):])
+	return parseLogSuffix(rest[len(logSuffix):])
 }
 
 // PurgeMessage deletes one message's versions, its log entry and its index
@@ -157,7 +157,7 @@ type purger struct {
 	pending int // data keys in b
 	deleted int // data keys committed
 
-	first, latest []byte // reused key buffers
+	first, last, lastValue []byte // reused buffers
 }
 
 func (s *Store) newPurger(ctx context.Context, opts PurgeOptions) *purger {
@@ -208,76 +208,74 @@ func (p *purger) flush() error {
 	return nil
 }
 
-// message deletes mid's versions, then, in one batch, its oldest and newest
-// versions with its index entry and its log entry (logKey, or computed from
-// the oldest version when nil). Until that batch commits, the two versions
-// those keys are computed from are still there, so the next run finishes an
-// interrupted purge with nothing left behind.
+// message deletes mid's versions, oldest first, then, in one batch, its
+// oldest and newest versions with its index entry and its log entry (logKey,
+// or found from the oldest version when nil). Until that batch commits, the
+// two versions those keys are computed from are still there, so the next
+// run finishes an interrupted purge with nothing left behind. One forward
+// pass: the newest version is known when the iterator runs out.
 func (p *purger) message(r *versionReader, tid, mid string, logKey []byte) error {
 	it := r.bound(mid)
-	if !it.Last() {
+	if !it.First() {
 		if err := it.Error(); err != nil {
 			return err
 		}
-		// No versions left: only the log entry remains, if anything.
-		if logKey != nil {
-			if err := p.room(1); err != nil {
-				return err
-			}
-			p.del(logKey, true)
-		}
-		return nil
+		return p.dropLogEntry(logKey) // versions already gone
 	}
-	p.latest = append(p.latest[:0], it.Key()...)
 	value, err := it.ValueAndErr()
 	if err != nil {
-		return fmt.Errorf("read %s: %w", p.latest, err)
+		return fmt.Errorf("read %s: %w", it.Key(), err)
 	}
-	var indexKey []byte
-	_, version, _ := parseVersionKey(p.latest)
-	switch m, err := decodeMessage(mid, version, value); {
-	case err != nil:
-		indexKey = deletionKey(KindMessage, 0, mid) // where the rebuild put it
-	case m.Thread != tid:
-		// Another thread's message (corrupt log entry): drop only our entry.
-		if logKey != nil {
+	first, firstOK := decodeHead(value)
+	if firstOK && first.Thread != tid {
+		// Another thread's message behind a corrupt log entry: drop only
+		// the entry, which is ours.
+		return p.dropLogEntry(logKey)
+	}
+	if logKey == nil && firstOK {
+		if logKey, err = p.existingLogKey(tid, first.TS, mid); err != nil {
+			return err
+		}
+	}
+	p.first = append(p.first[:0], it.Key()...)
+	p.last = append(p.last[:0], p.first...)
+	p.lastValue = append(p.lastValue[:0], value...)
+	for n := 1; it.Next(); n++ {
+		if n > 1 {
+			// The previous newest is a middle version after all.
 			if err := p.room(1); err != nil {
 				return err
 			}
-			p.del(logKey, true)
+			p.del(p.last, true)
 		}
-		return nil
-	case m.Deleted:
-		indexKey = deletionKey(KindMessage, indexTS(m.DeletedTS), mid)
-	}
-
-	if !it.First() {
-		return it.Error()
-	}
-	p.first = append(p.first[:0], it.Key()...)
-	if logKey == nil {
-		var err error
-		if logKey, err = p.computedLogKey(it, tid, mid); err != nil {
-			return err
+		value, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("read %s: %w", it.Key(), err)
 		}
-	}
-	for valid := it.Next(); valid && string(it.Key()) != string(p.latest); valid = it.Next() {
-		if err := p.room(1); err != nil {
-			return err
-		}
-		p.del(it.Key(), true)
+		p.last = append(p.last[:0], it.Key()...)
+		p.lastValue = append(p.lastValue[:0], value...)
 	}
 	if err := it.Error(); err != nil {
 		return err
 	}
 
+	last, lastOK := first, firstOK
+	if string(p.last) != string(p.first) {
+		last, lastOK = decodeHead(p.lastValue)
+	}
+	var indexKey []byte
+	if !lastOK {
+		indexKey = deletionKey(KindMessage, 0, mid) // where the rebuild put it
+	} else if last.Deleted {
+		indexKey = deletionKey(KindMessage, indexTS(last.DeletedTS), mid)
+	}
 	if err := p.room(4); err != nil {
 		return err
 	}
-	if string(p.first) != string(p.latest) {
+	if string(p.first) != string(p.last) {
 		p.del(p.first, true)
 	}
-	p.del(p.latest, true)
+	p.del(p.last, true)
 	if indexKey != nil {
 		p.del(indexKey, false)
 	}
@@ -287,25 +285,42 @@ func (p *purger) message(r *versionReader, tid, mid string, logKey []byte) error
 	return nil
 }
 
-// computedLogKey finds a message's log entry from its oldest version (the
-// iterator's position), whose ts is the creation time. It returns nil when
-// that version cannot be read or the entry is already gone.
-func (p *purger) computedLogKey(it *pebble.Iterator, tid, mid string) ([]byte, error) {
-	value, err := it.ValueAndErr()
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", it.Key(), err)
+func (p *purger) dropLogEntry(logKey []byte) error {
+	if logKey == nil {
+		return nil
 	}
-	_, version, _ := parseVersionKey(it.Key())
-	first, err := decodeMessage(mid, version, value)
-	if err != nil {
-		return nil, nil
+	if err := p.room(1); err != nil {
+		return err
 	}
-	key := logKey(tid, first.TS, mid)
+	p.del(logKey, true)
+	return nil
+}
+
+// existingLogKey returns the log entry of a message created at created, or
+// nil when it is already gone.
+func (p *purger) existingLogKey(tid string, created int64, mid string) ([]byte, error) {
+	key := logKey(tid, created, mid)
 	found, err := hasKey(p.db, key)
 	if err != nil || !found {
 		return nil, err
 	}
 	return key, nil
+}
+
+// versionHead is the part of a stored version a purge needs.
+type versionHead struct {
+	Thread    string `json:"thread"`
+	TS        int64  `json:"ts"`
+	Deleted   bool   `json:"deleted"`
+	DeletedTS int64  `json:"deleted_ts"`
+}
+
+func decodeHead(data []byte) (versionHead, bool) {
+	var h versionHead
+	if json.Unmarshal(data, &h) != nil || h.Thread == "" {
+		return versionHead{}, false
+	}
+	return h, true
 }
 
 // BeginPurge re-checks, under the thread's lock, that the item is still

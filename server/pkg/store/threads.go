@@ -48,12 +48,8 @@ func (s *Store) purgeStarted(kind ItemKind, id string) (bool, error) {
 	return s.has(purgeKey(kind, id))
 }
 
-func (s *Store) writeThread(b *pebble.Batch, t Thread) error {
-	v, err := encode(t)
-	if err != nil {
-		return err
-	}
-	return b.Set(threadMetaKey(t.ID), v, nil)
+func writeThread(b *pebble.Batch, t Thread) {
+	_ = b.Set(threadMetaKey(t.ID), appendThreadJSON(nil, t), nil)
 }
 
 // CreateThread stores a new thread. t.ID may be empty (generated); ErrExists
@@ -89,10 +85,7 @@ func (s *Store) CreateThread(ctx context.Context, t Thread) (Thread, error) {
 	t.CreatedTS, t.UpdatedTS = now, now
 	t.Deleted, t.DeletedTS = false, 0
 	b := s.db.NewBatch()
-	if err := s.writeThread(b, t); err != nil {
-		b.Close()
-		return Thread{}, err
-	}
+	writeThread(b, t)
 	if err := commitSync(b); err != nil {
 		return Thread{}, fmt.Errorf("create thread %s: %w", t.ID, err)
 	}
@@ -130,10 +123,7 @@ func (s *Store) DeleteThread(ctx context.Context, tid string) (Thread, error) {
 	t.Deleted, t.DeletedTS, t.UpdatedTS = true, now, now
 
 	b := s.db.NewBatch()
-	if err := s.writeThread(b, t); err != nil {
-		b.Close()
-		return Thread{}, err
-	}
+	writeThread(b, t)
 	_ = b.Set(deletionKey(KindThread, indexTS(now), tid), nil, nil)
 	if err := commitSync(b); err != nil {
 		return Thread{}, fmt.Errorf("delete thread %s: %w", tid, err)
@@ -164,10 +154,7 @@ func (s *Store) RestoreThread(ctx context.Context, tid string) (Thread, error) {
 	b := s.db.NewBatch()
 	_ = b.Delete(deletionKey(KindThread, indexTS(t.DeletedTS), tid), nil)
 	t.Deleted, t.DeletedTS, t.UpdatedTS = false, 0, s.now().UnixNano()
-	if err := s.writeThread(b, t); err != nil {
-		b.Close()
-		return Thread{}, err
-	}
+	writeThread(b, t)
 	if err := commitSync(b); err != nil {
 		return Thread{}, fmt.Errorf("restore thread %s: %w", tid, err)
 	}
@@ -196,10 +183,7 @@ func (s *Store) SetLegalHold(ctx context.Context, tid string, hold bool) (Thread
 	}
 	t.LegalHold, t.UpdatedTS = hold, s.now().UnixNano()
 	b := s.db.NewBatch()
-	if err := s.writeThread(b, t); err != nil {
-		b.Close()
-		return Thread{}, err
-	}
+	writeThread(b, t)
 	if err := commitSync(b); err != nil {
 		return Thread{}, fmt.Errorf("legal hold on thread %s: %w", tid, err)
 	}
