@@ -80,7 +80,7 @@ func cleanRunDuration(t *testing.T, spec fixtureSpec) time.Duration {
 }
 
 // crashUntilComplete runs `retention run` on s again and again, killing
-// the first kills runs with SIGKILL at a random instant within window, and
+// the first kills runs with SIGKILL at a random instant (killDelay), and
 // lets the next one complete.
 func crashUntilComplete(t testing.TB, s site, fx *fixture, before dbState, env envVars, kills int,
 	rng *rand.Rand, window time.Duration) *crashLog {
@@ -92,7 +92,7 @@ func crashUntilComplete(t testing.TB, s site, fx *fixture, before dbState, env e
 		}
 		p := startRetention(t, env)
 		if attempt < kills {
-			delay := time.Duration(rng.Int64N(int64(window)))
+			delay := killDelay(rng, window)
 			if killAfter(p, delay) {
 				crashes.killed(t, s, fx, before, fmt.Sprintf("attempt %d, after %s", attempt, delay))
 				continue
@@ -106,6 +106,21 @@ func crashUntilComplete(t testing.TB, s site, fx *fixture, before dbState, env e
 			t.Fatalf("attempt %d: no completed run\n%s", attempt, p.output())
 		}
 		return crashes
+	}
+}
+
+// killDelay draws when to kill a run that takes about window: anywhere in
+// it, with extra weight on the first 50ms (process start, Pebble recovery,
+// sealing abandoned files, the header) and on the last tenth (the last
+// flush, the footer, the rename), where the rarest instants are.
+func killDelay(rng *rand.Rand, window time.Duration) time.Duration {
+	switch rng.IntN(4) {
+	case 0:
+		return time.Duration(rng.Int64N(int64(50 * time.Millisecond)))
+	case 1:
+		return window*9/10 + time.Duration(rng.Int64N(int64(window/5)))
+	default:
+		return time.Duration(rng.Int64N(int64(window)))
 	}
 }
 
