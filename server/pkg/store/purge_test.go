@@ -436,13 +436,14 @@ func TestPurgeLargeThreadInBoundedMemory(t *testing.T) {
 
 	t.Logf("loaded in %v", time.Since(start))
 	start = time.Now()
-	base, peak := liveHeap(s), int64(0)
+	heap := newHeapMeter(s)
+	base, peak := heap.live(), int64(0)
 	batches := 0
 	beginThreadPurge(t, s, "big")
 	n, err := s.PurgeThread(ctx, "big", store.PurgeOptions{BatchSize: 1000, BeforeBatch: func(context.Context) error {
 		batches++
 		if batches%20 == 0 {
-			peak = max(peak, liveHeap(s)-base)
+			peak = max(peak, heap.live()-base)
 		}
 		return nil
 	}})
@@ -472,16 +473,35 @@ func TestPurgeLargeThreadInBoundedMemory(t *testing.T) {
 	}
 }
 
-// liveHeap is the Go heap in use after a collection, less Pebble's
-// memtables and block cache when those are on the Go heap (no cgo).
-func liveHeap(s *store.Store) int64 {
+// heapMeter measures the live Go heap less Pebble's memtables and block
+// cache. Pebble allocates those outside the Go heap with cgo, on it without
+// cgo, and, in race-enabled builds, on one or the other at random per
+// process; the meter finds out which at its start, when the 32 MiB memtable
+// dwarfs everything else the process holds.
+type heapMeter struct {
+	s          *store.Store
+	pebbleOnGo bool
+}
+
+func newHeapMeter(s *store.Store) heapMeter {
+	h := heapMeter{s: s}
+	live, pebble := h.sample()
+	h.pebbleOnGo = live >= pebble
+	return h
+}
+
+func (h heapMeter) sample() (live, pebble int64) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	live := int64(ms.HeapAlloc)
-	if pebbleOnGoHeap {
-		m := s.DB().Metrics()
-		live -= int64(m.MemTable.Size+m.MemTable.ZombieSize) + m.BlockCache.Size
+	m := h.s.DB().Metrics()
+	return int64(ms.HeapAlloc), int64(m.MemTable.Size+m.MemTable.ZombieSize) + m.BlockCache.Size
+}
+
+func (h heapMeter) live() int64 {
+	live, pebble := h.sample()
+	if h.pebbleOnGo {
+		live -= pebble
 	}
 	return live
 }
