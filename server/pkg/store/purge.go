@@ -450,6 +450,10 @@ func (s *Store) ClearPurges(ctx context.Context, ms []PurgeMarker) error {
 			b.Close()
 			return err
 		}
+		if err := ValidateID(m.ID); err != nil {
+			b.Close()
+			return err
+		}
 		_ = b.Delete(purgeKey(m.Kind, m.ID), nil)
 	}
 	if err := commitSync(b); err != nil {

@@ -228,7 +228,7 @@ func (s *Store) ListThreads(ctx context.Context, o ListOptions) ([]Thread, strin
 			pos = it.Next() // not a thread key: step over it
 			continue
 		}
-		if t, ok := s.listedThread(it, tid, o.IncludeDeleted); ok {
+		if t, ok := listedThread(it, tid, o.IncludeDeleted); ok {
 			if len(out) == limit {
 				// Another thread follows the full page: hand out a cursor.
 				return out, out[len(out)-1].ID, nil
@@ -245,7 +245,7 @@ func (s *Store) ListThreads(ctx context.Context, o ListOptions) ([]Thread, strin
 
 // listedThread reads tid's metadata at the iterator (which sits on one of
 // the thread's keys) and says whether it belongs in a listing.
-func (s *Store) listedThread(it *pebble.Iterator, tid string, includeDeleted bool) (Thread, bool) {
+func listedThread(it *pebble.Iterator, tid string, includeDeleted bool) (Thread, bool) {
 	if ValidateID(tid) != nil {
 		return Thread{}, false
 	}
