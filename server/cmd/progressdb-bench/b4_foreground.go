@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -108,7 +109,17 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 	ratio := median(def.p99) / bp99
 	sec.addTarget("write p99 during a run (default pacing) vs no run", "≤ 2×",
 		fmt.Sprintf("%s (%s vs %s, %s keys purged)", fmtRatio(ratio), fmtDurF(median(def.p99)), fmtDurF(bp99), count(def.keys)), ratio <= 2)
-	if errs := median(base.errs) + median(def.errs); errs > 0 {
+	if ratio > 2 {
+		sec.notes = append(sec.notes, fmt.Sprintf("Why the defaults miss ≤ 2×: the writers' latency follows the rate at "+
+			"which the purge pushes deletes through the same commit pipeline, log and compactions, on a machine with %d "+
+			"cores that the purge, Pebble's background work and the writers share. Unpaced blind deletes of the same "+
+			"keys (%s) raise the write p99 to %s and the p50 to %s; the runner, slowed by its reads (%s), to %s and %s. "+
+			"Pacing lowers the rate: see the grid.",
+			runtime.NumCPU(), fmtRate(rate(blind.keys, medianDur(blind.runs))), fmtDurF(median(blind.p99)),
+			fmtDurF(median(blind.p50)), fmtRate(rate(def.keys, medianDur(def.runs))), fmtDurF(median(def.p99)),
+			fmtDurF(median(def.p50))))
+	}
+	if errs := median(base.errs) + median(def.errs) + median(blind.errs); errs > 0 {
 		sec.notes = append(sec.notes, fmt.Sprintf("⚠ %.0f writes failed.", errs))
 	}
 
