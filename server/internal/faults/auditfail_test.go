@@ -57,66 +57,90 @@ func TestFaultUnwritableAudit(t *testing.T) {
 
 // TestFaultAuditWriteError fills the disk under the audit folder while a
 // run appends records: the folder is a 16 KiB tmpfs mounted in a private
-// mount namespace (unshare -m), so appends fail with ENOSPC part way. Where
-// that is not possible, the process runs with RLIMIT_FSIZE instead, so
-// writes past a size fail with EFBIG (Go ignores SIGXFSZ). The run must
-// stop and exit non-zero; every key it deleted must belong to an item whose
-// purge is recorded or whose purge marker remains; the next run must record
-// and finish the rest.
+// mount namespace (unshare -m, or unshare -Urm without privileges), so an
+// append fails with ENOSPC part way. The run must stop and exit non-zero;
+// every key it deleted must belong to an item whose purge is recorded or
+// whose purge marker remains; the next run must record and finish the
+// rest.
+//
+// Where no mount namespace can be made, the process runs with
+// RLIMIT_FSIZE instead (Go ignores SIGXFSZ, so writes past the limit fail
+// with EFBIG). That limit applies to the database's files too, and Pebble's
+// log may reach it before the audit file does (Pebble then stops the
+// process), so in that mode the test checks the same invariants after a
+// write failure somewhere mid-run.
 func TestFaultAuditWriteError(t *testing.T) {
 	s, fx, before := prepareSite(t, t.TempDir(), smallSpec(), trialRand(t, 0))
 	env := pacedEnv(s)
 
-	fullEnv, argv := diskFullCommand(t, s, env)
-	p := startCommand(t, fullEnv, argv)
+	full := diskFull(t, s, env)
+	p := startCommand(t, full.env, full.argv)
 	code := p.wait(t, processTimeout)
-	t.Logf("run on a full disk: exit %d\n%s", code, p.output())
+	t.Logf("run with writes failing (%s): exit %d\n%s", full.how, code, p.output())
 	if code == 0 {
-		t.Fatalf("the run succeeded although its audit writes failed")
+		t.Fatalf("the run succeeded although its writes failed")
 	}
 
 	abandoned := abandonedRuns(t, s)
 	after, files := checkConsistent(t, s, fx, before)
-	if len(files) != 1 || len(files[0].items) == 0 {
-		t.Fatalf("want one audit file with records written before the disk filled, got %d files", len(files))
+	if len(files) != 1 {
+		t.Fatalf("want the run's audit file, got %d files", len(files))
+	}
+	if full.auditOnly && (len(files[0].items) == 0 || !strings.Contains(p.stderr.String(), "audit write")) {
+		t.Fatalf("want records written before the audit disk filled, then an audit write error; got %d records", len(files[0].items))
 	}
 	deleted := len(before.keys) - len(after.keys)
 	if deleted == 0 || deleted == countMustGo(fx, before) {
 		t.Fatalf("the run deleted %d of %d keys: the disk did not fill mid-run", deleted, countMustGo(fx, before))
 	}
-	t.Logf("%d keys deleted, %d records written, %d purge markers pending before the disk filled",
+	t.Logf("%d keys deleted, %d records written, %d purge markers pending when the writes failed",
 		deleted, len(files[0].items), len(after.pending))
 
 	crashes := crashUntilComplete(t, s, fx, before, env, 0, nil, 0)
 	checkInvariants(t, s, fx, before, append(abandoned, crashes.abandoned...))
 }
 
-// tinyAuditDisk is the size of the tmpfs the audit folder is put on.
-const tinyAuditDisk = 16 << 10
+// tinyDisk is the size of the tmpfs the audit folder is put on, and the
+// file size limit of the fallback.
+const tinyDisk = 16 << 10
 
-// diskFullCommand returns the environment and command line that run
-// `retention run` on s with audit writes failing part way, leaving the
-// audit files in s.audit.
-func diskFullCommand(t *testing.T, s site, env envVars) (envVars, []string) {
+// diskFullRun is how to run `retention run` on a site with writes failing
+// part way; its audit files end up in the site's audit folder.
+type diskFullRun struct {
+	env       envVars
+	argv      []string
+	how       string
+	auditOnly bool // only the audit folder's writes fail
+}
+
+func diskFull(t *testing.T, s site, env envVars) diskFullRun {
 	t.Helper()
-	run := []string{binary, "retention", "run", "--json"}
-	if err := exec.Command("unshare", "-m", "true").Run(); err == nil {
-		// The tmpfs lives only in the namespace: copy what the run wrote
-		// out before the namespace goes.
-		tiny := filepath.Join(s.dir, "tiny-audit")
-		if err := os.MkdirAll(tiny, 0o750); err != nil {
-			t.Fatal(err)
-		}
-		script := `mount -t tmpfs -o size=` + strconv.Itoa(tinyAuditDisk) + ` tmpfs "$1" || exit 99
+	// The tmpfs lives only in the namespace: what the run wrote is copied
+	// out before the namespace goes.
+	tiny := filepath.Join(s.dir, "tiny-audit")
+	if err := os.MkdirAll(tiny, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	script := `mount -t tmpfs -o size=` + strconv.Itoa(tinyDisk) + ` tmpfs "$1" || exit 99
 "$2" retention run --json; rc=$?
 mkdir -p "$3" && cp -a "$1"/. "$3"/ || exit 98
 exit $rc`
-		t.Log("audit folder on a 16 KiB tmpfs in a private mount namespace")
-		return env.with("PROGRESSDB_RETENTION_AUDIT_PATH", tiny),
-			[]string{"unshare", "-m", "bash", "-c", script, "disk-full", tiny, binary, s.audit}
+	for _, unshare := range [][]string{{"unshare", "-m"}, {"unshare", "-Urm"}} {
+		probe := append(append([]string{}, unshare...), "mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", tiny)
+		if exec.Command(probe[0], probe[1:]...).Run() == nil {
+			return diskFullRun{
+				env:       env.with("PROGRESSDB_RETENTION_AUDIT_PATH", tiny),
+				argv:      append(unshare, "bash", "-c", script, "disk-full", tiny, binary, s.audit),
+				how:       "audit folder on a 16 KiB tmpfs, " + strings.Join(unshare, " "),
+				auditOnly: true,
+			}
+		}
 	}
-	t.Log("unshare unavailable: RLIMIT_FSIZE instead")
-	return env, append([]string{"prlimit", "--fsize=" + strconv.Itoa(tinyAuditDisk), "--"}, run...)
+	return diskFullRun{
+		env:  env,
+		argv: []string{"prlimit", "--fsize=" + strconv.Itoa(tinyDisk), "--", binary, "retention", "run", "--json"},
+		how:  "no mount namespace: RLIMIT_FSIZE on every file",
+	}
 }
 
 // sameKeys reports whether two states hold the same keys and values.
