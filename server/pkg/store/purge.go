@@ -316,6 +316,9 @@ type versionHead struct {
 }
 
 func decodeHead(data []byte) (versionHead, bool) {
+	if h, ok := fastHead(data); ok {
+		return h, true
+	}
 	var h versionHead
 	if json.Unmarshal(data, &h) != nil || h.Thread == "" {
 		return versionHead{}, false
