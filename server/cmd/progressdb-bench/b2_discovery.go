@@ -27,7 +27,11 @@ func runB2(ctx context.Context, b *bench) (*section, error) {
 			"through the deletion index and purges the %d threads, audit and lease included). "+
 			"**Full scan**: one iterator over `thread:`, every `:meta` record decoded and tested for "+
 			"eligibility, the way a run without an index discovers candidates (it deletes nothing). "+
-			"Each repetition opens a fresh checkpoint (cold block cache, warm OS page cache) for each.",
+			"The N database is kept as a checkpoint before the 3N threads are added, and N and 4N alternate "+
+			"within each repetition; every run and every scan opens a fresh checkpoint (cold block cache, warm "+
+			"OS page cache). Runs are measured twice: right after opening (cold table cache, as after a start) and "+
+			"after opening every sstable once (one seek to its first key, as on a server that has been running). "+
+			"A run is short and dominated by its fsyncs, so runs get more repetitions than scans.",
 			count(int64(n)), b2Eligible, b2Eligible))
 
 	sd, err := openSeeded(b.dir("b2"))
@@ -50,78 +54,151 @@ func runB2(ctx context.Context, b *bench) (*section, error) {
 		return sec, err
 	}
 
-	t := table{header: []string{"Threads", "Run (10 purged)", "Full scan of metadata", "Scan / run"}}
-	type point struct{ run, scan time.Duration }
+	// Keep the N state as a database of its own, then grow the seeded one
+	// to 4N, so that N and 4N are measured side by side, repetition by
+	// repetition.
+	sdN, err := sd.copyAs(b.dir("b2-n"))
+	if err != nil {
+		return sec, err
+	}
+	defer sdN.close()
+	more := threadsOf("b2", n, 3*n, 1, 1, 0)
+	if _, err := g.seed(ctx, b, sd.st, "B2 4N: seeding", more, false); err != nil {
+		return sec, err
+	}
+	if err := sd.settle(ctx); err != nil {
+		return sec, err
+	}
+
+	dbs := [2]*seeded{sdN, sd}
+	sizes := [2]int{n, 4 * n}
+	runReps, scanReps := b.reps(9), b.reps(5)
+	var cold, warm [2][]b2Result
+	var scans [2][]time.Duration
+	for i := range max(runReps, scanReps) {
+		for k, d := range dbs {
+			if i < runReps {
+				for _, openAll := range []bool{true, false} {
+					res, err := b2Run(ctx, d, openAll)
+					if err != nil {
+						return sec, err
+					}
+					if openAll {
+						warm[k] = append(warm[k], res)
+					} else {
+						cold[k] = append(cold[k], res)
+					}
+				}
+			}
+			if i < scanReps {
+				st, found, err := b2Scan(ctx, d)
+				if err != nil {
+					return sec, err
+				}
+				if found != b2Eligible {
+					return sec, fmt.Errorf("full scan found %d eligible threads, want %d", found, b2Eligible)
+				}
+				scans[k] = append(scans[k], st)
+			}
+		}
+		b.logf("B2: rep %d: run %s at N, %s at 4N (%s, %s with a cold table cache); full scan %s at N, %s at 4N", i+1,
+			fmtDur(last2(warm[0]).el), fmtDur(last2(warm[1]).el), fmtDur(last2(cold[0]).el), fmtDur(last2(cold[1]).el),
+			fmtDur(scans[0][len(scans[0])-1]), fmtDur(scans[1][len(scans[1])-1]))
+	}
+	t := table{header: []string{"Threads", "Sstables", "Run (10 purged), tables open", "Run, cold table cache",
+		"Tables opened / blocks read by a cold run", "Full scan of metadata", "Scan / cold run"}}
+	type point struct{ run, cold, scan time.Duration }
 	var pts []point
-	for step, total := range []int{n, 4 * n} {
-		if step == 1 {
-			more := threadsOf("b2", n, 3*n, 1, 1, 0)
-			if _, err := g.seed(ctx, b, sd.st, "B2 4N: seeding", more, false); err != nil {
-				return sec, err
-			}
-			if err := sd.settle(ctx); err != nil {
-				return sec, err
-			}
-		}
-		reps := b.reps(5)
-		var runs, scans []time.Duration
-		for i := range reps {
-			rt, err := b2Run(ctx, sd)
-			if err != nil {
-				return sec, err
-			}
-			st, found, err := b2Scan(ctx, sd)
-			if err != nil {
-				return sec, err
-			}
-			if found != b2Eligible {
-				return sec, fmt.Errorf("full scan found %d eligible threads, want %d", found, b2Eligible)
-			}
-			runs = append(runs, rt)
-			scans = append(scans, st)
-			b.logf("B2 %s threads: rep %d/%d: run %s, full scan %s", count(int64(total+b2Eligible)), i+1, reps, fmtDur(rt), fmtDur(st))
-		}
-		p := point{medianDur(runs), medianDur(scans)}
+	for k, label := range []string{"N", "4N"} {
+		p := point{medianDur(b2Times(warm[k])), medianDur(b2Times(cold[k])), medianDur(scans[k])}
 		pts = append(pts, p)
-		label := "N"
-		if step == 1 {
-			label = "4N"
-		}
-		t.add(fmt.Sprintf("%s = %s", label, count(int64(total))), spread(durs(runs), fmtDurF), spread(durs(scans), fmtDurF),
-			fmtRatio(float64(p.scan)/float64(p.run)))
+		t.add(fmt.Sprintf("%s = %s", label, count(int64(sizes[k]))), fmt.Sprintf("%.0f", tableCount(dbs[k].db())),
+			spread(durs(b2Times(warm[k])), fmtDurF), spread(durs(b2Times(cold[k])), fmtDurF),
+			fmt.Sprintf("%.0f / %.0f", median(b2Field(cold[k], func(r b2Result) int64 { return r.tableOpens })),
+				median(b2Field(cold[k], func(r b2Result) int64 { return r.blockMiss }))),
+			spread(durs(scans[k]), fmtDurF), fmtRatio(float64(p.scan)/float64(p.cold)))
 	}
 	sec.tables = append(sec.tables, t)
 
+	coldGrowth := float64(pts[1].cold) / float64(pts[0].cold)
+	sec.addTarget("run time from N to 4N, cold table cache (fresh start)", "≤ 1.5×",
+		fmt.Sprintf("%s (%s → %s)", fmtRatio(coldGrowth), fmtDur(pts[0].cold), fmtDur(pts[1].cold)), coldGrowth <= 1.5)
 	growth := float64(pts[1].run) / float64(pts[0].run)
-	sec.addTarget("run time from N to 4N", "≤ 1.5×",
+	sec.addTarget("run time from N to 4N, tables open (running server)", "≤ 1.5×",
 		fmt.Sprintf("%s (%s → %s)", fmtRatio(growth), fmtDur(pts[0].run), fmtDur(pts[1].run)), growth <= 1.5)
-	speed := float64(pts[1].scan) / float64(pts[1].run)
-	sec.addTarget("full scan vs run at 4N", "≥ 100×",
-		fmt.Sprintf("%s (%s vs %s)", fmtRatio(speed), fmtDur(pts[1].scan), fmtDur(pts[1].run)), speed >= 100)
+	speed := float64(pts[1].scan) / float64(pts[1].cold)
+	sec.addTarget("full scan vs run at 4N, both from a fresh start", "≥ 100×",
+		fmt.Sprintf("%s (%s vs %s)", fmtRatio(speed), fmtDur(pts[1].scan), fmtDur(pts[1].cold)), speed >= 100)
+	if coldGrowth > 1.5 {
+		sec.notes = append(sec.notes, fmt.Sprintf("Why the cold run grows from N to 4N: right after a start the table cache "+
+			"is empty, and the run opens every sstable its candidates' keys live in (a thread's metadata, its messages' "+
+			"versions and the index entries are spread over the keyspace). At N the data sits in %.0f sstables, at 4N in "+
+			"%.0f, so the same 10 threads touch more of them (tables opened above). That cost is bounded by the keys "+
+			"the run touches, not by the database's size, and a running server has its tables open: the run with "+
+			"tables open is the steady state.", tableCount(sdN.db()), tableCount(sd.db())))
+	}
 	scanGrowth := float64(pts[1].scan) / float64(pts[0].scan)
 	sec.notes = append(sec.notes, fmt.Sprintf("For comparison, the full scan grew %s from N to 4N.", fmtRatio(scanGrowth)))
 	return sec, nil
 }
 
-// b2Run times one run on a fresh checkpoint.
-func b2Run(ctx context.Context, sd *seeded) (time.Duration, error) {
+// b2Result is one timed run with the cache misses it caused.
+type b2Result struct {
+	el                    time.Duration
+	blockMiss, tableOpens int64
+}
+
+// b2Run times one run on a fresh checkpoint; with openAll, every sstable
+// is opened first, as on a server that has been running for a while.
+func b2Run(ctx context.Context, sd *seeded, openAll bool) (b2Result, error) {
 	f, err := sd.fork("run")
 	if err != nil {
-		return 0, err
+		return b2Result{}, err
 	}
 	defer f.close()
 	r, _, err := newRunner(f, pacing{})
 	if err != nil {
-		return 0, err
+		return b2Result{}, err
 	}
+	if openAll {
+		if err := openTables(f.db()); err != nil {
+			return b2Result{}, err
+		}
+	}
+	m0 := f.db().Metrics()
 	res, el, err := runOnce(ctx, r)
 	if err != nil {
-		return 0, err
+		return b2Result{}, err
 	}
+	m1 := f.db().Metrics()
 	if res.Purged != b2Eligible {
-		return 0, fmt.Errorf("run purged %d items, want %d", res.Purged, b2Eligible)
+		return b2Result{}, fmt.Errorf("run purged %d items, want %d", res.Purged, b2Eligible)
 	}
-	return el, nil
+	return b2Result{el: el, blockMiss: m1.BlockCache.Misses - m0.BlockCache.Misses,
+		tableOpens: m1.FileCache.Misses - m0.FileCache.Misses}, nil
+}
+
+// openTables opens every sstable once (one seek to its first key), the
+// state of a running server's table cache. It reads one block per table.
+func openTables(db *pebble.DB) error {
+	levels, err := db.SSTables()
+	if err != nil {
+		return err
+	}
+	it, err := db.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	for _, tables := range levels {
+		for _, t := range tables {
+			it.SeekGE(t.Smallest.UserKey)
+		}
+	}
+	if err := it.Error(); err != nil {
+		it.Close()
+		return err
+	}
+	return it.Close()
 }
 
 // b2Scan times a full scan of thread metadata on a fresh checkpoint and
@@ -161,4 +238,27 @@ func fullMetadataScan(ctx context.Context, db *pebble.DB, cutoff time.Time) (int
 		return nil
 	})
 	return found, err
+}
+
+func last2(rs []b2Result) b2Result {
+	if len(rs) == 0 {
+		return b2Result{}
+	}
+	return rs[len(rs)-1]
+}
+
+func b2Times(rs []b2Result) []time.Duration {
+	out := make([]time.Duration, len(rs))
+	for i, r := range rs {
+		out[i] = r.el
+	}
+	return out
+}
+
+func b2Field(rs []b2Result, f func(b2Result) int64) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = float64(f(r))
+	}
+	return out
 }

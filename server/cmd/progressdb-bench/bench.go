@@ -158,3 +158,15 @@ func (f *fork) close() error {
 	}
 	return err
 }
+
+// copyAs checkpoints the seeded database into dir and opens the copy as a
+// seeded database of its own.
+func (s *seeded) copyAs(dir string) (*seeded, error) {
+	if err := s.db().Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	return openSeeded(dir)
+}
+
+// tableCount is the number of live sstables.
+func tableCount(db *pebble.DB) float64 { return sizeOf(db).files }

@@ -127,7 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	var only string
 	fs.Float64Var(&o.scale, "scale", 1, "size multiplier (1: about five minutes on two cores)")
-	fs.IntVar(&o.reps, "reps", 0, "repetitions per measurement (0: 5 where cheap, 3 otherwise)")
+	fs.IntVar(&o.reps, "reps", 0, "repetitions per measurement (0: each scenario's default, 3 to 9)")
 	fs.StringVar(&only, "only", "", "comma-separated scenarios to run, e.g. B1,B3 (default: all)")
 	fs.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown report to write (\"-\": none)")
 	fs.StringVar(&o.tmp, "tmp", "", "directory for the temporary databases (default: the system temp dir)")
