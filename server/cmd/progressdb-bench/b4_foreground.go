@@ -139,7 +139,7 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 	gridItems := max(e/8, 1)
 	gridKeys := int64(gridItems) * ps[0].keys()
 	var cells []*b4Cell
-	for _, bs := range []int{250, 1000, 4000} {
+	for _, bs := range []int{100, 250, 1000} {
 		for _, pause := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond} {
 			cells = append(cells, &b4Cell{p: pacing{batchSize: bs, pause: pause, pauseSet: true, maxItems: gridItems}})
 		}
