@@ -18,6 +18,7 @@ type pacing struct {
 	pause     time.Duration
 	pauseSet  bool // pause given explicitly (0 is a valid pause)
 	maxItems  int
+	noYield   bool // PROGRESSDB_RETENTION_YIELD_TO_WRITES=false
 }
 
 func (p pacing) String() string {
@@ -29,7 +30,11 @@ func (p pacing) String() string {
 	if p.pauseSet {
 		ps = config.FormatDuration(p.pause)
 	}
-	return fmt.Sprintf("BATCH_SIZE=%s BATCH_PAUSE=%s", bs, ps)
+	s := fmt.Sprintf("BATCH_SIZE=%s BATCH_PAUSE=%s", bs, ps)
+	if p.noYield {
+		s += " YIELD_TO_WRITES=false"
+	}
+	return s
 }
 
 // retentionConfig loads the retention configuration the way the server
@@ -47,6 +52,9 @@ func retentionConfig(f *fork, p pacing) (config.Retention, error) {
 	}
 	if p.pauseSet {
 		env = append(env, "PROGRESSDB_RETENTION_BATCH_PAUSE="+p.pause.String())
+	}
+	if p.noYield {
+		env = append(env, "PROGRESSDB_RETENTION_YIELD_TO_WRITES=false")
 	}
 	if p.maxItems > 0 {
 		env = append(env, "PROGRESSDB_RETENTION_MAX_ITEMS="+strconv.Itoa(p.maxItems))

@@ -69,6 +69,7 @@ func TestFaultBadConfig(t *testing.T) {
 		{"PROGRESSDB_RETENTION_MAX_ITEMS", "-1", ""},
 		{"PROGRESSDB_RETENTION_MAX_ITEMS", "many", ""},
 		{"PROGRESSDB_RETENTION_RUN_MISSED", "sometimes", ""},
+		{"PROGRESSDB_RETENTION_YIELD_TO_WRITES", "maybe", ""},
 	}
 	secret := map[string]bool{"PROGRESSDB_ADMIN_TOKEN": true, "PROGRESSDB_API_KEY": true}
 	for _, c := range cases {

@@ -49,6 +49,7 @@ type run struct {
 	group     []finishedPurge // purged, audit record not yet durable
 	groupKeys int
 
+	pace    *pacer
 	taken   int // items purged (or dry_run) by the scan, for MAX_ITEMS
 	batches int // batch boundaries reached
 
@@ -378,7 +379,7 @@ func (rn *run) take(ctx context.Context, c candidate) {
 
 // purge deletes an item's keys in batches, checking before every batch.
 func (rn *run) purge(ctx context.Context, m store.PurgeMarker) (int, error) {
-	opts := store.PurgeOptions{BatchSize: rn.r.cfg.BatchSize, BeforeBatch: rn.beforeBatch}
+	opts := store.PurgeOptions{BatchSize: rn.r.cfg.BatchSize, BeforeBatch: rn.beforeBatch, BatchLimit: rn.pace.batchLimit}
 	var keys int
 	var err error
 	if m.Kind == store.KindThread {
@@ -391,7 +392,8 @@ func (rn *run) purge(ctx context.Context, m store.PurgeMarker) (int, error) {
 }
 
 // beforeBatch runs before every delete batch: it stops the purge on
-// shutdown or when the lease is no longer safely ours, then paces.
+// shutdown or when the lease is no longer safely ours, then paces,
+// yielding to user writes (pace.go).
 func (rn *run) beforeBatch(ctx context.Context) error {
 	rn.batches++
 	if h := rn.r.hooks.beforeBatch; h != nil {
@@ -400,7 +402,8 @@ func (rn *run) beforeBatch(ctx context.Context) error {
 	if err := rn.checkpoint(ctx); err != nil {
 		return err
 	}
-	return sleep(ctx, rn.r.clock, jitter(rn.r.cfg.BatchPause))
+	rn.pace.observe(rn.r.clock.Now())
+	return sleep(ctx, rn.r.clock, jitter(rn.pace.pause()))
 }
 
 // checkpoint is the check before any write: not shut down, lease still ours.

@@ -253,6 +253,11 @@ func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error
 		lease:   lease,
 		purging: make(map[string]bool),
 	}
+	var writes func() uint64
+	if r.cfg.YieldToWrites {
+		writes = r.st.UserWrites
+	}
+	rn.pace = newPacer(r.cfg.BatchPause, writes)
 	rn.release = func() {
 		stopHB()
 		<-hbDone

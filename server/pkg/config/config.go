@@ -42,6 +42,9 @@ type Retention struct {
 	BatchPause       time.Duration `env:"BATCH_PAUSE" envDefault:"0"`
 	MaxItems         int           `env:"MAX_ITEMS" envDefault:"0"`
 	RunMissed        bool          `env:"RUN_MISSED" envDefault:"true"`
+	// YieldToWrites slows a purge down while user writes are committing
+	// (see retention's pacing); off, only BatchSize and BatchPause apply.
+	YieldToWrites bool `env:"YIELD_TO_WRITES" envDefault:"true"`
 }
 
 // Variable names, for errors and Redacted.
@@ -67,6 +70,7 @@ const (
 	VarBatchPause       = "PROGRESSDB_RETENTION_BATCH_PAUSE"
 	VarMaxItems         = "PROGRESSDB_RETENTION_MAX_ITEMS"
 	VarRunMissed        = "PROGRESSDB_RETENTION_RUN_MISSED"
+	VarYieldToWrites    = "PROGRESSDB_RETENTION_YIELD_TO_WRITES"
 )
 
 // Error is a configuration error naming the variable, the value and the rule.
@@ -203,6 +207,7 @@ func (c Config) Redacted() [][2]string {
 		{VarBatchPause, FormatDuration(r.BatchPause)},
 		{VarMaxItems, strconv.Itoa(r.MaxItems)},
 		{VarRunMissed, strconv.FormatBool(r.RunMissed)},
+		{VarYieldToWrites, strconv.FormatBool(r.YieldToWrites)},
 	}
 }
 

@@ -29,6 +29,7 @@ func TestLoadDefaults(t *testing.T) {
 			LeaseTTL:      5 * time.Minute,
 			BatchSize:     1000,
 			RunMissed:     true,
+			YieldToWrites: true,
 		},
 	}
 	if c != want {
@@ -101,6 +102,7 @@ func TestLoadEveryVariable(t *testing.T) {
 		"PROGRESSDB_RETENTION_BATCH_PAUSE=50ms",
 		"PROGRESSDB_RETENTION_MAX_ITEMS=10000",
 		"PROGRESSDB_RETENTION_RUN_MISSED=false",
+		"PROGRESSDB_RETENTION_YIELD_TO_WRITES=false",
 	)
 	want := Config{
 		DBPath:     "/var/lib/progressdb",
@@ -171,6 +173,7 @@ func TestLoadInvalid(t *testing.T) {
 		{"PROGRESSDB_RETENTION_MAX_ITEMS=-1", "0 (no limit) or more", nil},
 		{"PROGRESSDB_RETENTION_MAX_ITEMS=lots", "whole number", nil},
 		{"PROGRESSDB_RETENTION_RUN_MISSED=2", "true or false", nil},
+		{"PROGRESSDB_RETENTION_YIELD_TO_WRITES=sometimes", "true or false", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.env, func(t *testing.T) {
@@ -198,8 +201,8 @@ func TestLoadInvalid(t *testing.T) {
 func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 	freeForm := map[string]bool{VarDBPath: true, VarAdminToken: true, VarAPIKey: true, VarAuditPath: true, VarLeasePath: true}
 	vars := fieldVars()
-	if len(vars) != 21 {
-		t.Fatalf("fieldVars has %d variables, want the 21 of the spec", len(vars))
+	if len(vars) != 22 {
+		t.Fatalf("fieldVars has %d variables, want the 21 of the spec and YIELD_TO_WRITES", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -309,6 +312,7 @@ func TestRedacted(t *testing.T) {
 		VarDBPath, VarAddr, VarAdminToken, VarAPIKey, VarLogLevel, VarLogFormat, VarLogSink,
 		VarEnabled, VarPeriod, VarMessagePeriod, VarCron, VarMinPeriod, VarAllowShortPeriod, VarDryRun,
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
+		VarYieldToWrites,
 	}
 	if strings.Join(names, ",") != strings.Join(wantOrder, ",") {
 		t.Errorf("order:\n got %v\nwant %v", names, wantOrder)
@@ -328,6 +332,7 @@ func TestRedacted(t *testing.T) {
 		VarBatchPause:    "0s",
 		VarBatchSize:     "1000",
 		VarRunMissed:     "true",
+		VarYieldToWrites: "true",
 		VarLeasePath:     filepath.Join("data", "purge_audit", "retention.lock"),
 	}
 	for name, want := range checks {

@@ -99,7 +99,7 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 	b := s.db.NewBatch()
 	putVersion(b, msg)
 	_ = b.Set(logKey(tid, now, msg.ID), []byte(msg.ID), nil)
-	if err := commitSync(b); err != nil {
+	if err := s.commitUser(b); err != nil {
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
 	}
 	return msg, nil
@@ -145,7 +145,7 @@ func (s *Store) EditMessage(ctx context.Context, tid, mid string, body json.RawM
 	m.Version++
 	b := s.db.NewBatch()
 	putVersion(b, m)
-	if err := commitSync(b); err != nil {
+	if err := s.commitUser(b); err != nil {
 		return Message{}, fmt.Errorf("edit message %s: %w", mid, err)
 	}
 	return m, nil
@@ -179,7 +179,7 @@ func (s *Store) DeleteMessage(ctx context.Context, tid, mid string) (Message, er
 	b := s.db.NewBatch()
 	putVersion(b, m)
 	_ = b.Set(deletionKey(KindMessage, indexTS(now), mid), []byte(tid), nil)
-	if err := commitSync(b); err != nil {
+	if err := s.commitUser(b); err != nil {
 		return Message{}, fmt.Errorf("delete message %s: %w", mid, err)
 	}
 	return m, nil
@@ -238,7 +238,7 @@ func (s *Store) RestoreMessage(ctx context.Context, tid, mid string) (Message, e
 	b := s.db.NewBatch()
 	putVersion(b, m)
 	_ = b.Delete(deletionKey(KindMessage, indexTS(tomb.DeletedTS), mid), nil)
-	if err := commitSync(b); err != nil {
+	if err := s.commitUser(b); err != nil {
 		return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
 	}
 	return m, nil

@@ -21,6 +21,10 @@ type Store struct {
 	ids    *idGen
 	locks  stripes
 	closed atomic.Bool
+
+	// userWrites counts committed writes of the API (threads and
+	// messages), so that a purge can tell when it competes with them.
+	userWrites atomic.Uint64
 }
 
 // memTableSize is larger than Pebble's 4 MiB default so bulk loads and
@@ -151,7 +155,21 @@ func (s *Store) hasRange(lower, upper []byte) (bool, error) {
 	return found, nil
 }
 
-// commitSync applies a user write durably and releases the batch.
+// commitUser commits a write of the API durably and counts it.
+func (s *Store) commitUser(b *pebble.Batch) error {
+	if err := commitSync(b); err != nil {
+		return err
+	}
+	s.userWrites.Add(1)
+	return nil
+}
+
+// UserWrites is the number of thread and message writes committed since
+// Open. The retention runner watches it to slow down while they compete
+// with its purge; its own writes (purges, markers, stamps) are not counted.
+func (s *Store) UserWrites() uint64 { return s.userWrites.Load() }
+
+// commitSync applies a write durably and releases the batch.
 func commitSync(b *pebble.Batch) error {
 	defer b.Close()
 	if err := b.Commit(pebble.Sync); err != nil {

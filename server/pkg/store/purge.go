@@ -149,13 +149,15 @@ func (s *Store) PurgeMessage(ctx context.Context, tid, mid string, opts PurgeOpt
 // idempotent, so a lost batch is redone by the next run, and one Sync at the
 // end makes it durable before the audit record says "purged".
 type purger struct {
-	ctx     context.Context
-	db      *pebble.DB
-	b       *pebble.Batch
-	before  func(context.Context) error
-	size    int
-	pending int // data keys in b
-	deleted int // data keys committed
+	ctx      context.Context
+	db       *pebble.DB
+	b        *pebble.Batch
+	before   func(context.Context) error
+	limit    func() int
+	size     int // BatchSize
+	batchCap int // keys the current batch may hold: size, or less by limit
+	pending  int // data keys in b
+	deleted  int // data keys committed
 
 	first, last, lastValue []byte // reused buffers
 }
@@ -165,7 +167,19 @@ func (s *Store) newPurger(ctx context.Context, opts PurgeOptions) *purger {
 	if size <= 0 {
 		size = defaultPurgeBatch
 	}
-	return &purger{ctx: ctx, db: s.db, b: s.db.NewBatch(), before: opts.BeforeBatch, size: size}
+	p := &purger{ctx: ctx, db: s.db, b: s.db.NewBatch(), before: opts.BeforeBatch, limit: opts.BatchLimit, size: size}
+	p.setCap()
+	return p
+}
+
+// setCap sizes the batch about to fill.
+func (p *purger) setCap() {
+	p.batchCap = p.size
+	if p.limit != nil {
+		if n := p.limit(); n > 0 && n < p.batchCap {
+			p.batchCap = n
+		}
+	}
 }
 
 func (p *purger) close() { _ = p.b.Close() }
@@ -181,7 +195,7 @@ func (p *purger) del(key []byte, data bool) {
 // room commits the current batch if n more keys would overflow it. Groups
 // larger than a batch stay whole: their atomicity matters more.
 func (p *purger) room(n int) error {
-	if int(p.b.Count())+n <= p.size {
+	if int(p.b.Count())+n <= p.batchCap {
 		return nil
 	}
 	return p.flush()
@@ -205,6 +219,7 @@ func (p *purger) flush() error {
 	p.deleted += p.pending
 	p.pending = 0
 	p.b.Reset()
+	p.setCap()
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -504,4 +505,75 @@ func (h heapMeter) live() int64 {
 		live -= pebble
 	}
 	return live
+}
+
+// BatchLimit shrinks batches below BatchSize, never grows them, and is
+// asked again for every batch.
+func TestPurgeBatchLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		limit    func(batch int) int
+		maxBatch func(batch int) int
+	}{
+		{"limit below size", func(int) int { return 7 }, func(int) int { return 7 }},
+		{"limit above size is ignored", func(int) int { return 5000 }, func(int) int { return 40 }},
+		{"zero means BatchSize", func(int) int { return 0 }, func(int) int { return 40 }},
+		{"asked per batch", func(b int) int { return 5 + 20*(b%2) }, func(b int) int { return 5 + 20*(b%2) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := openStore(t, newClock())
+			fillThread(t, s, "t", 60)
+			deleteThread(t, s, "t")
+			beginThreadPurge(t, s, "t")
+
+			// Keys left before each commit; their differences are the batches.
+			var left []int
+			n, err := s.PurgeThread(ctx, "t", store.PurgeOptions{
+				BatchSize:  40,
+				BatchLimit: func() int { return tc.limit(len(left)) },
+				BeforeBatch: func(context.Context) error {
+					left = append(left, dataKeys(t, s))
+					return nil
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			left = append(left, dataKeys(t, s))
+			if left[len(left)-1] != 0 || n == 0 {
+				t.Fatalf("purge deleted %d keys and left %d", n, left[len(left)-1])
+			}
+			full := 0
+			for b := range len(left) - 1 {
+				size := left[b] - left[b+1]
+				if size <= 0 || size > tc.maxBatch(b) {
+					t.Fatalf("batch %d deleted %d keys, want 1 to %d (keys left before each: %v)", b, size, tc.maxBatch(b), left)
+				}
+				if size >= tc.maxBatch(b)-3 {
+					full++ // a batch closes early only to keep a message's last keys together
+				}
+			}
+			if full < (len(left)-1)/2 {
+				t.Fatalf("batches far below their limit: keys left before each: %v", left)
+			}
+		})
+	}
+}
+
+// dataKeys counts the keys a purge deletes (everything but markers).
+func dataKeys(t *testing.T, s *store.Store) int {
+	t.Helper()
+	it, err := s.DB().NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		if !strings.HasPrefix(string(it.Key()), "sys:") {
+			n++
+		}
+	}
+	return n
 }

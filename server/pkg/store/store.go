@@ -96,6 +96,11 @@ type PurgeOptions struct {
 	// error stops the purge before that batch (used for the lease check and
 	// pacing). The purge returns that error wrapped.
 	BeforeBatch func(ctx context.Context) error
+	// BatchLimit, when set, is asked as each batch starts filling and may
+	// make that batch smaller than BatchSize (never larger). A large batch
+	// holds up the commits queued behind it, so the retention runner
+	// commits small ones while user writes compete.
+	BatchLimit func() int
 }
 
 // Options configure Open.

@@ -86,7 +86,7 @@ func (s *Store) CreateThread(ctx context.Context, t Thread) (Thread, error) {
 	t.Deleted, t.DeletedTS = false, 0
 	b := s.db.NewBatch()
 	writeThread(b, t)
-	if err := commitSync(b); err != nil {
+	if err := s.commitUser(b); err != nil {
 		return Thread{}, fmt.Errorf("create thread %s: %w", t.ID, err)
 	}
 	return t, nil
@@ -125,7 +125,7 @@ func (s *Store) DeleteThread(ctx context.Context, tid string) (Thread, error) {
 	b := s.db.NewBatch()
 	writeThread(b, t)
 	_ = b.Set(deletionKey(KindThread, indexTS(now), tid), nil, nil)
-	if err := commitSync(b); err != nil {
+	if err := s.commitUser(b); err != nil {
 		return Thread{}, fmt.Errorf("delete thread %s: %w", tid, err)
 	}
 	return t, nil
@@ -155,7 +155,7 @@ func (s *Store) RestoreThread(ctx context.Context, tid string) (Thread, error) {
 	_ = b.Delete(deletionKey(KindThread, indexTS(t.DeletedTS), tid), nil)
 	t.Deleted, t.DeletedTS, t.UpdatedTS = false, 0, s.now().UnixNano()
 	writeThread(b, t)
-	if err := commitSync(b); err != nil {
+	if err := s.commitUser(b); err != nil {
 		return Thread{}, fmt.Errorf("restore thread %s: %w", tid, err)
 	}
 	return t, nil
@@ -184,7 +184,7 @@ func (s *Store) SetLegalHold(ctx context.Context, tid string, hold bool) (Thread
 	t.LegalHold, t.UpdatedTS = hold, s.now().UnixNano()
 	b := s.db.NewBatch()
 	writeThread(b, t)
-	if err := commitSync(b); err != nil {
+	if err := s.commitUser(b); err != nil {
 		return Thread{}, fmt.Errorf("legal hold on thread %s: %w", tid, err)
 	}
 	return t, nil
