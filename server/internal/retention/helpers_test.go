@@ -112,6 +112,38 @@ func (e *env) run(r *Runner, req RunRequest) (Result, runAudit) {
 	return res, e.audit(res)
 }
 
+// runPaced runs once in the background, advancing the fake clock past
+// every pause, and returns the result with the pauses the run asked for.
+func (e *env) runPaced(r *Runner, step time.Duration) (Result, []time.Duration) {
+	e.t.Helper()
+	done := make(chan Result, 1)
+	go func() {
+		res, err := r.Run(context.Background(), RunRequest{Trigger: TriggerCLI})
+		if err != nil {
+			e.t.Errorf("run: %v", err)
+		}
+		done <- res
+	}()
+	var pauses []time.Duration
+	for {
+		e.clock.mu.Lock()
+		pending, changed := len(e.clock.timers), e.clock.changed
+		e.clock.mu.Unlock()
+		if pending > 0 {
+			pauses = append(pauses, e.clock.waitTimers(e.t, 1)...)
+			e.clock.Advance(step)
+			continue
+		}
+		select {
+		case res := <-done:
+			return res, pauses
+		case <-changed:
+		case <-time.After(10 * time.Second):
+			e.t.Fatal("run neither paused nor finished")
+		}
+	}
+}
+
 // at moves the shared clock to t0+d.
 func (e *env) at(d time.Duration) {
 	e.clock.mu.Lock()

@@ -74,53 +74,27 @@ func TestRunYieldsToUserWrites(t *testing.T) {
 				}
 			}
 
-			done := make(chan Result, 1)
-			go func() {
-				res, err := r.Run(context.Background(), RunRequest{Trigger: TriggerCLI})
-				if err != nil {
-					t.Errorf("run: %v", err)
+			res, pauses := e.runPaced(r, time.Second)
+			if res.Status != audit.RunCompleted || res.Purged != 2 || res.KeysDeleted != 2*451 {
+				t.Fatalf("result %+v, want 2 threads of 451 keys purged", res)
+			}
+			if !yield {
+				if batches != 2 || len(pauses) != 0 {
+					t.Fatalf("yield off: %d batches, pauses %v; want 2 batches, no pause", batches, pauses)
 				}
-				done <- res
-			}()
-			var pauses []time.Duration
-			for {
-				e.clock.mu.Lock()
-				pending, changed := len(e.clock.timers), e.clock.changed
-				e.clock.mu.Unlock()
-				if pending > 0 {
-					pauses = append(pauses, e.clock.waitTimers(t, 1)...)
-					e.clock.Advance(time.Second)
-					continue
-				}
-				select {
-				case res := <-done:
-					if res.Status != audit.RunCompleted || res.Purged != 2 || res.KeysDeleted != 2*451 {
-						t.Fatalf("result %+v, want 2 threads of 451 keys purged", res)
-					}
-					if !yield {
-						if batches != 2 || len(pauses) != 0 {
-							t.Fatalf("yield off: %d batches, pauses %v; want 2 batches, no pause", batches, pauses)
-						}
-						return
-					}
-					// t2's 451 keys in batches of at most 100, after t1's one batch.
-					if batches < 1+5 {
-						t.Fatalf("yielding: %d batches, want at least 6", batches)
-					}
-					// The hook writes before the run observes, so even t1's
-					// batch waits.
-					if len(pauses) != batches {
-						t.Fatalf("yielding: %d pauses for %d batches, want one before every batch", len(pauses), batches)
-					}
-					for _, d := range pauses {
-						if d < YieldPause*8/10 || d > YieldPause*12/10 {
-							t.Fatalf("pause %s, want %s ±20%%", d, YieldPause)
-						}
-					}
-					return
-				case <-changed:
-				case <-time.After(10 * time.Second):
-					t.Fatal("run neither paused nor finished")
+				return
+			}
+			// t2's 451 keys in batches of at most 100, after t1's one batch.
+			if batches < 1+5 {
+				t.Fatalf("yielding: %d batches, want at least 6", batches)
+			}
+			// The hook writes before the run observes, so even t1's batch waits.
+			if len(pauses) != batches {
+				t.Fatalf("yielding: %d pauses for %d batches, want one before every batch", len(pauses), batches)
+			}
+			for _, d := range pauses {
+				if d < YieldPause*8/10 || d > YieldPause*12/10 {
+					t.Fatalf("pause %s, want %s ±20%%", d, YieldPause)
 				}
 			}
 		})

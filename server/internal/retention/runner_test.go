@@ -499,43 +499,17 @@ func TestBatchPauseUsesTheClock(t *testing.T) {
 	e.thread("t1", 2, 2)
 	e.deleteThread("t1")
 	e.at(31 * day)
-	r := e.runner()
 
-	done := make(chan Result, 1)
-	go func() {
-		res, err := r.Run(context.Background(), RunRequest{Trigger: TriggerCLI})
-		if err != nil {
-			t.Errorf("run: %v", err)
-		}
-		done <- res
-	}()
-	pauses := 0
-	for {
-		e.clock.mu.Lock()
-		pending, changed := len(e.clock.timers), e.clock.changed
-		e.clock.mu.Unlock()
-		if pending > 0 {
-			for _, d := range e.clock.waitTimers(t, 1) {
-				if d < 8*time.Second || d > 12*time.Second {
-					t.Fatalf("pause %s, want 10s ±20%%", d)
-				}
-			}
-			pauses++
-			e.clock.Advance(12 * time.Second)
-			continue
-		}
-		select {
-		case res := <-done:
-			if res.Status != audit.RunCompleted || res.Purged != 1 {
-				t.Fatalf("result %+v", res)
-			}
-			if pauses < 2 {
-				t.Fatalf("%d pauses for a purge of several batches", pauses)
-			}
-			return
-		case <-changed:
-		case <-time.After(10 * time.Second):
-			t.Fatal("run neither paused nor finished")
+	res, pauses := e.runPaced(e.runner(), 12*time.Second)
+	if res.Status != audit.RunCompleted || res.Purged != 1 {
+		t.Fatalf("result %+v", res)
+	}
+	if len(pauses) < 2 {
+		t.Fatalf("%d pauses for a purge of several batches", len(pauses))
+	}
+	for _, d := range pauses {
+		if d < 8*time.Second || d > 12*time.Second {
+			t.Fatalf("pause %s, want 10s ±20%%", d)
 		}
 	}
 }
