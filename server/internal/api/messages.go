@@ -79,16 +79,24 @@ func (s *server) listMessages(w http.ResponseWriter, r *http.Request) error {
 	return s.writeJSON(w, r, http.StatusOK, messageList{Messages: msgs, NextCursor: next})
 }
 
+// messageRead reads the IDs and include_deleted of a request for one
+// message and checks that its thread may be seen.
+func (s *server) messageRead(r *http.Request) (tid, mid string, inc bool, err error) {
+	if tid, mid, err = threadAndMessage(r); err != nil {
+		return "", "", false, err
+	}
+	if inc, err = boolParam(r, "include_deleted", false); err != nil {
+		return "", "", false, err
+	}
+	if _, err = s.visibleThread(r.Context(), tid, inc); err != nil {
+		return "", "", false, err
+	}
+	return tid, mid, inc, nil
+}
+
 func (s *server) getMessage(w http.ResponseWriter, r *http.Request) error {
-	tid, mid, err := threadAndMessage(r)
+	tid, mid, inc, err := s.messageRead(r)
 	if err != nil {
-		return err
-	}
-	inc, err := boolParam(r, "include_deleted", false)
-	if err != nil {
-		return err
-	}
-	if _, err := s.visibleThread(r.Context(), tid, inc); err != nil {
 		return err
 	}
 	m, err := s.store.GetMessage(r.Context(), tid, mid)
@@ -150,15 +158,8 @@ func (s *server) restoreMessage(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) listVersions(w http.ResponseWriter, r *http.Request) error {
-	tid, mid, err := threadAndMessage(r)
+	tid, mid, _, err := s.messageRead(r)
 	if err != nil {
-		return err
-	}
-	inc, err := boolParam(r, "include_deleted", false)
-	if err != nil {
-		return err
-	}
-	if _, err := s.visibleThread(r.Context(), tid, inc); err != nil {
 		return err
 	}
 	versions, err := s.store.ListVersions(r.Context(), tid, mid)
