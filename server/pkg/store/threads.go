@@ -107,63 +107,47 @@ func (s *Store) GetThread(ctx context.Context, tid string) (Thread, error) {
 // DeleteThread soft-deletes; a repeated delete keeps the first deleted_ts.
 // The metadata and the deletion index entry are written in one batch.
 func (s *Store) DeleteThread(ctx context.Context, tid string) (Thread, error) {
-	if err := ctx.Err(); err != nil {
-		return Thread{}, err
-	}
-	if err := ValidateID(tid); err != nil {
-		return Thread{}, err
-	}
-	defer s.locks.lock(tid)()
-
-	t, err := s.readThread(tid)
-	if err != nil || t.Deleted {
-		return t, err
-	}
-	now := s.now().UnixNano()
-	t.Deleted, t.DeletedTS, t.UpdatedTS = true, now, now
-
-	b := s.db.NewBatch()
-	writeThread(b, t)
-	_ = b.Set(deletionKey(KindThread, indexTS(now), tid), nil, nil)
-	if err := s.commitUser(b); err != nil {
-		return Thread{}, fmt.Errorf("delete thread %s: %w", tid, err)
-	}
-	return t, nil
+	return s.updateThread(ctx, tid, "delete thread", false, func(t *Thread, b *pebble.Batch) bool {
+		if t.Deleted {
+			return false
+		}
+		now := s.now().UnixNano()
+		t.Deleted, t.DeletedTS, t.UpdatedTS = true, now, now
+		_ = b.Set(deletionKey(KindThread, indexTS(now), tid), nil, nil)
+		return true
+	})
 }
 
 // RestoreThread undoes a soft delete; ErrPurgeInProgress once a purge began.
 // The metadata and the removal of the index entry are one batch.
 func (s *Store) RestoreThread(ctx context.Context, tid string) (Thread, error) {
-	if err := ctx.Err(); err != nil {
-		return Thread{}, err
-	}
-	if err := ValidateID(tid); err != nil {
-		return Thread{}, err
-	}
-	defer s.locks.lock(tid)()
-
-	if started, err := s.purgeStarted(KindThread, tid); err != nil {
-		return Thread{}, err
-	} else if started {
-		return Thread{}, fmt.Errorf("restore thread %s: %w", tid, ErrPurgeInProgress)
-	}
-	t, err := s.readThread(tid)
-	if err != nil || !t.Deleted {
-		return t, err
-	}
-	b := s.db.NewBatch()
-	_ = b.Delete(deletionKey(KindThread, indexTS(t.DeletedTS), tid), nil)
-	t.Deleted, t.DeletedTS, t.UpdatedTS = false, 0, s.now().UnixNano()
-	writeThread(b, t)
-	if err := s.commitUser(b); err != nil {
-		return Thread{}, fmt.Errorf("restore thread %s: %w", tid, err)
-	}
-	return t, nil
+	return s.updateThread(ctx, tid, "restore thread", true, func(t *Thread, b *pebble.Batch) bool {
+		if !t.Deleted {
+			return false
+		}
+		_ = b.Delete(deletionKey(KindThread, indexTS(t.DeletedTS), tid), nil)
+		t.Deleted, t.DeletedTS, t.UpdatedTS = false, 0, s.now().UnixNano()
+		return true
+	})
 }
 
 // SetLegalHold sets or clears the legal hold flag. A thread whose purge has
 // begun can no longer be held: ErrPurgeInProgress.
 func (s *Store) SetLegalHold(ctx context.Context, tid string, hold bool) (Thread, error) {
+	return s.updateThread(ctx, tid, "legal hold on thread", true, func(t *Thread, _ *pebble.Batch) bool {
+		if t.LegalHold == hold {
+			return false
+		}
+		t.LegalHold, t.UpdatedTS = hold, s.now().UnixNano()
+		return true
+	})
+}
+
+// updateThread is the read-check-write of a thread's metadata, under the
+// thread's lock. change edits t, may add to the batch, and answers false
+// when there is nothing to write (t is returned as it is). With
+// refusePurging, a thread whose purge has begun answers ErrPurgeInProgress.
+func (s *Store) updateThread(ctx context.Context, tid, op string, refusePurging bool, change func(t *Thread, b *pebble.Batch) bool) (Thread, error) {
 	if err := ctx.Err(); err != nil {
 		return Thread{}, err
 	}
@@ -172,20 +156,25 @@ func (s *Store) SetLegalHold(ctx context.Context, tid string, hold bool) (Thread
 	}
 	defer s.locks.lock(tid)()
 
-	if started, err := s.purgeStarted(KindThread, tid); err != nil {
-		return Thread{}, err
-	} else if started {
-		return Thread{}, fmt.Errorf("legal hold on thread %s: %w", tid, ErrPurgeInProgress)
+	if refusePurging {
+		if started, err := s.purgeStarted(KindThread, tid); err != nil {
+			return Thread{}, err
+		} else if started {
+			return Thread{}, fmt.Errorf("%s %s: %w", op, tid, ErrPurgeInProgress)
+		}
 	}
 	t, err := s.readThread(tid)
-	if err != nil || t.LegalHold == hold {
+	if err != nil {
 		return t, err
 	}
-	t.LegalHold, t.UpdatedTS = hold, s.now().UnixNano()
 	b := s.db.NewBatch()
+	if !change(&t, b) {
+		_ = b.Close()
+		return t, nil
+	}
 	writeThread(b, t)
 	if err := s.commitUser(b); err != nil {
-		return Thread{}, fmt.Errorf("legal hold on thread %s: %w", tid, err)
+		return Thread{}, fmt.Errorf("%s %s: %w", op, tid, err)
 	}
 	return t, nil
 }
