@@ -26,6 +26,7 @@ type pacer struct {
 	last     uint64
 	seenAt   time.Time // when user writes were last seen
 	yielding bool
+	yielded  int // batches paced for user writes, for the run's log
 }
 
 func newPacer(base time.Duration, writes func() uint64) *pacer {
@@ -45,6 +46,9 @@ func (p *pacer) observe(now time.Time) {
 		p.last, p.seenAt = w, now
 	}
 	p.yielding = !p.seenAt.IsZero() && now.Sub(p.seenAt) < YieldHold
+	if p.yielding {
+		p.yielded++
+	}
 }
 
 // pause is the wait before the next batch, before jitter.

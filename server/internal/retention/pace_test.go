@@ -3,6 +3,7 @@ package retention
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,6 +92,9 @@ func TestRunYieldsToUserWrites(t *testing.T) {
 			// The hook writes before the run observes, so even t1's batch waits.
 			if len(pauses) != batches {
 				t.Fatalf("yielding: %d pauses for %d batches, want one before every batch", len(pauses), batches)
+			}
+			if !strings.Contains(e.logs.String(), fmt.Sprintf(`"batches":%d,"batches_yielded":%d`, batches, batches)) {
+				t.Fatalf("the run's last log line does not count %d batches, all yielded:\n%s", batches, e.logs.String())
 			}
 			for _, d := range pauses {
 				if d < YieldPause*8/10 || d > YieldPause*12/10 {

@@ -643,6 +643,7 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 	r.log.Log(ctx, level, "retention_run_finished", "run_id", rn.id, "trigger", rn.trigger, "dry_run", rn.dry,
 		"status", status, "reason", reason, "scanned", rn.scanned, "eligible", rn.eligible, "purged", rn.purged,
 		"failed", rn.failed, "skipped", rn.skipped, "stamped", rn.stamped, "keys_deleted", rn.keys,
+		"batches", rn.batches, "batches_yielded", rn.pace.yielded,
 		"duration_ms", finished.Sub(rn.at).Milliseconds(), "audit_file", path)
 	return res, runErr
 }
