@@ -28,6 +28,7 @@ const (
 // b4Cell is one pacing of the grid.
 type b4Cell struct {
 	p                    pacing
+	window               time.Duration // no run: how long the writers are recorded (b4Baseline when 0)
 	runs                 []time.Duration
 	keys                 int64
 	p50, p99, ops, errs  []float64
@@ -45,10 +46,10 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 	sec.setup = append(sec.setup,
 		fmt.Sprintf("%d eligible threads of %d messages with %d versions (%s keys to purge) and %d live threads of 10 messages. "+
 			"%d writers in a closed loop call `store.AppendMessage` (a synced write, as in production) on random live threads. "+
-			"Latencies count the writes that start while the run is going (after %s of warm-up); the no-run "+
-			"baseline records the same writers for %s on an identical checkpoint. Baseline and run repetitions alternate. "+
-			"A third variant, not a target, deletes the same keys with no reads and no pacing, to show what the "+
-			"delete rate alone does to the writers. Go scheduling p99 is the 99th percentile of the time goroutines "+
+			"Latencies count the writes that start while the run is going (after %s of warm-up). The no-run "+
+			"baseline of the whole purge records the same writers on an identical checkpoint for as long as the run "+
+			"just before it took, so that both see the flushes and compactions the writers cause themselves; the grid's "+
+			"baseline records them for %s. Baseline and run repetitions alternate. Go scheduling p99 is the 99th percentile of the time goroutines "+
 			"of this process waited to run (`/sched/latencies:seconds`) over the same window; WAL fsync p99 is "+
 			"the 99th percentile of Pebble's log fsyncs (`Metrics().LogWriter.FsyncLatency`) over the window.",
 			e, m, v, count(planKeys(ps, true)), b4Live, b4Writers, b4Warmup, b4Baseline))
@@ -65,87 +66,75 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 	if err := sd.settle(ctx); err != nil {
 		return sec, err
 	}
-	eligible := eligibleIDs(ps)
 	liveIDs := make([]string, len(live))
 	for i, p := range live {
 		liveIDs[i] = p.id
 	}
 
-	// Baseline and the default pacing over the whole purge.
-	reps, baseReps := b.reps(3), b.reps(5)
-	base := &b4Cell{}
+	// The default pacing over the whole purge, each run followed by a
+	// baseline as long as it; then a short baseline for the grid.
+	reps := b.reps(3)
 	def := &b4Cell{p: pacing{}}
-	noYield := &b4Cell{p: pacing{noYield: true}}
-	blind := &b4Cell{}
-	for i := range max(reps, baseReps) {
-		if i < baseReps {
-			if err := b4Measure(ctx, sd, liveIDs, eligible, b4NoRun, base); err != nil {
-				return sec, err
-			}
-			b.logf("B4 no run: rep %d/%d: p50 %s p99 %s (%.0f writes)", i+1, baseReps, fmtDurF(last(base.p50)),
-				fmtDurF(last(base.p99)), last(base.ops))
-		}
-		if i >= reps {
-			continue
-		}
-		if err := b4Measure(ctx, sd, liveIDs, eligible, b4Runner, def); err != nil {
+	base := &b4Cell{}
+	for i := range reps {
+		if err := b4Measure(ctx, sd, liveIDs, b4Runner, def); err != nil {
 			return sec, err
 		}
+		run := def.runs[len(def.runs)-1]
 		b.logf("B4 default pacing: rep %d/%d: %s keys in %s, p50 %s p99 %s (%.0f writes)", i+1, reps, count(def.keys),
-			fmtDur(def.runs[len(def.runs)-1]), fmtDurF(last(def.p50)), fmtDurF(last(def.p99)), last(def.ops))
-		if err := b4Measure(ctx, sd, liveIDs, eligible, b4Runner, noYield); err != nil {
+			fmtDur(run), fmtDurF(last(def.p50)), fmtDurF(last(def.p99)), last(def.ops))
+		base.window = run
+		if err := b4Measure(ctx, sd, liveIDs, b4NoRun, base); err != nil {
 			return sec, err
 		}
-		b.logf("B4 defaults without yielding: rep %d/%d: %s keys in %s, p50 %s p99 %s (%.0f writes)", i+1, reps, count(noYield.keys),
-			fmtDur(noYield.runs[len(noYield.runs)-1]), fmtDurF(last(noYield.p50)), fmtDurF(last(noYield.p99)), last(noYield.ops))
-		if err := b4Measure(ctx, sd, liveIDs, eligible, b4Blind, blind); err != nil {
-			return sec, err
-		}
-		b.logf("B4 unpaced blind deletes: rep %d/%d: %s keys in %s, p50 %s p99 %s (%.0f writes)", i+1, reps, count(blind.keys),
-			fmtDur(blind.runs[len(blind.runs)-1]), fmtDurF(last(blind.p50)), fmtDurF(last(blind.p99)), last(blind.ops))
+		b.logf("B4 no run for %s: rep %d/%d: p50 %s p99 %s (%.0f writes)", fmtDur(run), i+1, reps, fmtDurF(last(base.p50)),
+			fmtDurF(last(base.p99)), last(base.ops))
 	}
 	bp99 := median(base.p99)
 	t := table{
-		caption: "Whole purge, production defaults, against no run:",
+		caption: "Whole purge, production defaults, against no run for as long:",
 		header: []string{"Variant", "Keys", "Run time", "Write p50", "Write p99", "p99 / no-run p99", "Writes measured",
 			"Go scheduling p99", "WAL fsync p99", "Pebble flushes / compactions"},
 	}
-	row := func(name, keys, runs string, c *b4Cell) {
-		t.add(name, keys, runs, spread(c.p50, fmtDurF), spread(c.p99, fmtDurF), fmtRatio(median(c.p99)/bp99),
+	row := func(name, keys, runs string, c *b4Cell, ref float64) {
+		t.add(name, keys, runs, spread(c.p50, fmtDurF), spread(c.p99, fmtDurF), fmtRatio(median(c.p99)/ref),
 			fmt.Sprintf("%.0f", median(c.ops)), fmtDurF(median(c.sched99)), fmtDurF(median(c.walSync99)),
 			fmt.Sprintf("%.0f / %.0f", median(c.flushes), median(c.compactions)))
 	}
-	row("no run", "–", "–", base)
-	row("run, production defaults ("+def.p.String()+", yielding to the writers)", count(def.keys), spread(durs(def.runs), fmtDurF), def)
-	row("not a target: run, "+noYield.p.String(), count(noYield.keys), spread(durs(noYield.runs), fmtDurF), noYield)
-	row("not a target: the same keys, collected first, deleted unpaced in batches of 1000 (no reads)",
-		count(blind.keys), spread(durs(blind.runs), fmtDurF), blind)
+	row("no run, as long as each run", "–", "–", base, bp99)
+	row("run, production defaults ("+def.p.String()+", yielding to the writers)", count(def.keys),
+		spread(durs(def.runs), fmtDurF), def, bp99)
 	sec.tables = append(sec.tables, t)
 	ratio := median(def.p99) / bp99
 	sec.addTarget("write p99 during a run (default pacing) vs no run", "≤ 2×",
 		fmt.Sprintf("%s (%s vs %s, %s keys purged)", fmtRatio(ratio), fmtDurF(median(def.p99)), fmtDurF(bp99), count(def.keys)), ratio <= 2)
+	sec.notes = append(sec.notes, fmt.Sprintf("While user writes commit, a run yields (`PROGRESSDB_RETENTION_YIELD_TO_WRITES`, "+
+		"on by default): batches of at most %d keys, at least %s apart, until no user write has been seen for %s; "+
+		"with no competing writes (B1) it purges at BATCH_SIZE and BATCH_PAUSE. The grid below is measured with "+
+		"yielding off: its BATCH_SIZE=1000, BATCH_PAUSE=0 row is what the defaults would do to the writers without it.",
+		retention.YieldBatchSize, retention.YieldPause, retention.YieldHold))
 	if ratio > 2 {
 		sec.notes = append(sec.notes, fmt.Sprintf("Why the defaults miss ≤ 2×: a synced write waits for the log's fsync, "+
 			"and during the run the 99th percentile of the log's fsyncs rises from %s to %s (Go scheduling p99 from %s "+
 			"to %s). The purge's deletes go through the same log and memtables, and the flushes and compactions they "+
-			"cause (%.0f and %.0f during a run; with interleaved IDs a compaction of the tombstones rewrites the live "+
-			"data around them) write to the same disk, on a machine whose %d cores the purge, Pebble's background work "+
-			"and the writers share. Unpaced blind deletes of the same keys (%s) raise the write p99 to %s (fsync p99 %s); "+
-			"the runner, slowed by its reads (%s), to %s. Pacing lowers the rate: see the grid.",
+			"cause (%.0f and %.0f during a run, against %.0f and %.0f without it; with interleaved IDs a compaction of "+
+			"the tombstones rewrites the live data around them) write to the same disk, on a machine whose %d cores "+
+			"the purge, Pebble's background work and the writers share.",
 			fmtDurF(median(base.walSync99)), fmtDurF(median(def.walSync99)), fmtDurF(median(base.sched99)),
-			fmtDurF(median(def.sched99)), median(def.flushes), median(def.compactions), runtime.NumCPU(),
-			fmtRate(rate(blind.keys, medianDur(blind.runs))), fmtDurF(median(blind.p99)), fmtDurF(median(blind.walSync99)),
-			fmtRate(rate(def.keys, medianDur(def.runs))), fmtDurF(median(def.p99))))
+			fmtDurF(median(def.sched99)), median(def.flushes), median(def.compactions), median(base.flushes),
+			median(base.compactions), runtime.NumCPU()))
 	}
-	sec.notes = append(sec.notes, fmt.Sprintf("While user writes commit, a run yields (`PROGRESSDB_RETENTION_YIELD_TO_WRITES`, "+
-		"on by default): batches of at most %d keys, at least %s apart, until no user write has been seen for %s; "+
-		"with no competing writes (B1) it purges at BATCH_SIZE and BATCH_PAUSE. Without yielding, the same defaults "+
-		"raise the write p99 to %s of the no-run p99 (run time %s against %s).",
-		retention.YieldBatchSize, retention.YieldPause, retention.YieldHold, fmtRatio(median(noYield.p99)/bp99),
-		fmtDur(medianDur(noYield.runs)), fmtDur(medianDur(def.runs))))
-	if errs := median(base.errs) + median(def.errs) + median(noYield.errs) + median(blind.errs); errs > 0 {
+	if errs := median(base.errs) + median(def.errs); errs > 0 {
 		sec.notes = append(sec.notes, fmt.Sprintf("⚠ %.0f writes failed.", errs))
 	}
+
+	gridBase := &b4Cell{}
+	for range reps {
+		if err := b4Measure(ctx, sd, liveIDs, b4NoRun, gridBase); err != nil {
+			return sec, err
+		}
+	}
+	gp99 := median(gridBase.p99)
 
 	// The grid, on an eighth of the eligible threads (MAX_ITEMS), so that
 	// slow pacings finish in reasonable time.
@@ -153,18 +142,14 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 	gridKeys := int64(gridItems) * ps[0].keys()
 	var cells []*b4Cell
 	for _, bs := range []int{100, 250, 1000} {
-		pauses := []time.Duration{0, time.Millisecond, 2 * time.Millisecond}
-		if bs == 100 {
-			pauses = append(pauses, 5*time.Millisecond)
-		}
-		for _, pause := range pauses {
+		for _, pause := range []time.Duration{0, time.Millisecond, 2 * time.Millisecond} {
 			cells = append(cells, &b4Cell{p: pacing{batchSize: bs, pause: pause, pauseSet: true, maxItems: gridItems, noYield: true}})
 		}
 	}
-	greps := b.reps(3)
+	greps := b.reps(2)
 	for i := range greps {
 		for _, c := range cells {
-			if err := b4Measure(ctx, sd, liveIDs, eligible, b4Runner, c); err != nil {
+			if err := b4Measure(ctx, sd, liveIDs, b4Runner, c); err != nil {
 				return sec, err
 			}
 			b.logf("B4 grid %s: rep %d/%d: %s keys in %s, p50 %s p99 %s", c.p, i+1, greps, count(c.keys),
@@ -173,18 +158,19 @@ func runB4(ctx context.Context, b *bench) (*section, error) {
 	}
 	gt := table{
 		caption: fmt.Sprintf("Grid, with YIELD_TO_WRITES=false so that each cell's pacing holds throughout: each run purges "+
-			"%d threads (MAX_ITEMS, about %s keys); the no-run p99 is %s.", gridItems, count(gridKeys), fmtDurF(bp99)),
+			"%d threads (MAX_ITEMS, about %s keys); the no-run p99 over %s is %s.", gridItems, count(gridKeys), b4Baseline,
+			fmtDurF(gp99)),
 		header: []string{"BATCH_SIZE", "BATCH_PAUSE", "Run time", "Keys/s", "Write p50", "Write p99", "p99 / no-run p99",
 			"Go scheduling p99", "WAL fsync p99"},
 	}
 	for _, c := range cells {
 		rt := medianDur(c.runs)
 		gt.add(fmt.Sprint(c.p.batchSize), fmtPause(c.p.pause), spread(durs(c.runs), fmtDurF), fmtRate(rate(c.keys, rt)),
-			spread(c.p50, fmtDurF), spread(c.p99, fmtDurF), fmtRatio(median(c.p99)/bp99), fmtDurF(median(c.sched99)),
+			spread(c.p50, fmtDurF), spread(c.p99, fmtDurF), fmtRatio(median(c.p99)/gp99), fmtDurF(median(c.sched99)),
 			fmtDurF(median(c.walSync99)))
 	}
 	sec.tables = append(sec.tables, gt)
-	sec.notes = append(sec.notes, b4Recommend(cells, bp99))
+	sec.notes = append(sec.notes, b4Recommend(cells, gp99))
 	return sec, nil
 }
 
@@ -234,11 +220,8 @@ func b4Recommend(cells []*b4Cell, bp99 float64) string {
 	} else {
 		s += "The fastest pacing within 2× is " + cell(best) + ". "
 	}
-	s += "While user writes commit, a run yields to " + cell(yield)
-	if yield != nil && median(yield.p99)/bp99 <= 2 {
-		return s + ", within 2× in the grid as over the whole purge above."
-	}
-	return s + "; see the whole purge above for what it gives there."
+	return s + "While user writes commit, a run yields to " + cell(yield) + " in the grid; the whole purge above " +
+		"shows what it gives over a run long enough to bring flushes and compactions."
 }
 
 // b4Mode is what runs beside the writers.
@@ -247,23 +230,16 @@ type b4Mode int
 const (
 	b4NoRun  b4Mode = iota // nothing: the baseline
 	b4Runner               // a retention run with the cell's pacing
-	b4Blind                // the eligible keys, collected first, deleted unpaced in batches of 1000
 )
 
 // b4Measure runs the writers on a fresh checkpoint beside mode and appends
 // the figures to c.
-func b4Measure(ctx context.Context, sd *seeded, live, eligible []string, mode b4Mode, c *b4Cell) error {
+func b4Measure(ctx context.Context, sd *seeded, live []string, mode b4Mode, c *b4Cell) error {
 	f, err := sd.fork("w")
 	if err != nil {
 		return err
 	}
 	defer f.close()
-	var keys [][]byte
-	if mode == b4Blind {
-		if keys, err = threadKeySet(ctx, f.db(), eligible); err != nil {
-			return err
-		}
-	}
 	w := startWriters(ctx, f.st, live, b4Writers)
 	select {
 	case <-ctx.Done():
@@ -276,9 +252,13 @@ func b4Measure(ctx context.Context, sd *seeded, live, eligible []string, mode b4
 	var runErr error
 	switch mode {
 	case b4NoRun:
+		window := c.window
+		if window <= 0 {
+			window = b4Baseline
+		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(b4Baseline):
+		case <-time.After(window):
 		}
 	case b4Runner:
 		runner, _, err := newRunner(f, c.p)
@@ -289,11 +269,6 @@ func b4Measure(ctx context.Context, sd *seeded, live, eligible []string, mode b4
 			c.runs = append(c.runs, el)
 			c.keys = res.KeysDeleted
 		}
-		runErr = err
-	case b4Blind:
-		el, err := deleteBatched(f.db(), keys, 1000)
-		c.runs = append(c.runs, el)
-		c.keys = int64(len(keys))
 		runErr = err
 	}
 	m1 := f.db().Metrics()

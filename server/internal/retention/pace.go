@@ -13,7 +13,7 @@ import "time"
 // concurrent synced writes within twice its value with no run.
 const (
 	YieldBatchSize = 100
-	YieldPause     = 2 * time.Millisecond
+	YieldPause     = time.Millisecond
 	YieldHold      = time.Second
 )
 
