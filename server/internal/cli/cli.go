@@ -75,17 +75,23 @@ func (e env) loadConfig() (config.Config, bool) {
 	return cfg, true
 }
 
-// logger builds the configured logger; commands close it when done.
-// config.Load has checked the level, the format and the sink's syntax, so
-// what can still fail is opening the sink's file.
-func (e env) logger(cfg config.Config) (*slog.Logger, io.Closer, bool) {
+// configAndLogger reads the environment and builds the configured logger,
+// which the command closes when done. On error it prints the one-line
+// message and returns false (the caller exits 2). config.Load has checked
+// the level, the format and the sink's syntax, so what can still fail is
+// opening the sink's file.
+func (e env) configAndLogger() (config.Config, *slog.Logger, io.Closer, bool) {
+	cfg, ok := e.loadConfig()
+	if !ok {
+		return cfg, nil, nil, false
+	}
 	l, c, err := logging.New(logging.Options{Level: cfg.LogLevel, Format: cfg.LogFormat, Sink: cfg.LogSink, Stderr: e.stderr})
 	if err != nil {
 		cerr := &config.Error{Var: config.VarLogSink, Value: cfg.LogSink, Rule: "must be stderr or a writable file:<path>: " + err.Error()}
 		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", cerr)
-		return nil, nil, false
+		return cfg, nil, nil, false
 	}
-	return l, c, true
+	return cfg, l, c, true
 }
 
 // parseFlags parses a command's flags, printing errors to stderr; positional

@@ -17,11 +17,7 @@ func (e env) configCheck(args []string) int {
 	if !e.parseFlags(flag.NewFlagSet("config check", flag.ContinueOnError), args, false) {
 		return exitUsage
 	}
-	cfg, ok := e.loadConfig()
-	if !ok {
-		return exitUsage
-	}
-	_, closer, ok := e.logger(cfg)
+	cfg, _, closer, ok := e.configAndLogger()
 	if !ok {
 		return exitUsage
 	}

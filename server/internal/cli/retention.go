@@ -25,11 +25,7 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 	if !e.parseFlags(fs, args, false) {
 		return exitUsage
 	}
-	cfg, ok := e.loadConfig()
-	if !ok {
-		return exitUsage
-	}
-	logger, closer, ok := e.logger(cfg)
+	cfg, logger, closer, ok := e.configAndLogger()
 	if !ok {
 		return exitUsage
 	}

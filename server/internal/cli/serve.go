@@ -13,11 +13,7 @@ func (e env) serve(ctx context.Context, args []string) int {
 	if !e.parseFlags(flag.NewFlagSet("serve", flag.ContinueOnError), args, false) {
 		return exitUsage
 	}
-	cfg, ok := e.loadConfig()
-	if !ok {
-		return exitUsage
-	}
-	logger, closer, ok := e.logger(cfg)
+	cfg, logger, closer, ok := e.configAndLogger()
 	if !ok {
 		return exitUsage
 	}
