@@ -144,6 +144,22 @@ func (e *env) runPaced(r *Runner, step time.Duration) (Result, []time.Duration) 
 	}
 }
 
+// beginPurge claims deleted thread tid as run runID would, leaving its
+// purge marker as a crash right after the claim does.
+func (e *env) beginPurge(tid, runID string) {
+	e.t.Helper()
+	ctx := context.Background()
+	th, err := e.st.GetThread(ctx, tid)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m := store.PurgeMarker{Kind: store.KindThread, ID: tid, ThreadID: tid, DeletedTS: th.DeletedTS, RunID: runID,
+		StartedAt: e.clock.Now().UnixNano()}
+	if err := e.st.BeginPurge(ctx, m); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // at moves the shared clock to t0+d.
 func (e *env) at(d time.Duration) {
 	e.clock.mu.Lock()

@@ -614,16 +614,9 @@ func TestRunRecoversAPurgeWhoseAuditRecordWasLost(t *testing.T) {
 	e.deleteThread("t1")
 	e.at(31 * day)
 	ctx := context.Background()
-	th, err := e.st.GetThread(ctx, "t1")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A crash after the purge and before the audit record: the marker is all
 	// that is left.
-	m := store.PurgeMarker{Kind: store.KindThread, ID: "t1", ThreadID: "t1", DeletedTS: th.DeletedTS, RunID: "crashedrun01", StartedAt: e.clock.Now().UnixNano()}
-	if err := e.st.BeginPurge(ctx, m); err != nil {
-		t.Fatal(err)
-	}
+	e.beginPurge("t1", "crashedrun01")
 	if _, err := e.st.PurgeThread(ctx, "t1", store.PurgeOptions{BatchSize: 100}); err != nil {
 		t.Fatal(err)
 	}
@@ -651,17 +644,10 @@ func TestRunFinishesAPurgeACrashInterrupted(t *testing.T) {
 	e.deleteThread("t1")
 	e.at(31 * day)
 	ctx := context.Background()
-	th, err := e.st.GetThread(ctx, "t1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := store.PurgeMarker{Kind: store.KindThread, ID: "t1", ThreadID: "t1", DeletedTS: th.DeletedTS, RunID: "crashedrun02", StartedAt: e.clock.Now().UnixNano()}
-	if err := e.st.BeginPurge(ctx, m); err != nil {
-		t.Fatal(err)
-	}
+	e.beginPurge("t1", "crashedrun02")
 	crash := errors.New("crash")
 	batches := 0
-	_, err = e.st.PurgeThread(ctx, "t1", store.PurgeOptions{BatchSize: 3, BeforeBatch: func(context.Context) error {
+	_, err := e.st.PurgeThread(ctx, "t1", store.PurgeOptions{BatchSize: 3, BeforeBatch: func(context.Context) error {
 		if batches++; batches > 1 {
 			return crash
 		}
