@@ -168,7 +168,7 @@ func b1Shape1(ctx context.Context, b *bench, sec *section, sh b1Shape) error {
 		b.logf("%s: (a) runner rep %d/%d: %s keys in %s (CPU %s)", label, i+1, reps, count(n), fmtDur(el), fmtDur(cpu))
 		run.add(n, el, cpu)
 
-		n, el, cpu, err = onFork(sd, "c", func(f *fork) (int64, time.Duration, error) {
+		n, el, _, err = onFork(sd, "c", func(f *fork) (int64, time.Duration, error) {
 			keys, err := threadKeySet(ctx, f.db(), eligible)
 			if err != nil {
 				return 0, 0, err

@@ -69,9 +69,6 @@ func countKeys(db *pebble.DB, s [2][]byte) (int64, error) {
 	return n, err
 }
 
-// allKeys is the whole keyspace.
-var allKeys = [2][]byte{{0}, {0xff}}
-
 // indexKeys maps item IDs to their deletion-index keys (threads and
 // messages alike; IDs are unique across both).
 func indexKeys(db *pebble.DB) (map[string][]byte, error) {

@@ -3,12 +3,7 @@ package faults
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"io/fs"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -415,37 +410,4 @@ func prefixEnd(prefix string) []byte {
 		}
 	}
 	return nil
-}
-
-// copyDir copies the regular files of the tree src into dst (a closed
-// Pebble directory, a template for trials).
-func copyDir(t testing.TB, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o750)
-		}
-		in, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		out, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, in); err != nil {
-			out.Close()
-			return err
-		}
-		return out.Close()
-	})
-	if err != nil {
-		t.Fatalf("copy %s: %v", src, fmt.Errorf("to %s: %w", dst, err))
-	}
 }
