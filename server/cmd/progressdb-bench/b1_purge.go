@@ -271,7 +271,7 @@ func b1Shape1(ctx context.Context, b *bench, sec *section, sh b1Shape) error {
 			"marker clear) every 8×BATCH_SIZE keys or 64 items. (d) reads through one iterator opened before its "+
 			"first delete, on a freshly opened database: Pebble leaves the empty memtable out of it, so (d) never "+
 			"seeks through tombstones. In a CPU profile of the runner (`-cpuprofile`), seeks in the memtable's "+
-			"skiplist are about a third of its time. A purge cannot read through an older view in the same way: "+
+			"skiplist are more than a quarter of its time. A purge cannot read through an older view in the same way: "+
 			"a soft-deleted thread still takes message deletes and restores until its purge begins, so only a view "+
 			"opened after that sees all of its keys.", sh.name, fmtRatio(dOverC), fmtRatio(aOverD)))
 	}
