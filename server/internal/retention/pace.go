@@ -11,7 +11,7 @@ import "time"
 // turns this off. The figures come from the pacing grid of
 // BENCHMARKS.md (B4): 100-key batches 1 ms apart keep the p99 of
 // concurrent synced writes within about 1.5 times its value with no run,
-// where 250-key batches sit at twice; longer pauses gained little.
+// where 250-key batches reach twice or more; longer pauses gained little.
 const (
 	YieldBatchSize = 100
 	YieldPause     = time.Millisecond
