@@ -53,7 +53,7 @@ func (s *server) retentionRun(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case err == nil:
 		return s.writeJSON(w, r, http.StatusOK, res)
-	case errors.Is(err, retention.ErrLeaseHeld), errors.Is(err, retention.ErrDisabled):
+	case errors.Is(err, retention.ErrLeaseHeld), errors.Is(err, retention.ErrDisabled), errors.Is(err, retention.ErrPaused):
 		return err
 	case res.RunID != "":
 		return &runFailedError{err: err, result: res}
@@ -84,4 +84,30 @@ func (s *server) setLegalHold(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.log.InfoContext(r.Context(), "legal_hold_set", "tid", tid, "legal_hold", *req.LegalHold)
 	return s.writeJSON(w, r, http.StatusOK, t)
+}
+
+// setRetentionPause answers PUT /admin/retention/pause {paused, reason?}.
+func (s *server) setRetentionPause(w http.ResponseWriter, r *http.Request) error {
+	if s.retention == nil {
+		return errNoRetention
+	}
+	var req struct {
+		Paused *bool  `json:"paused"`
+		Reason string `json:"reason"`
+	}
+	if err := s.decodeBody(w, r, &req, false); err != nil {
+		return err
+	}
+	if req.Paused == nil {
+		return badRequest("paused is required")
+	}
+	if !*req.Paused && req.Reason != "" {
+		return badRequest("reason is only for pausing")
+	}
+	st, err := s.retention.SetPause(r.Context(), *req.Paused, req.Reason)
+	if err != nil {
+		return err
+	}
+	s.log.InfoContext(r.Context(), "retention_pause_set", "paused", st.Paused, "reason", st.Reason)
+	return s.writeJSON(w, r, http.StatusOK, st)
 }

@@ -174,3 +174,10 @@ func TestRetentionRunRefused(t *testing.T) {
 		}
 	})
 }
+
+func (f *fakeRetention) SetPause(ctx context.Context, paused bool, reason string) (retention.PauseState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.status.PauseState = retention.PauseState{Paused: paused, Reason: reason}
+	return f.status.PauseState, f.err
+}

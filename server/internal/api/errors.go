@@ -65,6 +65,7 @@ type errorBody struct {
 	Error  string               `json:"error"`
 	Holder *retention.LeaseInfo `json:"holder,omitempty"`
 	Result *retention.Result    `json:"result,omitempty"`
+	Paused bool                 `json:"paused,omitempty"` // a run refused because retention is paused
 }
 
 const internalErrorMsg = "internal error"
@@ -110,6 +111,8 @@ func classify(err error) (int, errorBody) {
 	case errors.As(err, &held):
 		holder := held.Holder
 		return http.StatusConflict, errorBody{Error: err.Error(), Holder: &holder}
+	case errors.Is(err, retention.ErrPaused):
+		return http.StatusConflict, errorBody{Error: err.Error(), Paused: true}
 	case errors.Is(err, retention.ErrLeaseHeld), errors.Is(err, retention.ErrDisabled):
 		return http.StatusConflict, errorBody{Error: err.Error()}
 

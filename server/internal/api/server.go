@@ -137,6 +137,7 @@ func (s *server) routes() []route {
 
 		{http.MethodGet, "/admin/retention", accessAdmin, s.retentionStatus},
 		{http.MethodPost, "/admin/retention/run", accessAdmin, s.retentionRun},
+		{http.MethodPut, "/admin/retention/pause", accessAdmin, s.setRetentionPause},
 		{http.MethodPut, "/admin/threads/{tid}/legal_hold", accessAdmin, s.setLegalHold},
 	}
 }

@@ -46,6 +46,12 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The paused gauge shows the stored switch from the start.
+	if p, err := svc.Pause(ctx); err != nil {
+		logger.Error("retention_pause_unreadable", "err", err)
+	} else if p.Paused {
+		logger.Warn("retention_is_paused", "reason", p.Reason, "paused_at", p.PausedAt)
+	}
 	if cfg.Retention.Enabled {
 		if _, err := svc.Recover(ctx); err != nil {
 			logger.Error("retention_recover_failed", "err", err)

@@ -19,7 +19,7 @@ const (
 	exitFailed    = 1
 	exitUsage     = 2 // also: invalid configuration
 	exitLeaseHeld = 75
-	usageTopLevel = "usage: progressdb [serve | seed | config check | retention run|status | audit verify] [flags]"
+	usageTopLevel = "usage: progressdb [serve | seed | config check | retention run|status|pause|resume | audit verify] [flags]"
 )
 
 // env bundles what every command receives.
@@ -50,6 +50,10 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 				return e.retentionRun(ctx, args[2:])
 			case "status":
 				return e.retentionStatus(ctx, args[2:])
+			case "pause":
+				return e.retentionPause(ctx, args[2:], true)
+			case "resume":
+				return e.retentionPause(ctx, args[2:], false)
 			}
 		}
 	case "audit":

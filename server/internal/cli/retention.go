@@ -7,12 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -55,6 +57,9 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stderr, "progressdb retention run: lease held by %s (host %s, pid %d) until %s; run skipped\n",
 			held.Holder.Owner, held.Holder.Host, held.Holder.PID, held.Holder.Expires.Format(time.RFC3339))
 		return exitLeaseHeld
+	case errors.Is(err, retention.ErrPaused):
+		fmt.Fprintln(e.stderr, "progressdb retention run: retention is paused; `progressdb retention resume` lifts it, --dry-run previews")
+		return exitFailed
 	case errors.Is(err, retention.ErrDisabled):
 		fmt.Fprintln(e.stderr, "progressdb retention run: retention is disabled; set PROGRESSDB_RETENTION_ENABLED=true or use --dry-run")
 		return exitFailed
@@ -91,6 +96,32 @@ func (e env) retentionStatus(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stderr, "progressdb retention status: %v\n", err)
 		return exitFailed
 	}
+	pauseKnown := true
+	switch db, err := store.Open(cfg.DBPath, store.Options{}); {
+	case errors.Is(err, store.ErrDatabaseLocked):
+		// A server holds the database: the pause switch is its to tell.
+		if c, cerr := newAdminClient(cfg); cerr == nil {
+			var remote retention.Status
+			if err := c.do(ctx, http.MethodGet, "/admin/retention", nil, &remote); err == nil {
+				st.PauseState = remote.PauseState
+				break
+			}
+		}
+		pauseKnown = false
+	case err != nil:
+		fmt.Fprintf(e.stderr, "progressdb retention status: %v\n", err)
+		return exitFailed
+	default:
+		p, perr := db.RetentionPause(ctx)
+		if cerr := db.Close(); perr == nil {
+			perr = cerr
+		}
+		if perr != nil {
+			fmt.Fprintf(e.stderr, "progressdb retention status: %v\n", perr)
+			return exitFailed
+		}
+		st.PauseState = retention.PauseStateOf(p)
+	}
 	if *asJSON {
 		writeJSON(e.stdout, st)
 		return exitOK
@@ -100,6 +131,11 @@ func (e env) retentionStatus(ctx context.Context, args []string) int {
 	fmt.Fprintf(w, "dry run:         %t\n", st.DryRun)
 	fmt.Fprintf(w, "period:          %s (messages %s)\n", st.Period, st.MessagePeriod)
 	fmt.Fprintf(w, "schedule:        %s (UTC)\n", st.Cron)
+	if pauseKnown {
+		printPause(w, st.PauseState)
+	} else {
+		fmt.Fprintf(w, "paused:          unknown (a server holds the database; set %s to ask it)\n", config.VarAdminToken)
+	}
 	if st.NextRun != nil {
 		fmt.Fprintf(w, "next run:        %s\n", st.NextRun.Format(time.RFC3339))
 	} else {

@@ -13,6 +13,7 @@ const (
 	resultInterrupted  = "interrupted"
 	resultSkippedLease = "skipped_lease"
 	resultDryRun       = "dry_run"
+	resultPaused       = "paused"
 )
 
 // Error stages as counted by progressdb_retention_errors_total.
@@ -37,6 +38,7 @@ type Metrics struct {
 	LastSuccess   prometheus.Gauge
 	EligibleItems prometheus.Gauge
 	LeaseHeld     prometheus.Gauge
+	Paused        prometheus.Gauge
 	Errors        *prometheus.CounterVec
 	TicksSkipped  prometheus.Counter
 }
@@ -48,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "progressdb_retention_runs_total",
-			Help: "Retention runs by result: completed, failed, interrupted, skipped_lease, dry_run.",
+			Help: "Retention runs by result: completed, failed, interrupted, skipped_lease, dry_run, paused.",
 		}, []string{"result"}),
 		ItemsPurged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "progressdb_retention_items_purged_total",
@@ -75,6 +77,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "progressdb_retention_lease_held",
 			Help: "1 while this process holds the retention lease.",
 		}),
+		Paused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "progressdb_retention_paused",
+			Help: "1 while retention is paused (PUT /admin/retention/pause).",
+		}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "progressdb_retention_errors_total",
 			Help: "Retention errors by stage.",
@@ -84,7 +90,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Scheduled ticks skipped because a run was still going.",
 		}),
 	}
-	for _, r := range []string{resultCompleted, resultFailed, resultInterrupted, resultSkippedLease, resultDryRun} {
+	for _, r := range []string{resultCompleted, resultFailed, resultInterrupted, resultSkippedLease, resultDryRun, resultPaused} {
 		m.Runs.WithLabelValues(r)
 	}
 	for _, k := range []store.ItemKind{store.KindThread, store.KindMessage} {
@@ -95,7 +101,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Runs, m.ItemsPurged, m.KeysDeleted, m.RunDuration, m.LastSuccess,
-			m.EligibleItems, m.LeaseHeld, m.Errors, m.TicksSkipped)
+			m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped)
 	}
 	return m
 }

@@ -406,7 +406,8 @@ func (rn *run) beforeBatch(ctx context.Context) error {
 	return sleep(ctx, rn.r.clock, jitter(rn.pace.pause()))
 }
 
-// checkpoint is the check before any write: not shut down, lease still ours.
+// checkpoint is the check before any write: not shut down, lease still
+// ours, not paused (dry runs delete nothing and go on while paused).
 func (rn *run) checkpoint(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -416,6 +417,14 @@ func (rn *run) checkpoint(ctx context.Context) error {
 			err = fmt.Errorf("%w: %w", ErrLeaseLost, err)
 		}
 		return err
+	}
+	if !rn.dry {
+		if paused, err := rn.r.paused(ctx); paused {
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrPaused, err)
+			}
+			return ErrPaused
+		}
 	}
 	return nil
 }
@@ -532,10 +541,13 @@ func (rn *run) fail(ctx context.Context, stage, what string, err error) {
 	rn.setStop(&stopCause{status: audit.RunFailed, reason: what + ": " + err.Error(), err: fmt.Errorf("%s: %w", what, err)})
 }
 
-// halt stops the run for a shutdown or a lost lease.
+// halt stops the run for a shutdown, a lost lease or a pause.
 func (rn *run) halt(err error) {
 	reason := reasonShutdown + err.Error()
-	if errors.Is(err, ErrLeaseLost) {
+	if errors.Is(err, ErrPaused) {
+		reason = reasonPaused
+		rn.r.log.Warn("retention_run_paused", "run_id", rn.id)
+	} else if errors.Is(err, ErrLeaseLost) {
 		reason = err.Error()
 		if !strings.HasPrefix(reason, reasonLeaseLost) {
 			reason = reasonLeaseLost + reason
@@ -551,9 +563,10 @@ func (rn *run) setStop(c *stopCause) {
 	}
 }
 
-// isStop tells a requested stop (shutdown, lost lease) from a failure.
+// isStop tells a requested stop (shutdown, lost lease, pause) from a failure.
 func isStop(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrLeaseLost)
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrPaused)
 }
 
 // progress logs how a long run is going, about every progressEvery.

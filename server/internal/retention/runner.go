@@ -200,6 +200,20 @@ func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error
 	if !dry && !r.cfg.Enabled {
 		return nil, Result{}, ErrDisabled
 	}
+	if !dry {
+		// A paused run is skipped before it takes anything: no lease, no
+		// audit file. Dry runs still work while paused.
+		paused, err := r.paused(ctx)
+		if paused {
+			r.metrics.Runs.WithLabelValues(resultPaused).Inc()
+			r.log.Info("retention_run_skipped", "trigger", req.Trigger, "reason", "paused")
+			if err != nil {
+				r.log.Error("retention_pause_unreadable", "err", err)
+				return nil, Result{}, fmt.Errorf("%w: %w", ErrPaused, err)
+			}
+			return nil, Result{}, ErrPaused
+		}
+	}
 	select {
 	case r.slot <- struct{}{}:
 	default:

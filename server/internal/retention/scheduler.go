@@ -240,7 +240,7 @@ func (s *Scheduler) runOnce(ctx context.Context, trigger string) (res Result, er
 	res, err = s.runner.Run(ctx, RunRequest{Trigger: trigger})
 	var held *LeaseHeldError
 	switch {
-	case errors.As(err, &held):
+	case errors.As(err, &held), errors.Is(err, ErrPaused):
 		// Logged and counted by the runner; the next tick tries again.
 	case err != nil:
 		s.log.Error("retention_scheduled_run_failed", "trigger", trigger, "run_id", res.RunID, "err", err)

@@ -92,6 +92,14 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (Result, error) {
 	return m.runner.Run(ctx, req)
 }
 
+// Pause reads the pause switch (and refreshes the paused gauge).
+func (m *Manager) Pause(ctx context.Context) (PauseState, error) { return m.runner.Pause(ctx) }
+
+// SetPause pauses or resumes retention (spec §3.2 PUT /admin/retention/pause).
+func (m *Manager) SetPause(ctx context.Context, paused bool, reason string) (PauseState, error) {
+	return m.runner.SetPause(ctx, paused, reason)
+}
+
 // Start takes the lease now, so that a held lease can be answered with
 // 409, and runs in the background. It returns the run ID.
 func (m *Manager) Start(ctx context.Context, req RunRequest) (string, error) {
@@ -128,6 +136,9 @@ func (m *Manager) Status(ctx context.Context) (Status, error) {
 	}
 	st, err := status(m.runner.cfg, m.now(), next)
 	if err != nil {
+		return st, err
+	}
+	if st.PauseState, err = m.runner.Pause(ctx); err != nil {
 		return st, err
 	}
 	if last := m.runner.LastResult(); last != nil {

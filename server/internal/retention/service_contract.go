@@ -57,15 +57,19 @@ type Status struct {
 	NextRun       *time.Time  `json:"next_run"`
 	Lease         LeaseStatus `json:"lease"`
 	LastRun       *Result     `json:"last_run"`
+	PauseState
 }
 
 // Service is what the HTTP API and CLI use: runs on demand and status.
 type Service interface {
 	// Run runs now and waits. Errors: ErrLeaseHeld (as *LeaseHeldError),
-	// ErrDisabled, or a failure (the Result still describes the run).
+	// ErrDisabled, ErrPaused, or a failure (the Result still describes the run).
 	Run(ctx context.Context, req RunRequest) (Result, error)
 	// Start begins a run in the background and returns its run ID once the
 	// lease is held, or the same errors as Run.
 	Start(ctx context.Context, req RunRequest) (string, error)
 	Status(ctx context.Context) (Status, error)
+	// SetPause pauses or resumes retention (spec §3.2) and returns the
+	// stored switch.
+	SetPause(ctx context.Context, paused bool, reason string) (PauseState, error)
 }

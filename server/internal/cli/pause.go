@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// retentionPause pauses (pause=true) or resumes retention: through the
+// admin API when a server runs, on the database directly otherwise.
+func (e env) retentionPause(ctx context.Context, args []string, pause bool) int {
+	name := "retention resume"
+	if pause {
+		name = "retention pause"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	reason := new(string)
+	if pause {
+		reason = fs.String("reason", "", "why retention is paused (shown by status)")
+	}
+	asJSON := fs.Bool("json", false, "print the pause state as JSON")
+	if !e.parseFlags(fs, args, false) {
+		return exitUsage
+	}
+	cfg, logger, closer, ok := e.configAndLogger()
+	if !ok {
+		return exitUsage
+	}
+	defer closer.Close()
+
+	var st retention.PauseState
+	code := e.onDatabaseOrServer(cfg, name,
+		func(db *store.Store) error {
+			svc, err := localRetention(db, cfg, logger)
+			if err != nil {
+				return err
+			}
+			defer svc.Close()
+			st, err = svc.SetPause(ctx, pause, *reason)
+			return err
+		},
+		func(c *adminClient) error {
+			in := map[string]any{"paused": pause}
+			if *reason != "" {
+				in["reason"] = *reason
+			}
+			return c.do(ctx, http.MethodPut, "/admin/retention/pause", in, &st)
+		})
+	if code != exitOK {
+		return code
+	}
+	if *asJSON {
+		writeJSON(e.stdout, st)
+		return exitOK
+	}
+	printPause(e.stdout, st)
+	return exitOK
+}
+
+func printPause(w io.Writer, st retention.PauseState) {
+	if !st.Paused {
+		fmt.Fprintln(w, "paused:          no")
+		return
+	}
+	line := "paused:          yes"
+	if st.PausedAt != nil {
+		line += " since " + st.PausedAt.Format(time.RFC3339)
+	}
+	if st.Reason != "" {
+		line += fmt.Sprintf(" (reason: %s)", st.Reason)
+	}
+	fmt.Fprintln(w, line)
+}
