@@ -110,6 +110,7 @@ func TestMetricsNamesMatchTheSpec(t *testing.T) {
 		"progressdb_retention_last_success_timestamp_seconds",
 		"progressdb_retention_eligible_items",
 		"progressdb_retention_lease_held",
+		"progressdb_retention_paused",
 		"progressdb_retention_errors_total",
 		"progressdb_retention_ticks_skipped_total",
 	}
@@ -128,8 +129,8 @@ func TestMetricsNamesMatchTheSpec(t *testing.T) {
 	}
 	// Every label value is there from the start, at zero.
 	m := NewMetrics(nil)
-	if n := len(collect(m.Runs)); n != 5 {
-		t.Errorf("runs_total has %d series, want 5", n)
+	if n := len(collect(m.Runs)); n != 6 {
+		t.Errorf("runs_total has %d series, want 6", n)
 	}
 	if n := len(collect(m.ItemsPurged)); n != 2 {
 		t.Errorf("items_purged_total has %d series, want 2", n)
