@@ -2,6 +2,12 @@
 GO        ?= go
 BIN       := bin/progressdb
 PKG       := ./server/cmd/progressdb
+# `progressdb version` prints these; without git (a source tarball) they
+# fall back to "dev" and "unknown". Only v* tags count as versions.
+VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo dev)
+COMMIT    ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+LDFLAGS   := -X github.com/progressdb/progressdb/server/internal/buildinfo.version=$(VERSION) \
+             -X github.com/progressdb/progressdb/server/internal/buildinfo.commit=$(COMMIT)
 # Short fault trials run in `make test`; `make faults` runs the long mode.
 FAULT_TRIALS ?= 30
 
@@ -10,7 +16,7 @@ FAULT_TRIALS ?= 30
 all: build
 
 build:
-	$(GO) build -o $(BIN) $(PKG)
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) $(PKG)
 
 # Starts the server on an embedded database in ./data (Ctrl-C to stop).
 run: build

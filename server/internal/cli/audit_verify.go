@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -10,10 +11,10 @@ import (
 
 // auditVerify checks every sealed audit file under DIR (default: the
 // configured audit path). Exit 0 when all verify, 1 otherwise.
-func (e env) auditVerify(args []string) int {
+func (e env) auditVerify(_ context.Context, args []string) int {
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if !e.parseFlags(fs, reorderFlags(args), true) {
+	if !e.parseFlags(fs, args, true) {
 		return exitUsage
 	}
 	dir := fs.Arg(0)
@@ -53,18 +54,4 @@ func (e env) auditVerify(args []string) int {
 		return exitFailed
 	}
 	return exitOK
-}
-
-// reorderFlags moves flags ahead of positional arguments so that
-// `audit verify DIR --json` works as well as `audit verify --json DIR`.
-func reorderFlags(args []string) []string {
-	var flags, pos []string
-	for _, a := range args {
-		if len(a) > 1 && a[0] == '-' {
-			flags = append(flags, a)
-		} else {
-			pos = append(pos, a)
-		}
-	}
-	return append(flags, pos...)
 }

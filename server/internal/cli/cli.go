@@ -1,13 +1,22 @@
 // Package cli is progressdb's command line: the server and the operator
 // commands of spec §9.
+//
+// Flags use the standard library's flag package: `--name` and `-name`
+// mean the same flag, there are no one-letter clusters, and flags may come
+// before or after positional arguments (`--` ends the flags). Every
+// command is one entry in commands(); its help comes from that entry and
+// its FlagSet.
 package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/progressdb/progressdb/server/internal/logging"
 	"github.com/progressdb/progressdb/server/pkg/config"
@@ -19,53 +28,183 @@ const (
 	exitFailed    = 1
 	exitUsage     = 2 // also: invalid configuration
 	exitLeaseHeld = 75
-	usageTopLevel = "usage: progressdb [serve | seed | config check | retention run|status|pause|resume | audit verify] [flags]"
 )
+
+// command is one entry of the command line.
+type command struct {
+	name    string // the words after "progressdb", e.g. "retention run"
+	args    string // positional arguments and key flags for the synopsis, e.g. "[DIR]"
+	summary string // one line for the command list
+	run     func(e env, ctx context.Context, args []string) int
+}
+
+// commands lists every command, in the order help shows them. Adding a
+// command is adding an entry here (and documenting it in README.md).
+func commands() []command {
+	return []command{
+		{"serve", "", "run the HTTP API, with the retention scheduler when enabled (the default)", env.serve},
+		{"config check", "", "validate the environment and print the effective configuration, secrets redacted", env.configCheck},
+		{"retention run", "[--dry-run] [--json]", "run retention once against PROGRESSDB_DB_PATH and print the summary", env.retentionRun},
+		{"retention status", "[--json]", "lease holder, last run, next run (from the running server when there is one)", env.retentionStatus},
+		{"retention pause", "[--reason R] [--json]", "pause retention (stored in the database; dry runs still work)",
+			func(e env, ctx context.Context, args []string) int { return e.retentionPause(ctx, args, true) }},
+		{"retention resume", "[--json]", "resume paused retention",
+			func(e env, ctx context.Context, args []string) int { return e.retentionPause(ctx, args, false) }},
+		{"audit verify", "[DIR] [--json]", "check every audit file: hash chain, seq, footer, counts", env.auditVerify},
+		{"seed", "[--threads N --messages M ...]", "fill a database with realistic data, deletions back-dated, for demos", env.seed},
+		{"version", "[--json]", "print version, commit, Go and Pebble versions", env.version},
+	}
+}
 
 // env bundles what every command receives.
 type env struct {
 	environ        []string
 	stdout, stderr io.Writer
+	// helpShown is set when a command printed its --help; Main then exits 0
+	// whatever the command returned.
+	helpShown *bool
 }
 
 // Main runs the command named by args and returns the exit status.
 func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	e := env{environ: environ, stdout: stdout, stderr: stderr}
+	e := env{environ: environ, stdout: stdout, stderr: stderr, helpShown: new(bool)}
+	cmds := commands()
 	if len(args) == 0 {
 		return e.serve(ctx, nil)
 	}
 	switch args[0] {
-	case "serve":
-		return e.serve(ctx, args[1:])
-	case "seed":
-		return e.seed(ctx, args[1:])
-	case "config":
-		if len(args) > 1 && args[1] == "check" {
-			return e.configCheck(args[2:])
-		}
-	case "retention":
-		if len(args) > 1 {
-			switch args[1] {
-			case "run":
-				return e.retentionRun(ctx, args[2:])
-			case "status":
-				return e.retentionStatus(ctx, args[2:])
-			case "pause":
-				return e.retentionPause(ctx, args[2:], true)
-			case "resume":
-				return e.retentionPause(ctx, args[2:], false)
-			}
-		}
-	case "audit":
-		if len(args) > 1 && args[1] == "verify" {
-			return e.auditVerify(args[2:])
-		}
-	case "-h", "-help", "--help", "help":
-		fmt.Fprintln(stdout, usageTopLevel)
+	case "-h", "-help", "--help":
+		e.topHelp(e.stdout, cmds)
+		return exitOK
+	case "help":
+		return e.help(cmds, args[1:])
+	case "-version", "--version":
+		return e.version(ctx, args[1:])
+	}
+	c, rest, ok := lookup(cmds, args)
+	if !ok {
+		return e.noCommand(cmds, args)
+	}
+	code := c.run(e, ctx, rest)
+	if *e.helpShown {
 		return exitOK
 	}
-	fmt.Fprintln(stderr, usageTopLevel)
+	return code
+}
+
+// lookup finds the command whose name is the longest run of leading words
+// of args, and returns the remaining arguments.
+func lookup(cmds []command, args []string) (command, []string, bool) {
+	var best command
+	n := 0
+	for _, c := range cmds {
+		words := strings.Fields(c.name)
+		if len(words) > n && len(words) <= len(args) && equalWords(words, args[:len(words)]) {
+			best, n = c, len(words)
+		}
+	}
+	return best, args[n:], n > 0
+}
+
+func equalWords(a, b []string) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// noCommand answers words that name no command: a group (`retention`,
+// `retention --help`) lists its commands; anything else is a usage error.
+func (e env) noCommand(cmds []command, args []string) int {
+	group := groupOf(cmds, args)
+	if group == nil {
+		fmt.Fprintf(e.stderr, "progressdb: unknown command %q\n", strings.Join(args, " "))
+		fmt.Fprintln(e.stderr, "usage: progressdb [COMMAND] [flags]; run 'progressdb --help' for the list of commands")
+		return exitUsage
+	}
+	prefix := strings.Join(args[:len(args)-len(group.rest)], " ")
+	if len(group.rest) > 0 && isHelpFlag(group.rest[0]) {
+		e.listCommands(e.stdout, "usage: progressdb "+prefix+" COMMAND [flags]", group.cmds)
+		return exitOK
+	}
+	if len(group.rest) > 0 {
+		fmt.Fprintf(e.stderr, "progressdb %s: unknown command %q\n", prefix, group.rest[0])
+	}
+	e.listCommands(e.stderr, "usage: progressdb "+prefix+" COMMAND [flags]", group.cmds)
 	return exitUsage
+}
+
+type group struct {
+	cmds []command
+	rest []string
+}
+
+// groupOf returns the commands that start with the longest run of leading
+// words of args, or nil when no command does.
+func groupOf(cmds []command, args []string) *group {
+	for n := len(args); n > 0; n-- {
+		var g group
+		for _, c := range cmds {
+			words := strings.Fields(c.name)
+			if len(words) > n && equalWords(words[:n], args[:n]) {
+				g.cmds = append(g.cmds, c)
+			}
+		}
+		if len(g.cmds) > 0 {
+			g.rest = args[n:]
+			return &g
+		}
+	}
+	return nil
+}
+
+func isHelpFlag(s string) bool { return s == "-h" || s == "-help" || s == "--help" }
+
+// help answers `progressdb help [COMMAND...]`.
+func (e env) help(cmds []command, words []string) int {
+	if len(words) == 0 {
+		e.topHelp(e.stdout, cmds)
+		return exitOK
+	}
+	if c, rest, ok := lookup(cmds, words); ok && len(rest) == 0 {
+		code := c.run(e, context.Background(), []string{"--help"})
+		if *e.helpShown {
+			return exitOK
+		}
+		return code
+	}
+	return e.noCommand(cmds, append(words, "--help"))
+}
+
+func (e env) topHelp(w io.Writer, cmds []command) {
+	fmt.Fprintln(w, "progressdb: chat storage on an embedded Pebble database, with retention that")
+	fmt.Fprintln(w, "purges soft-deleted threads and messages and writes audit files proving it.")
+	fmt.Fprintln(w)
+	e.listCommands(w, "usage: progressdb [COMMAND] [flags]   (no command: serve)",
+		append(cmds, command{name: "help [COMMAND]", summary: "this text, or a command's flags and arguments"}))
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Configuration comes from PROGRESSDB_* environment variables, listed with their")
+	fmt.Fprintln(w, "defaults in README.md (Configuration); 'progressdb config check' validates them")
+	fmt.Fprintln(w, "and prints the effective values. Commands that talk to a running server use")
+	fmt.Fprintln(w, "PROGRESSDB_ADDR and PROGRESSDB_ADMIN_TOKEN.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'progressdb COMMAND --help' for a command's flags and arguments.")
+	fmt.Fprintln(w, "Exit status: 0 ok, 1 failed, 2 usage error or invalid configuration,")
+	fmt.Fprintln(w, "75 retention lease held elsewhere (run skipped).")
+}
+
+// listCommands prints a usage line and one line per command.
+func (e env) listCommands(w io.Writer, usage string, cmds []command) {
+	fmt.Fprintln(w, usage)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "commands:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, c := range cmds {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+	}
+	tw.Flush()
 }
 
 // loadConfig reads the environment; on error it prints the one-line
@@ -98,16 +237,76 @@ func (e env) configAndLogger() (config.Config, *slog.Logger, io.Closer, bool) {
 	return cfg, l, c, true
 }
 
-// parseFlags parses a command's flags, printing errors to stderr; positional
-// arguments are allowed only when allowArgs is set.
+// parseFlags parses a command's flags, printing errors to stderr;
+// positional arguments are allowed only when allowArgs is set, and may
+// stand before, between or after the flags. --help prints the command's
+// help on stdout and returns false; Main then exits 0.
 func (e env) parseFlags(fs *flag.FlagSet, args []string, allowArgs bool) bool {
 	fs.SetOutput(e.stderr)
-	if err := fs.Parse(args); err != nil {
+	fs.Usage = func() {} // help and errors are printed below
+	var pos []string
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			e.commandHelp(e.stdout, fs)
+			*e.helpShown = true
+			return false
+		}
+		if err != nil {
+			fmt.Fprintf(e.stderr, "Run 'progressdb %s --help' for its flags and arguments.\n", fs.Name())
+			return false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, rest...) // after --, everything is an argument
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if !allowArgs && len(pos) > 0 {
+		fmt.Fprintf(e.stderr, "progressdb %s: unexpected argument %q\n", fs.Name(), pos[0])
 		return false
 	}
-	if !allowArgs && fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "progressdb %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		return false
-	}
+	// Leave the positional arguments in fs.Args() for the command.
+	_ = fs.Parse(append([]string{"--"}, pos...))
 	return true
+}
+
+// commandHelp prints a command's synopsis, summary and flags, named by
+// the FlagSet's name.
+func (e env) commandHelp(w io.Writer, fs *flag.FlagSet) {
+	c, _, ok := lookup(commands(), strings.Fields(fs.Name()))
+	fmt.Fprintf(w, "usage: progressdb %s", fs.Name())
+	if ok && c.args != "" {
+		fmt.Fprintf(w, " %s", c.args)
+	}
+	fmt.Fprintln(w)
+	if ok {
+		fmt.Fprintf(w, "\n%s\n", c.summary)
+	}
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		fmt.Fprintln(w, "\nNo flags. Configuration comes from PROGRESSDB_* environment variables.")
+		return
+	}
+	fmt.Fprintln(w, "\nflags:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		arg := "--" + f.Name
+		if name != "" {
+			arg += " " + name
+		}
+		def := ""
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			def = fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(tw, "  %s\t%s%s\n", arg, usage, def)
+	})
+	tw.Flush()
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,7 +14,7 @@ import (
 // at startup, with the same one-line message and exit status 2, so it runs
 // the same checks: the log sink is opened and the folders serve needs are
 // created if missing and checked writable.
-func (e env) configCheck(args []string) int {
+func (e env) configCheck(_ context.Context, args []string) int {
 	if !e.parseFlags(flag.NewFlagSet("config check", flag.ContinueOnError), args, false) {
 		return exitUsage
 	}
