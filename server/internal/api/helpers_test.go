@@ -42,6 +42,7 @@ func newEnv(t *testing.T, opts Options) *testEnv {
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.Close()
+		answered.collect(t, opts.Registry) // for the OpenAPI status check (openapi_test.go)
 		if err := st.Close(); err != nil {
 			t.Errorf("close store: %v", err)
 		}

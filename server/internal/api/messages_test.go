@@ -47,6 +47,7 @@ func TestMessageLifecycle(t *testing.T) {
 	}
 
 	// Delete appends a tombstone: hidden unless include_deleted.
+	e.expect(t, "DELETE", "/v1/threads/t1/messages/nope", "", http.StatusNotFound).errorText(t)
 	e.expect(t, "DELETE", "/v1/threads/t1/messages/m1", "", http.StatusNoContent)
 	e.expect(t, "GET", "/v1/threads/t1/messages/m1", "", http.StatusNotFound).errorText(t)
 	var tomb store.Message

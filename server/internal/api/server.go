@@ -1,5 +1,7 @@
 // Package api serves progressdb's HTTP interface (spec §7): the public /v1
-// chat API, the /admin routes, /healthz and /metrics.
+// chat API, the /admin routes, /healthz, /metrics and /openapi.yaml. Every
+// route is described in api/openapi.yaml; openapi_test.go holds the two in
+// step.
 package api
 
 import (
@@ -15,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	apispec "github.com/progressdb/progressdb/api"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -50,6 +53,7 @@ type server struct {
 	adminToken *secret // nil: /admin is disabled
 	metrics    *httpMetrics
 	scrape     http.Handler // /metrics
+	openAPI    []byte       // /openapi.yaml
 	maxBody    int64
 }
 
@@ -68,6 +72,7 @@ func New(opts Options) (http.Handler, error) {
 		apiKey:     newSecret(opts.APIKey),
 		adminToken: newSecret(opts.AdminToken),
 		maxBody:    opts.MaxBodyBytes,
+		openAPI:    apispec.OpenAPI(),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -121,6 +126,7 @@ func (s *server) routes() []route {
 	return []route{
 		{http.MethodGet, "/healthz", accessOpen, s.healthz},
 		{http.MethodGet, "/metrics", accessOpen, s.serveMetrics},
+		{http.MethodGet, "/openapi.yaml", accessOpen, s.serveOpenAPI},
 
 		{http.MethodPost, "/v1/threads", accessAPI, s.createThread},
 		{http.MethodGet, "/v1/threads", accessAPI, s.listThreads},
@@ -174,6 +180,16 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
 
 func (s *server) serveMetrics(w http.ResponseWriter, r *http.Request) error {
 	s.scrape.ServeHTTP(w, r)
+	return nil
+}
+
+// serveOpenAPI answers the embedded OpenAPI description (api/openapi.yaml).
+func (s *server) serveOpenAPI(w http.ResponseWriter, r *http.Request) error {
+	h := w.Header()
+	h.Set("Content-Type", "application/yaml")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(s.openAPI) // a failed write means the client went away
 	return nil
 }
 

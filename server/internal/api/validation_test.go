@@ -68,7 +68,8 @@ func TestInvalidIDs(t *testing.T) {
 const idRule = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 func TestRequestBodies(t *testing.T) {
-	e := newEnv(t, Options{MaxBodyBytes: 256})
+	e := newEnv(t, Options{MaxBodyBytes: 256, AdminToken: "adm"})
+	e.bearer = "adm" // /v1 is open; /admin takes the token
 	e.createThread(t, "t1")
 
 	cases := []struct {
@@ -95,6 +96,8 @@ func TestRequestBodies(t *testing.T) {
 		{"message oversized", "POST", "/v1/threads/t1/messages", `{"author":"y","body":"` + strings.Repeat("x", 300) + `"}`, 413, "request body too large"},
 		{"edit without body", "PUT", "/v1/threads/t1/messages/m1", `{}`, 400, "body is required"},
 		{"edit with author", "PUT", "/v1/threads/t1/messages/m1", `{"body":1,"author":"z"}`, 400, `"author"`},
+		{"edit oversized", "PUT", "/v1/threads/t1/messages/m1", `{"body":"` + strings.Repeat("x", 300) + `"}`, 413, "request body too large"},
+		{"legal hold oversized", "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":true}` + strings.Repeat(" ", 300), 413, "request body too large"},
 		{"wrong method", "PATCH", "/v1/threads/t1", ``, 405, "not allowed"},
 		{"unknown route", "GET", "/v2/threads", ``, 404, "no such route"},
 	}
