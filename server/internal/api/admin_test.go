@@ -167,8 +167,12 @@ func TestRetentionRunRefused(t *testing.T) {
 	t.Run("not configured", func(t *testing.T) {
 		e := newEnv(t, Options{AdminToken: "adm"})
 		e.bearer = "adm"
-		for _, c := range []struct{ method, path string }{{"GET", "/admin/retention"}, {"POST", "/admin/retention/run"}} {
-			if msg := e.expect(t, c.method, c.path, "", http.StatusServiceUnavailable).errorText(t); msg != "retention not configured" {
+		for _, c := range []struct{ method, path, body string }{
+			{"GET", "/admin/retention", ""},
+			{"POST", "/admin/retention/run", ""},
+			{"PUT", "/admin/retention/pause", `{"paused":true}`},
+		} {
+			if msg := e.expect(t, c.method, c.path, c.body, http.StatusServiceUnavailable).errorText(t); msg != "retention not configured" {
 				t.Fatalf("%s %s: %q", c.method, c.path, msg)
 			}
 		}
