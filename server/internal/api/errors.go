@@ -103,7 +103,8 @@ func classify(err error) (int, errorBody) {
 		return http.StatusNotFound, errorBody{Error: err.Error()}
 	case errors.Is(err, store.ErrInvalidID), errors.Is(err, store.ErrInvalidArgument):
 		return http.StatusBadRequest, errorBody{Error: err.Error()}
-	case errors.Is(err, store.ErrExists), errors.Is(err, store.ErrPurgeInProgress):
+	case errors.Is(err, store.ErrExists), errors.Is(err, store.ErrPurgeInProgress),
+		errors.Is(err, store.ErrIDUnavailable):
 		return http.StatusConflict, errorBody{Error: err.Error()}
 	case errors.Is(err, store.ErrMalformed):
 		return http.StatusInternalServerError, errorBody{Error: internalErrorMsg}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +24,14 @@ func TestMessageLifecycle(t *testing.T) {
 	if loc := r.header.Get("Location"); loc != "/v1/threads/t1/messages/m1" {
 		t.Errorf("Location %q", loc)
 	}
-	e.expect(t, "POST", "/v1/threads/t1/messages", `{"id":"m1","author":"bob","body":1}`, http.StatusConflict).errorText(t)
+	same := e.expect(t, "POST", "/v1/threads/t1/messages", `{"id":"m1","author":"bob","body":1}`, http.StatusConflict).errorText(t)
+	// Message IDs are global: another thread gets the same 409 and the same
+	// words, which name no thread.
+	e.createThread(t, "t2")
+	other := e.expect(t, "POST", "/v1/threads/t2/messages", `{"id":"m1","author":"eve","body":1}`, http.StatusConflict).errorText(t)
+	if other != same || strings.Contains(other, "t1") {
+		t.Errorf("409 texts differ or name the thread: %q vs %q", other, same)
+	}
 	e.expect(t, "POST", "/v1/threads/nope/messages", `{"author":"bob","body":1}`, http.StatusNotFound)
 	// Any JSON value is a body.
 	e.appendMessage(t, "t1", "m2", `"plain string"`)

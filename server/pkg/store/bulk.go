@@ -35,7 +35,8 @@ var errBulkClosed = errors.New("bulk load already closed")
 // NewBulk starts a bulk load.
 func (s *Store) NewBulk() *Bulk { return &Bulk{s: s, b: s.db.NewBatch()} }
 
-// PutThread writes a thread's metadata (and its index entry when deleted).
+// PutThread writes a thread's metadata and its entry in the deletion index
+// (deleted) or the live-thread index (not deleted).
 func (b *Bulk) PutThread(t Thread) error {
 	if b.err != nil {
 		return b.err
@@ -49,6 +50,8 @@ func (b *Bulk) PutThread(t Thread) error {
 	if t.Deleted {
 		b.key = appendDeletionKey(b.key[:0], KindThread, indexTS(t.DeletedTS), t.ID)
 		_ = b.b.Set(b.key, nil, nil)
+	} else {
+		_ = b.b.Set(liveThreadKey(t.ID), nil, nil)
 	}
 	return b.maybeFlush()
 }

@@ -91,10 +91,11 @@ func deletionEntry(kind ItemKind, it *pebble.Iterator) (DeletionEntry, bool) {
 	return e, true
 }
 
-// RebuildDeletionIndex drops and rebuilds the deletion index from a full
-// scan; records that cannot be decoded are indexed at time 0 so retention
-// reports them. Returns the number of entries written. It holds every
-// thread lock, so it runs alone with respect to writes.
+// RebuildDeletionIndex drops and rebuilds the deletion index and the
+// live-thread index from a full scan; records that cannot be decoded are
+// indexed at time 0 so retention reports them (and are not listed). Returns
+// the number of deletion index entries written. It holds every thread
+// lock, so it runs alone with respect to writes.
 func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
 	defer s.locks.lockAll()()
 
@@ -103,6 +104,7 @@ func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
 	// The drop and the first entries may be in different batches: sys:schema
 	// is only written at the end, so a crash means a rebuild at next open.
 	_ = w.b.DeleteRange([]byte(delIndexNS), upperBound([]byte(delIndexNS)), nil)
+	_ = w.b.DeleteRange([]byte(liveThreadNS), upperBound([]byte(liveThreadNS)), nil)
 
 	it, err := s.db.NewIter(&pebble.IterOptions{
 		LowerBound: []byte(threadNS),
@@ -139,6 +141,8 @@ func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
 				err = w.add(KindThread, 0, tid, nil)
 			} else if t.Deleted {
 				err = w.add(KindThread, t.DeletedTS, tid, nil)
+			} else {
+				err = w.addLive(tid)
 			}
 			if err != nil {
 				return w.count, err
@@ -156,7 +160,7 @@ func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
 	if err := it.Error(); err != nil {
 		return w.count, fmt.Errorf("rebuild deletion index: %w", err)
 	}
-	_ = w.b.Set([]byte(schemaKey), []byte("1"), nil)
+	_ = w.b.Set([]byte(schemaKey), []byte(schemaVersion), nil)
 	if err := w.b.Commit(pebble.Sync); err != nil {
 		return w.count, fmt.Errorf("rebuild deletion index: %w", err)
 	}
@@ -198,6 +202,16 @@ func (w *indexWriter) add(kind ItemKind, deletedTS int64, id string, value []byt
 	w.key = appendDeletionKey(w.key[:0], kind, indexTS(deletedTS), id)
 	_ = w.b.Set(w.key, value, nil)
 	w.count++
+	return w.flushFull()
+}
+
+// addLive adds a live-thread index entry; it is not counted.
+func (w *indexWriter) addLive(tid string) error {
+	_ = w.b.Set(liveThreadKey(tid), nil, nil)
+	return w.flushFull()
+}
+
+func (w *indexWriter) flushFull() error {
 	if w.b.Count() < indexBatchKeys {
 		return nil
 	}

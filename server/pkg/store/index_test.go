@@ -84,11 +84,15 @@ func TestLegacyFixtureBuildsIndexOnOpen(t *testing.T) {
 	}
 }
 
+// TestRebuildMatchesIndexWrittenByWrites is the store's consistency check:
+// the indexes the writes keep (deletion index, live-thread index) are
+// exactly what a rebuild from the data finds, after creates, deletes,
+// restores and purges.
 func TestRebuildMatchesIndexWrittenByWrites(t *testing.T) {
 	ctx := context.Background()
 	c := newClock()
 	s := openStore(t, c)
-	for i := range 5 {
+	for i := range 6 {
 		tid := fmt.Sprint("t", i)
 		createThread(t, s, tid)
 		for j := range 3 {
@@ -100,14 +104,81 @@ func TestRebuildMatchesIndexWrittenByWrites(t *testing.T) {
 			deleteThread(t, s, tid)
 		}
 	}
-	before := rawKeys(t, s, "idx:del:", "idx:del;")
-	n, err := s.RebuildDeletionIndex(ctx)
-	if err != nil || n != len(before) {
-		t.Fatalf("rebuild = %d, %v; index had %d entries", n, err, len(before))
+	// A restore, a thread deleted and restored twice, a purged thread.
+	if _, err := s.RestoreThread(ctx, "t2"); err != nil {
+		t.Fatal(err)
 	}
-	if after := rawKeys(t, s, "idx:del:", "idx:del;"); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Fatalf("rebuilt index differs:\n%v\n%v", after, before)
+	for range 2 {
+		deleteThread(t, s, "t3")
+		if _, err := s.RestoreThread(ctx, "t3"); err != nil {
+			t.Fatal(err)
+		}
 	}
+	th, err := s.GetThread(ctx, "t4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BeginPurge(ctx, store.PurgeMarker{Kind: store.KindThread, ID: "t4", DeletedTS: th.DeletedTS}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PurgeThread(ctx, "t4", store.PurgeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	checkIndexesRebuildAlike(t, s)
+
+	live := rawKeys(t, s, "idx:live:", "idx:live;")
+	if want := "map[idx:live:t1:: idx:live:t2:: idx:live:t3:: idx:live:t5::]"; fmt.Sprint(live) != want {
+		t.Fatalf("live-thread index = %v, want %s", live, want)
+	}
+}
+
+// checkIndexesRebuildAlike rebuilds the indexes and fails unless the result
+// is byte for byte what the writes had left.
+func checkIndexesRebuildAlike(t testing.TB, s *store.Store) {
+	t.Helper()
+	before := rawKeys(t, s, "idx:", "idx;")
+	dels := rawKeys(t, s, "idx:del:", "idx:del;")
+	n, err := s.RebuildDeletionIndex(context.Background())
+	if err != nil || n != len(dels) {
+		t.Fatalf("rebuild = %d, %v; deletion index had %d entries", n, err, len(dels))
+	}
+	if after := rawKeys(t, s, "idx:", "idx;"); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("rebuilt indexes differ:\n%v\n%v", after, before)
+	}
+}
+
+// TestOpenBuildsLiveThreadIndexOfOlderDatabase: a database whose schema
+// predates the live-thread index (sys:schema "1") gets it built once at
+// open, since operators upgrade in place.
+func TestOpenBuildsLiveThreadIndexOfOlderDatabase(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	dir := t.TempDir()
+	s := openAt(t, dir, c)
+	for _, id := range []string{"a", "b", "c"} {
+		createThread(t, s, id)
+	}
+	deleteThread(t, s, "b")
+	// What a database of the previous version holds: no live-thread index.
+	db := s.DB()
+	if err := db.DeleteRange([]byte("idx:live:"), []byte("idx:live;"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Set([]byte("sys:schema"), []byte("1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openAt(t, dir, c)
+	got, _, err := s.ListThreads(ctx, store.ListOptions{})
+	if err != nil || len(got) != 2 || got[0].ID != "a" || got[1].ID != "c" {
+		t.Fatalf("ListThreads after upgrade = %+v, %v", got, err)
+	}
+	if v := rawKeys(t, s, "sys:schema", "sys:schema\x00")["sys:schema"]; v != "2" {
+		t.Fatalf("sys:schema = %q after open, want 2", v)
+	}
+	checkIndexesRebuildAlike(t, s)
 }
 
 func TestStampDeletion(t *testing.T) {

@@ -14,10 +14,17 @@ const (
 	delIndexNS     = "idx:del:"
 	delThreadNS    = "idx:del:t:"
 	delMessageNS   = "idx:del:m:"
+	liveThreadNS   = "idx:live:"
 	purgeNS        = "sys:purge:"
 	purgeThreadNS  = "sys:purge:t:"
 	purgeMessageNS = "sys:purge:m:"
 	schemaKey      = "sys:schema"
+
+	// schemaVersion is the value of sys:schema once the indexes this
+	// version keeps are built: "1" had the deletion index only, "2" adds
+	// the live-thread index. Any other value (or none) means a rebuild at
+	// open.
+	schemaVersion = "2"
 
 	metaSuffix = "meta"
 	logSuffix  = "log:"
@@ -211,6 +218,21 @@ func parseDeletionKey(kind ItemKind, key []byte) (ts int64, id string, ok bool) 
 	}
 	ts, id, ok = parseLogSuffix(key[len(p):])
 	return ts, id, ok
+}
+
+// liveThreadKey is idx:live:<tid>: — the live-thread index, which lists
+// threads that are not soft-deleted. The trailing ':' makes its keys sort
+// exactly as thread:<tid>: does, so listings page in the same order.
+func liveThreadKey(tid string) []byte {
+	b := append([]byte(liveThreadNS), tid...)
+	return append(b, ':')
+}
+
+// liveThreadEnd is the key just past every live-thread key of tid; a
+// listing resumes there after cursor tid.
+func liveThreadEnd(tid string) []byte {
+	b := append([]byte(liveThreadNS), tid...)
+	return append(b, ';')
 }
 
 func purgeKey(kind ItemKind, id string) []byte {

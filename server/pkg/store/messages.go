@@ -56,13 +56,17 @@ func putVersion(b *pebble.Batch, m Message) {
 }
 
 // AppendMessage adds a message (version 1) to a live thread. m.ID may be
-// empty. ErrNotFound for an absent or deleted thread, ErrExists when the
-// message ID is already used anywhere.
+// empty. ErrNotFound for an absent or deleted thread; ErrIDUnavailable
+// when the message ID is already used anywhere, or
+// was used by a message whose purge is still being recorded.
 func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Message, error) {
 	if err := ctx.Err(); err != nil {
 		return Message{}, err
 	}
-	if m.ID == "" {
+	// An ID this store generates is new by construction (increasing within
+	// the process, 80 random bits across processes): it needs no probe.
+	generated := m.ID == ""
+	if generated {
 		m.ID = s.NewID()
 	}
 	if err := validateIDs(tid, m.ID); err != nil {
@@ -74,24 +78,16 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 	}
 	// Message IDs are global: the message's own stripe keeps two threads
 	// from claiming one ID at the same time.
-	defer s.locks.lockPair(tid, m.ID)()
+	h := s.locks.holdPair(tid, m.ID)
+	defer h.release()
 
 	if _, err := s.liveThread(tid); err != nil {
 		return Message{}, err
 	}
-	used, err := s.hasRange(versionPrefix(m.ID), versionEnd(m.ID))
-	if err != nil {
-		return Message{}, err
-	}
-	if !used {
-		// A purged message's ID stays taken until its audit record is out.
-		used, err = s.purgeStarted(KindMessage, m.ID)
-		if err != nil {
+	if !generated {
+		if err := s.messageIDFree(m.ID); err != nil {
 			return Message{}, err
 		}
-	}
-	if used {
-		return Message{}, fmt.Errorf("message %s: %w", m.ID, ErrExists)
 	}
 
 	now := s.now().UnixNano()
@@ -99,10 +95,31 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 	b := s.db.NewBatch()
 	putVersion(b, msg)
 	_ = b.Set(logKey(tid, now, msg.ID), []byte(msg.ID), nil)
-	if err := s.commitUser(b); err != nil {
+	if err := s.commitUser(h, b); err != nil {
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
 	}
 	return msg, nil
+}
+
+// messageIDFree answers ErrIDUnavailable when mid has a version (in any
+// thread) or a pending purge marker. The error is the same in every case
+// and names no thread: message IDs are global, and a client must not learn
+// from a refusal where an ID it does not own is used.
+func (s *Store) messageIDFree(mid string) error {
+	used, err := s.hasRange(versionPrefix(mid), versionEnd(mid))
+	if err != nil {
+		return err
+	}
+	if !used {
+		// A purged message's ID stays taken until its audit record is out.
+		if used, err = s.purgeStarted(KindMessage, mid); err != nil {
+			return err
+		}
+	}
+	if used {
+		return fmt.Errorf("message id %s: %w", mid, ErrIDUnavailable)
+	}
+	return nil
 }
 
 // GetMessage returns the latest version (a tombstone included).
@@ -129,7 +146,8 @@ func (s *Store) EditMessage(ctx context.Context, tid, mid string, body json.RawM
 	if err != nil {
 		return Message{}, err
 	}
-	defer s.locks.lock(tid)()
+	h := s.locks.hold(tid)
+	defer h.release()
 
 	if _, err := s.liveThread(tid); err != nil {
 		return Message{}, err
@@ -145,7 +163,7 @@ func (s *Store) EditMessage(ctx context.Context, tid, mid string, body json.RawM
 	m.Version++
 	b := s.db.NewBatch()
 	putVersion(b, m)
-	if err := s.commitUser(b); err != nil {
+	if err := s.commitUser(h, b); err != nil {
 		return Message{}, fmt.Errorf("edit message %s: %w", mid, err)
 	}
 	return m, nil
@@ -161,7 +179,8 @@ func (s *Store) DeleteMessage(ctx context.Context, tid, mid string) (Message, er
 	if err := validateIDs(tid, mid); err != nil {
 		return Message{}, err
 	}
-	defer s.locks.lock(tid)()
+	h := s.locks.hold(tid)
+	defer h.release()
 
 	m, err := s.readMessage(tid, mid)
 	if err != nil || m.Deleted {
@@ -179,7 +198,7 @@ func (s *Store) DeleteMessage(ctx context.Context, tid, mid string) (Message, er
 	b := s.db.NewBatch()
 	putVersion(b, m)
 	_ = b.Set(deletionKey(KindMessage, indexTS(now), mid), []byte(tid), nil)
-	if err := s.commitUser(b); err != nil {
+	if err := s.commitUser(h, b); err != nil {
 		return Message{}, fmt.Errorf("delete message %s: %w", mid, err)
 	}
 	return m, nil
@@ -195,7 +214,8 @@ func (s *Store) RestoreMessage(ctx context.Context, tid, mid string) (Message, e
 	if err := validateIDs(tid, mid); err != nil {
 		return Message{}, err
 	}
-	defer s.locks.lock(tid)()
+	h := s.locks.hold(tid)
+	defer h.release()
 
 	for _, p := range []struct {
 		kind ItemKind
@@ -238,7 +258,7 @@ func (s *Store) RestoreMessage(ctx context.Context, tid, mid string) (Message, e
 	b := s.db.NewBatch()
 	putVersion(b, m)
 	_ = b.Delete(deletionKey(KindMessage, indexTS(tomb.DeletedTS), mid), nil)
-	if err := s.commitUser(b); err != nil {
+	if err := s.commitUser(h, b); err != nil {
 		return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
 	}
 	return m, nil

@@ -38,8 +38,9 @@ const cacheSize = 128 << 20
 
 // Open opens (creating if needed) the database at path. It returns an error
 // wrapping ErrDatabaseLocked when another process has it open. On first open
-// of a database that has never had a deletion index (legacy data), it builds
-// the index with one full scan.
+// of a database whose indexes are older than this version (legacy data, or
+// a database from before the live-thread index), it builds them with one
+// full scan.
 func Open(path string, opts Options) (*Store, error) {
 	now := opts.Now
 	if now == nil {
@@ -57,7 +58,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %q: %w", path, err)
 	}
 	s := &Store{db: db, now: now, ids: newIDGen(now)}
-	if err := s.ensureDeletionIndex(context.Background()); err != nil {
+	if err := s.ensureIndexes(context.Background()); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %q: %w", path, err)
 	}
@@ -79,11 +80,14 @@ func isLockHeld(err error) bool {
 	return strings.Contains(err.Error(), "lock held by current process")
 }
 
-// ensureDeletionIndex builds the deletion index once for a database written
-// before it existed; sys:schema records that it is there.
-func (s *Store) ensureDeletionIndex(ctx context.Context) error {
-	ok, err := s.has([]byte(schemaKey))
-	if err != nil || ok {
+// ensureIndexes builds the indexes once for a database written before they
+// existed (operators upgrade in place); sys:schema records which are there.
+func (s *Store) ensureIndexes(ctx context.Context) error {
+	v, err := s.get([]byte(schemaKey))
+	if err == nil && string(v) == schemaVersion {
+		return nil
+	}
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	_, err = s.RebuildDeletionIndex(ctx)
@@ -155,10 +159,25 @@ func (s *Store) hasRange(lower, upper []byte) (bool, error) {
 	return found, nil
 }
 
-// commitUser commits a write of the API durably and counts it.
-func (s *Store) commitUser(b *pebble.Batch) error {
-	if err := commitSync(b); err != nil {
-		return err
+// commitUser commits a write of the API: it applies b while the caller
+// still holds the thread's stripe h (so the next read-check-write of the
+// thread sees it), releases the stripe, then waits until b is durable.
+// Writers queued on the stripe apply their batches meanwhile and share the
+// WAL's next fsync (group commit). A batch is visible before it is durable
+// (that is so in Pebble even for a plain synced commit), but the log is
+// synced in order, so no later write can survive a crash without the
+// writes it read; the caller answers only after this returns.
+func (s *Store) commitUser(h *held, b *pebble.Batch) error {
+	if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		// The batch may still sit in Pebble's commit queue: it is not
+		// closed (returned to the pool), only dropped.
+		h.release()
+		return fmt.Errorf("commit: %w", err)
+	}
+	h.release()
+	defer b.Close()
+	if err := b.SyncWait(); err != nil {
+		return fmt.Errorf("commit: %w", err)
 	}
 	s.userWrites.Add(1)
 	return nil

@@ -79,14 +79,17 @@ func (s *Store) PurgeThread(ctx context.Context, tid string, opts PurgeOptions) 
 		return p.deleted, fmt.Errorf("purge thread %s: %w", tid, err)
 	}
 
-	// The metadata and the index entry go in the very last batch: until it
-	// commits, the thread is still found, and the next run finishes it.
+	// The metadata and the index entries go in the very last batch: until
+	// it commits, the thread is still found, and the next run finishes it.
+	// A deleted thread has no live-thread entry; deleting it anyway keeps
+	// that index exact whatever wrote the metadata.
 	if metaFound || indexKey != nil {
-		if err := p.room(2); err != nil {
+		if err := p.room(3); err != nil {
 			return p.deleted, fmt.Errorf("purge thread %s: %w", tid, err)
 		}
 		if metaFound {
 			p.del(meta, true)
+			p.del(liveThreadKey(tid), false)
 		}
 		if indexKey != nil {
 			p.del(indexKey, false)

@@ -9,6 +9,7 @@
 //	version:msg:<mid>:<version 20d>         every version of a message (JSON)
 //	idx:del:t:<deleted_ns 20d>:<tid>        deletion index, threads
 //	idx:del:m:<deleted_ns 20d>:<mid>        deletion index, messages (value: tid)
+//	idx:live:<tid>:                         live-thread index (threads not deleted)
 //	sys:purge:t:<tid> / sys:purge:m:<mid>   purge in progress (pending audit record)
 //	sys:...                                 other server state
 //
@@ -33,6 +34,11 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	ErrMalformed       = errors.New("malformed record")
 	ErrDatabaseLocked  = errors.New("database is in use by another process")
+
+	// ErrIDUnavailable refuses a client-chosen message ID that is taken.
+	// Message IDs are unique across all threads, so the text says so and
+	// nothing more: not whether, or in which thread, the ID is in use.
+	ErrIDUnavailable = errors.New("not available: message ids are unique across all threads; omit id to have one generated")
 )
 
 // Thread is a thread's metadata as stored (spec §2). Timestamps are Unix ns, UTC.

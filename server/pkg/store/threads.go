@@ -63,7 +63,8 @@ func (s *Store) CreateThread(ctx context.Context, t Thread) (Thread, error) {
 	} else if err := ValidateID(t.ID); err != nil {
 		return Thread{}, err
 	}
-	defer s.locks.lock(t.ID)()
+	h := s.locks.hold(t.ID)
+	defer h.release()
 
 	// Any key left under the prefix (even of a half-purged thread) keeps
 	// the ID taken, so a new thread never inherits old messages.
@@ -86,7 +87,8 @@ func (s *Store) CreateThread(ctx context.Context, t Thread) (Thread, error) {
 	t.Deleted, t.DeletedTS = false, 0
 	b := s.db.NewBatch()
 	writeThread(b, t)
-	if err := s.commitUser(b); err != nil {
+	_ = b.Set(liveThreadKey(t.ID), nil, nil)
+	if err := s.commitUser(h, b); err != nil {
 		return Thread{}, fmt.Errorf("create thread %s: %w", t.ID, err)
 	}
 	return t, nil
@@ -105,7 +107,8 @@ func (s *Store) GetThread(ctx context.Context, tid string) (Thread, error) {
 }
 
 // DeleteThread soft-deletes; a repeated delete keeps the first deleted_ts.
-// The metadata and the deletion index entry are written in one batch.
+// The metadata, the deletion index entry and the removal of the live-thread
+// index entry are written in one batch.
 func (s *Store) DeleteThread(ctx context.Context, tid string) (Thread, error) {
 	return s.updateThread(ctx, tid, "delete thread", false, func(t *Thread, b *pebble.Batch) bool {
 		if t.Deleted {
@@ -114,18 +117,20 @@ func (s *Store) DeleteThread(ctx context.Context, tid string) (Thread, error) {
 		now := s.now().UnixNano()
 		t.Deleted, t.DeletedTS, t.UpdatedTS = true, now, now
 		_ = b.Set(deletionKey(KindThread, indexTS(now), tid), nil, nil)
+		_ = b.Delete(liveThreadKey(tid), nil)
 		return true
 	})
 }
 
 // RestoreThread undoes a soft delete; ErrPurgeInProgress once a purge began.
-// The metadata and the removal of the index entry are one batch.
+// The metadata and the moves between the indexes are one batch.
 func (s *Store) RestoreThread(ctx context.Context, tid string) (Thread, error) {
 	return s.updateThread(ctx, tid, "restore thread", true, func(t *Thread, b *pebble.Batch) bool {
 		if !t.Deleted {
 			return false
 		}
 		_ = b.Delete(deletionKey(KindThread, indexTS(t.DeletedTS), tid), nil)
+		_ = b.Set(liveThreadKey(tid), nil, nil)
 		t.Deleted, t.DeletedTS, t.UpdatedTS = false, 0, s.now().UnixNano()
 		return true
 	})
@@ -154,7 +159,8 @@ func (s *Store) updateThread(ctx context.Context, tid, op string, refusePurging 
 	if err := ValidateID(tid); err != nil {
 		return Thread{}, err
 	}
-	defer s.locks.lock(tid)()
+	h := s.locks.hold(tid)
+	defer h.release()
 
 	if refusePurging {
 		if started, err := s.purgeStarted(KindThread, tid); err != nil {
@@ -173,7 +179,7 @@ func (s *Store) updateThread(ctx context.Context, tid, op string, refusePurging 
 		return t, nil
 	}
 	writeThread(b, t)
-	if err := s.commitUser(b); err != nil {
+	if err := s.commitUser(h, b); err != nil {
 		return Thread{}, fmt.Errorf("%s %s: %w", op, tid, err)
 	}
 	return t, nil
@@ -182,6 +188,8 @@ func (s *Store) updateThread(ctx context.Context, tid, op string, refusePurging 
 // ListThreads lists threads in key order (thread ID order, with an ID
 // sorting before its extensions by a letter and after those by '-', '.' or a
 // digit). The cursor is the last ID returned. Malformed metadata is skipped.
+// Without IncludeDeleted it walks the live-thread index, so a page costs
+// the same however many deleted threads lie between live ones.
 func (s *Store) ListThreads(ctx context.Context, o ListOptions) ([]Thread, string, error) {
 	limit, err := o.limit()
 	if err != nil {
@@ -191,6 +199,9 @@ func (s *Store) ListThreads(ctx context.Context, o ListOptions) ([]Thread, strin
 		if err := ValidateID(o.Cursor); err != nil {
 			return nil, "", fmt.Errorf("%w: cursor: %w", ErrInvalidArgument, err)
 		}
+	}
+	if !o.IncludeDeleted {
+		return s.listLiveThreads(ctx, o.Cursor, limit)
 	}
 	it, err := s.db.NewIter(&pebble.IterOptions{
 		LowerBound: []byte(threadNS),
@@ -217,7 +228,7 @@ func (s *Store) ListThreads(ctx context.Context, o ListOptions) ([]Thread, strin
 			pos = it.Next() // not a thread key: step over it
 			continue
 		}
-		if t, ok := listedThread(it, tid, o.IncludeDeleted); ok {
+		if t, ok := listedThread(it, tid, true); ok {
 			if len(out) == limit {
 				// Another thread follows the full page: hand out a cursor.
 				return out, out[len(out)-1].ID, nil
@@ -225,6 +236,63 @@ func (s *Store) ListThreads(ctx context.Context, o ListOptions) ([]Thread, strin
 			out = append(out, t)
 		}
 		pos = it.SeekGE(threadEnd(tid))
+	}
+	if err := it.Error(); err != nil {
+		return nil, "", fmt.Errorf("list threads: %w", err)
+	}
+	return out, "", nil
+}
+
+// listLiveThreads pages through the live-thread index, reading each
+// thread's metadata from one snapshot so that the page is consistent. An
+// entry whose metadata is gone, malformed or deleted is skipped (the index
+// is written in the same batch as the metadata, so that only happens to
+// records edited outside the store).
+func (s *Store) listLiveThreads(ctx context.Context, cursor string, limit int) ([]Thread, string, error) {
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	it, err := snap.NewIter(&pebble.IterOptions{
+		LowerBound: []byte(liveThreadNS),
+		UpperBound: upperBound([]byte(liveThreadNS)),
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("list threads: %w", err)
+	}
+	defer it.Close()
+
+	var out []Thread
+	pos := it.First()
+	if cursor != "" {
+		pos = it.SeekGE(liveThreadEnd(cursor))
+	}
+	for ; pos; pos = it.Next() {
+		if err := ctx.Err(); err != nil {
+			return nil, "", err
+		}
+		k := it.Key()
+		if len(k) < len(liveThreadNS)+2 || k[len(k)-1] != ':' {
+			continue
+		}
+		tid := string(k[len(liveThreadNS) : len(k)-1])
+		if ValidateID(tid) != nil {
+			continue
+		}
+		v, closer, err := snap.Get(threadMetaKey(tid))
+		if errors.Is(err, pebble.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("list threads: read %s: %w", tid, err)
+		}
+		t, err := decodeThread(tid, v)
+		_ = closer.Close()
+		if err != nil || t.Deleted {
+			continue
+		}
+		if len(out) == limit {
+			return out, out[len(out)-1].ID, nil
+		}
+		out = append(out, t)
 	}
 	if err := it.Error(); err != nil {
 		return nil, "", fmt.Errorf("list threads: %w", err)
