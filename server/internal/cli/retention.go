@@ -79,8 +79,42 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-// retentionStatus prints the lease holder, the last run and the next run.
-// It reads only the lease and audit files, so it works while a server runs.
+// Sources of `retention status`: whose view it shows.
+const (
+	// statusFromServer: the running server's own answer (GET
+	// /admin/retention at PROGRESSDB_ADDR).
+	statusFromServer = "server"
+	// statusFromDatabase: no server holds the database; the configuration
+	// shown is this shell's, which a `retention run` from here would use.
+	statusFromDatabase = "database"
+	// statusFromFiles: a server holds the database and could not be asked;
+	// only what it writes to disk (lease and audit files) is shown, never
+	// this shell's configuration in its place.
+	statusFromFiles = "files"
+)
+
+// statusReport is what `retention status --json` prints: the retention
+// status and whose view it is. In the files view the status holds only
+// the lease and the last run.
+type statusReport struct {
+	Source string `json:"source"`
+	Server string `json:"server,omitempty"`
+	Note   string `json:"note,omitempty"`
+	*retention.Status
+	// Lease and LastRun are known in every view, so they stand outside
+	// Status (and shadow its copies in JSON).
+	Lease   retention.LeaseStatus `json:"lease"`
+	LastRun *retention.Result     `json:"last_run"`
+}
+
+func newStatusReport(source string, st *retention.Status) *statusReport {
+	return &statusReport{Source: source, Status: st, Lease: st.Lease, LastRun: st.LastRun}
+}
+
+// retentionStatus prints the lease holder, the last run, the next run and
+// the pause switch. When a server holds the database it shows the
+// server's own view through its admin API, or, without a token, only what
+// the server wrote to disk.
 func (e env) retentionStatus(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("retention status", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the status as JSON")
@@ -91,68 +125,108 @@ func (e env) retentionStatus(ctx context.Context, args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	st, err := retention.ReadStatus(cfg.Retention, time.Now())
-	if err != nil {
-		fmt.Fprintf(e.stderr, "progressdb retention status: %v\n", err)
-		return exitFailed
-	}
-	pauseKnown := true
-	switch db, err := store.Open(cfg.DBPath, store.Options{}); {
-	case errors.Is(err, store.ErrDatabaseLocked):
-		// A server holds the database: the pause switch is its to tell.
-		if c, cerr := newAdminClient(cfg); cerr == nil {
-			var remote retention.Status
-			if err := c.do(ctx, http.MethodGet, "/admin/retention", nil, &remote); err == nil {
-				st.PauseState = remote.PauseState
-				break
-			}
-		}
-		pauseKnown = false
-	case err != nil:
-		fmt.Fprintf(e.stderr, "progressdb retention status: %v\n", err)
-		return exitFailed
-	default:
-		p, perr := db.RetentionPause(ctx)
-		if cerr := db.Close(); perr == nil {
-			perr = cerr
-		}
-		if perr != nil {
-			fmt.Fprintf(e.stderr, "progressdb retention status: %v\n", perr)
-			return exitFailed
-		}
-		st.PauseState = retention.PauseStateOf(p)
+	rep, code := e.readStatus(ctx, cfg)
+	if rep == nil {
+		return code
 	}
 	if *asJSON {
-		writeJSON(e.stdout, st)
-		return exitOK
+		writeJSON(e.stdout, rep)
+	} else {
+		printStatus(e.stdout, rep)
 	}
-	w := e.stdout
-	fmt.Fprintf(w, "enabled:         %t\n", st.Enabled)
-	fmt.Fprintf(w, "dry run:         %t\n", st.DryRun)
-	fmt.Fprintf(w, "period:          %s (messages %s)\n", st.Period, st.MessagePeriod)
-	fmt.Fprintf(w, "schedule:        %s (UTC)\n", st.Cron)
-	if pauseKnown {
+	return code
+}
+
+// readStatus asks the server, the database or the files, in that order of
+// truth. A nil report means the error was printed.
+func (e env) readStatus(ctx context.Context, cfg config.Config) (*statusReport, int) {
+	fail := func(err error) (*statusReport, int) {
+		fmt.Fprintf(e.stderr, "progressdb retention status: %v\n", err)
+		return nil, exitFailed
+	}
+	db, err := store.Open(cfg.DBPath, store.Options{})
+	switch {
+	case errors.Is(err, store.ErrDatabaseLocked):
+		// A server runs on this database: its view, not this shell's.
+	case err != nil:
+		return fail(err)
+	default:
+		st, err := retention.ReadStatus(cfg.Retention, time.Now())
+		if err == nil {
+			var p store.RetentionPause
+			p, err = db.RetentionPause(ctx)
+			st.PauseState = retention.PauseStateOf(p)
+		}
+		if err = errors.Join(err, db.Close()); err != nil {
+			return fail(err)
+		}
+		rep := newStatusReport(statusFromDatabase, &st)
+		rep.Note = "no server holds the database: this shell's configuration, nothing scheduled"
+		return rep, exitOK
+	}
+
+	code := exitOK
+	var note string
+	c, err := newAdminClient(cfg)
+	if err == nil {
+		var st retention.Status
+		if err = c.do(ctx, http.MethodGet, "/admin/retention", nil, &st); err == nil {
+			rep := newStatusReport(statusFromServer, &st)
+			rep.Server = c.base
+			return rep, exitOK
+		}
+		// A token was given but the server could not answer with it: show
+		// what is on disk and fail, so scripts notice.
+		note = fmt.Sprintf("a server holds the database and did not answer at %s: %v", c.base, err)
+		code = exitFailed
+	} else {
+		note = fmt.Sprintf("a server holds the database; %v for its configuration, next run and pause", err)
+	}
+	st, err := retention.ReadStatus(cfg.Retention, time.Now())
+	if err != nil {
+		return fail(err)
+	}
+	if code != exitOK {
+		fmt.Fprintf(e.stderr, "progressdb retention status: %s\n", note)
+	}
+	return &statusReport{Source: statusFromFiles, Note: note + "; lease and last run read from " + cfg.Retention.AuditPath,
+		Lease: st.Lease, LastRun: st.LastRun}, code
+}
+
+func printStatus(w io.Writer, rep *statusReport) {
+	switch rep.Source {
+	case statusFromServer:
+		fmt.Fprintf(w, "source:          server at %s\n", rep.Server)
+	default:
+		fmt.Fprintf(w, "source:          %s (%s)\n", rep.Source, rep.Note)
+	}
+	lease, last := rep.Lease, rep.LastRun
+	if st := rep.Status; st != nil {
+		fmt.Fprintf(w, "enabled:         %t\n", st.Enabled)
+		fmt.Fprintf(w, "dry run:         %t\n", st.DryRun)
+		fmt.Fprintf(w, "period:          %s (messages %s)\n", st.Period, st.MessagePeriod)
+		fmt.Fprintf(w, "schedule:        %s (UTC)\n", st.Cron)
 		printPause(w, st.PauseState)
-	} else {
-		fmt.Fprintf(w, "paused:          unknown (a server holds the database; set %s to ask it)\n", config.VarAdminToken)
+		switch {
+		case st.NextRun != nil:
+			fmt.Fprintf(w, "next run:        %s\n", st.NextRun.Format(time.RFC3339))
+		case rep.Source == statusFromDatabase:
+			fmt.Fprintln(w, "next run:        none (no server is running)")
+		default:
+			fmt.Fprintln(w, "next run:        none (retention disabled)")
+		}
 	}
-	if st.NextRun != nil {
-		fmt.Fprintf(w, "next run:        %s\n", st.NextRun.Format(time.RFC3339))
-	} else {
-		fmt.Fprintln(w, "next run:        none (retention disabled)")
-	}
-	if st.Lease.Owner == "" {
+	if lease.Owner == "" {
 		fmt.Fprintln(w, "lease:           never taken")
 	} else {
-		fmt.Fprintf(w, "lease:           held=%t owner=%s expires=%s\n", st.Lease.Held, st.Lease.Owner, st.Lease.Expires.Format(time.RFC3339))
+		fmt.Fprintf(w, "lease:           held=%t owner=%s expires=%s\n", lease.Held, lease.Owner, lease.Expires.Format(time.RFC3339))
 	}
-	if st.LastRun == nil {
+	if last == nil {
 		fmt.Fprintln(w, "last run:        none")
-		return exitOK
+		return
 	}
 	fmt.Fprintln(w, "last run:")
-	printResult(w, *st.LastRun)
-	return exitOK
+	printResult(w, *last)
 }
 
 func printResult(w io.Writer, r retention.Result) {

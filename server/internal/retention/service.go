@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/robfig/cron/v3"
-
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
@@ -150,23 +148,16 @@ func (m *Manager) Status(ctx context.Context) (Status, error) {
 }
 
 // ReadStatus builds the status from the configuration, the lease file and
-// the audit folder alone, so it works while a server holds the database
-// (`progressdb retention status`).
+// the audit folder alone, for `progressdb retention status` when no server
+// holds the database. No scheduler runs then, so there is no next run: a
+// schedule's next time depends on when a server starts (`@every`) and on
+// that server's configuration, not the caller's.
 func ReadStatus(cfg config.Retention, now time.Time) (Status, error) {
 	cfg, err := normalize(cfg)
 	if err != nil {
 		return Status{}, err
 	}
-	var next *time.Time
-	if cfg.Enabled {
-		sched, err := cron.ParseStandard(cfg.Cron)
-		if err != nil {
-			return Status{}, fmt.Errorf("retention: schedule %q: %w", cfg.Cron, err)
-		}
-		n := sched.Next(now.UTC())
-		next = &n
-	}
-	st, err := status(cfg, now, next)
+	st, err := status(cfg, now, nil)
 	if err != nil {
 		return st, err
 	}

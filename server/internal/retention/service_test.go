@@ -170,7 +170,8 @@ func TestStatusFromDiskAlone(t *testing.T) {
 			t.Fatalf("%s last run %+v, want %+v", name, lr, res)
 		}
 	}
-	if cli.NextRun == nil || !cli.NextRun.Equal(time.Date(2025, 3, 2, 2, 0, 0, 0, time.UTC)) {
+	// No scheduler runs for ReadStatus, so it names no next run.
+	if cli.NextRun != nil {
 		t.Fatalf("ReadStatus next run %v", cli.NextRun)
 	}
 }
