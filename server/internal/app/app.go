@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/progressdb/progressdb/server/internal/api"
+	"github.com/progressdb/progressdb/server/internal/buildinfo"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -40,7 +41,8 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Read().Collector())
 
 	svc, err := NewRetention(st, cfg.Retention, logger, reg, true)
 	if err != nil {
@@ -56,6 +58,12 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		if _, err := svc.Recover(ctx); err != nil {
 			logger.Error("retention_recover_failed", "err", err)
 		}
+	}
+	// Alerts watch the last success; a restart must not reset it to 0.
+	if at, err := svc.RestoreLastSuccess(); err != nil {
+		logger.Warn("retention_last_success_unknown", "err", err)
+	} else if !at.IsZero() {
+		logger.Debug("retention_last_success_restored", "finished_at", at)
 	}
 	// The scheduler outlives ctx until HTTP has drained; Close then stops
 	// the current run at its next batch boundary.

@@ -3,18 +3,37 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/progressdb/progressdb/audit"
 
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
+
+// get answers the body of a 200 response.
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d, %v", url, resp.StatusCode, err)
+	}
+	return string(b)
+}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -40,6 +59,17 @@ func TestServeStartsAndShutsDownCleanly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A run that completed before this start: the last-success gauge
+	// shows it rather than 0.
+	finished := time.Date(2025, 3, 1, 2, 0, 5, 0, time.UTC)
+	w, err := audit.Create(cfg.Retention.AuditPath, "before-start", audit.Header{StartedAt: finished.Add(-5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Close(audit.Footer{FinishedAt: finished, Status: audit.RunCompleted}); err != nil {
+		t.Fatal(err)
+	}
+
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
@@ -58,6 +88,16 @@ func TestServeStartsAndShutsDownCleanly(t *testing.T) {
 			t.Fatalf("server did not answer: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+
+	metrics := get(t, "http://"+addr+"/metrics")
+	for _, want := range []string{
+		fmt.Sprintf("progressdb_retention_last_success_timestamp_seconds %g\n", float64(finished.Unix())),
+		`progressdb_build_info{commit="`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 
 	cancel()

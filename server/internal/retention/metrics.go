@@ -1,8 +1,12 @@
 package retention
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -67,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		LastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "progressdb_retention_last_success_timestamp_seconds",
-			Help: "Unix time at which the last completed retention run finished.",
+			Help: "Unix time at which the last completed retention run (not a dry run) finished; restored from the audit folder at start.",
 		}),
 		EligibleItems: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "progressdb_retention_eligible_items",
@@ -107,3 +111,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) countError(stage string) { m.Errors.WithLabelValues(stage).Inc() }
+
+// restoreLastSuccess sets the last-success gauge from the newest completed,
+// non-dry audit file, so that a restart does not reset it to 0 and fire the
+// "no successful run" alert. It returns when that run finished (zero when
+// there was none); the gauge never moves back.
+func (r *Runner) restoreLastSuccess() (time.Time, error) {
+	sum, err := audit.LastCompleted(r.cfg.AuditPath)
+	if err != nil || sum == nil {
+		return time.Time{}, err
+	}
+	at := sum.Footer.FinishedAt
+	secs := float64(at.UnixNano()) / 1e9
+	var cur dto.Metric
+	if err := r.metrics.LastSuccess.Write(&cur); err == nil && cur.GetGauge().GetValue() >= secs {
+		return at, nil // a run of this process finished later
+	}
+	r.metrics.LastSuccess.Set(secs)
+	return at, nil
+}

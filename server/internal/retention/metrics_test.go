@@ -97,6 +97,51 @@ func TestMetricsAfterRuns(t *testing.T) {
 	if got := counterValue(t, m.EligibleItems); got != 1 {
 		t.Fatalf("eligible after dry run = %v", got)
 	}
+	// A dry run purges nothing: it is no success.
+	lastReal := float64(res.FinishedAt.UnixNano()) / 1e9
+	if got := counterValue(t, m.LastSuccess); got != lastReal {
+		t.Fatalf("last success after a dry run = %v, want the real run's %v", got, lastReal)
+	}
+}
+
+// TestLastSuccessRestoredAtStart: after a restart the gauge shows the last
+// completed real run from the audit folder, not 0 and not a later dry or
+// failed run.
+func TestLastSuccessRestoredAtStart(t *testing.T) {
+	e := newEnv(t)
+	svc, err := NewService(ServiceOptions{Runner: e.runner()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, err := svc.RestoreLastSuccess(); err != nil || !at.IsZero() {
+		t.Fatalf("restore with no audit folder = %v, %v", at, err)
+	}
+	if got := counterValue(t, e.metrics.LastSuccess); got != 0 {
+		t.Fatalf("gauge = %v with no run", got)
+	}
+
+	e.thread("t1", 1, 1)
+	e.deleteThread("t1")
+	e.at(31 * day)
+	done, _ := e.run(e.runner(), RunRequest{Trigger: TriggerSchedule})
+	e.at(32 * day)
+	if dry, _ := e.run(e.runner(), RunRequest{DryRun: true, Trigger: TriggerAdmin}); !dry.DryRun {
+		t.Fatalf("dry run %+v", dry)
+	}
+
+	// A new process: fresh metrics, same audit folder.
+	e.metrics = NewMetrics(prometheus.NewRegistry())
+	svc, err = NewService(ServiceOptions{Runner: e.runner()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := svc.RestoreLastSuccess()
+	if err != nil || !at.Equal(done.FinishedAt) {
+		t.Fatalf("restored %v, %v; want the real run's finish %v", at, err, done.FinishedAt)
+	}
+	if got, want := counterValue(t, e.metrics.LastSuccess), float64(done.FinishedAt.UnixNano())/1e9; got != want {
+		t.Fatalf("gauge = %v, want %v", got, want)
+	}
 }
 
 func TestMetricsNamesMatchTheSpec(t *testing.T) {

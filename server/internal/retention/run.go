@@ -644,7 +644,9 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 	r.metrics.Runs.WithLabelValues(label).Inc()
 	r.metrics.RunDuration.Observe(finished.Sub(rn.at).Seconds())
 	r.metrics.EligibleItems.Set(float64(rn.eligible))
-	if status == audit.RunCompleted {
+	// A dry run purges nothing, so it is no success for the alert that
+	// watches for runs that do their job.
+	if status == audit.RunCompleted && !rn.dry {
 		r.metrics.LastSuccess.Set(float64(finished.UnixNano()) / 1e9)
 	}
 	r.last.Store(&res)

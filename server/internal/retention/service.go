@@ -72,6 +72,12 @@ func (m *Manager) StartScheduler(ctx context.Context) {
 // Runner.Recover); the server calls it at start.
 func (m *Manager) Recover(ctx context.Context) ([]string, error) { return m.runner.Recover(ctx) }
 
+// RestoreLastSuccess sets progressdb_retention_last_success_timestamp_seconds
+// from the audit folder (the newest completed run that was not a dry run)
+// and returns when that run finished, zero when there was none. The server
+// calls it at start.
+func (m *Manager) RestoreLastSuccess() (time.Time, error) { return m.runner.restoreLastSuccess() }
+
 // Close stops the scheduler and cancels background runs; each stops at its
 // next batch boundary with an interrupted footer. Close waits for them.
 func (m *Manager) Close() {
