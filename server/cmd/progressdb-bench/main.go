@@ -1,6 +1,8 @@
 // Command progressdb-bench measures the retention subsystem side by side
-// with a naive purge and with Pebble's own limit, on data it seeds itself in
-// temporary directories, and writes the figures to BENCHMARKS.md.
+// with a naive purge and with Pebble's own limit, and (B9) the HTTP write
+// path and thread listing side by side with raw Pebble synced commits, on
+// data it seeds itself in temporary directories, and writes the figures to
+// BENCHMARKS.md.
 //
 // Every figure is the median of several repetitions, and every target is a
 // ratio of figures measured in the same run, so the results hold on any
@@ -182,7 +184,7 @@ func commandLine(args []string) string {
 	return strings.Join(parts, " ")
 }
 
-// scenario is one benchmark of the issue (B1..B5).
+// scenario is one benchmark of the issues (B1..B5, B9).
 type scenario struct {
 	id, title string
 	run       func(ctx context.Context, b *bench) (*section, error)
@@ -194,4 +196,5 @@ var scenarios = []scenario{
 	{"B3", "memory", runB3},
 	{"B4", "foreground impact", runB4},
 	{"B5", "disk space", runB5},
+	{"B9", "HTTP write throughput and thread listing", runB9},
 }

@@ -1,0 +1,383 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/progressdb/progressdb/server/internal/api"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// B9 measures the write path and the thread listing from outside: the real
+// HTTP server (api.New behind api.Serve) on a loopback port, driven by a
+// closed-loop Go load generator in this process, side by side with raw
+// Pebble committing the same two keys per message (the version and the log
+// entry) with Sync at the same concurrency. Both run on one store
+// configuration (store.Open's Pebble options), on a fresh database each.
+
+// b9Cell is one shape and concurrency of the write measurement.
+type b9Cell struct {
+	shape   string // "one thread" or "1,000 threads"
+	threads int
+	writers int
+
+	apiRate, rawRate []float64 // messages/s per repetition
+	apiP50, apiP99   []float64 // ns
+	rawP50, rawP99   []float64
+}
+
+// b9Load is one closed-loop measurement's outcome.
+type b9Load struct {
+	n   int64
+	dur time.Duration
+	lat []time.Duration // sorted
+}
+
+func runB9(ctx context.Context, b *bench) (*section, error) {
+	sec := &section{}
+	dur := time.Duration(float64(2*time.Second) * b.o.scale)
+	dur = max(dur, 300*time.Millisecond)
+	maxOps := int64(b.scaled(200_000, 2_000))
+	reps := b.reps(3)
+
+	var cells []*b9Cell
+	for _, shape := range []struct {
+		name    string
+		threads int
+	}{{"one thread", 1}, {"1,000 threads", 1000}} {
+		for _, w := range []int{1, 16, 64} {
+			cells = append(cells, &b9Cell{shape: shape.name, threads: shape.threads, writers: w})
+		}
+	}
+	sec.setup = append(sec.setup, fmt.Sprintf(
+		"Writes: every cell starts a fresh database, creates its threads, and then N writers each send "+
+			"`POST /v1/threads/{tid}/messages` (server-generated IDs, a ~60-byte JSON body) in a closed loop for %s "+
+			"(at most %s messages), over keep-alive connections to the real server (`api.New` behind `api.Serve`, "+
+			"127.0.0.1, same process). Each 201 is durable. Beside it, raw Pebble on a fresh database with the "+
+			"same options commits the same two keys per message (version and log entry, same values) in one "+
+			"batch with `Sync`, at the same concurrency: the floor. Spread writers pick threads round-robin over "+
+			"1,000 threads. %d repetitions, interleaved (raw, then API, cell by cell); medians, with range.",
+		dur, count(maxOps), reps))
+
+	for rep := range reps {
+		for _, c := range cells {
+			if err := ctx.Err(); err != nil {
+				return sec, err
+			}
+			raw, err := b9Raw(ctx, b.dir("b9", fmt.Sprintf("raw-%d-%d-%d", c.threads, c.writers, rep)), c, dur, maxOps)
+			if err != nil {
+				return sec, fmt.Errorf("raw %s × %d: %w", c.shape, c.writers, err)
+			}
+			ap, err := b9API(ctx, b.dir("b9", fmt.Sprintf("api-%d-%d-%d", c.threads, c.writers, rep)), c, dur, maxOps)
+			if err != nil {
+				return sec, fmt.Errorf("api %s × %d: %w", c.shape, c.writers, err)
+			}
+			c.rawRate = append(c.rawRate, rate(raw.n, raw.dur))
+			c.apiRate = append(c.apiRate, rate(ap.n, ap.dur))
+			c.rawP50 = append(c.rawP50, float64(percentile(raw.lat, 50)))
+			c.rawP99 = append(c.rawP99, float64(percentile(raw.lat, 99)))
+			c.apiP50 = append(c.apiP50, float64(percentile(ap.lat, 50)))
+			c.apiP99 = append(c.apiP99, float64(percentile(ap.lat, 99)))
+			b.logf("B9 rep %d: %s × %d writers: api %s p99 %s, raw %s p99 %s", rep+1, c.shape, c.writers,
+				fmtRate(rate(ap.n, ap.dur)), fmtDur(percentile(ap.lat, 99)),
+				fmtRate(rate(raw.n, raw.dur)), fmtDur(percentile(raw.lat, 99)))
+		}
+	}
+
+	t := table{
+		caption: "Synced writes: the API against raw Pebble at the same concurrency.",
+		header:  []string{"shape", "writers", "API msgs/s", "raw Pebble commits/s", "API / raw", "API p50", "API p99", "raw p50", "raw p99", "p99 API / raw"},
+	}
+	for _, c := range cells {
+		t.add(c.shape, strconv.Itoa(c.writers),
+			spread(c.apiRate, fmtRate), spread(c.rawRate, fmtRate),
+			fmtRatio(median(c.apiRate)/median(c.rawRate)),
+			fmtDurF(median(c.apiP50)), fmtDurF(median(c.apiP99)),
+			fmtDurF(median(c.rawP50)), fmtDurF(median(c.rawP99)),
+			fmtRatio(median(c.apiP99)/median(c.rawP99)))
+	}
+	sec.tables = append(sec.tables, t)
+
+	one1, one16 := cells[0], cells[1]
+	gain := median(one16.apiRate) / median(one1.apiRate)
+	sec.addTarget("16 writers on one thread vs 1 writer", "≥ 4×",
+		fmt.Sprintf("%s (%s vs %s)", fmtRatio(gain), fmtRate(median(one16.apiRate)), fmtRate(median(one1.apiRate))), gain >= 4)
+	for _, c := range cells[3:] {
+		r := median(c.apiRate) / median(c.rawRate)
+		sec.addTarget(fmt.Sprintf("spread writes, %d writers, vs raw Pebble", c.writers), "≥ 50%",
+			fmt.Sprintf("%s (%s vs %s)", fmtPct(r), fmtRate(median(c.apiRate)), fmtRate(median(c.rawRate))), r >= 0.5)
+	}
+	worst, worstCell := 0.0, cells[0]
+	for _, c := range cells {
+		if r := median(c.apiP99) / median(c.rawP99); r > worst {
+			worst, worstCell = r, c
+		}
+	}
+	sec.addTarget("API p99 vs raw p99 (worst cell)", "≤ 2×",
+		fmt.Sprintf("%s (%s × %d: %s vs %s)", fmtRatio(worst), worstCell.shape, worstCell.writers,
+			fmtDurF(median(worstCell.apiP99)), fmtDurF(median(worstCell.rawP99))), worst <= 2)
+
+	if err := b9Listing(ctx, b, sec); err != nil {
+		return sec, err
+	}
+	return sec, nil
+}
+
+// b9Raw commits, at c.writers concurrency, what an append commits.
+func b9Raw(ctx context.Context, dir string, c *b9Cell, dur time.Duration, maxOps int64) (b9Load, error) {
+	st, err := store.Open(dir, store.Options{})
+	if err != nil {
+		return b9Load{}, err
+	}
+	defer st.Close()
+	db := st.DB()
+	body := json.RawMessage(`{"text":"a message of about sixty bytes, like a short chat line"}`)
+	tids := b9Threads(c.threads)
+	return b9Drive(ctx, c.writers, dur, maxOps, func(w, k int) error {
+		mid, tid := st.NewID(), tids[(w+k*c.writers)%len(tids)]
+		now := time.Now().UnixNano()
+		v, err := json.Marshal(store.Message{ID: mid, Thread: tid, Author: "writer", Body: body, TS: now, Version: 1})
+		if err != nil {
+			return err
+		}
+		bt := db.NewBatch()
+		_ = bt.Set([]byte("version:msg:"+mid+":00000000000000000001"), v, nil)
+		_ = bt.Set([]byte(fmt.Sprintf("thread:%s:log:%020d:%s", tid, now, mid)), []byte(mid), nil)
+		defer bt.Close()
+		return bt.Commit(pebble.Sync)
+	})
+}
+
+// b9API runs the real server on loopback and appends through it.
+func b9API(ctx context.Context, dir string, c *b9Cell, dur time.Duration, maxOps int64) (b9Load, error) {
+	st, err := store.Open(dir, store.Options{})
+	if err != nil {
+		return b9Load{}, err
+	}
+	defer st.Close()
+	tids := b9Threads(c.threads)
+	for _, tid := range tids {
+		if _, err := st.CreateThread(ctx, store.Thread{ID: tid, Title: "bench", Author: "writer"}); err != nil {
+			return b9Load{}, err
+		}
+	}
+	url, client, stop, err := b9Serve(ctx, st, c.writers)
+	if err != nil {
+		return b9Load{}, err
+	}
+	defer stop()
+	body := []byte(`{"author":"writer","body":{"text":"a message of about sixty bytes, like a short chat line"}}`)
+	return b9Drive(ctx, c.writers, dur, maxOps, func(w, k int) error {
+		tid := tids[(w+k*c.writers)%len(tids)]
+		resp, err := client.Post(url+"/v1/threads/"+tid+"/messages", "application/json", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			return fmt.Errorf("append: status %d", resp.StatusCode)
+		}
+		return nil
+	})
+}
+
+// b9Serve starts the real HTTP server for st on a loopback port and
+// returns its URL and a client with a connection per writer.
+func b9Serve(ctx context.Context, st *store.Store, conns int) (string, *http.Client, func(), error) {
+	h, err := api.New(api.Options{Store: st})
+	if err != nil {
+		return "", nil, nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	served := make(chan struct{})
+	go func() {
+		_ = api.Serve(sctx, ln, h, nil)
+		close(served)
+	}()
+	tr := &http.Transport{MaxIdleConns: conns + 4, MaxIdleConnsPerHost: conns + 4}
+	client := &http.Client{Transport: tr, Timeout: time.Minute}
+	stop := func() {
+		tr.CloseIdleConnections()
+		cancel()
+		<-served
+	}
+	return "http://" + ln.Addr().String(), client, stop, nil
+}
+
+func b9Threads(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("b9-t%04d", i)
+	}
+	return out
+}
+
+// b9Drive runs op from n writers in a closed loop until dur has passed or
+// maxOps operations completed, and returns the count and the latencies.
+func b9Drive(ctx context.Context, n int, dur time.Duration, maxOps int64, op func(w, k int) error) (b9Load, error) {
+	var (
+		done   atomic.Int64
+		mu     sync.Mutex
+		all    []time.Duration
+		firstE error
+		wg     sync.WaitGroup
+	)
+	deadline := time.Now().Add(dur)
+	start := time.Now()
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lat := make([]time.Duration, 0, 1024)
+			for k := 0; ctx.Err() == nil && time.Now().Before(deadline); k++ {
+				if done.Add(1) > maxOps {
+					break
+				}
+				t0 := time.Now()
+				if err := op(w, k); err != nil {
+					mu.Lock()
+					if firstE == nil {
+						firstE = err
+					}
+					mu.Unlock()
+					break
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstE != nil {
+		return b9Load{}, firstE
+	}
+	if err := ctx.Err(); err != nil {
+		return b9Load{}, err
+	}
+	slices.Sort(all)
+	return b9Load{n: int64(len(all)), dur: elapsed, lat: all}, nil
+}
+
+// b9Listing seeds threads of which a fraction is soft-deleted (spread
+// evenly, so every page of live threads lies among deleted ones) and times
+// GET /v1/threads pages through the real server.
+func b9Listing(ctx context.Context, b *bench, sec *section) error {
+	n := b.scaled(200_000, 5_000)
+	const pages = 200
+	t := table{
+		caption: fmt.Sprintf("Listing: `GET /v1/threads?limit=100` over %s threads, %d pages at random cursors plus the first page, through the real server.", count(int64(n)), pages),
+		header:  []string{"deleted", "live threads", "first page", "page p50", "page p99"},
+	}
+	worst := time.Duration(0)
+	for _, frac := range []float64{0, 0.99} {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		first, p50, p99, live, err := b9ListOnce(ctx, b, n, frac, pages)
+		if err != nil {
+			return fmt.Errorf("listing at %s deleted: %w", fmtPct(frac), err)
+		}
+		worst = max(worst, p99, first)
+		t.add(fmtPct(frac), count(int64(live)), fmtDur(first), fmtDur(p50), fmtDur(p99))
+		b.logf("B9 listing %s deleted: first %s, p50 %s, p99 %s", fmtPct(frac), fmtDur(first), fmtDur(p50), fmtDur(p99))
+	}
+	sec.tables = append(sec.tables, t)
+	sec.addTarget("thread listing page, any deleted fraction (p99)", "≤ 5 ms", fmtDur(worst), worst <= 5*time.Millisecond)
+	return nil
+}
+
+func b9ListOnce(ctx context.Context, b *bench, n int, frac float64, pages int) (first, p50, p99 time.Duration, live int, err error) {
+	dir := b.dir("b9", fmt.Sprintf("list-%d-%g", n, frac))
+	sd, err := openSeeded(dir)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	defer sd.close()
+	now := time.Now().UnixNano()
+	bulk := sd.st.NewBulk()
+	var liveIDs []string
+	every := 0
+	if frac > 0 {
+		every = int(1 / (1 - frac)) // one live thread in every `every`
+	}
+	for i := range n {
+		t := store.Thread{ID: fmt.Sprintf("b9-l%07d", i), Title: "a thread", Author: "writer", CreatedTS: now, UpdatedTS: now}
+		if every > 0 && i%every != 0 {
+			t.Deleted, t.DeletedTS = true, now
+		} else {
+			liveIDs = append(liveIDs, t.ID)
+		}
+		if err := bulk.PutThread(t); err != nil {
+			return 0, 0, 0, 0, err
+		}
+	}
+	if err := bulk.Close(); err != nil {
+		return 0, 0, 0, 0, err
+	}
+	if err := sd.settle(ctx); err != nil {
+		return 0, 0, 0, 0, err
+	}
+	url, client, stop, err := b9Serve(ctx, sd.st, 1)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	defer stop()
+
+	get := func(cursor string) (time.Duration, error) {
+		t0 := time.Now()
+		resp, err := client.Get(url + "/v1/threads?limit=100&cursor=" + cursor)
+		if err != nil {
+			return 0, err
+		}
+		var out struct {
+			Threads []store.Thread `json:"threads"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		d := time.Since(t0)
+		if err != nil {
+			return 0, err
+		}
+		if resp.StatusCode != http.StatusOK || (len(out.Threads) == 0 && cursor == "") {
+			return 0, errors.New("listing answered " + resp.Status + " with no threads")
+		}
+		return d, nil
+	}
+	if _, err := get(""); err != nil { // warm the connection
+		return 0, 0, 0, 0, err
+	}
+	if first, err = get(""); err != nil {
+		return 0, 0, 0, 0, err
+	}
+	lat := make([]time.Duration, 0, pages)
+	for i := range pages {
+		d, err := get(liveIDs[(i*7919)%len(liveIDs)])
+		if err != nil {
+			return 0, 0, 0, 0, err
+		}
+		lat = append(lat, d)
+	}
+	slices.Sort(lat)
+	return first, percentile(lat, 50), percentile(lat, 99), len(liveIDs), nil
+}
