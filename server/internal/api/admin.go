@@ -111,3 +111,56 @@ func (s *server) setRetentionPause(w http.ResponseWriter, r *http.Request) error
 	s.log.InfoContext(r.Context(), "retention_pause_set", "paused", st.Paused, "reason", st.Reason)
 	return s.writeJSON(w, r, http.StatusOK, st)
 }
+
+// threadPolicy answers GET /admin/threads/{tid}/retention.
+func (s *server) threadPolicy(w http.ResponseWriter, r *http.Request) error {
+	if s.retention == nil {
+		return errNoRetention
+	}
+	tid, err := pathID(r, "tid", "thread id")
+	if err != nil {
+		return err
+	}
+	p, err := s.retention.ThreadPolicy(r.Context(), tid)
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(w, r, http.StatusOK, p)
+}
+
+// setThreadPolicy answers PUT /admin/threads/{tid}/retention {period?,
+// message_period?, max_age?, max_messages?}: the body replaces the
+// thread's override; absent fields inherit.
+func (s *server) setThreadPolicy(w http.ResponseWriter, r *http.Request) error {
+	if s.retention == nil {
+		return errNoRetention
+	}
+	tid, err := pathID(r, "tid", "thread id")
+	if err != nil {
+		return err
+	}
+	var req retention.PolicyOverride
+	if err := s.decodeBody(w, r, &req, false); err != nil {
+		return err
+	}
+	p, err := s.retention.SetThreadPolicy(r.Context(), tid, req)
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(w, r, http.StatusOK, p)
+}
+
+// clearThreadPolicy answers DELETE /admin/threads/{tid}/retention.
+func (s *server) clearThreadPolicy(w http.ResponseWriter, r *http.Request) error {
+	if s.retention == nil {
+		return errNoRetention
+	}
+	tid, err := pathID(r, "tid", "thread id")
+	if err != nil {
+		return err
+	}
+	if err := s.retention.ClearThreadPolicy(r.Context(), tid); err != nil {
+		return err
+	}
+	return noContent(w)
+}

@@ -185,3 +185,13 @@ func (f *fakeRetention) SetPause(ctx context.Context, paused bool, reason string
 	f.status.PauseState = retention.PauseState{Paused: paused, Reason: reason}
 	return f.status.PauseState, f.err
 }
+
+func (f *fakeRetention) ThreadPolicy(ctx context.Context, tid string) (retention.ThreadPolicy, error) {
+	return retention.ThreadPolicy{}, f.err
+}
+
+func (f *fakeRetention) SetThreadPolicy(ctx context.Context, tid string, o retention.PolicyOverride) (retention.ThreadPolicy, error) {
+	return retention.ThreadPolicy{}, f.err
+}
+
+func (f *fakeRetention) ClearThreadPolicy(ctx context.Context, tid string) error { return f.err }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -21,9 +22,10 @@ func retentionEnv(t *testing.T, enabled bool) *testEnv {
 	e := newEnv(t, Options{AdminToken: "adm", Retention: late})
 	r, err := retention.NewRunner(retention.RunnerOptions{
 		Store: e.store,
-		Config: config.Retention{Enabled: enabled, Period: 24 * time.Hour,
-			AuditPath: filepath.Join(t.TempDir(), "audit")},
+		Config: config.Retention{Enabled: enabled, Period: 30 * 24 * time.Hour, MinPeriod: time.Hour,
+			MaxAge: 90 * 24 * time.Hour, AuditPath: filepath.Join(t.TempDir(), "audit")},
 		Metrics: retention.NewMetrics(e.reg),
+		Logger:  slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -145,6 +145,9 @@ func (s *server) routes() []route {
 		{http.MethodPost, "/admin/retention/run", accessAdmin, s.retentionRun},
 		{http.MethodPut, "/admin/retention/pause", accessAdmin, s.setRetentionPause},
 		{http.MethodPut, "/admin/threads/{tid}/legal_hold", accessAdmin, s.setLegalHold},
+		{http.MethodGet, "/admin/threads/{tid}/retention", accessAdmin, s.threadPolicy},
+		{http.MethodPut, "/admin/threads/{tid}/retention", accessAdmin, s.setThreadPolicy},
+		{http.MethodDelete, "/admin/threads/{tid}/retention", accessAdmin, s.clearThreadPolicy},
 	}
 }
 

@@ -89,9 +89,28 @@ func TestRetentionPauseThroughTheServer(t *testing.T) {
 		t.Fatal("resume did not reach the server")
 	}
 
+	// Policies go through the server too.
+	if _, err := st.CreateThread(t.Context(), store.Thread{ID: "t1", Title: "x", Author: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	h.mustRun("retention", "policy", "set", "t1", "--max-messages", "5")
+	if p, err := svc.ThreadPolicy(t.Context(), "t1"); err != nil || p.Effective.MaxMessages != 5 {
+		t.Fatalf("server's policy %+v %v", p, err)
+	}
+	if out := h.mustRun("retention", "policy", "get", "t1"); !strings.Contains(out, "max messages:    5 (override)") {
+		t.Fatalf("policy get:\n%s", out)
+	}
+	code, _, errOut := h.run("retention", "policy", "set", "t1", "--period", "1m")
+	if code != exitFailed || !strings.Contains(errOut, "400") || !strings.Contains(errOut, "PROGRESSDB_RETENTION_MIN_PERIOD") {
+		t.Fatalf("short period through the server: exit %d, stderr %q", code, errOut)
+	}
+	if out := h.mustRun("retention", "policy", "clear", "t1"); !strings.Contains(out, "max messages:    0 (inherited)") {
+		t.Fatalf("policy clear:\n%s", out)
+	}
+
 	// Without the token the command says what is missing.
 	h.environ = append(h.environ, "PROGRESSDB_ADMIN_TOKEN=")
-	code, _, errOut := h.run("retention", "pause")
+	code, _, errOut = h.run("retention", "pause")
 	if code != exitFailed || !strings.Contains(errOut, "PROGRESSDB_ADMIN_TOKEN") {
 		t.Fatalf("no token: exit %d, stderr %q", code, errOut)
 	}

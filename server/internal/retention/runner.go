@@ -160,6 +160,10 @@ func normalize(c config.Retention) (config.Retention, error) {
 		return c, fmt.Errorf("retention: batch pause must not be negative, got %s", c.BatchPause)
 	case c.MaxItems < 0:
 		return c, fmt.Errorf("retention: max items must not be negative, got %d", c.MaxItems)
+	case c.MaxAge < 0:
+		return c, fmt.Errorf("retention: max age must not be negative, got %s", c.MaxAge)
+	case c.MaxMessages < 0:
+		return c, fmt.Errorf("retention: max messages must not be negative, got %d", c.MaxMessages)
 	case c.LeaseTTL < 0:
 		return c, fmt.Errorf("retention: lease TTL must be positive, got %s", c.LeaseTTL)
 	}

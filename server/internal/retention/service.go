@@ -104,6 +104,21 @@ func (m *Manager) SetPause(ctx context.Context, paused bool, reason string) (Pau
 	return m.runner.SetPause(ctx, paused, reason)
 }
 
+// ThreadPolicy returns a thread's override and effective policy.
+func (m *Manager) ThreadPolicy(ctx context.Context, tid string) (ThreadPolicy, error) {
+	return m.runner.ThreadPolicy(ctx, tid)
+}
+
+// SetThreadPolicy replaces a thread's override.
+func (m *Manager) SetThreadPolicy(ctx context.Context, tid string, o PolicyOverride) (ThreadPolicy, error) {
+	return m.runner.SetThreadPolicy(ctx, tid, o)
+}
+
+// ClearThreadPolicy removes a thread's override.
+func (m *Manager) ClearThreadPolicy(ctx context.Context, tid string) error {
+	return m.runner.ClearThreadPolicy(ctx, tid)
+}
+
 // Start takes the lease now, so that a held lease can be answered with
 // 409, and runs in the background. It returns the run ID.
 func (m *Manager) Start(ctx context.Context, req RunRequest) (string, error) {

@@ -72,4 +72,11 @@ type Service interface {
 	// SetPause pauses or resumes retention (spec §3.2) and returns the
 	// stored switch.
 	SetPause(ctx context.Context, paused bool, reason string) (PauseState, error)
+	// ThreadPolicy, SetThreadPolicy and ClearThreadPolicy read, replace and
+	// remove a thread's policy override (spec §3.1). Errors: store.ErrNotFound
+	// (unknown thread), store.ErrInvalidArgument (a value the environment
+	// would refuse too), store.ErrPurgeInProgress.
+	ThreadPolicy(ctx context.Context, tid string) (ThreadPolicy, error)
+	SetThreadPolicy(ctx context.Context, tid string, o PolicyOverride) (ThreadPolicy, error)
+	ClearThreadPolicy(ctx context.Context, tid string) error
 }

@@ -45,6 +45,11 @@ type Retention struct {
 	// YieldToWrites slows a purge down while user writes are committing
 	// (see retention's pacing); off, only BatchSize and BatchPause apply.
 	YieldToWrites bool `env:"YIELD_TO_WRITES" envDefault:"true"`
+	// MaxAge purges live messages older than this (cause max_age); 0 is off.
+	MaxAge time.Duration `env:"MAX_AGE" envDefault:"0"`
+	// MaxMessages keeps at most this many live messages per thread, newest
+	// first (cause max_messages); 0 is off.
+	MaxMessages int `env:"MAX_MESSAGES" envDefault:"0"`
 }
 
 // Variable names, for errors and Redacted.
@@ -71,6 +76,8 @@ const (
 	VarMaxItems         = "PROGRESSDB_RETENTION_MAX_ITEMS"
 	VarRunMissed        = "PROGRESSDB_RETENTION_RUN_MISSED"
 	VarYieldToWrites    = "PROGRESSDB_RETENTION_YIELD_TO_WRITES"
+	VarMaxAge           = "PROGRESSDB_RETENTION_MAX_AGE"
+	VarMaxMessages      = "PROGRESSDB_RETENTION_MAX_MESSAGES"
 )
 
 // Error is a configuration error naming the variable, the value and the rule.
@@ -208,6 +215,8 @@ func (c Config) Redacted() [][2]string {
 		{VarMaxItems, strconv.Itoa(r.MaxItems)},
 		{VarRunMissed, strconv.FormatBool(r.RunMissed)},
 		{VarYieldToWrites, strconv.FormatBool(r.YieldToWrites)},
+		{VarMaxAge, FormatDuration(r.MaxAge)},
+		{VarMaxMessages, strconv.Itoa(r.MaxMessages)},
 	}
 }
 

@@ -174,6 +174,11 @@ func TestLoadInvalid(t *testing.T) {
 		{"PROGRESSDB_RETENTION_MAX_ITEMS=lots", "whole number", nil},
 		{"PROGRESSDB_RETENTION_RUN_MISSED=2", "true or false", nil},
 		{"PROGRESSDB_RETENTION_YIELD_TO_WRITES=sometimes", "true or false", nil},
+		{"PROGRESSDB_RETENTION_MAX_AGE=90 days", "duration", nil},
+		{"PROGRESSDB_RETENTION_MAX_AGE=-1d", "duration", nil},
+		{"PROGRESSDB_RETENTION_MAX_AGE=30m", "PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD", nil},
+		{"PROGRESSDB_RETENTION_MAX_MESSAGES=-5", "0 (off) or more", nil},
+		{"PROGRESSDB_RETENTION_MAX_MESSAGES=many", "whole number", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.env, func(t *testing.T) {
@@ -201,8 +206,8 @@ func TestLoadInvalid(t *testing.T) {
 func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 	freeForm := map[string]bool{VarDBPath: true, VarAdminToken: true, VarAPIKey: true, VarAuditPath: true, VarLeasePath: true}
 	vars := fieldVars()
-	if len(vars) != 22 {
-		t.Fatalf("fieldVars has %d variables, want the 21 of the spec and YIELD_TO_WRITES", len(vars))
+	if len(vars) != 24 {
+		t.Fatalf("fieldVars has %d variables, want the 23 of the spec and YIELD_TO_WRITES", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -241,6 +246,10 @@ func TestShortPeriod(t *testing.T) {
 		{"raised minimum refuses default period", []string{"PROGRESSDB_RETENTION_MIN_PERIOD=60d"}, VarPeriod},
 		{"zero minimum", []string{"PROGRESSDB_RETENTION_MIN_PERIOD=0", "PROGRESSDB_RETENTION_PERIOD=1s"}, ""},
 		{"allow flag does not allow zero", []string{"PROGRESSDB_RETENTION_PERIOD=0s", "PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD=true"}, VarPeriod},
+		{"max age off", []string{"PROGRESSDB_RETENTION_MAX_AGE=0"}, ""},
+		{"max age below", []string{"PROGRESSDB_RETENTION_MAX_AGE=59m"}, VarMaxAge},
+		{"max age allowed", []string{"PROGRESSDB_RETENTION_MAX_AGE=59m", "PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD=true"}, ""},
+		{"max age at minimum", []string{"PROGRESSDB_RETENTION_MAX_AGE=1h"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -312,7 +321,7 @@ func TestRedacted(t *testing.T) {
 		VarDBPath, VarAddr, VarAdminToken, VarAPIKey, VarLogLevel, VarLogFormat, VarLogSink,
 		VarEnabled, VarPeriod, VarMessagePeriod, VarCron, VarMinPeriod, VarAllowShortPeriod, VarDryRun,
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
-		VarYieldToWrites,
+		VarYieldToWrites, VarMaxAge, VarMaxMessages,
 	}
 	if strings.Join(names, ",") != strings.Join(wantOrder, ",") {
 		t.Errorf("order:\n got %v\nwant %v", names, wantOrder)

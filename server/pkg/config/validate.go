@@ -94,18 +94,46 @@ func (r Retention) validatePeriods(vars map[string]string) *Error {
 		{VarMessagePeriod, r.MessagePeriod},
 	}
 	for _, p := range periods {
-		value := shown(vars, p.name, FormatDuration(p.d))
-		if p.d <= 0 {
-			return &Error{p.name, value, "must be greater than 0"}
-		}
-		// A short period purges data soon after a mistaken delete; the
-		// operator has to say they mean it.
-		if p.d < r.MinPeriod && !r.AllowShortPeriod {
-			return &Error{p.name, value, "is below PROGRESSDB_RETENTION_MIN_PERIOD (" +
-				FormatDuration(r.MinPeriod) + "); set PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD=true to allow it"}
+		if rule := r.PeriodRule(p.d, false); rule != "" {
+			return &Error{p.name, shown(vars, p.name, FormatDuration(p.d)), rule}
 		}
 	}
+	if rule := r.PeriodRule(r.MaxAge, true); rule != "" {
+		return &Error{VarMaxAge, shown(vars, VarMaxAge, FormatDuration(r.MaxAge)), rule}
+	}
+	if rule := MaxMessagesRule(r.MaxMessages); rule != "" {
+		return &Error{VarMaxMessages, shown(vars, VarMaxMessages, strconv.Itoa(r.MaxMessages)), rule}
+	}
 	return nil
+}
+
+// PeriodRule returns the rule that d breaks as a retention period or
+// maximum age, or "" when d is allowed. With offAllowed, 0 turns the policy
+// off. Per-thread overrides are checked with it too, so they follow the
+// environment's rule word for word.
+func (r Retention) PeriodRule(d time.Duration, offAllowed bool) string {
+	switch {
+	case d == 0 && offAllowed:
+		return ""
+	case d < 0 && offAllowed:
+		return "must be 0 (off) or more"
+	case d <= 0:
+		return "must be greater than 0"
+	case d < r.MinPeriod && !r.AllowShortPeriod:
+		// A short period purges data soon after a mistaken delete; the
+		// operator has to say they mean it.
+		return "is below " + VarMinPeriod + " (" + FormatDuration(r.MinPeriod) + "); set " +
+			VarAllowShortPeriod + "=true to allow it"
+	}
+	return ""
+}
+
+// MaxMessagesRule returns the rule n breaks as a per-thread message cap, or "".
+func MaxMessagesRule(n int) string {
+	if n < 0 {
+		return "must be 0 (off) or more"
+	}
+	return ""
 }
 
 func (r Retention) validateCron(map[string]string) *Error {

@@ -55,12 +55,16 @@ func (s *Store) PurgeThread(ctx context.Context, tid string, opts PurgeOptions) 
 	p := s.newPurger(ctx, opts)
 	defer p.close()
 
-	metaFound := false
+	metaFound, policyFound := false, false
 	for valid := it.First(); valid; valid = it.Next() {
 		key := it.Key()
 		rest := key[len(prefix):]
 		if string(rest) == metaSuffix {
 			metaFound = true // deleted last, below
+			continue
+		}
+		if string(rest) == policySuffix {
+			policyFound = true // deleted last with its index entry, below
 			continue
 		}
 		if _, mid, ok := parseLogEntry(rest); ok {
@@ -82,10 +86,15 @@ func (s *Store) PurgeThread(ctx context.Context, tid string, opts PurgeOptions) 
 	// The metadata and the index entries go in the very last batch: until
 	// it commits, the thread is still found, and the next run finishes it.
 	// A deleted thread has no live-thread entry; deleting it anyway keeps
-	// that index exact whatever wrote the metadata.
-	if metaFound || indexKey != nil {
-		if err := p.room(3); err != nil {
+	// that index exact whatever wrote the metadata. A retention override
+	// goes with its entry in the override index.
+	if metaFound || indexKey != nil || policyFound {
+		if err := p.room(5); err != nil {
 			return p.deleted, fmt.Errorf("purge thread %s: %w", tid, err)
+		}
+		if policyFound {
+			p.del(policyKey(tid), true)
+			p.del(policyIndexKey(tid), false)
 		}
 		if metaFound {
 			p.del(meta, true)

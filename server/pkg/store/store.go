@@ -10,7 +10,10 @@
 //	idx:del:t:<deleted_ns 20d>:<tid>        deletion index, threads
 //	idx:del:m:<deleted_ns 20d>:<mid>        deletion index, messages (value: tid)
 //	idx:live:<tid>:                         live-thread index (threads not deleted)
+//	thread:<tid>:retention                  retention override (JSON)
+//	idx:pol:<tid>                           threads with a retention override
 //	sys:purge:t:<tid> / sys:purge:m:<mid>   purge in progress (pending audit record)
+//	sys:retention:pause                     retention pause switch
 //	sys:...                                 other server state
 //
 // IDs cannot contain ':', so no thread's prefix covers another thread's keys.

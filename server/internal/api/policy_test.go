@@ -1,0 +1,79 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/progressdb/progressdb/server/internal/retention"
+)
+
+func TestThreadRetentionPolicy(t *testing.T) {
+	e := retentionEnv(t, true)
+	e.createThread(t, "t1")
+
+	var p retention.ThreadPolicy
+	e.expect(t, "GET", "/admin/threads/t1/retention", "", http.StatusOK).decode(t, &p)
+	want := retention.Policy{Period: "30d", MessagePeriod: "30d", MaxAge: "90d", MaxMessages: 0}
+	if p.ThreadID != "t1" || p.Override != (retention.PolicyOverride{}) || p.Effective != want {
+		t.Fatalf("fresh thread %+v", p)
+	}
+	if body := string(e.expect(t, "GET", "/admin/threads/t1/retention", "", http.StatusOK).body); !strings.Contains(body, `"override":{}`) {
+		t.Fatalf("an empty override is not {}: %s", body)
+	}
+
+	e.expect(t, "PUT", "/admin/threads/t1/retention", `{"max_age":"7d","max_messages":500,"period":"36h"}`, http.StatusOK).decode(t, &p)
+	want = retention.Policy{Period: "1d12h", MessagePeriod: "30d", MaxAge: "7d", MaxMessages: 500}
+	if p.Effective != want || *p.Override.MaxAge != "7d" || *p.Override.MaxMessages != 500 || p.Override.MessagePeriod != nil {
+		t.Fatalf("after PUT %+v", p)
+	}
+	var got retention.ThreadPolicy
+	e.expect(t, "GET", "/admin/threads/t1/retention", "", http.StatusOK).decode(t, &got)
+	if got.Effective != want {
+		t.Fatalf("GET after PUT %+v", got)
+	}
+
+	// "0" turns max_age off for this thread.
+	p = retention.ThreadPolicy{}
+	e.expect(t, "PUT", "/admin/threads/t1/retention", `{"max_age":"0"}`, http.StatusOK).decode(t, &p)
+	if p.Effective.MaxAge != "0" || p.Effective.Period != "30d" || p.Effective.MaxMessages != 0 {
+		t.Fatalf("max_age off %+v", p)
+	}
+
+	e.expect(t, "DELETE", "/admin/threads/t1/retention", "", http.StatusNoContent)
+	p = retention.ThreadPolicy{}
+	e.expect(t, "GET", "/admin/threads/t1/retention", "", http.StatusOK).decode(t, &p)
+	if p.Override != (retention.PolicyOverride{}) || p.Effective.MaxAge != "90d" {
+		t.Fatalf("after DELETE %+v", p)
+	}
+
+	bad := []struct{ body, has string }{
+		{`{"max_age":"30m"}`, `max_age "30m" is below PROGRESSDB_RETENTION_MIN_PERIOD (1h); set PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD=true to allow it`},
+		{`{"period":"0"}`, "must be greater than 0"},
+		{`{"message_period":"2 days"}`, "must be a duration"},
+		{`{"max_age":"-1d"}`, "must be a duration"},
+		{`{"max_messages":-1}`, "0 (off) or more"},
+		{`{"max_messages":"ten"}`, "max_messages"},
+		{`{"maxage":"7d"}`, "maxage"},
+		{``, ""},
+	}
+	for _, b := range bad {
+		msg := e.expect(t, "PUT", "/admin/threads/t1/retention", b.body, http.StatusBadRequest).errorText(t)
+		if !strings.Contains(msg, b.has) {
+			t.Errorf("PUT %s: %q lacks %q", b.body, msg, b.has)
+		}
+	}
+	p = retention.ThreadPolicy{}
+	e.expect(t, "GET", "/admin/threads/t1/retention", "", http.StatusOK).decode(t, &p)
+	if p.Override != (retention.PolicyOverride{}) {
+		t.Fatalf("a refused PUT changed the override: %+v", p)
+	}
+
+	for _, m := range []string{"GET", "PUT", "DELETE"} {
+		e.expect(t, m, "/admin/threads/nope/retention", `{"max_messages":1}`, http.StatusNotFound)
+	}
+	e.expect(t, "GET", "/admin/threads/bad:id/retention", "", http.StatusBadRequest)
+	e.expect(t, "POST", "/admin/threads/t1/retention", "", http.StatusMethodNotAllowed)
+	e.bearer = ""
+	e.expect(t, "GET", "/admin/threads/t1/retention", "", http.StatusUnauthorized)
+}

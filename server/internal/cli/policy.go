@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+func (e env) policyGet(ctx context.Context, args []string) int {
+	return e.retentionPolicy(ctx, "get", args)
+}
+
+func (e env) policySet(ctx context.Context, args []string) int {
+	return e.retentionPolicy(ctx, "set", args)
+}
+
+func (e env) policyClear(ctx context.Context, args []string) int {
+	return e.retentionPolicy(ctx, "clear", args)
+}
+
+// retentionPolicy reads, replaces or removes a thread's retention override:
+// through the admin API when a server runs, on the database directly
+// otherwise. `set` replaces the whole override with the flags given.
+func (e env) retentionPolicy(ctx context.Context, action string, args []string) int {
+	fs := flag.NewFlagSet("retention policy "+action, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the policy as JSON")
+	var o retention.PolicyOverride
+	if action == "set" {
+		fs.Func("period", "thread retention after soft delete (e.g. 30d)", func(v string) error { o.Period = &v; return nil })
+		fs.Func("message-period", "message retention after soft delete", func(v string) error { o.MessagePeriod = &v; return nil })
+		fs.Func("max-age", "purge live messages older than this; 0 turns it off for the thread", func(v string) error { o.MaxAge = &v; return nil })
+		fs.Func("max-messages", "keep at most this many live messages; 0 turns it off for the thread", func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return errors.New("must be a whole number")
+			}
+			o.MaxMessages = &n
+			return nil
+		})
+	}
+	if !e.parseFlags(fs, args, true) {
+		return exitUsage
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintf(e.stderr, "progressdb %s: give one thread ID\n", fs.Name())
+		return exitUsage
+	}
+	tid := fs.Arg(0)
+	if err := store.ValidateID(tid); err != nil {
+		fmt.Fprintf(e.stderr, "progressdb %s: %v\n", fs.Name(), err)
+		return exitUsage
+	}
+	if action == "set" && o == (retention.PolicyOverride{}) {
+		fmt.Fprintf(e.stderr, "progressdb %s: give at least one of --period, --message-period, --max-age, --max-messages "+
+			"(retention policy clear removes the override)\n", fs.Name())
+		return exitUsage
+	}
+	cfg, logger, closer, ok := e.configAndLogger()
+	if !ok {
+		return exitUsage
+	}
+	defer closer.Close()
+
+	var p retention.ThreadPolicy
+	path := "/admin/threads/" + tid + "/retention"
+	code := e.onDatabaseOrServer(cfg, fs.Name(),
+		func(db *store.Store) error {
+			svc, err := localRetention(db, cfg, logger)
+			if err != nil {
+				return err
+			}
+			defer svc.Close()
+			switch action {
+			case "get":
+				p, err = svc.ThreadPolicy(ctx, tid)
+			case "set":
+				p, err = svc.SetThreadPolicy(ctx, tid, o)
+			default:
+				if err = svc.ClearThreadPolicy(ctx, tid); err == nil {
+					p, err = svc.ThreadPolicy(ctx, tid)
+				}
+			}
+			return err
+		},
+		func(c *adminClient) error {
+			switch action {
+			case "get":
+				return c.do(ctx, http.MethodGet, path, nil, &p)
+			case "set":
+				return c.do(ctx, http.MethodPut, path, o, &p)
+			default:
+				if err := c.do(ctx, http.MethodDelete, path, nil, nil); err != nil {
+					return err
+				}
+				return c.do(ctx, http.MethodGet, path, nil, &p)
+			}
+		})
+	if code != exitOK {
+		return code
+	}
+	if *asJSON {
+		writeJSON(e.stdout, p)
+		return exitOK
+	}
+	printPolicy(e.stdout, p)
+	return exitOK
+}
+
+func printPolicy(w io.Writer, p retention.ThreadPolicy) {
+	show := func(name string, set *string, effective string) {
+		src := "inherited"
+		if set != nil {
+			src = "override"
+		}
+		fmt.Fprintf(w, "%-16s %s (%s)\n", name+":", effective, src)
+	}
+	fmt.Fprintf(w, "%-16s %s\n", "thread:", p.ThreadID)
+	show("period", p.Override.Period, p.Effective.Period)
+	show("message period", p.Override.MessagePeriod, p.Effective.MessagePeriod)
+	show("max age", p.Override.MaxAge, p.Effective.MaxAge)
+	var n *string
+	if p.Override.MaxMessages != nil {
+		n = new(string)
+	}
+	show("max messages", n, strconv.Itoa(p.Effective.MaxMessages))
+}
