@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 func TestThreadRetentionPolicy(t *testing.T) {
@@ -76,4 +77,25 @@ func TestThreadRetentionPolicy(t *testing.T) {
 	e.expect(t, "POST", "/admin/threads/t1/retention", "", http.StatusMethodNotAllowed)
 	e.bearer = ""
 	e.expect(t, "GET", "/admin/threads/t1/retention", "", http.StatusUnauthorized)
+}
+
+func TestThreadRetentionPolicyRefusals(t *testing.T) {
+	e := retentionEnv(t, true)
+	e.createThread(t, "t1")
+	e.expect(t, "DELETE", "/v1/threads/t1", "", http.StatusNoContent)
+	th, err := e.store.GetThread(t.Context(), "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.BeginPurge(t.Context(), store.PurgeMarker{Kind: store.KindThread, ID: "t1", DeletedTS: th.DeletedTS, RunID: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	e.expect(t, "PUT", "/admin/threads/t1/retention", `{"max_messages":1}`, http.StatusConflict)
+	e.expect(t, "DELETE", "/admin/threads/bad:id/retention", "", http.StatusBadRequest)
+
+	none := newEnv(t, Options{AdminToken: "adm"})
+	none.bearer = "adm"
+	for _, m := range []string{"GET", "PUT", "DELETE"} {
+		none.expect(t, m, "/admin/threads/t1/retention", `{"max_messages":1}`, http.StatusServiceUnavailable)
+	}
 }
