@@ -59,17 +59,6 @@ func TestServeStartsAndShutsDownCleanly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A run that completed before this start: the last-success gauge
-	// shows it rather than 0.
-	finished := time.Date(2025, 3, 1, 2, 0, 5, 0, time.UTC)
-	w, err := audit.Create(cfg.Retention.AuditPath, "before-start", audit.Header{StartedAt: finished.Add(-5 * time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Close(audit.Footer{FinishedAt: finished, Status: audit.RunCompleted}); err != nil {
-		t.Fatal(err)
-	}
-
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
@@ -90,16 +79,6 @@ func TestServeStartsAndShutsDownCleanly(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	metrics := get(t, "http://"+addr+"/metrics")
-	for _, want := range []string{
-		fmt.Sprintf("progressdb_retention_last_success_timestamp_seconds %g\n", float64(finished.Unix())),
-		`progressdb_build_info{commit="`,
-	} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %q", want)
-		}
-	}
-
 	cancel()
 	select {
 	case err := <-done:
@@ -114,6 +93,56 @@ func TestServeStartsAndShutsDownCleanly(t *testing.T) {
 		t.Fatalf("reopen after shutdown: %v", err)
 	}
 	st.Close()
+}
+
+// A run that completed before this start: the last-success gauge shows it
+// rather than 0, even with retention off (no run can move it meanwhile).
+// The build is named by progressdb_build_info.
+func TestServeRestoresLastSuccessAndNamesTheBuild(t *testing.T) {
+	addr := freeAddr(t)
+	cfg, err := config.Load([]string{"PROGRESSDB_DB_PATH=" + filepath.Join(t.TempDir(), "data"), "PROGRESSDB_ADDR=" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	finished := time.Date(2025, 3, 1, 2, 0, 5, 0, time.UTC)
+	w, err := audit.Create(cfg.Retention.AuditPath, "before-start", audit.Header{StartedAt: finished.Add(-5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Close(audit.Footer{FinishedAt: finished, Status: audit.RunCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not answer: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	metrics := get(t, "http://"+addr+"/metrics")
+	for _, want := range []string{
+		fmt.Sprintf("progressdb_retention_last_success_timestamp_seconds %g\n", float64(finished.Unix())),
+		`progressdb_build_info{commit="`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }
 
 func TestValidateRefusesAnAuditFolderThatCannotBeCreated(t *testing.T) {
