@@ -1,0 +1,495 @@
+package audit
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Export files (spec §3.3): <root>/YYYY-MM/export-<YYYYMMDDTHHMMSSZ>-<run_id>.jsonl.gz,
+// .inprogress until sealed. Each record is one JSON line compressed as a
+// gzip member of its own: a file is a valid multi-member gzip stream (zcat
+// reads it), every record is durable once its member is written and synced,
+// and a crash can only leave a torn last member, which sealing cuts off.
+const (
+	exportPrefix        = "export-"
+	extExport           = ".jsonl.gz"
+	extExportInProgress = extExport + suffixInProgress
+	extExportCorrupt    = extExport + ".corrupt"
+)
+
+// ErrExportUnwritable wraps every failure to create or write an export
+// file: the item whose record is not durable must not be deleted.
+var ErrExportUnwritable = errors.New("export folder not writable")
+
+// ExportHead is what an export record says about the item before its
+// content: the fields of spec §3.3 other than thread and messages.
+type ExportHead struct {
+	ItemType   string    `json:"item_type"` // "thread" | "message"
+	ItemID     string    `json:"item_id"`
+	ThreadID   string    `json:"thread_id"`
+	Cause      string    `json:"cause"` // why the item is purged: "deleted", ...
+	ExportedAt time.Time `json:"exported_at"`
+	// Recovered marks a record written again after a crash: an earlier
+	// run may have exported the item already (and deleted part of it).
+	Recovered bool `json:"recovered,omitempty"`
+}
+
+// ExportMessage is one message of a record with every stored version, oldest
+// first, each the stored JSON object as it is in the database.
+type ExportMessage struct {
+	ID       string            `json:"id"`
+	Versions []json.RawMessage `json:"versions"`
+}
+
+// ExportRecord is a whole decoded record. Thread is the thread's metadata
+// as stored (for a message item: its thread's, for context), or null when
+// it is gone.
+type ExportRecord struct {
+	ExportHead
+	Thread   json.RawMessage `json:"thread"`
+	Messages []ExportMessage `json:"messages"`
+}
+
+// ExportSummary describes a sealed export file, for the audit footer.
+type ExportSummary struct {
+	Path    string // final path; "" when nothing was exported
+	SHA256  string // hex SHA-256 of the file's bytes
+	Records int64
+}
+
+// exportName is the final name of the export of the run that started at start.
+func exportName(start time.Time, runID string) string {
+	return exportPrefix + start.UTC().Format(stampLayout) + "-" + runID + extExport
+}
+
+// ExportFileName returns the path an export of runID, started at start,
+// has under root once sealed.
+func ExportFileName(root string, start time.Time, runID string) string {
+	return filepath.Join(root, start.UTC().Format(monthLayout), exportName(start, runID))
+}
+
+// RecordEncoder writes one export record as a JSON line, piece by piece, so
+// that an item of any size passes through bounded memory: the head, then
+// the thread's metadata, then each message and its versions in order, then
+// End. Stored values are copied as they are; one that is not valid JSON is
+// kept as {"unparsed": "<base64 of its bytes>"}, so nothing is lost and the
+// line stays JSON.
+type RecordEncoder struct {
+	w       *bufio.Writer
+	state   int // encThread, encMessages, encVersions, encDone
+	nextMsg string
+	err     error
+}
+
+const (
+	encThread = iota
+	encMessages
+	encVersions
+	encDone
+)
+
+// NewRecordEncoder writes h to w and returns the encoder of the rest of the
+// record. Nothing reaches w's underlying writer before End, or before the
+// encoder's buffer fills.
+func NewRecordEncoder(w io.Writer, h ExportHead) (*RecordEncoder, error) {
+	if !validItemType(h.ItemType) {
+		return nil, fmt.Errorf("audit: %w: export item_type %q", ErrInvalidRecord, h.ItemType)
+	}
+	bw, ok := w.(*bufio.Writer)
+	if !ok {
+		bw = bufio.NewWriterSize(w, 64<<10)
+	}
+	e := &RecordEncoder{w: bw}
+	b := make([]byte, 0, 256)
+	b = append(b, `{"item_type":`...)
+	b = appendString(b, h.ItemType)
+	b = append(b, `,"item_id":`...)
+	b = appendString(b, h.ItemID)
+	b = append(b, `,"thread_id":`...)
+	b = appendString(b, h.ThreadID)
+	b = append(b, `,"cause":`...)
+	b = appendString(b, h.Cause)
+	b = append(b, `,"exported_at":"`...)
+	b = h.ExportedAt.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
+	if h.Recovered {
+		b = append(b, `,"recovered":true`...)
+	}
+	e.write(b)
+	return e, e.err
+}
+
+func (e *RecordEncoder) write(b []byte) {
+	if e.err == nil {
+		_, e.err = e.w.Write(b)
+	}
+}
+
+// Thread writes the thread's stored metadata (nil: null). It must come
+// before any message; without it the record says null.
+func (e *RecordEncoder) Thread(raw []byte) error {
+	if e.err == nil && e.state != encThread {
+		e.err = fmt.Errorf("audit: %w: export thread after messages", ErrInvalidRecord)
+	}
+	e.write([]byte(`,"thread":`))
+	e.value(raw)
+	e.state = encMessages
+	e.write([]byte(`,"messages":[`))
+	return e.err
+}
+
+// Message starts the next message; its versions follow.
+func (e *RecordEncoder) Message(id string) error {
+	switch e.state {
+	case encThread:
+		_ = e.Thread(nil)
+		e.write([]byte(`{"id":`))
+	case encMessages:
+		e.write([]byte(`{"id":`))
+	case encVersions:
+		e.write([]byte(`]},{"id":`))
+	default:
+		e.setErr(fmt.Errorf("audit: %w: export message after end", ErrInvalidRecord))
+	}
+	e.write(appendString(nil, id))
+	e.write([]byte(`,"versions":[`))
+	e.state = encVersions
+	e.nextMsg = ""
+	return e.err
+}
+
+// Version writes the next stored version of the current message.
+func (e *RecordEncoder) Version(raw []byte) error {
+	if e.state != encVersions {
+		e.setErr(fmt.Errorf("audit: %w: export version outside a message", ErrInvalidRecord))
+		return e.err
+	}
+	if e.nextMsg != "" {
+		e.write([]byte{','})
+	}
+	e.nextMsg = ","
+	e.value(raw)
+	return e.err
+}
+
+// End closes the record and its line and flushes the encoder's buffer.
+func (e *RecordEncoder) End() error {
+	switch e.state {
+	case encThread:
+		_ = e.Thread(nil)
+		e.write([]byte("]}\n"))
+	case encMessages:
+		e.write([]byte("]}\n"))
+	case encVersions:
+		e.write([]byte("]}]}\n"))
+	default:
+		e.setErr(fmt.Errorf("audit: %w: export record ended twice", ErrInvalidRecord))
+	}
+	e.state = encDone
+	if e.err == nil {
+		e.err = e.w.Flush()
+	}
+	return e.err
+}
+
+func (e *RecordEncoder) setErr(err error) {
+	if e.err == nil {
+		e.err = err
+	}
+}
+
+// value writes a stored JSON value. Values are normally compact JSON
+// objects; anything else is made safe for a one-line record.
+func (e *RecordEncoder) value(raw []byte) {
+	switch {
+	case raw == nil:
+		e.write([]byte("null"))
+	case !json.Valid(raw):
+		b := append([]byte(`{"unparsed":"`), base64.StdEncoding.EncodeToString(raw)...)
+		e.write(append(b, `"}`...))
+	case bytes.ContainsAny(raw, "\r\n"):
+		var c bytes.Buffer
+		_ = json.Compact(&c, raw) // valid, checked above
+		e.write(c.Bytes())
+	default:
+		e.write(raw)
+	}
+}
+
+// ExportWriter appends the export records of one run to
+// <root>/YYYY-MM/export-<ts>-<run_id>.jsonl.gz.inprogress. The file is made
+// when the first record begins, so a run that exports nothing leaves none.
+// One record is written at a time; a write error is sticky.
+type ExportWriter struct {
+	mu     sync.Mutex
+	root   string
+	runID  string
+	start  time.Time
+	dir    string
+	path   string // .inprogress until Close
+	f      *os.File
+	bw     *bufio.Writer // gzip output, to the file and the hash
+	zw     *gzip.Writer
+	enc    *bufio.Writer // record encoding, to zw
+	sum    hash.Hash
+	good   int64 // offset just past the last committed record
+	n      int64 // bytes written to the file
+	count  int64 // records committed
+	rec    *ExportItem
+	err    error
+	closed bool
+}
+
+// NewExportWriter prepares the export of run runID that started at start;
+// nothing is created on disk until the first record.
+func NewExportWriter(root, runID string, start time.Time) (*ExportWriter, error) {
+	if !validRunID(runID) {
+		return nil, fmt.Errorf("audit: %w: %q", ErrInvalidRunID, runID)
+	}
+	if root == "" {
+		return nil, fmt.Errorf("audit: %w: no export folder configured", ErrExportUnwritable)
+	}
+	start = start.UTC()
+	dir := filepath.Join(root, start.Format(monthLayout))
+	return &ExportWriter{root: root, runID: runID, start: start, dir: dir,
+		path: filepath.Join(dir, exportName(start, runID)) + suffixInProgress}, nil
+}
+
+// ExportItem is one record being written; Commit makes it durable.
+type ExportItem struct {
+	*RecordEncoder
+	w *ExportWriter
+}
+
+// Begin starts the record of one item. Only one record may be open at a
+// time. On error nothing of the record is kept.
+func (w *ExportWriter) Begin(h ExportHead) (*ExportItem, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usable(); err != nil {
+		return nil, err
+	}
+	if w.rec != nil {
+		return nil, fmt.Errorf("audit: %w: an export record is still open", ErrInvalidRecord)
+	}
+	if w.f == nil {
+		if err := w.create(); err != nil {
+			return nil, w.fail(err)
+		}
+	}
+	w.zw.Reset(w.bw)
+	w.enc.Reset(w.zw)
+	enc, err := NewRecordEncoder(w.enc, h)
+	if err != nil {
+		if errors.Is(err, ErrInvalidRecord) {
+			return nil, err // nothing reached the file
+		}
+		return nil, w.fail(fmt.Errorf("audit: %w: write %s: %w", ErrExportUnwritable, w.path, err))
+	}
+	w.rec = &ExportItem{RecordEncoder: enc, w: w}
+	return w.rec, nil
+}
+
+// create makes the month folder (0750) and the file (0640) and syncs their
+// entries, so that a synced record is found after a crash.
+func (w *ExportWriter) create() error {
+	created, err := makeDirs(w.dir)
+	if err != nil {
+		removeDirs(created)
+		return fmt.Errorf("audit: %w: create %s: %w", ErrExportUnwritable, w.dir, err)
+	}
+	final := strings.TrimSuffix(w.path, suffixInProgress)
+	if _, err := os.Lstat(final); err == nil {
+		return fmt.Errorf("audit: %w: %s already exists", ErrExportUnwritable, final)
+	}
+	f, err := os.OpenFile(w.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, fileMode) // read back by rewind
+	if err == nil {
+		err = f.Chmod(fileMode) // explicit, so the umask cannot change it
+		if err == nil {
+			err = syncDir(w.dir)
+		}
+		for _, d := range created {
+			if err == nil {
+				err = syncDir(filepath.Dir(d))
+			}
+		}
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(w.path)
+		}
+	}
+	if err != nil {
+		removeDirs(created)
+		return fmt.Errorf("audit: %w: create %s: %w", ErrExportUnwritable, w.path, err)
+	}
+	w.f = f
+	w.sum = sha256.New()
+	w.bw = bufio.NewWriterSize(io.MultiWriter(countWriter{f, &w.n}, w.sum), 256<<10)
+	w.zw, _ = gzip.NewWriterLevel(w.bw, gzip.BestSpeed) // a valid level
+	w.enc = bufio.NewWriterSize(w.zw, 64<<10)
+	return nil
+}
+
+// countWriter counts the bytes that reached the file.
+type countWriter struct {
+	w io.Writer
+	n *int64
+}
+
+func (c countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	*c.n += int64(n)
+	return n, err
+}
+
+// Commit ends the record, closes its gzip member and syncs the file: when
+// it returns nil the record survives a crash, and the item may be deleted.
+// On error the record is cut off again and the writer fails.
+func (it *ExportItem) Commit() error {
+	w := it.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.rec != it {
+		return fmt.Errorf("audit: %w: export record not open", ErrInvalidRecord)
+	}
+	w.rec = nil
+	err := it.End()
+	if err == nil {
+		err = w.zw.Close()
+	}
+	if err == nil {
+		err = w.bw.Flush()
+	}
+	if err == nil {
+		err = w.f.Sync()
+	}
+	if err != nil {
+		w.rewind()
+		return w.fail(fmt.Errorf("audit: %w: write %s: %w", ErrExportUnwritable, w.path, err))
+	}
+	w.good = w.n
+	w.count++
+	return nil
+}
+
+// Abort drops the record (its item is not deleted): what of it reached the
+// file is cut off, and the writer stays usable.
+func (it *ExportItem) Abort() error {
+	w := it.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.rec != it {
+		return nil
+	}
+	w.rec = nil
+	return w.rewind()
+}
+
+// rewind cuts the file back to its last committed record and rebuilds the
+// hash from the bytes kept. A failure here is sticky.
+func (w *ExportWriter) rewind() error {
+	w.bw.Reset(io.MultiWriter(countWriter{w.f, &w.n}, w.sum))
+	if w.n == w.good {
+		return nil
+	}
+	err := w.f.Truncate(w.good)
+	if err == nil {
+		_, err = w.f.Seek(w.good, io.SeekStart)
+	}
+	if err == nil {
+		w.sum.Reset()
+		_, err = io.Copy(w.sum, io.NewSectionReader(w.f, 0, w.good))
+	}
+	if err != nil {
+		return w.fail(fmt.Errorf("audit: %w: cut %s back: %w", ErrExportUnwritable, w.path, err))
+	}
+	w.n = w.good
+	return nil
+}
+
+// Close seals the file: it is renamed to .jsonl.gz and the folder synced.
+// It returns what the audit footer names. A writer that wrote nothing
+// returns an empty summary. After a failure the file stays .inprogress
+// (holding every committed record) for SealAbandonedExports.
+func (w *ExportWriter) Close() (ExportSummary, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ExportSummary{}, ErrClosed
+	}
+	w.closed = true
+	if w.f == nil {
+		return ExportSummary{}, w.err
+	}
+	if w.rec != nil {
+		w.rec = nil
+		_ = w.rewind()
+	}
+	err := w.err
+	if err == nil {
+		err = w.f.Sync()
+	}
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return ExportSummary{}, w.fail(fmt.Errorf("audit: %w: close %s: %w", ErrExportUnwritable, w.path, err))
+	}
+	final := strings.TrimSuffix(w.path, suffixInProgress)
+	if err := renameNew(w.path, final); err != nil {
+		return ExportSummary{}, w.fail(fmt.Errorf("audit: %w: seal %s: %w", ErrExportUnwritable, w.path, err))
+	}
+	w.path = final
+	if err := syncDir(w.dir); err != nil {
+		return ExportSummary{}, w.fail(fmt.Errorf("audit: %w: %w", ErrExportUnwritable, err))
+	}
+	return ExportSummary{Path: final, SHA256: hex.EncodeToString(w.sum.Sum(nil)), Records: w.count}, nil
+}
+
+// Path is the file's current path ("" before the first record).
+func (w *ExportWriter) Path() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f == nil {
+		return ""
+	}
+	return w.path
+}
+
+// Records is the number of records committed so far.
+func (w *ExportWriter) Records() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.count
+}
+
+func (w *ExportWriter) usable() error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (w *ExportWriter) fail(err error) error {
+	if w.err == nil {
+		w.err = err
+	}
+	return err
+}
