@@ -121,8 +121,11 @@ func (s *Store) Sync(ctx context.Context) error {
 }
 
 // get returns a copy of the value at key, or ErrNotFound.
-func (s *Store) get(key []byte) ([]byte, error) {
-	v, closer, err := s.db.Get(key)
+func (s *Store) get(key []byte) ([]byte, error) { return getFrom(s.db, key) }
+
+// getFrom is get on any reader (a snapshot, a batch).
+func getFrom(r pebble.Reader, key []byte) ([]byte, error) {
+	v, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, ErrNotFound
 	}
