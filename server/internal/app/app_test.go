@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -163,5 +165,60 @@ func TestValidateRefusesAnAuditFolderThatCannotBeCreated(t *testing.T) {
 	var se *StartupError
 	if err := Validate(cfg); !errors.As(err, &se) || se.Var != "PROGRESSDB_RETENTION_AUDIT_PATH" {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestValidateExportPath(t *testing.T) {
+	base := t.TempDir()
+	cfg, err := config.Load([]string{"PROGRESSDB_DB_PATH=" + filepath.Join(base, "db"), "PROGRESSDB_RETENTION_ENABLED=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	folder := filepath.Join(base, "folder")
+	file := filepath.Join(base, "file")
+	fifo := filepath.Join(base, "fifo")
+	link := filepath.Join(base, "link")
+	if err := os.Mkdir(folder, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(folder, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path    string
+		errHas  string // "" when accepted
+		created bool
+	}{
+		{folder, "", false},
+		{filepath.Join(base, "new", "exports"), "", true},
+		{link, "symbolic link", false},
+		{file, "not a folder", false},
+		{fifo, "not a folder", false},
+		{filepath.Join(file, "exports"), "not a directory", false},
+	} {
+		cfg.Retention.ExportPath = tc.path
+		err := Validate(cfg)
+		if tc.errHas == "" {
+			if err != nil {
+				t.Errorf("%s refused: %v", tc.path, err)
+			}
+			if info, err := os.Stat(tc.path); err != nil || !info.IsDir() {
+				t.Errorf("%s not there as a folder after validation: %v", tc.path, err)
+			}
+			continue
+		}
+		var se *StartupError
+		if !errors.As(err, &se) || se.Var != config.VarExportPath || !strings.Contains(err.Error(), tc.errHas) {
+			t.Errorf("%s: got %v, want a startup error naming %s and %q", tc.path, err, config.VarExportPath, tc.errHas)
+		}
+	}
+	if info, err := os.Lstat(fifo); err != nil || info.Mode()&fs.ModeNamedPipe == 0 {
+		t.Errorf("the FIFO was touched: %v", err)
 	}
 }

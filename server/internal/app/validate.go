@@ -1,7 +1,9 @@
 package app
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -42,7 +44,30 @@ func Validate(cfg config.Config) error {
 		return &StartupError{Var: "PROGRESSDB_RETENTION_LEASE_PATH", Value: cfg.Retention.LeasePath,
 			Rule: "its folder must be writable", Err: err}
 	}
+	if p := cfg.Retention.ExportPath; p != "" {
+		if err := checkExportDir(p); err != nil {
+			return &StartupError{Var: config.VarExportPath, Value: p,
+				Rule: "must be a writable folder, not a symbolic link", Err: err}
+		}
+	}
 	return nil
+}
+
+// checkExportDir refuses an export root that is a symbolic link (exports
+// could be sent anywhere by whoever can change it) or anything but a
+// folder, then makes sure it can be created and written.
+func checkExportDir(dir string) error {
+	info, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return err
+	case info.Mode()&fs.ModeSymlink != 0:
+		return errors.New("is a symbolic link")
+	case !info.IsDir():
+		return fmt.Errorf("is not a folder (%s)", info.Mode().Type())
+	}
+	return checkWritableDir(dir)
 }
 
 // checkDir makes sure dir is a folder, creating it when missing.

@@ -50,6 +50,9 @@ type Retention struct {
 	// MaxMessages keeps at most this many live messages per thread, newest
 	// first (cause max_messages); 0 is off.
 	MaxMessages int `env:"MAX_MESSAGES" envDefault:"0"`
+	// ExportPath, when set, receives the full content of every purged item
+	// before its keys are deleted (spec §3.3); empty turns export off.
+	ExportPath string `env:"EXPORT_PATH"`
 }
 
 // Variable names, for errors and Redacted.
@@ -78,6 +81,7 @@ const (
 	VarYieldToWrites    = "PROGRESSDB_RETENTION_YIELD_TO_WRITES"
 	VarMaxAge           = "PROGRESSDB_RETENTION_MAX_AGE"
 	VarMaxMessages      = "PROGRESSDB_RETENTION_MAX_MESSAGES"
+	VarExportPath       = "PROGRESSDB_RETENTION_EXPORT_PATH"
 )
 
 // Error is a configuration error naming the variable, the value and the rule.
@@ -217,7 +221,16 @@ func (c Config) Redacted() [][2]string {
 		{VarYieldToWrites, strconv.FormatBool(r.YieldToWrites)},
 		{VarMaxAge, FormatDuration(r.MaxAge)},
 		{VarMaxMessages, strconv.Itoa(r.MaxMessages)},
+		{VarExportPath, unsetIfEmpty(r.ExportPath)},
 	}
+}
+
+// unsetIfEmpty shows an optional setting that is off.
+func unsetIfEmpty(s string) string {
+	if s == "" {
+		return "<unset>"
+	}
+	return s
 }
 
 func secret(s string) string {

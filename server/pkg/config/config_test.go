@@ -179,6 +179,9 @@ func TestLoadInvalid(t *testing.T) {
 		{"PROGRESSDB_RETENTION_MAX_AGE=30m", "PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD", nil},
 		{"PROGRESSDB_RETENTION_MAX_MESSAGES=-5", "0 (off) or more", nil},
 		{"PROGRESSDB_RETENTION_MAX_MESSAGES=many", "whole number", nil},
+		{"PROGRESSDB_RETENTION_EXPORT_PATH=/srv/chat/exports", "inside PROGRESSDB_DB_PATH", []string{"PROGRESSDB_DB_PATH=/srv/chat"}},
+		{"PROGRESSDB_RETENTION_EXPORT_PATH=/srv/chat", "inside PROGRESSDB_DB_PATH", []string{"PROGRESSDB_DB_PATH=/srv/chat/"}},
+		{"PROGRESSDB_RETENTION_EXPORT_PATH=/backup/audit/x", "inside PROGRESSDB_RETENTION_AUDIT_PATH", []string{"PROGRESSDB_RETENTION_AUDIT_PATH=/backup/audit"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.env, func(t *testing.T) {
@@ -204,10 +207,11 @@ func TestLoadInvalid(t *testing.T) {
 // Every variable of the spec's table is covered by TestLoadInvalid, except
 // the free-form strings (paths and secrets).
 func TestLoadInvalidCoversEveryVariable(t *testing.T) {
-	freeForm := map[string]bool{VarDBPath: true, VarAdminToken: true, VarAPIKey: true, VarAuditPath: true, VarLeasePath: true}
+	freeForm := map[string]bool{VarDBPath: true, VarAdminToken: true, VarAPIKey: true, VarAuditPath: true, VarLeasePath: true,
+		VarExportPath: true}
 	vars := fieldVars()
-	if len(vars) != 24 {
-		t.Fatalf("fieldVars has %d variables, want the 23 of the spec and YIELD_TO_WRITES", len(vars))
+	if len(vars) != 25 {
+		t.Fatalf("fieldVars has %d variables, want the 24 of the spec and YIELD_TO_WRITES", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -220,6 +224,15 @@ func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("Redacted names %s, which no field reads", name)
+		}
+	}
+}
+
+func TestExportPathBesideTheDatabase(t *testing.T) {
+	for _, p := range []string{"/srv/chat-exports", "/srv/exports", "/srv"} {
+		c := mustLoad(t, "PROGRESSDB_DB_PATH=/srv/chat", "PROGRESSDB_RETENTION_EXPORT_PATH="+p)
+		if c.Retention.ExportPath != p {
+			t.Errorf("ExportPath = %q, want %q", c.Retention.ExportPath, p)
 		}
 	}
 }
@@ -321,7 +334,7 @@ func TestRedacted(t *testing.T) {
 		VarDBPath, VarAddr, VarAdminToken, VarAPIKey, VarLogLevel, VarLogFormat, VarLogSink,
 		VarEnabled, VarPeriod, VarMessagePeriod, VarCron, VarMinPeriod, VarAllowShortPeriod, VarDryRun,
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
-		VarYieldToWrites, VarMaxAge, VarMaxMessages,
+		VarYieldToWrites, VarMaxAge, VarMaxMessages, VarExportPath,
 	}
 	if strings.Join(names, ",") != strings.Join(wantOrder, ",") {
 		t.Errorf("order:\n got %v\nwant %v", names, wantOrder)
@@ -342,6 +355,7 @@ func TestRedacted(t *testing.T) {
 		VarBatchSize:     "1000",
 		VarRunMissed:     "true",
 		VarYieldToWrites: "true",
+		VarExportPath:    "<unset>",
 		VarLeasePath:     filepath.Join("data", "purge_audit", "retention.lock"),
 	}
 	for name, want := range checks {

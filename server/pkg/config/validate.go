@@ -2,6 +2,7 @@ package config
 
 import (
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,7 @@ func (c Config) validate(vars map[string]string) error {
 		c.Retention.validatePeriods,
 		c.Retention.validateCron,
 		c.Retention.validateBatches,
+		c.validateExportPath,
 	}
 	for _, check := range checks {
 		if err := check(vars); err != nil {
@@ -162,6 +164,38 @@ func (r Retention) validateBatches(vars map[string]string) *Error {
 		return &Error{VarMaxItems, shown(vars, VarMaxItems, strconv.Itoa(r.MaxItems)), "must be 0 (no limit) or more"}
 	}
 	return nil
+}
+
+// validateExportPath keeps exports out of the database folder, whose files
+// must not hold purged content after a run (erasure), and out of the audit
+// tree, which holds audit files only.
+func (c Config) validateExportPath(map[string]string) *Error {
+	p := c.Retention.ExportPath
+	if p == "" {
+		return nil
+	}
+	for _, outer := range []struct{ name, path string }{
+		{VarDBPath, c.DBPath},
+		{VarAuditPath, c.Retention.AuditPath},
+	} {
+		if within(p, outer.path) {
+			return &Error{VarExportPath, p, "must not be inside " + outer.name + " (" + outer.path +
+				"): exports hold purged content, which must not remain in the database folder, and the audit tree holds audit files only"}
+		}
+	}
+	return nil
+}
+
+// within reports whether path is dir or lies under it, by their absolute,
+// cleaned spelling.
+func within(path, dir string) bool {
+	p, err1 := filepath.Abs(path)
+	d, err2 := filepath.Abs(dir)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	rel, err := filepath.Rel(d, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // shown is the value an error names: what the operator set, or the
