@@ -55,6 +55,7 @@ func commands() []command {
 			"replace a thread's retention override with the flags given", env.policySet},
 		{"retention policy clear", "<thread-id> [--json]", "remove a thread's retention override", env.policyClear},
 		{"audit verify", "[DIR] [--json]", "check every audit file: hash chain, seq, footer, counts", env.auditVerify},
+		{"export read", "FILE [--item ID]", "print the records of an export file as JSON lines (all, or one item's)", env.exportRead},
 		{"seed", "[--threads N --messages M ...]", "fill a database with realistic data, deletions back-dated, for demos", env.seed},
 		{"version", "[--json]", "print version, commit, Go and Pebble versions", env.version},
 	}

@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/audit"
+)
+
+// writeExport writes an export file holding one record per item ID, each
+// a thread with one message of two versions; the last ID's record is
+// written twice, the second time as recovered.
+func writeExport(t *testing.T, ids ...string) string {
+	t.Helper()
+	w, err := audit.NewExportWriter(t.TempDir(), "run1", time.Date(2025, 3, 1, 2, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(id string, recovered bool) {
+		it, err := w.Begin(audit.ExportHead{ItemType: audit.ItemThread, ItemID: id, ThreadID: id, Cause: "deleted",
+			ExportedAt: time.Date(2025, 3, 1, 2, 0, 1, 0, time.UTC), Recovered: recovered})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = it.Thread([]byte(`{"id":"` + id + `","title":"T","deleted":true}`))
+		_ = it.Message(id + "-m1")
+		_ = it.Version([]byte(`{"id":"` + id + `-m1","thread":"` + id + `","body":"v1","version":1}`))
+		_ = it.Version([]byte(`{"id":"` + id + `-m1","thread":"` + id + `","body":"v2","version":2}`))
+		if err := it.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		write(id, false)
+	}
+	write(ids[len(ids)-1], true)
+	sum, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum.Path
+}
+
+func TestExportReadPrintsRecords(t *testing.T) {
+	h := newHarness(t)
+	path := writeExport(t, "t1", "t2", "t3")
+
+	// Without --item: exactly the file's JSON lines.
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := io.ReadAll(zr)
+	if out := h.mustRun("export", "read", path); out != string(plain) {
+		t.Fatalf("export read:\n%s\nwant the file's lines:\n%s", out, plain)
+	}
+
+	out := h.mustRun("export", "read", "--item", "t2", path)
+	var rec audit.ExportRecord
+	if err := json.Unmarshal([]byte(out), &rec); err != nil || strings.Count(out, "\n") != 1 {
+		t.Fatalf("one record as one JSON line, got %q (%v)", out, err)
+	}
+	if rec.ItemID != "t2" || len(rec.Messages) != 1 || len(rec.Messages[0].Versions) != 2 {
+		t.Fatalf("record %+v", rec)
+	}
+	// Both records of an item exported twice, the second one recovered.
+	out = h.mustRun("export", "read", path, "--item", "t3")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 ||
+		strings.Contains(lines[0], `"recovered"`) || !strings.Contains(lines[1], `"recovered":true`) {
+		t.Fatalf("item t3:\n%s", out)
+	}
+
+	if code, _, errOut := h.run("export", "read", path, "--item", "nope"); code != exitFailed || !strings.Contains(errOut, `no record of item "nope"`) {
+		t.Fatalf("unknown item: exit %d, %s", code, errOut)
+	}
+	if code, _, _ := h.run("export", "read"); code != exitUsage {
+		t.Fatalf("no file: exit %d", code)
+	}
+	notGzip := filepath.Join(t.TempDir(), "x.jsonl.gz")
+	_ = os.WriteFile(notGzip, []byte("{}\n"), 0o600)
+	if code, _, errOut := h.run("export", "read", notGzip); code != exitFailed || !strings.Contains(errOut, "not a gzip file") {
+		t.Fatalf("not gzip: exit %d, %s", code, errOut)
+	}
+}
