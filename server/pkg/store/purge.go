@@ -354,9 +354,9 @@ func decodeHead(data []byte) (versionHead, bool) {
 }
 
 // BeginPurge re-checks, under the thread's lock, that the item is still
-// soft-deleted with deleted_ts == m.DeletedTS (threads: and not on legal
-// hold), then writes the purge marker. ErrNotEligible otherwise. From then
-// on restore answers ErrPurgeInProgress.
+// soft-deleted with deleted_ts == m.DeletedTS and that neither it nor its
+// thread is on legal hold, then writes the purge marker. ErrNotEligible
+// otherwise. From then on restore answers ErrPurgeInProgress.
 //
 // The marker is not synced on its own: every delete of the purge is
 // committed after it, and Pebble recovers its log in order (a log is synced
@@ -429,6 +429,19 @@ func (s *Store) stillEligible(m PurgeMarker) error {
 		return fmt.Errorf("%w: restored", ErrNotEligible)
 	case msg.DeletedTS != m.DeletedTS:
 		return fmt.Errorf("%w: deleted_ts is %d, not %d", ErrNotEligible, msg.DeletedTS, m.DeletedTS)
+	}
+	// A hold on the thread covers its messages. The runner checked it when
+	// it found the message, but a hold set since then must win: SetLegalHold
+	// takes this same lock, so it either lands before this read or finds
+	// nothing left to protect.
+	t, err := s.readThread(m.ThreadID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		// A thread purged before its message: nothing holds the message.
+	case err != nil:
+		return fmt.Errorf("%w: thread: %w", ErrNotEligible, err)
+	case t.LegalHold:
+		return fmt.Errorf("%w: thread on legal hold", ErrNotEligible)
 	}
 	return nil
 }

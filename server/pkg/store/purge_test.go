@@ -577,3 +577,30 @@ func dataKeys(t *testing.T, s *store.Store) int {
 	}
 	return n
 }
+
+// A hold set on a live thread after the runner found one of its deleted
+// messages must still win: BeginPurge checks the thread's hold under the
+// thread's lock, the same lock SetLegalHold takes.
+func TestBeginPurgeMessageRefusedUnderThreadHold(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, newClock())
+	createThread(t, s, "held")
+	appendMessage(t, s, "held", "m1", "keep me")
+	m := deleteMessage(t, s, "held", "m1")
+	if _, err := s.SetLegalHold(ctx, "held", true); err != nil {
+		t.Fatal(err)
+	}
+	marker := store.PurgeMarker{Kind: store.KindMessage, ID: "m1", ThreadID: "held", DeletedTS: m.DeletedTS, RunID: "run"}
+	wantErr(t, s.BeginPurge(ctx, marker), store.ErrNotEligible)
+	if pending, err := s.PendingPurges(ctx); err != nil || len(pending) != 0 {
+		t.Fatalf("purge markers after a refused begin: %v, %v", pending, err)
+	}
+
+	// Released, the message may go.
+	if _, err := s.SetLegalHold(ctx, "held", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BeginPurge(ctx, marker); err != nil {
+		t.Fatalf("BeginPurge after the hold was lifted: %v", err)
+	}
+}
