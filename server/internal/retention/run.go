@@ -27,6 +27,7 @@ const (
 	reasonLeaseLost      = "lease lost: "
 	reasonRecoveredGone  = "purge completed by run %s; audit record written on recovery"
 	reasonRecoveredAgain = "purge begun by run %s; finished by run %s on recovery"
+	reasonRecoveredStamp = "stamped by run %s; audit record written on recovery"
 )
 
 // run is one retention run, from the lease to the footer.
@@ -61,10 +62,11 @@ type run struct {
 	lastProgress time.Time
 }
 
-// finishedPurge is a purged item whose audit record waits for the next
-// durable group write.
+// finishedPurge is a purged (or stamped) item whose audit record waits for
+// the next durable group write; its marker goes once the record is synced.
 type finishedPurge struct {
 	marker store.PurgeMarker
+	stamp  *store.StampMarker // set for a stamp instead of a purge
 	item   audit.Item
 }
 
@@ -136,6 +138,9 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 
 	rn.recoverPending(ctx)
 	if rn.stop == nil {
+		rn.recoverStamps(ctx)
+	}
+	if rn.stop == nil {
 		rn.scan(ctx, store.KindThread, r.cfg.Period)
 	}
 	if rn.stop == nil {
@@ -196,6 +201,32 @@ func (rn *run) recoverPending(ctx context.Context) {
 		if rn.stop != nil {
 			return
 		}
+	}
+	rn.flush(ctx)
+}
+
+// recoverStamps writes the audit records of stamps that an earlier run
+// made but did not record durably (it stopped in between).
+func (rn *run) recoverStamps(ctx context.Context) {
+	if rn.dry {
+		return
+	}
+	markers, err := rn.r.st.PendingStamps(ctx)
+	if err != nil {
+		rn.fail(ctx, stageRecovery, "list pending stamps", err)
+		return
+	}
+	for _, m := range markers {
+		m := m
+		rn.group = append(rn.group, finishedPurge{stamp: &m, item: audit.Item{
+			ItemType:  string(m.Kind),
+			ItemID:    m.ID,
+			ThreadID:  m.ThreadID,
+			DeletedAt: unixTime(m.DeletedTS),
+			Status:    audit.StatusStamped,
+			Reason:    fmt.Sprintf(reasonRecoveredStamp, m.RunID),
+			Recovered: true,
+		}})
 	}
 	rn.flush(ctx)
 }
@@ -320,7 +351,7 @@ func (rn *run) stamp(ctx context.Context, e store.DeletionEntry, c candidate) {
 		return
 	}
 	e.ThreadID = c.tid
-	err := rn.r.st.StampDeletion(ctx, e, rn.at.UnixNano())
+	err := rn.r.st.StampDeletion(ctx, e, rn.at.UnixNano(), rn.id)
 	switch {
 	case errors.Is(err, store.ErrNotEligible):
 		return // restored or stamped meanwhile
@@ -329,7 +360,13 @@ func (rn *run) stamp(ctx context.Context, e store.DeletionEntry, c candidate) {
 		return
 	}
 	c.deletedTS = rn.at.UnixNano()
-	rn.record(c.item(audit.StatusStamped, reasonStamped))
+	// Like a purge: the record joins the next durable group write, and the
+	// stamp's marker stays until that write is synced.
+	m := store.StampMarker{Kind: c.kind, ID: c.id, ThreadID: c.tid, DeletedTS: c.deletedTS, RunID: rn.id}
+	rn.group = append(rn.group, finishedPurge{stamp: &m, item: c.item(audit.StatusStamped, reasonStamped)})
+	if len(rn.group) >= flushItems {
+		rn.flush(ctx)
+	}
 }
 
 // take purges an eligible item (or records it in a dry run).
@@ -475,11 +512,16 @@ func (rn *run) flush(ctx context.Context) {
 		return // markers stay: the next run writes the records
 	}
 	markers := make([]store.PurgeMarker, 0, len(rn.group))
+	var stamps []store.StampMarker
 	for _, p := range rn.group {
 		if !rn.record(p.item) {
 			return
 		}
-		markers = append(markers, p.marker)
+		if p.stamp != nil {
+			stamps = append(stamps, *p.stamp)
+		} else {
+			markers = append(markers, p.marker)
+		}
 	}
 	if err := rn.w.Sync(); err != nil {
 		rn.auditFailed(err)
@@ -487,6 +529,10 @@ func (rn *run) flush(ctx context.Context) {
 	}
 	if err := r.st.ClearPurges(ctx, markers); err != nil {
 		rn.fail(ctx, stageSync, "clear purge markers", err)
+		return
+	}
+	if err := r.st.ClearStamps(ctx, stamps); err != nil {
+		rn.fail(ctx, stageSync, "clear stamp markers", err)
 		return
 	}
 	rn.group = rn.group[:0]

@@ -998,3 +998,75 @@ func TestRecoverSealsAbandonedFilesOnlyUnderTheLease(t *testing.T) {
 		t.Fatalf("lease after recover: %v", err)
 	}
 }
+
+// A stamp follows the rule of purges (spec §5): at any instant after the
+// stamp is committed, either its audit record is durable or a marker in the
+// store lets the next run write it. The check runs at the first batch
+// boundary after the stamp, where a kill -9 would lose the records still
+// buffered in the audit writer.
+func TestStampIsRecordedEvenIfTheRunDiesBeforeTheAuditSync(t *testing.T) {
+	e := newEnv(t)
+	e.bulk(func(b *store.Bulk) error {
+		return b.PutThread(store.Thread{ID: "legacy", Title: "x", CreatedTS: 1, UpdatedTS: 2, Deleted: true})
+	})
+	e.dueThread("due", 2, 2)
+	r := e.runner()
+	checked := false
+	r.hooks.beforeBatch = func(ctx context.Context, b batchPoint) {
+		if checked {
+			return
+		}
+		checked = true
+		th, err := e.st.GetThread(ctx, "legacy")
+		if err != nil || th.DeletedTS == 0 {
+			t.Errorf("legacy thread not stamped before the first purge batch: %+v %v", th, err)
+			return
+		}
+		onDisk, err := os.ReadFile(b.Audit.Path())
+		if err != nil {
+			t.Errorf("read audit file: %v", err)
+			return
+		}
+		stamps, err := e.st.PendingStamps(ctx)
+		if err != nil {
+			t.Errorf("pending stamps: %v", err)
+			return
+		}
+		if !strings.Contains(string(onDisk), `"item_id":"legacy"`) && len(stamps) != 1 {
+			t.Errorf("a crash now would lose the stamp's record: not in the file on disk, %d stamp markers", len(stamps))
+		}
+	}
+	_, ra := e.run(r, RunRequest{Trigger: TriggerCLI})
+	if !checked {
+		t.Fatal("the run reached no batch boundary")
+	}
+	if it := ra.item(t, "legacy"); it.Status != audit.StatusStamped || it.Recovered {
+		t.Fatalf("record of the stamp: %+v", it)
+	}
+	if stamps, err := e.st.PendingStamps(context.Background()); err != nil || len(stamps) != 0 {
+		t.Fatalf("stamp markers left after the records were synced: %+v %v", stamps, err)
+	}
+}
+
+// A stamp whose run died before its record was durable is recorded by the
+// next run, marked recovered.
+func TestRunRecordsAStampWhoseAuditRecordWasLost(t *testing.T) {
+	e := newEnv(t)
+	e.bulk(func(b *store.Bulk) error {
+		return b.PutThread(store.Thread{ID: "legacy", Title: "x", CreatedTS: 1, UpdatedTS: 2, Deleted: true})
+	})
+	// What a run killed right after stamping leaves behind.
+	stampedAt := t0.Add(-time.Hour).UnixNano()
+	if err := e.st.StampDeletion(context.Background(), store.DeletionEntry{Kind: store.KindThread, ID: "legacy"}, stampedAt, "deadrun"); err != nil {
+		t.Fatal(err)
+	}
+	_, ra := e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+	it := ra.item(t, "legacy")
+	if it.Status != audit.StatusStamped || !it.Recovered || !it.DeletedAt.Equal(time.Unix(0, stampedAt).UTC()) ||
+		!strings.Contains(it.Reason, "deadrun") {
+		t.Fatalf("recovered record: %+v", it)
+	}
+	if stamps, err := e.st.PendingStamps(context.Background()); err != nil || len(stamps) != 0 {
+		t.Fatalf("stamp markers left: %+v %v", stamps, err)
+	}
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -225,9 +226,10 @@ func (w *indexWriter) flushFull() error {
 func (w *indexWriter) close() { _ = w.b.Close() }
 
 // StampDeletion gives a deleted item that has no usable deleted_ts the time
-// ts (legacy data), moving its index entry. ErrNotEligible if it is no longer
-// deleted or already has a deleted_ts.
-func (s *Store) StampDeletion(ctx context.Context, e DeletionEntry, ts int64) error {
+// ts (legacy data), moving its index entry, and writes a StampMarker for run
+// runID in the same synced batch. ErrNotEligible if it is no longer deleted
+// or already has a deleted_ts.
+func (s *Store) StampDeletion(ctx context.Context, e DeletionEntry, ts int64, runID string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -245,13 +247,30 @@ func (s *Store) StampDeletion(ctx context.Context, e DeletionEntry, ts int64) er
 	}
 	defer s.locks.lock(e.ThreadID)()
 
+	b := s.db.NewBatch()
+	var err error
 	if e.Kind == KindThread {
-		return s.stampThread(e.ID, ts)
+		err = s.stampThread(b, e.ID, ts)
+	} else {
+		err = s.stampMessage(b, e.ThreadID, e.ID, ts)
 	}
-	return s.stampMessage(e.ThreadID, e.ID, ts)
+	if err != nil {
+		_ = b.Close()
+		return err
+	}
+	v, err := encode(StampMarker{Kind: e.Kind, ID: e.ID, ThreadID: e.ThreadID, DeletedTS: ts, RunID: runID})
+	if err != nil {
+		_ = b.Close()
+		return err
+	}
+	_ = b.Set(stampKey(e.Kind, e.ID), v, nil)
+	if err := commitSync(b); err != nil {
+		return fmt.Errorf("stamp %s %s: %w", e.Kind, e.ID, err)
+	}
+	return nil
 }
 
-func (s *Store) stampThread(tid string, ts int64) error {
+func (s *Store) stampThread(b *pebble.Batch, tid string, ts int64) error {
 	t, err := s.readThread(tid)
 	if err != nil {
 		return fmt.Errorf("stamp thread %s: %w: %w", tid, ErrNotEligible, err)
@@ -259,20 +278,16 @@ func (s *Store) stampThread(tid string, ts int64) error {
 	if !t.Deleted || t.DeletedTS > 0 {
 		return fmt.Errorf("stamp thread %s: %w: deleted=%t deleted_ts=%d", tid, ErrNotEligible, t.Deleted, t.DeletedTS)
 	}
-	b := s.db.NewBatch()
 	_ = b.Delete(deletionKey(KindThread, indexTS(t.DeletedTS), tid), nil)
 	_ = b.Set(deletionKey(KindThread, ts, tid), nil, nil)
 	t.DeletedTS = ts
 	writeThread(b, t)
-	if err := commitSync(b); err != nil {
-		return fmt.Errorf("stamp thread %s: %w", tid, err)
-	}
 	return nil
 }
 
 // stampMessage rewrites the tombstone in place: a stamp is not a new
 // version, only the start of the retention clock.
-func (s *Store) stampMessage(tid, mid string, ts int64) error {
+func (s *Store) stampMessage(b *pebble.Batch, tid, mid string, ts int64) error {
 	m, err := s.readMessage(tid, mid)
 	if err != nil {
 		return fmt.Errorf("stamp message %s: %w: %w", mid, ErrNotEligible, err)
@@ -280,13 +295,68 @@ func (s *Store) stampMessage(tid, mid string, ts int64) error {
 	if !m.Deleted || m.DeletedTS > 0 {
 		return fmt.Errorf("stamp message %s: %w: deleted=%t deleted_ts=%d", mid, ErrNotEligible, m.Deleted, m.DeletedTS)
 	}
-	b := s.db.NewBatch()
 	_ = b.Delete(deletionKey(KindMessage, indexTS(m.DeletedTS), mid), nil)
 	_ = b.Set(deletionKey(KindMessage, ts, mid), []byte(tid), nil)
 	m.DeletedTS = ts
 	putVersion(b, m)
+	return nil
+}
+
+// PendingStamps lists stamp markers whose audit records may be missing.
+// Markers that cannot be decoded are left out.
+func (s *Store) PendingStamps(ctx context.Context) ([]StampMarker, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte(stampNS),
+		UpperBound: upperBound([]byte(stampNS)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pending stamps: %w", err)
+	}
+	defer it.Close()
+	var out []StampMarker
+	for valid := it.First(); valid; valid = it.Next() {
+		value, err := it.ValueAndErr()
+		if err != nil {
+			return nil, fmt.Errorf("pending stamps: %w", err)
+		}
+		var m StampMarker
+		if json.Unmarshal(value, &m) != nil || checkKind(m.Kind) != nil ||
+			string(it.Key()) != string(stampKey(m.Kind, m.ID)) {
+			continue
+		}
+		out = append(out, m)
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("pending stamps: %w", err)
+	}
+	return out, nil
+}
+
+// ClearStamps removes stamp markers (synced) once their audit records are durable.
+func (s *Store) ClearStamps(ctx context.Context, ms []StampMarker) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	b := s.db.NewBatch()
+	for _, m := range ms {
+		if err := checkKind(m.Kind); err != nil {
+			b.Close()
+			return err
+		}
+		if err := ValidateID(m.ID); err != nil {
+			b.Close()
+			return err
+		}
+		_ = b.Delete(stampKey(m.Kind, m.ID), nil)
+	}
 	if err := commitSync(b); err != nil {
-		return fmt.Errorf("stamp message %s: %w", mid, err)
+		return fmt.Errorf("clear stamp markers: %w", err)
 	}
 	return nil
 }

@@ -194,7 +194,7 @@ func TestStampDeletion(t *testing.T) {
 	}
 
 	for _, id := range []string{storetest.LegacyNoTS, storetest.LegacyZeroTS} {
-		if err := s.StampDeletion(ctx, thread(id), now); err != nil {
+		if err := s.StampDeletion(ctx, thread(id), now, "run"); err != nil {
 			t.Fatalf("stamp %s: %v", id, err)
 		}
 		th, err := s.GetThread(ctx, id)
@@ -202,12 +202,28 @@ func TestStampDeletion(t *testing.T) {
 			t.Fatalf("stamped thread = %+v, %v", th, err)
 		}
 	}
-	if err := s.StampDeletion(ctx, message(storetest.LegacyTombstone), now); err != nil {
+	if err := s.StampDeletion(ctx, message(storetest.LegacyTombstone), now, "run"); err != nil {
 		t.Fatal(err)
 	}
 	versions, err := s.ListVersions(ctx, storetest.Live, storetest.LegacyTombstone)
 	if err != nil || len(versions) != 2 || versions[1].DeletedTS != now || !versions[1].Deleted {
 		t.Fatalf("stamped message versions = %+v, %v (want the tombstone rewritten in place)", versions, err)
+	}
+
+	stamps, err := s.PendingStamps(ctx)
+	if err != nil || len(stamps) != 3 {
+		t.Fatalf("stamp markers = %+v, %v; want one per stamp", stamps, err)
+	}
+	for _, m := range stamps {
+		if m.DeletedTS != now || m.RunID != "run" {
+			t.Errorf("stamp marker %+v: want deleted_ts %d and run \"run\"", m, now)
+		}
+	}
+	if err := s.ClearStamps(ctx, stamps); err != nil {
+		t.Fatal(err)
+	}
+	if stamps, err := s.PendingStamps(ctx); err != nil || len(stamps) != 0 {
+		t.Fatalf("stamp markers after ClearStamps = %+v, %v", stamps, err)
 	}
 
 	threads := entryStrings(indexEntries(t, s, store.KindThread))
@@ -242,12 +258,12 @@ func TestStampDeletion(t *testing.T) {
 		{"message of another thread", store.DeletionEntry{Kind: store.KindMessage, ID: storetest.LegacyTombstone, ThreadID: storetest.OldDeleted}, false},
 	}
 	for _, tc := range notEligible {
-		err := s.StampDeletion(ctx, tc.e, now+1)
+		err := s.StampDeletion(ctx, tc.e, now+1, "run")
 		if !errors.Is(err, store.ErrNotEligible) || errors.Is(err, store.ErrMalformed) != tc.malformed {
 			t.Errorf("%s: StampDeletion = %v", tc.name, err)
 		}
 	}
-	err = s.StampDeletion(ctx, thread(storetest.LegacyNoTS), 0)
+	err = s.StampDeletion(ctx, thread(storetest.LegacyNoTS), 0, "run")
 	wantErr(t, err, store.ErrInvalidArgument)
 }
 

@@ -18,6 +18,9 @@ const (
 	purgeNS        = "sys:purge:"
 	purgeThreadNS  = "sys:purge:t:"
 	purgeMessageNS = "sys:purge:m:"
+	stampNS        = "sys:stamp:"
+	stampThreadNS  = "sys:stamp:t:"
+	stampMessageNS = "sys:stamp:m:"
 	schemaKey      = "sys:schema"
 
 	// schemaVersion is the value of sys:schema once the indexes this
@@ -240,4 +243,11 @@ func purgeKey(kind ItemKind, id string) []byte {
 		return append([]byte(purgeThreadNS), id...)
 	}
 	return append([]byte(purgeMessageNS), id...)
+}
+
+func stampKey(kind ItemKind, id string) []byte {
+	if kind == KindThread {
+		return append([]byte(stampThreadNS), id...)
+	}
+	return append([]byte(stampMessageNS), id...)
 }

@@ -13,6 +13,7 @@
 //	thread:<tid>:retention                  retention override (JSON)
 //	idx:pol:<tid>                           threads with a retention override
 //	sys:purge:t:<tid> / sys:purge:m:<mid>   purge in progress (pending audit record)
+//	sys:stamp:t:<tid> / sys:stamp:m:<mid>   stamp whose audit record is pending
 //	sys:retention:pause                     retention pause switch
 //	sys:...                                 other server state
 //
@@ -95,6 +96,18 @@ type PurgeMarker struct {
 	DeletedTS int64    `json:"deleted_ts"`
 	RunID     string   `json:"run_id"`
 	StartedAt int64    `json:"started_at"`
+}
+
+// StampMarker is written in the same synced batch as a stamp (the start of
+// a legacy record's retention clock) and removed once the stamp's audit
+// record is durable, so a crash between the two cannot lose the record: the
+// next run writes it, marked recovered.
+type StampMarker struct {
+	Kind      ItemKind `json:"kind"`
+	ID        string   `json:"id"`
+	ThreadID  string   `json:"thread_id"`
+	DeletedTS int64    `json:"deleted_ts"` // the stamp
+	RunID     string   `json:"run_id"`
 }
 
 // PurgeOptions control a chunked purge.

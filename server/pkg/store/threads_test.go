@@ -84,7 +84,7 @@ func TestEveryMethodValidatesIDs(t *testing.T) {
 				return s.BeginPurge(ctx, store.PurgeMarker{Kind: store.KindThread, ID: bad, DeletedTS: 1})
 			},
 			"StampDeletion": func() error {
-				return s.StampDeletion(ctx, store.DeletionEntry{Kind: store.KindMessage, ID: "m", ThreadID: bad}, 1)
+				return s.StampDeletion(ctx, store.DeletionEntry{Kind: store.KindMessage, ID: "m", ThreadID: bad}, 1, "run")
 			},
 		}
 		if bad == "" {
