@@ -1,11 +1,14 @@
 package api
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strconv"
 	"time"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // recorder remembers the status a handler wrote.
@@ -32,7 +35,8 @@ func (rec *recorder) Write(b []byte) (int, error) {
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
 
 // instrument wraps the mux: it turns a handler panic into a 500, counts and
-// times every request, and logs one debug line per request.
+// times every request, and logs one debug line per request. A panic raised
+// inside Pebble is never recovered: it stops the process (store.Fatal).
 func (s *server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -40,8 +44,12 @@ func (s *server) instrument(next http.Handler) http.Handler {
 		defer func() {
 			p := recover()
 			if p != nil && p != http.ErrAbortHandler {
+				stack := debug.Stack()
 				s.log.LogAttrs(r.Context(), slog.LevelError, "http_panic",
-					append(requestAttrs(r), slog.Any("panic", p), slog.String("stack", string(debug.Stack())))...)
+					append(requestAttrs(r), slog.Any("panic", p), slog.String("stack", string(stack)))...)
+				if store.IsStoragePanic(stack) {
+					s.store.Fatal(fmt.Sprintf("panic in storage: %v", p))
+				}
 				if rec.status == 0 {
 					s.writeJSON(rec, r, http.StatusInternalServerError, errorBody{Error: internalErrorMsg})
 					p = nil

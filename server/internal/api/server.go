@@ -175,9 +175,13 @@ func (s *server) register(mux *http.ServeMux) {
 	}))
 }
 
+// healthz answers 200 only when the store can commit (store.Check), 503
+// otherwise, so that a supervisor replaces a process on a failed disk.
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
-	// Serving at all means the store is open: the app closes the store only
-	// after the HTTP server has shut down.
+	if err := s.store.Check(r.Context()); err != nil {
+		s.log.LogAttrs(r.Context(), slog.LevelError, "healthz_failed", slog.Any("err", err))
+		return s.writeJSON(w, r, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
+	}
 	return s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 }
 

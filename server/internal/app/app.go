@@ -30,7 +30,7 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err := Validate(cfg); err != nil {
 		return err
 	}
-	st, err := store.Open(cfg.DBPath, store.Options{})
+	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}

@@ -33,7 +33,7 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 	}
 	defer closer.Close()
 
-	st, err := store.Open(cfg.DBPath, store.Options{})
+	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger})
 	if errors.Is(err, store.ErrDatabaseLocked) {
 		fmt.Fprintf(e.stderr, "progressdb retention run: the database at %s is open in a running server; "+
 			"ask that server instead: POST /admin/retention/run\n", cfg.DBPath)

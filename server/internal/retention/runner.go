@@ -320,6 +320,17 @@ func (r *Runner) Recover(ctx context.Context) ([]string, error) {
 	return sealed, err
 }
 
+// panicked logs and counts a run's panic (stack from the deferred
+// recover). One from inside Pebble stops the process instead: it may
+// leave Pebble's locks held, and every later write would hang.
+func (r *Runner) panicked(trigger string, p any, stack []byte) {
+	r.metrics.countError(stagePanic)
+	r.log.Error("retention_run_panic", "trigger", trigger, "panic", fmt.Sprint(p), "stack", string(stack))
+	if store.IsStoragePanic(stack) {
+		r.st.Fatal(fmt.Sprintf("panic in storage during a retention run: %v", p))
+	}
+}
+
 // newRunID returns 12 lowercase hex characters: short, unique enough for
 // one audit folder, and valid under the ID rule.
 func newRunID() string { return randomHex(6) }

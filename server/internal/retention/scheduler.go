@@ -228,12 +228,12 @@ func (s *Scheduler) fire(ctx context.Context, trigger string) {
 
 // runOnce runs and turns a panic into an error, so one bad run never takes
 // the scheduler (or the server) down. The runner's deferred cleanup has
-// released the lease by the time the panic reaches here.
+// released the lease by the time the panic reaches here. A panic raised
+// inside Pebble is the exception: it stops the process (store.Fatal).
 func (s *Scheduler) runOnce(ctx context.Context, trigger string) (res Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			s.metrics.countError(stagePanic)
-			s.log.Error("retention_run_panic", "trigger", trigger, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			s.runner.panicked(trigger, p, debug.Stack())
 			err = fmt.Errorf("retention run panicked: %v", p)
 		}
 	}()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -136,8 +137,7 @@ func (m *Manager) Start(ctx context.Context, req RunRequest) (string, error) {
 		defer m.wg.Done()
 		defer func() {
 			if p := recover(); p != nil {
-				m.runner.metrics.countError(stagePanic)
-				m.log.Error("retention_run_panic", "run_id", rn.id, "trigger", req.Trigger, "panic", fmt.Sprint(p))
+				m.runner.panicked(req.Trigger, p, debug.Stack())
 			}
 		}()
 		// Failures are logged and counted by the runner and show in Status.

@@ -1,11 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +23,7 @@ type Store struct {
 	ids    *idGen
 	locks  stripes
 	closed atomic.Bool
+	fatal  *fatalHandler
 
 	// userWrites counts committed writes of the API (threads and
 	// messages), so that a purge can tell when it competes with them.
@@ -46,8 +49,9 @@ func Open(path string, opts Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
+	fatal := &fatalHandler{fn: opts.Fatal, log: opts.Logger}
 	db, err := pebble.Open(path, &pebble.Options{
-		Logger:       pebbleLogger{opts.Logger},
+		Logger:       pebbleLogger{opts.Logger, fatal},
 		MemTableSize: memTableSize,
 		CacheSize:    cacheSize,
 	})
@@ -57,7 +61,7 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store %q: %w", path, err)
 	}
-	s := &Store{db: db, now: now, ids: newIDGen(now)}
+	s := &Store{db: db, now: now, ids: newIDGen(now), fatal: fatal}
 	if err := s.ensureIndexes(context.Background()); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %q: %w", path, err)
@@ -200,9 +204,65 @@ func commitSync(b *pebble.Batch) error {
 	return nil
 }
 
+// Check reports whether the store can still commit: open, no fatal
+// storage error, and a write through Pebble's commit pipeline (an empty
+// log record, not synced) goes through. /healthz answers with it.
+func (s *Store) Check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if s.fatal.failed.Load() {
+		return ErrStorageFailed
+	}
+	if err := s.db.LogData(nil, pebble.NoSync); err != nil {
+		return fmt.Errorf("%w: commit probe: %w", ErrStorageFailed, err)
+	}
+	return nil
+}
+
+// Fatal stops the process over a storage failure found outside Pebble's
+// own reporting: a panic raised inside Pebble and caught by a caller's
+// recover (see IsStoragePanic). It does not return.
+func (s *Store) Fatal(detail string) { s.fatal.stop(detail) }
+
+// IsStoragePanic reports whether a panic's stack (debug.Stack() taken in
+// the deferred recover) runs through Pebble. Such a panic may leave
+// Pebble's locks held: it must stop the process, never be recovered.
+func IsStoragePanic(stack []byte) bool {
+	return bytes.Contains(stack, []byte("github.com/cockroachdb/pebble"))
+}
+
+// fatalHandler stops the process on a fatal storage error (Options.Fatal).
+type fatalHandler struct {
+	fn     func(detail string)
+	log    *slog.Logger
+	failed atomic.Bool
+}
+
+func (f *fatalHandler) stop(detail string) {
+	f.failed.Store(true)
+	if f.fn != nil {
+		f.fn(detail)
+		// Options.Fatal must not return; Pebble's caller cannot go on.
+		panic("pebble: " + detail)
+	}
+	if f.log != nil {
+		f.log.Error("storage_fatal", "detail", detail, "action", "exit")
+	} else {
+		fmt.Fprintf(os.Stderr, "progressdb: fatal storage error, exiting: %s\n", detail)
+	}
+	os.Exit(1)
+}
+
 // pebbleLogger sends Pebble's own messages to slog; without a logger they
 // are dropped, since Pebble's default writes to the process-wide log package.
-type pebbleLogger struct{ l *slog.Logger }
+type pebbleLogger struct {
+	l     *slog.Logger
+	fatal *fatalHandler
+}
 
 func (p pebbleLogger) Infof(format string, args ...any) {
 	if p.l != nil {
@@ -216,12 +276,8 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 	}
 }
 
-// Fatalf is called on corruption Pebble cannot continue from; it must not
-// return.
+// Fatalf is called on errors Pebble cannot continue from (a failed commit,
+// corruption); it must not return.
 func (p pebbleLogger) Fatalf(format string, args ...any) {
-	detail := fmt.Sprintf(format, args...)
-	if p.l != nil {
-		p.l.Error("pebble_fatal", "detail", detail)
-	}
-	panic("pebble: " + detail)
+	p.fatal.stop(fmt.Sprintf(format, args...))
 }

@@ -38,6 +38,8 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	ErrMalformed       = errors.New("malformed record")
 	ErrDatabaseLocked  = errors.New("database is in use by another process")
+	ErrClosed          = errors.New("store closed")
+	ErrStorageFailed   = errors.New("storage failed")
 
 	// ErrIDUnavailable refuses a client-chosen message ID that is taken.
 	// Message IDs are unique across all threads, so the text says so and
@@ -131,4 +133,11 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives Pebble's own messages; they are dropped when nil.
 	Logger *slog.Logger
+	// Fatal is called when Pebble meets an error it cannot continue from
+	// (a failed log write or sync, a failed manifest write, corruption). It
+	// must not return. Nil means: log storage_fatal and exit the process
+	// with status 1. Pebble reports these by panicking with its commit
+	// mutex held, so a process that recovered would hang every later
+	// write; stopping lets a supervisor restart it on a sane disk.
+	Fatal func(detail string)
 }
