@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
@@ -25,38 +27,84 @@ func (e *StartupError) Error() string {
 
 func (e *StartupError) Unwrap() error { return e.Err }
 
-// Validate checks what config.Load cannot: the database path must be a
-// folder (or creatable as one); with retention enabled, the audit folder
-// must be creatable and writable, because a run that cannot write its
-// audit deletes nothing (better to refuse at startup than to fail every run).
-func Validate(cfg config.Config) error {
-	if err := checkDir(cfg.DBPath); err != nil {
-		return &StartupError{Var: "PROGRESSDB_DB_PATH", Value: cfg.DBPath, Rule: "must be a folder", Err: err}
-	}
+// folder is one folder the server needs, and the setting that names it.
+type folder struct {
+	Var, Value, Rule string
+	dir              string
+	writable         bool // must be writable, not only a folder
+	noLink           bool // must not be a symbolic link
+}
+
+// folders lists what the server needs on disk: the database path must be
+// a folder (or creatable as one); with retention enabled, the audit
+// folder must be creatable and writable, because a run that cannot write
+// its audit deletes nothing (better to refuse at startup than to fail
+// every run).
+func folders(cfg config.Config) []folder {
+	out := []folder{{Var: config.VarDBPath, Value: cfg.DBPath, Rule: "must be a folder", dir: cfg.DBPath}}
 	if !cfg.Retention.Enabled {
-		return nil
+		return out
 	}
-	if err := checkWritableDir(cfg.Retention.AuditPath); err != nil {
-		return &StartupError{Var: "PROGRESSDB_RETENTION_AUDIT_PATH", Value: cfg.Retention.AuditPath,
-			Rule: "must be a writable folder", Err: err}
-	}
-	if err := checkWritableDir(filepath.Dir(cfg.Retention.LeasePath)); err != nil {
-		return &StartupError{Var: "PROGRESSDB_RETENTION_LEASE_PATH", Value: cfg.Retention.LeasePath,
-			Rule: "its folder must be writable", Err: err}
-	}
+	out = append(out,
+		folder{Var: config.VarAuditPath, Value: cfg.Retention.AuditPath, Rule: "must be a writable folder",
+			dir: cfg.Retention.AuditPath, writable: true},
+		folder{Var: config.VarLeasePath, Value: cfg.Retention.LeasePath, Rule: "its folder must be writable",
+			dir: filepath.Dir(cfg.Retention.LeasePath), writable: true},
+	)
 	if p := cfg.Retention.ExportPath; p != "" {
-		if err := checkExportDir(p); err != nil {
-			return &StartupError{Var: config.VarExportPath, Value: p,
-				Rule: "must be a writable folder, not a symbolic link", Err: err}
+		out = append(out, folder{Var: config.VarExportPath, Value: p,
+			Rule: "must be a writable folder, not a symbolic link", dir: p, writable: true, noLink: true})
+	}
+	return out
+}
+
+// Validate checks what config.Load cannot, creating the folders the
+// server needs when they are missing.
+func Validate(cfg config.Config) error {
+	for _, f := range folders(cfg) {
+		check := checkDir
+		if f.writable {
+			check = checkWritableDir
+		}
+		if f.noLink {
+			if err := checkNotLink(f.dir); err != nil {
+				return &StartupError{Var: f.Var, Value: f.Value, Rule: f.Rule, Err: err}
+			}
+		}
+		if err := check(f.dir); err != nil {
+			return &StartupError{Var: f.Var, Value: f.Value, Rule: f.Rule, Err: err}
 		}
 	}
 	return nil
 }
 
-// checkExportDir refuses an export root that is a symbolic link (exports
-// could be sent anywhere by whoever can change it) or anything but a
-// folder, then makes sure it can be created and written.
-func checkExportDir(dir string) error {
+// Check is Validate without side effects, for `progressdb config check`:
+// it creates nothing. A missing folder passes when its nearest existing
+// parent is a folder this process may write, since serve creates it
+// there. It also checks the log sink's file the same way.
+func Check(cfg config.Config) error {
+	for _, f := range folders(cfg) {
+		if f.noLink {
+			if err := checkNotLink(f.dir); err != nil {
+				return &StartupError{Var: f.Var, Value: f.Value, Rule: f.Rule, Err: err}
+			}
+		}
+		if err := probeDir(f.dir, f.writable); err != nil {
+			return &StartupError{Var: f.Var, Value: f.Value, Rule: f.Rule, Err: err}
+		}
+	}
+	if path, ok := strings.CutPrefix(cfg.LogSink, "file:"); ok {
+		if err := probeFile(path); err != nil {
+			return &StartupError{Var: config.VarLogSink, Value: cfg.LogSink, Rule: "must be stderr or a writable file:<path>", Err: err}
+		}
+	}
+	return nil
+}
+
+// checkNotLink refuses a folder that is a symbolic link (the export root:
+// exports could be sent anywhere by whoever can change it) or, when it
+// exists, anything but a folder.
+func checkNotLink(dir string) error {
 	info, err := os.Lstat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -67,7 +115,7 @@ func checkExportDir(dir string) error {
 	case !info.IsDir():
 		return fmt.Errorf("is not a folder (%s)", info.Mode().Type())
 	}
-	return checkWritableDir(dir)
+	return nil
 }
 
 // checkDir makes sure dir is a folder, creating it when missing.
@@ -89,4 +137,71 @@ func checkWritableDir(dir string) error {
 		return err
 	}
 	return cerr
+}
+
+// errNotDir: a path that must be a folder is something else.
+var errNotDir = errors.New("not a folder")
+
+// probeDir checks, creating nothing, that dir is a folder (writable when
+// asked) or could be created as one.
+func probeDir(dir string, writable bool) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case err == nil && !fi.IsDir():
+		return fmt.Errorf("%s: %w", dir, errNotDir)
+	case err == nil && writable:
+		return access(dir)
+	case err == nil:
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return probeCreatable(dir)
+	default:
+		return err
+	}
+}
+
+// probeFile checks, creating nothing, that path is a writable file or
+// could be created as one.
+func probeFile(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.IsDir():
+		return fmt.Errorf("%s: is a folder", path)
+	case err == nil:
+		return access(path)
+	case errors.Is(err, fs.ErrNotExist):
+		return probeCreatable(path)
+	default:
+		return err
+	}
+}
+
+// probeCreatable checks that the nearest existing parent of path is a
+// folder this process may write, so path can be created.
+func probeCreatable(path string) error {
+	for p := filepath.Dir(filepath.Clean(path)); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) && p != filepath.Dir(p) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s: %w", p, errNotDir)
+		}
+		if err := access(p); err != nil {
+			return fmt.Errorf("cannot create %s: %w", path, err)
+		}
+		return nil
+	}
+}
+
+// access asks the kernel whether this process may write path, without
+// writing.
+func access(path string) error {
+	if err := syscall.Access(path, 2 /* W_OK */); err != nil {
+		return &fs.PathError{Op: "access", Path: path, Err: err}
+	}
+	return nil
 }

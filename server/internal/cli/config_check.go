@@ -5,25 +5,31 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 
 	"github.com/progressdb/progressdb/server/internal/app"
+	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
 // configCheck validates the environment and prints the effective
 // configuration with secrets redacted. It refuses what serve would refuse
-// at startup, with the same one-line message and exit status 2, so it runs
-// the same checks: the log sink is opened and the folders serve needs are
-// created if missing and checked writable.
+// at startup, with the same one-line message and exit status 2, but
+// creates nothing: folders and the log file are checked where serve would
+// create them. PROGRESSDB_* variables that no setting reads are warned
+// about (exit status unchanged): a typo would leave a default in force.
 func (e env) configCheck(_ context.Context, args []string) int {
 	if !e.parseFlags(flag.NewFlagSet("config check", flag.ContinueOnError), args, false) {
 		return exitUsage
 	}
-	cfg, _, closer, ok := e.configAndLogger()
+	cfg, ok := e.loadConfig()
 	if !ok {
 		return exitUsage
 	}
-	closer.Close()
-	if err := app.Validate(cfg); err != nil {
+	for _, u := range config.UnknownVars(e.environ) {
+		fmt.Fprintf(e.stderr, "progressdb config check: warning: %s\n", unknownVarMessage(u))
+	}
+	if err := app.Check(cfg); err != nil {
 		var verr *app.StartupError
 		if !errors.As(err, &verr) {
 			fmt.Fprintf(e.stderr, "progressdb config check: %v\n", err)
@@ -32,9 +38,28 @@ func (e env) configCheck(_ context.Context, args []string) int {
 		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
 		return exitUsage
 	}
-	for _, kv := range cfg.Redacted() {
-		fmt.Fprintf(e.stdout, "%s=%s\n", kv[0], kv[1])
-	}
+	printConfig(e.stdout, cfg)
 	fmt.Fprintln(e.stdout, "configuration ok")
 	return exitOK
+}
+
+func printConfig(w io.Writer, cfg config.Config) {
+	for _, kv := range cfg.Redacted() {
+		fmt.Fprintf(w, "%s=%s\n", kv[0], kv[1])
+	}
+}
+
+func unknownVarMessage(u config.Unknown) string {
+	msg := u.Var + " is not a progressdb setting and is ignored"
+	if u.Suggest != "" {
+		msg += "; did you mean " + u.Suggest + "?"
+	}
+	return msg
+}
+
+// warnUnknownVars logs the PROGRESSDB_* variables no setting reads.
+func warnUnknownVars(logger *slog.Logger, environ []string) {
+	for _, u := range config.UnknownVars(environ) {
+		logger.Warn("config_unknown_variable", "var", u.Var, "did_you_mean", u.Suggest)
+	}
 }

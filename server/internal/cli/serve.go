@@ -18,6 +18,7 @@ func (e env) serve(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	defer closer.Close()
+	warnUnknownVars(logger, e.environ)
 
 	err := app.Serve(ctx, cfg, logger)
 	var verr *app.StartupError

@@ -35,6 +35,19 @@ func (b *lockedBuffer) String() string {
 // it when the test ends. It returns the address.
 func startServer(t *testing.T, environ []string) string {
 	t.Helper()
+	addr, _ := startServerWithLogs(t, environ)
+	return addr
+}
+
+// startServerLogs starts a server and returns a function reading its logs.
+func startServerLogs(t *testing.T, environ []string) func() string {
+	t.Helper()
+	_, logs := startServerWithLogs(t, environ)
+	return logs.String
+}
+
+func startServerWithLogs(t *testing.T, environ []string) (string, *lockedBuffer) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +71,7 @@ func startServer(t *testing.T, environ []string) string {
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return addr
+				return addr, logs
 			}
 		}
 		select {

@@ -131,6 +131,9 @@ func envMap(environ []string) map[string]string {
 // applyDerived fills the defaults that depend on other settings. An empty
 // variable counts as unset, as it does for every other default.
 func (c *Config) applyDerived(vars map[string]string) {
+	// Levels and formats are words, not names: INFO and Info mean info.
+	c.LogLevel = strings.ToLower(c.LogLevel)
+	c.LogFormat = strings.ToLower(c.LogFormat)
 	r := &c.Retention
 	if vars[VarMessagePeriod] == "" {
 		r.MessagePeriod = r.Period
@@ -176,20 +179,29 @@ func typeRule(pe env.ParseError) string {
 // same env and envPrefix tags that env reads.
 func fieldVars() map[string]string {
 	m := map[string]string{}
+	eachVar(func(field, name string) { m[field] = name })
+	return m
+}
+
+// eachVar calls fn with every Config field and the variable it is read
+// from, following the same env and envPrefix tags that env reads, so a
+// field added to Config is known everywhere at once.
+func eachVar(fn func(field, name string)) {
 	var walk func(t reflect.Type, prefix string)
 	walk = func(t reflect.Type, prefix string) {
 		for i := range t.NumField() {
 			f := t.Field(i)
-			if f.Type.Kind() == reflect.Struct {
+			if f.Type.Kind() == reflect.Struct && f.Tag.Get("env") == "" {
 				walk(f.Type, prefix+f.Tag.Get("envPrefix"))
 				continue
 			}
 			name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
-			m[f.Name] = prefix + name
+			if name != "" {
+				fn(f.Name, prefix+name)
+			}
 		}
 	}
 	walk(reflect.TypeOf(Config{}), "")
-	return m
 }
 
 // Redacted returns the effective configuration as ordered name/value pairs

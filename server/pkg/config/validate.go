@@ -88,6 +88,12 @@ func (c Config) validateAddr(map[string]string) *Error {
 }
 
 func (r Retention) validatePeriods(vars map[string]string) *Error {
+	// A floor of 0 lets any period through; that is the same decision as
+	// allowing short periods, so it takes the same switch.
+	if r.MinPeriod <= 0 && !r.AllowShortPeriod {
+		return &Error{VarMinPeriod, shown(vars, VarMinPeriod, FormatDuration(r.MinPeriod)),
+			"must be greater than 0; set PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD=true to allow any period"}
+	}
 	periods := []struct {
 		name string
 		d    time.Duration
@@ -145,6 +151,13 @@ func (r Retention) validateCron(map[string]string) *Error {
 	}
 	if _, err := cron.ParseStandard(r.Cron); err != nil {
 		return &Error{VarCron, r.Cron, "must be a 5-field cron expression or a descriptor such as @daily or @every 1h: " + err.Error()}
+	}
+	// The cron library turns an interval under a second (0s included) into
+	// one second without a word: a run every second is never what was meant.
+	if every, ok := strings.CutPrefix(r.Cron, "@every "); ok {
+		if d, err := time.ParseDuration(strings.TrimSpace(every)); err == nil && d < time.Second {
+			return &Error{VarCron, r.Cron, "an @every interval must be at least 1s"}
+		}
 	}
 	return nil
 }
