@@ -45,6 +45,9 @@ type Metrics struct {
 	Paused        prometheus.Gauge
 	Errors        *prometheus.CounterVec
 	TicksSkipped  prometheus.Counter
+	// Enabled lets alerts on missing runs ignore servers that do not
+	// schedule any.
+	Enabled prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg (skipped when
@@ -93,6 +96,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "progressdb_retention_ticks_skipped_total",
 			Help: "Scheduled ticks skipped because a run was still going.",
 		}),
+		Enabled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "progressdb_retention_enabled",
+			Help: "1 when PROGRESSDB_RETENTION_ENABLED is true: the scheduler runs retention.",
+		}),
 	}
 	for _, r := range []string{resultCompleted, resultFailed, resultInterrupted, resultSkippedLease, resultDryRun, resultPaused} {
 		m.Runs.WithLabelValues(r)
@@ -105,7 +112,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Runs, m.ItemsPurged, m.KeysDeleted, m.RunDuration, m.LastSuccess,
-			m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped)
+			m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped, m.Enabled)
 	}
 	return m
 }

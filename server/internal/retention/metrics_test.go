@@ -158,6 +158,7 @@ func TestMetricsNamesMatchTheSpec(t *testing.T) {
 		"progressdb_retention_paused",
 		"progressdb_retention_errors_total",
 		"progressdb_retention_ticks_skipped_total",
+		"progressdb_retention_enabled",
 	}
 	fams, err := reg.Gather()
 	if err != nil {

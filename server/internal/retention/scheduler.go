@@ -118,6 +118,7 @@ func (s *Scheduler) Start(ctx context.Context) {
 		return
 	}
 	s.started = true
+	s.metrics.Enabled.Set(1)
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.wg.Add(1)
 	go func() {
@@ -137,6 +138,7 @@ func (s *Scheduler) Stop() {
 		cancel()
 	}
 	s.wg.Wait()
+	s.metrics.Enabled.Set(0)
 }
 
 func (s *Scheduler) loop(ctx context.Context) {

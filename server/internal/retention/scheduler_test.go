@@ -88,6 +88,9 @@ func TestSchedulerFiresRunsOnTheSchedule(t *testing.T) {
 	if got := s.Next(); !got.Equal(wantNext) {
 		t.Fatalf("Next before Start = %s, want %s", got, wantNext)
 	}
+	if got := counterValue(t, e.metrics.Enabled); got != 0 {
+		t.Fatalf("enabled = %v before Start", got)
+	}
 	s.Start(context.Background())
 	if ds := e.clock.waitTimers(t, 1); ds[0] != 14*time.Hour {
 		t.Fatalf("first tick armed in %s, want 14h", ds[0])
@@ -109,6 +112,14 @@ func TestSchedulerFiresRunsOnTheSchedule(t *testing.T) {
 	}
 	if got := rec.firedRuns(); len(got) != 2 {
 		t.Fatalf("fired %v, want two scheduled runs", got)
+	}
+	// The enabled gauge follows the scheduler.
+	if got := counterValue(t, e.metrics.Enabled); got != 1 {
+		t.Fatalf("enabled = %v while the scheduler runs", got)
+	}
+	s.Stop()
+	if got := counterValue(t, e.metrics.Enabled); got != 0 {
+		t.Fatalf("enabled = %v after Stop", got)
 	}
 }
 
