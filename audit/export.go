@@ -356,10 +356,10 @@ func (c countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Commit ends the record, closes its gzip member and syncs the file: when
-// it returns nil the record survives a crash, and the item may be deleted.
+// Finish ends the record and its gzip member and hands the bytes to the
+// file, without syncing: Sync makes every finished record durable at once.
 // On error the record is cut off again and the writer fails.
-func (it *ExportItem) Commit() error {
+func (it *ExportItem) Finish() error {
 	w := it.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -374,15 +374,38 @@ func (it *ExportItem) Commit() error {
 	if err == nil {
 		err = w.bw.Flush()
 	}
-	if err == nil {
-		err = w.f.Sync()
-	}
 	if err != nil {
 		w.rewind()
 		return w.fail(fmt.Errorf("audit: %w: write %s: %w", ErrExportUnwritable, w.path, err))
 	}
 	w.good = w.n
 	w.count++
+	return nil
+}
+
+// Commit is Finish and Sync: when it returns nil the record survives a
+// crash, and the item may be deleted.
+func (it *ExportItem) Commit() error {
+	if err := it.Finish(); err != nil {
+		return err
+	}
+	return it.w.Sync()
+}
+
+// Sync makes every finished record durable (fsync). Only then may their
+// items be deleted.
+func (w *ExportWriter) Sync() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usable(); err != nil {
+		return err
+	}
+	if w.f == nil {
+		return nil
+	}
+	if err := w.f.Sync(); err != nil {
+		return w.fail(fmt.Errorf("audit: %w: sync %s: %w", ErrExportUnwritable, w.path, err))
+	}
 	return nil
 }
 

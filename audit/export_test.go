@@ -359,3 +359,105 @@ func checkMode(t *testing.T, path string, want fs.FileMode) {
 		t.Fatalf("%s: mode %v, want %v", path, info.Mode(), want)
 	}
 }
+
+// writeRunWithExport writes an export of the test records and an audit
+// file whose footer names it (with footer changed by edit first).
+func writeRunWithExport(t *testing.T, edit func(*Footer)) (auditPath, exportPath string) {
+	t.Helper()
+	base := t.TempDir()
+	ew, err := NewExportWriter(filepath.Join(base, "exports"), "run1", fixedStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range testRecords() {
+		writeRecord(t, ew, rec)
+	}
+	sum, err := ew.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newWriter(filepath.Join(base, "audit"), "run1", testHeader(), stepClock(fixedStart, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range testItems() {
+		if err := w.Item(it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := testFooter()
+	f.Exported, f.ExportFile, f.ExportSHA256 = &sum.Records, sum.Path, sum.SHA256
+	if edit != nil {
+		edit(&f)
+	}
+	path, err := w.Close(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, sum.Path
+}
+
+func TestVerifyChecksTheNamedExport(t *testing.T) {
+	path, _ := writeRunWithExport(t, nil)
+	if err := VerifyFile(path); err != nil {
+		t.Fatalf("untouched: %v", err)
+	}
+	rep, err := VerifyDir(filepath.Dir(filepath.Dir(path)))
+	if err != nil || rep.Verified != 1 || len(rep.Problems) != 0 {
+		t.Fatalf("VerifyDir: %+v, %v", rep, err)
+	}
+	line := len(fileLines(t, path)) // the footer
+
+	for name, tc := range map[string]struct {
+		edit   func(*Footer)
+		damage func(t *testing.T, export string)
+		file   string // "audit" or "export": which file the problem names
+		reason string
+	}{
+		"export changed": {damage: func(t *testing.T, export string) {
+			data, _ := os.ReadFile(export)
+			data[len(data)-10] ^= 1
+			_ = os.WriteFile(export, data, 0o640)
+		}, file: "export", reason: "does not decompress"},
+		"export replaced by a valid one": {damage: func(t *testing.T, export string) {
+			w, _ := NewExportWriter(t.TempDir(), "run1", fixedStart)
+			for _, rec := range testRecords() {
+				rec.Recovered = true
+				writeRecord(t, w, rec)
+			}
+			sum, _ := w.Close()
+			_ = os.Rename(sum.Path, export)
+		}, file: "export", reason: "SHA-256"},
+		"export missing": {damage: func(t *testing.T, export string) { _ = os.Remove(export) },
+			file: "audit", reason: "no such file"},
+		"record count off": {edit: func(f *Footer) { n := int64(2); f.Exported = &n },
+			file: "export", reason: "holds 3 records, the audit footer says 2"},
+		"count without file": {edit: func(f *Footer) { f.ExportFile, f.ExportSHA256 = "", "" },
+			file: "audit", reason: "names no export_file"},
+		"file without hash": {edit: func(f *Footer) { f.ExportSHA256 = "" },
+			file: "audit", reason: "without exported and export_sha256"},
+		"file without count": {edit: func(f *Footer) { f.Exported = nil },
+			file: "audit", reason: "without exported and export_sha256"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path, export := writeRunWithExport(t, tc.edit)
+			if tc.damage != nil {
+				tc.damage(t, export)
+			}
+			err := VerifyFile(path)
+			var p *Problem
+			if !errors.As(err, &p) || !strings.Contains(p.Reason, tc.reason) {
+				t.Fatalf("got %v, want a problem with %q", err, tc.reason)
+			}
+			want := path
+			if tc.file == "export" {
+				want = export
+			} else if p.Line != line {
+				t.Errorf("problem on line %d, want the footer's %d", p.Line, line)
+			}
+			if p.File != want {
+				t.Errorf("problem names %s, want %s", p.File, want)
+			}
+		})
+	}
+}

@@ -93,6 +93,12 @@ type Footer struct {
 	Stamped     int64     `json:"stamped"`
 	KeysDeleted int64     `json:"keys_deleted"`
 	DurationMS  int64     `json:"duration_ms"`
+
+	// Export (spec §3.3), present when the run exported: the number of
+	// records in its export file, the file's path and its SHA-256.
+	Exported     *int64 `json:"exported,omitempty"`
+	ExportFile   string `json:"export_file,omitempty"`
+	ExportSHA256 string `json:"export_sha256,omitempty"`
 }
 
 // Sentinel errors.

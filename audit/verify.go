@@ -66,6 +66,9 @@ func verify(r *Reader, name string) error {
 			if reason := c.tally.mismatch(rec.Footer); reason != "" {
 				return &Problem{File: name, Line: rec.Line, Reason: reason}
 			}
+			if err := verifyFooterExport(name, rec.Line, rec.Footer); err != nil {
+				return err
+			}
 		}
 	}
 	switch {
@@ -77,6 +80,26 @@ func verify(r *Reader, name string) error {
 		return &Problem{File: name, Line: last, Reason: "no footer: the run's file is incomplete"}
 	}
 	return nil
+}
+
+// verifyFooterExport checks the export file a footer names: it exists,
+// matches export_sha256 and decompresses to exported records. A problem
+// of the export itself names the export file.
+func verifyFooterExport(name string, line int, f *Footer) error {
+	switch {
+	case f.ExportFile == "" && f.Exported != nil && *f.Exported > 0:
+		return &Problem{File: name, Line: line, Reason: fmt.Sprintf("footer says %d items were exported but names no export_file", *f.Exported)}
+	case f.ExportFile == "":
+		return nil
+	case f.Exported == nil || f.ExportSHA256 == "":
+		return &Problem{File: name, Line: line, Reason: "footer names an export_file without exported and export_sha256"}
+	}
+	err := VerifyExport(f.ExportFile, f.ExportSHA256, *f.Exported)
+	var p *Problem
+	if err != nil && !errors.As(err, &p) {
+		return &Problem{File: name, Line: line, Reason: "export_file: " + err.Error()}
+	}
+	return err
 }
 
 // blame decides which of two lines a broken link points at: broken's prev
