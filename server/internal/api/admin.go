@@ -46,9 +46,9 @@ func (s *server) retentionRun(w http.ResponseWriter, r *http.Request) error {
 		return s.writeJSON(w, r, http.StatusAccepted, map[string]string{"run_id": id})
 	}
 
-	// The run follows the request's context: a client that hangs up
-	// interrupts it at the next batch boundary, which is safe and audited.
-	// Fire-and-forget runs use ?wait=false.
+	// A client that hangs up does not stop the run (a proxy timeout must
+	// not interrupt a purge); a shutdown does, at the next batch boundary,
+	// and the client still gets the interrupted run's result.
 	res, err := s.retention.Run(r.Context(), run)
 	switch {
 	case err == nil:

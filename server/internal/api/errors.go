@@ -116,6 +116,8 @@ func classify(err error) (int, errorBody) {
 		return http.StatusConflict, errorBody{Error: err.Error(), Paused: true}
 	case errors.Is(err, retention.ErrLeaseHeld), errors.Is(err, retention.ErrDisabled):
 		return http.StatusConflict, errorBody{Error: err.Error()}
+	case errors.Is(err, retention.ErrClosed):
+		return http.StatusServiceUnavailable, errorBody{Error: "server shutting down"}
 
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, errorBody{Error: "request canceled"}

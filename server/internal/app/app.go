@@ -23,9 +23,10 @@ import (
 // Version is the server version written into audit headers.
 const Version = "0.1.0"
 
-// Serve runs the server until ctx ends, then shuts down in order: HTTP
-// first, then the scheduler (the current run stops at its next batch
-// boundary and writes an interrupted footer), then the store.
+// Serve runs the server until ctx ends, then shuts down in order: the
+// retention runs going stop at their next batch boundary (interrupted
+// footer) while HTTP drains, so that a client waiting for a run gets its
+// answer; then the store closes, after every run has ended.
 func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err := Validate(cfg); err != nil {
 		return err
@@ -65,10 +66,12 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	} else if !at.IsZero() {
 		logger.Debug("retention_last_success_restored", "finished_at", at)
 	}
-	// The scheduler outlives ctx until HTTP has drained; Close then stops
-	// the current run at its next batch boundary.
-	svc.StartScheduler(context.WithoutCancel(ctx))
+	// Shutdown stops the runs at once (not after HTTP has drained: a
+	// waited-for run holds its request open); the deferred Close waits for
+	// them before the store closes.
+	svc.StartScheduler(ctx)
 	defer svc.Close()
+	defer context.AfterFunc(ctx, svc.Close)()
 
 	h, err := api.New(api.Options{
 		Store:      st,

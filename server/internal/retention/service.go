@@ -31,8 +31,9 @@ type Manager struct {
 	log    *slog.Logger
 	now    func() time.Time
 
-	// Background runs (Start) live on this context: detached from the
-	// request that started them, cancelled by Close.
+	// Runs asked for here (Run and Start) live on this context: detached
+	// from the request that asked, so a client that hangs up (a proxy
+	// timeout) does not stop them; cancelled by Close, at shutdown.
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -43,7 +44,7 @@ type Manager struct {
 
 var _ Service = (*Manager)(nil)
 
-// ErrClosed is returned by Start after Close.
+// ErrClosed is returned by Run and Start after Close.
 var ErrClosed = errors.New("retention service closed")
 
 // NewService returns the service over runner (and scheduler, when retention is enabled).
@@ -79,8 +80,10 @@ func (m *Manager) Recover(ctx context.Context) ([]string, error) { return m.runn
 // calls it at start.
 func (m *Manager) RestoreLastSuccess() (time.Time, error) { return m.runner.restoreLastSuccess() }
 
-// Close stops the scheduler and cancels background runs; each stops at its
-// next batch boundary with an interrupted footer. Close waits for them.
+// Close stops the scheduler and cancels the runs going (scheduled, waited
+// for, background); each stops at its next batch boundary with an
+// interrupted footer. Close waits for them, so the store can be closed
+// after it. Calling it again, or from several goroutines, is safe.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	m.closed = true
@@ -92,9 +95,24 @@ func (m *Manager) Close() {
 	m.wg.Wait()
 }
 
-// Run runs now and waits (spec §7 POST /admin/retention/run).
+// Run runs now and waits (spec §7 POST /admin/retention/run). ctx only
+// bounds taking the lease: the run itself ends with Close, like a
+// scheduled one, not with the caller.
 func (m *Manager) Run(ctx context.Context, req RunRequest) (Result, error) {
-	return m.runner.Run(ctx, req)
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return Result{}, ErrClosed
+	}
+	rn, res, err := m.runner.begin(ctx, req)
+	if err != nil {
+		m.mu.Unlock()
+		return res, err
+	}
+	m.wg.Add(1)
+	m.mu.Unlock()
+	defer m.wg.Done()
+	return rn.execute(m.ctx)
 }
 
 // Pause reads the pause switch (and refreshes the paused gauge).
