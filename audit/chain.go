@@ -93,6 +93,8 @@ func checkFields(rec *Record) string {
 			return fmt.Sprintf("item_type %q is not thread or message", it.ItemType)
 		case !validItemStatus(it.Status):
 			return fmt.Sprintf("item status %q is unknown", it.Status)
+		case it.Cause != "" && !validCause(it.Cause):
+			return fmt.Sprintf("item cause %q is unknown", it.Cause)
 		case (it.PurgedAt != nil) != (it.Status == StatusPurged):
 			return "purged_at must be present exactly when status is purged"
 		case !isUTC(it.DeletedAt) || it.PurgedAt != nil && !isUTC(*it.PurgedAt):

@@ -34,6 +34,10 @@ func testHeader() Header {
 		Epoch:         7,
 		Version:       "1.0.0",
 		BatchSize:     1000,
+
+		MaxAge:          "90d",
+		MaxMessages:     500,
+		PolicyOverrides: 2,
 	}
 }
 
@@ -44,7 +48,7 @@ func testItems() []Item {
 	deleted := fixedStart.Add(-40 * 24 * time.Hour)
 	return []Item{
 		{ItemType: ItemThread, ItemID: "t-0001", ThreadID: "t-0001", DeletedAt: deleted, Status: StatusPurged, KeysDeleted: 12, PurgedAt: ptrTime(fixedStart.Add(time.Second))},
-		{ItemType: ItemMessage, ItemID: "m-0002", ThreadID: "t-0009", DeletedAt: deleted, Status: StatusPurged, KeysDeleted: 3, PurgedAt: ptrTime(fixedStart.Add(2 * time.Second)), Recovered: true},
+		{ItemType: ItemMessage, ItemID: "m-0002", ThreadID: "t-0009", Status: StatusPurged, Cause: CauseMaxAge, KeysDeleted: 3, PurgedAt: ptrTime(fixedStart.Add(2 * time.Second)), Recovered: true},
 		{ItemType: ItemThread, ItemID: "t-0003", ThreadID: "t-0003", Status: StatusStamped, Reason: "deleted without deleted_ts; clock started"},
 		{ItemType: ItemThread, ItemID: "t-0004", ThreadID: "t-0004", DeletedAt: fixedStart.Add(time.Hour), Status: StatusSkipped, Reason: "deleted_ts more than 5m in the future"},
 		{ItemType: ItemThread, ItemID: "t-0005", ThreadID: "t-0005", DeletedAt: deleted, Status: StatusFailed, KeysDeleted: 4, Reason: "batch commit: disk full"},

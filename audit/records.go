@@ -29,6 +29,13 @@ const (
 	StatusStamped = "stamped"
 )
 
+// Item causes: why an item was purged (or would be, or was looked at).
+const (
+	CauseDeleted     = "deleted"      // soft-deleted and past its period
+	CauseMaxAge      = "max_age"      // a live message older than MAX_AGE
+	CauseMaxMessages = "max_messages" // beyond a thread's newest MAX_MESSAGES
+)
+
 // Item types.
 const (
 	ItemThread  = "thread"
@@ -64,6 +71,12 @@ type Header struct {
 	Epoch         int64     `json:"epoch"`
 	Version       string    `json:"version"`
 	BatchSize     int       `json:"batch_size"`
+	// Policies in force (spec §3.1): max_age "0" and max_messages 0 are
+	// off; policy_overrides is the number of threads with an override.
+	// Files written before policies existed lack them.
+	MaxAge          string `json:"max_age"`
+	MaxMessages     int    `json:"max_messages"`
+	PolicyOverrides int    `json:"policy_overrides"`
 }
 
 // Item records what happened to one thread or message. It holds IDs and
@@ -74,6 +87,7 @@ type Item struct {
 	ThreadID    string     `json:"thread_id"`
 	DeletedAt   time.Time  `json:"deleted_at"` // zero when unknown
 	Status      string     `json:"status"`
+	Cause       string     `json:"cause"` // deleted | max_age | max_messages; absent in files written before policies
 	KeysDeleted int64      `json:"keys_deleted"`
 	PurgedAt    *time.Time `json:"purged_at,omitempty"` // only when purged
 	Reason      string     `json:"reason,omitempty"`    // when skipped, failed or stamped
@@ -346,6 +360,14 @@ func validItemType(s string) bool { return s == ItemThread || s == ItemMessage }
 func validItemStatus(s string) bool {
 	switch s {
 	case StatusPurged, StatusDryRun, StatusFailed, StatusSkipped, StatusStamped:
+		return true
+	}
+	return false
+}
+
+func validCause(s string) bool {
+	switch s {
+	case CauseDeleted, CauseMaxAge, CauseMaxMessages:
 		return true
 	}
 	return false

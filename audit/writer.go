@@ -50,6 +50,9 @@ func newWriter(root, runID string, h Header, now func() time.Time) (*Writer, err
 	}
 	h.StartedAt = h.StartedAt.UTC()
 	h.Cutoff = h.Cutoff.UTC()
+	if h.MaxAge == "" {
+		h.MaxAge = "0" // off, as the environment writes it
+	}
 
 	dir := filepath.Join(root, h.StartedAt.Format(monthLayout))
 	final := filepath.Join(dir, sealedName(h.StartedAt, runID))
@@ -106,8 +109,8 @@ func (w *Writer) open(final string, created []string, header []byte) error {
 	return nil
 }
 
-// Item appends an item record (buffered until Sync). Times are written in
-// UTC; purged_at is kept only for purged items and, when missing there, set
+// Item appends an item record (buffered until Sync). An empty cause is
+// written as "deleted"; times are written in UTC; purged_at is kept only for purged items and, when missing there, set
 // to the time of writing; a reason longer than 4 KiB is shortened. An
 // invalid item is refused and leaves the writer usable.
 func (w *Writer) Item(it Item) error {
@@ -121,6 +124,12 @@ func (w *Writer) Item(it Item) error {
 	}
 	if !validItemStatus(it.Status) {
 		return fmt.Errorf("audit: %w: item status %q", ErrInvalidRecord, it.Status)
+	}
+	if it.Cause == "" {
+		it.Cause = CauseDeleted // the one cause there was before policies
+	}
+	if !validCause(it.Cause) {
+		return fmt.Errorf("audit: %w: item cause %q", ErrInvalidRecord, it.Cause)
 	}
 	it.DeletedAt = it.DeletedAt.UTC()
 	switch {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
@@ -238,6 +239,11 @@ func printResult(w io.Writer, r retention.Result) {
 	}
 	fmt.Fprintf(w, "  scanned=%d eligible=%d purged=%d failed=%d skipped=%d stamped=%d keys_deleted=%d\n",
 		r.Scanned, r.Eligible, r.Purged, r.Failed, r.Skipped, r.Stamped, r.KeysDeleted)
+	for _, c := range []string{audit.CauseDeleted, audit.CauseMaxAge, audit.CauseMaxMessages} {
+		if cc, ok := r.ByCause[c]; ok {
+			fmt.Fprintf(w, "  %-14s eligible=%d purged=%d failed=%d skipped=%d\n", c+":", cc.Eligible, cc.Purged, cc.Failed, cc.Skipped)
+		}
+	}
 	if r.AuditFile != "" {
 		fmt.Fprintf(w, "  audit_file:    %s\n", r.AuditFile)
 	}

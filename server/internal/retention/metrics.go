@@ -61,8 +61,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"result"}),
 		ItemsPurged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "progressdb_retention_items_purged_total",
-			Help: "Threads and messages purged, by kind.",
-		}, []string{"kind"}),
+			Help: "Threads and messages purged, by kind and cause (deleted, max_age, max_messages).",
+		}, []string{"kind", "cause"}),
 		KeysDeleted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "progressdb_retention_keys_deleted_total",
 			Help: "Keys deleted by retention purges.",
@@ -104,8 +104,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{resultCompleted, resultFailed, resultInterrupted, resultSkippedLease, resultDryRun, resultPaused} {
 		m.Runs.WithLabelValues(r)
 	}
-	for _, k := range []store.ItemKind{store.KindThread, store.KindMessage} {
-		m.ItemsPurged.WithLabelValues(string(k))
+	// Threads are purged only once deleted; the policies purge messages.
+	m.ItemsPurged.WithLabelValues(string(store.KindThread), audit.CauseDeleted)
+	for _, c := range causes {
+		m.ItemsPurged.WithLabelValues(string(store.KindMessage), c)
 	}
 	for _, s := range []string{stageLease, stageAudit, stageRecovery, stageScan, stageStamp, stagePurge, stageSync, stagePanic, stageSchedule} {
 		m.Errors.WithLabelValues(s)

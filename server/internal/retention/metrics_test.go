@@ -67,8 +67,8 @@ func TestMetricsAfterRuns(t *testing.T) {
 	}{
 		{"runs completed", m.Runs.WithLabelValues(resultCompleted), 1},
 		{"runs failed", m.Runs.WithLabelValues(resultFailed), 0},
-		{"threads purged", m.ItemsPurged.WithLabelValues("thread"), 1},
-		{"messages purged", m.ItemsPurged.WithLabelValues("message"), 1},
+		{"threads purged", m.ItemsPurged.WithLabelValues("thread", "deleted"), 1},
+		{"messages purged", m.ItemsPurged.WithLabelValues("message", "deleted"), 1},
 		{"keys deleted", m.KeysDeleted, float64(res.KeysDeleted)},
 		{"eligible", m.EligibleItems, 2},
 		{"lease held", m.LeaseHeld, 0},
@@ -178,7 +178,7 @@ func TestMetricsNamesMatchTheSpec(t *testing.T) {
 	if n := len(collect(m.Runs)); n != 6 {
 		t.Errorf("runs_total has %d series, want 6", n)
 	}
-	if n := len(collect(m.ItemsPurged)); n != 2 {
-		t.Errorf("items_purged_total has %d series, want 2", n)
+	if n := len(collect(m.ItemsPurged)); n != 4 {
+		t.Errorf("items_purged_total has %d series, want 4 (threads: deleted; messages: every cause)", n)
 	}
 }

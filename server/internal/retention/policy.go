@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -34,6 +35,9 @@ type ThreadPolicy struct {
 	Override  PolicyOverride `json:"override"`
 	Effective Policy         `json:"effective"`
 }
+
+// causes lists the audit causes in the order they are reported.
+var causes = []string{audit.CauseDeleted, audit.CauseMaxAge, audit.CauseMaxMessages}
 
 // policy is a resolved policy: what a run applies to one thread.
 type policy struct {

@@ -58,6 +58,7 @@ type run struct {
 	auditErr error
 
 	scanned, eligible, purged, failed, skipped, stamped, keys int64
+	byCause                                                   map[string]CauseCounts
 
 	lastProgress time.Time
 }
@@ -84,6 +85,7 @@ type candidate struct {
 	deleted   bool
 	deletedTS int64
 	legalHold bool
+	cause     string // audit.Cause*: why it is a candidate
 }
 
 // execute performs the run begun by begin. It always releases the lease.
@@ -105,31 +107,32 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 		r.log.Info("retention_audit_sealed", "run_id", rn.id, "file", p)
 	}
 
+	// The header records the policies in force; counting the overrides
+	// reads the override index, O(overrides).
+	overrides, err := r.st.CountRetentionOverrides(ctx)
+	if err != nil {
+		return rn.failedToStart(res, stageScan, "count retention overrides", err)
+	}
 	info := rn.lease.Info()
 	w, err := audit.Create(r.cfg.AuditPath, rn.id, audit.Header{
-		StartedAt:     rn.at,
-		DryRun:        rn.dry,
-		Period:        config.FormatDuration(r.cfg.Period),
-		MessagePeriod: config.FormatDuration(r.cfg.MessagePeriod),
-		Cutoff:        rn.at.Add(-r.cfg.Period),
-		Owner:         info.Owner,
-		Host:          info.Host,
-		PID:           info.PID,
-		Epoch:         info.Epoch,
-		Version:       r.version,
-		BatchSize:     r.cfg.BatchSize,
+		StartedAt:       rn.at,
+		DryRun:          rn.dry,
+		Period:          config.FormatDuration(r.cfg.Period),
+		MessagePeriod:   config.FormatDuration(r.cfg.MessagePeriod),
+		Cutoff:          rn.at.Add(-r.cfg.Period),
+		Owner:           info.Owner,
+		Host:            info.Host,
+		PID:             info.PID,
+		Epoch:           info.Epoch,
+		Version:         r.version,
+		BatchSize:       r.cfg.BatchSize,
+		MaxAge:          formatAge(r.cfg.MaxAge),
+		MaxMessages:     r.cfg.MaxMessages,
+		PolicyOverrides: overrides,
 	})
 	if err != nil {
 		// Fail closed: without a durable header nothing is deleted.
-		r.metrics.countError(stageAudit)
-		r.metrics.Runs.WithLabelValues(resultFailed).Inc()
-		res.FinishedAt = r.now().UTC()
-		res.Status = audit.RunFailed
-		res.Error = "create audit file: " + err.Error()
-		r.metrics.RunDuration.Observe(res.FinishedAt.Sub(res.StartedAt).Seconds())
-		r.last.Store(&res)
-		r.log.Error("retention_run_failed", "run_id", rn.id, "trigger", rn.trigger, "stage", stageAudit, "err", err)
-		return res, fmt.Errorf("create audit file: %w", err)
+		return rn.failedToStart(res, stageAudit, "create audit file", err)
 	}
 	rn.w = w
 	r.log.Info("retention_run_started", "run_id", rn.id, "trigger", rn.trigger, "dry_run", rn.dry,
@@ -147,6 +150,21 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 		rn.scan(ctx, store.KindMessage, r.cfg.MessagePeriod)
 	}
 	return rn.finish(ctx, res)
+}
+
+// failedToStart reports a run that failed before its audit header was
+// written: nothing was deleted, and there is no file to close.
+func (rn *run) failedToStart(res Result, stage, what string, err error) (Result, error) {
+	r := rn.r
+	r.metrics.countError(stage)
+	r.metrics.Runs.WithLabelValues(resultFailed).Inc()
+	res.FinishedAt = r.now().UTC()
+	res.Status = audit.RunFailed
+	res.Error = what + ": " + err.Error()
+	r.metrics.RunDuration.Observe(res.FinishedAt.Sub(res.StartedAt).Seconds())
+	r.last.Store(&res)
+	r.log.Error("retention_run_failed", "run_id", rn.id, "trigger", rn.trigger, "stage", stage, "err", err)
+	return res, fmt.Errorf("%s: %w", what, err)
 }
 
 // recoverPending finishes what earlier runs left: a purge marker means a
@@ -179,6 +197,7 @@ func (rn *run) recoverPending(ctx context.Context) {
 			ItemID:    m.ID,
 			ThreadID:  m.ThreadID,
 			DeletedAt: unixTime(m.DeletedTS),
+			Cause:     m.Cause, // empty (deleted) for markers written before policies
 		}
 		exists, err := r.st.ItemExists(ctx, m.Kind, m.ID)
 		if err != nil {
@@ -320,13 +339,14 @@ func (rn *run) load(ctx context.Context, e store.DeletionEntry) (candidate, erro
 			return candidate{}, err
 		}
 		return candidate{kind: e.Kind, id: t.ID, tid: t.ID, deleted: t.Deleted,
-			deletedTS: t.DeletedTS, legalHold: t.LegalHold}, nil
+			deletedTS: t.DeletedTS, legalHold: t.LegalHold, cause: audit.CauseDeleted}, nil
 	}
 	m, err := rn.r.st.GetMessage(ctx, e.ThreadID, e.ID)
 	if err != nil {
 		return candidate{}, err
 	}
-	return candidate{kind: e.Kind, id: m.ID, tid: e.ThreadID, deleted: m.Deleted, deletedTS: m.DeletedTS}, nil
+	return candidate{kind: e.Kind, id: m.ID, tid: e.ThreadID, deleted: m.Deleted, deletedTS: m.DeletedTS,
+		cause: audit.CauseDeleted}, nil
 }
 
 // threadOnHold reports whether a message's thread is on legal hold; a
@@ -390,6 +410,7 @@ func (rn *run) take(ctx context.Context, c candidate) {
 			DeletedTS: c.deletedTS,
 			RunID:     rn.id,
 			StartedAt: r.now().UnixNano(),
+			Cause:     c.cause,
 		}
 		err := r.st.BeginPurge(ctx, m)
 		switch {
@@ -549,21 +570,35 @@ func (rn *run) record(it audit.Item) bool {
 		rn.auditFailed(err)
 		return false
 	}
+	if it.Cause == "" {
+		it.Cause = audit.CauseDeleted // as the writer wrote it
+	}
+	cc := rn.byCause[it.Cause]
 	switch it.Status {
 	case audit.StatusPurged:
 		rn.purged++
 		rn.eligible++
-		rn.r.metrics.ItemsPurged.WithLabelValues(it.ItemType).Inc()
+		cc.Purged++
+		cc.Eligible++
+		rn.r.metrics.ItemsPurged.WithLabelValues(it.ItemType, it.Cause).Inc()
 	case audit.StatusFailed:
 		rn.failed++
 		rn.eligible++
+		cc.Failed++
+		cc.Eligible++
 	case audit.StatusDryRun:
 		rn.eligible++
+		cc.Eligible++
 	case audit.StatusSkipped:
 		rn.skipped++
+		cc.Skipped++
 	case audit.StatusStamped:
 		rn.stamped++
 	}
+	if rn.byCause == nil {
+		rn.byCause = make(map[string]CauseCounts)
+	}
+	rn.byCause[it.Cause] = cc
 	rn.keys += it.KeysDeleted
 	return true
 }
@@ -628,7 +663,7 @@ func (rn *run) progress() {
 		rate = float64(rn.taken) / elapsed
 	}
 	attrs := []any{"run_id", rn.id, "items_done", rn.taken, "scanned", rn.scanned, "keys_deleted", rn.keys,
-		"rate_per_sec", math.Round(rate*10) / 10}
+		"rate_per_sec", math.Round(rate*10) / 10, "by_cause", causeLog(rn.byCause)}
 	if max := rn.r.cfg.MaxItems; max > 0 && rate > 0 {
 		left := time.Duration(float64(max-rn.taken) / rate * float64(time.Second))
 		attrs = append(attrs, "time_left", left.Round(time.Second).String())
@@ -679,6 +714,7 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 	res.Scanned, res.Eligible, res.Purged = rn.scanned, rn.eligible, rn.purged
 	res.Failed, res.Skipped, res.Stamped, res.KeysDeleted = rn.failed, rn.skipped, rn.stamped, rn.keys
 	res.AuditFile = path
+	res.ByCause = rn.byCause
 	if status != audit.RunCompleted {
 		res.Error = reason
 	}
@@ -704,7 +740,7 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 	r.log.Log(ctx, level, "retention_run_finished", "run_id", rn.id, "trigger", rn.trigger, "dry_run", rn.dry,
 		"status", status, "reason", reason, "scanned", rn.scanned, "eligible", rn.eligible, "purged", rn.purged,
 		"failed", rn.failed, "skipped", rn.skipped, "stamped", rn.stamped, "keys_deleted", rn.keys,
-		"batches", rn.batches, "batches_yielded", rn.pace.yielded,
+		"by_cause", causeLog(rn.byCause), "batches", rn.batches, "batches_yielded", rn.pace.yielded,
 		"duration_ms", finished.Sub(rn.at).Milliseconds(), "audit_file", path)
 	return res, runErr
 }
@@ -717,6 +753,7 @@ func (c candidate) item(status, reason string) audit.Item {
 		ThreadID:  c.tid,
 		DeletedAt: unixTime(c.deletedTS),
 		Status:    status,
+		Cause:     c.cause,
 		Reason:    reason,
 	}
 }
@@ -728,6 +765,7 @@ func skippedItem(e store.DeletionEntry, reason string) audit.Item {
 		ThreadID:  e.ThreadID,
 		DeletedAt: unixTime(e.DeletedTS),
 		Status:    audit.StatusSkipped,
+		Cause:     audit.CauseDeleted,
 		Reason:    reason,
 	}
 }
@@ -739,4 +777,16 @@ func unixTime(ns int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, ns).UTC()
+}
+
+// causeLog renders per-cause counts as a log group: eligible and purged
+// for each cause seen.
+func causeLog(m map[string]CauseCounts) slog.Value {
+	var attrs []slog.Attr
+	for _, c := range causes {
+		if cc, ok := m[c]; ok {
+			attrs = append(attrs, slog.Group(c, "eligible", cc.Eligible, "purged", cc.Purged))
+		}
+	}
+	return slog.GroupValue(attrs...)
 }

@@ -38,6 +38,17 @@ type Result struct {
 	KeysDeleted int64     `json:"keys_deleted"`
 	AuditFile   string    `json:"audit_file"`
 	Error       string    `json:"error,omitempty"`
+	// ByCause breaks the counts down by cause (deleted, max_age,
+	// max_messages); only causes the run met are present.
+	ByCause map[string]CauseCounts `json:"by_cause,omitempty"`
+}
+
+// CauseCounts are a run's counts for one cause.
+type CauseCounts struct {
+	Eligible int64 `json:"eligible"`
+	Purged   int64 `json:"purged"`
+	Failed   int64 `json:"failed"`
+	Skipped  int64 `json:"skipped"`
 }
 
 // LeaseStatus is the lease part of Status.

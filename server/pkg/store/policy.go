@@ -193,3 +193,11 @@ func (s *Store) ScanRetentionOverrides(ctx context.Context, fn func(OverrideEntr
 	}
 	return nil
 }
+
+// CountRetentionOverrides returns the number of threads with an override,
+// from the override index: O(overrides).
+func (s *Store) CountRetentionOverrides(ctx context.Context) (int, error) {
+	n := 0
+	err := s.ScanRetentionOverrides(ctx, func(OverrideEntry) error { n++; return nil })
+	return n, err
+}

@@ -98,6 +98,10 @@ type PurgeMarker struct {
 	DeletedTS int64    `json:"deleted_ts"`
 	RunID     string   `json:"run_id"`
 	StartedAt int64    `json:"started_at"`
+	// Cause is why the item is purged (deleted, max_age, max_messages), so
+	// that a record written on recovery names it too; empty in markers
+	// written before policies, which were all "deleted".
+	Cause string `json:"cause,omitempty"`
 }
 
 // StampMarker is written in the same synced batch as a stamp (the start of
