@@ -34,9 +34,10 @@ type b9Cell struct {
 	threads int
 	writers int
 
-	apiRate, rawRate []float64 // messages/s per repetition
-	apiP50, apiP99   []float64 // ns
-	rawP50, rawP99   []float64
+	apiRate, rawRate, stRate []float64 // messages/s per repetition
+	apiP50, apiP99           []float64 // ns
+	rawP50, rawP99           []float64
+	stP99                    []float64
 }
 
 // b9Load is one closed-loop measurement's outcome.
@@ -68,8 +69,11 @@ func runB9(ctx context.Context, b *bench) (*section, error) {
 			"(at most %s messages), over keep-alive connections to the real server (`api.New` behind `api.Serve`, "+
 			"127.0.0.1, same process). Each 201 is durable. Beside it, raw Pebble on a fresh database with the "+
 			"same options commits the same two keys per message (version and log entry, same values) in one "+
-			"batch with `Sync`, at the same concurrency: the floor. Spread writers pick threads round-robin over "+
-			"1,000 threads. %d repetitions, interleaved (raw, then API, cell by cell); medians, with range.",
+			"batch with `Sync`, at the same concurrency: the floor. The store column calls `Store.AppendMessage` "+
+			"from as many goroutines, without HTTP, to tell the storage path from the HTTP layer. Spread writers "+
+			"pick threads round-robin over 1,000 threads. Every database first takes a tenth of the time in "+
+			"untimed writes (the first fsyncs of a new log are slow). %d repetitions, interleaved (raw, store, "+
+			"API, cell by cell); medians, with range.",
 		dur, count(maxOps), reps))
 
 	for rep := range reps {
@@ -81,10 +85,16 @@ func runB9(ctx context.Context, b *bench) (*section, error) {
 			if err != nil {
 				return sec, fmt.Errorf("raw %s × %d: %w", c.shape, c.writers, err)
 			}
+			stl, err := b9Store(ctx, b.dir("b9", fmt.Sprintf("store-%d-%d-%d", c.threads, c.writers, rep)), c, dur, maxOps)
+			if err != nil {
+				return sec, fmt.Errorf("store %s × %d: %w", c.shape, c.writers, err)
+			}
 			ap, err := b9API(ctx, b.dir("b9", fmt.Sprintf("api-%d-%d-%d", c.threads, c.writers, rep)), c, dur, maxOps)
 			if err != nil {
 				return sec, fmt.Errorf("api %s × %d: %w", c.shape, c.writers, err)
 			}
+			c.stRate = append(c.stRate, rate(stl.n, stl.dur))
+			c.stP99 = append(c.stP99, float64(percentile(stl.lat, 99)))
 			c.rawRate = append(c.rawRate, rate(raw.n, raw.dur))
 			c.apiRate = append(c.apiRate, rate(ap.n, ap.dur))
 			c.rawP50 = append(c.rawP50, float64(percentile(raw.lat, 50)))
@@ -99,15 +109,16 @@ func runB9(ctx context.Context, b *bench) (*section, error) {
 
 	t := table{
 		caption: "Synced writes: the API against raw Pebble at the same concurrency.",
-		header:  []string{"shape", "writers", "API msgs/s", "raw Pebble commits/s", "API / raw", "API p50", "API p99", "raw p50", "raw p99", "p99 API / raw"},
+		header:  []string{"shape", "writers", "API msgs/s", "raw Pebble commits/s", "API / raw", "store msgs/s (no HTTP)", "store / raw", "API p50", "API p99", "raw p50", "raw p99", "p99 API / raw", "store p99"},
 	}
 	for _, c := range cells {
 		t.add(c.shape, strconv.Itoa(c.writers),
 			spread(c.apiRate, fmtRate), spread(c.rawRate, fmtRate),
 			fmtRatio(median(c.apiRate)/median(c.rawRate)),
+			spread(c.stRate, fmtRate), fmtRatio(median(c.stRate)/median(c.rawRate)),
 			fmtDurF(median(c.apiP50)), fmtDurF(median(c.apiP99)),
 			fmtDurF(median(c.rawP50)), fmtDurF(median(c.rawP99)),
-			fmtRatio(median(c.apiP99)/median(c.rawP99)))
+			fmtRatio(median(c.apiP99)/median(c.rawP99)), fmtDurF(median(c.stP99)))
 	}
 	sec.tables = append(sec.tables, t)
 
@@ -158,6 +169,26 @@ func b9Raw(ctx context.Context, dir string, c *b9Cell, dur time.Duration, maxOps
 		_ = bt.Set([]byte(fmt.Sprintf("thread:%s:log:%020d:%s", tid, now, mid)), []byte(mid), nil)
 		defer bt.Close()
 		return bt.Commit(pebble.Sync)
+	})
+}
+
+// b9Store appends through the store itself, at c.writers concurrency.
+func b9Store(ctx context.Context, dir string, c *b9Cell, dur time.Duration, maxOps int64) (b9Load, error) {
+	st, err := store.Open(dir, store.Options{})
+	if err != nil {
+		return b9Load{}, err
+	}
+	defer st.Close()
+	tids := b9Threads(c.threads)
+	for _, tid := range tids {
+		if _, err := st.CreateThread(ctx, store.Thread{ID: tid, Title: "bench", Author: "writer"}); err != nil {
+			return b9Load{}, err
+		}
+	}
+	body := json.RawMessage(`{"text":"a message of about sixty bytes, like a short chat line"}`)
+	return b9Drive(ctx, c.writers, dur, maxOps, func(w, k int) error {
+		_, err := st.AppendMessage(ctx, tids[(w+k*c.writers)%len(tids)], store.Message{Author: "writer", Body: body})
+		return err
 	})
 }
 
@@ -230,9 +261,17 @@ func b9Threads(n int) []string {
 	return out
 }
 
-// b9Drive runs op from n writers in a closed loop until dur has passed or
-// maxOps operations completed, and returns the count and the latencies.
+// b9Drive runs op from n writers untimed for a tenth of dur, then in a
+// closed loop until dur has passed or maxOps operations completed, and
+// returns the count and the latencies of the timed part.
 func b9Drive(ctx context.Context, n int, dur time.Duration, maxOps int64, op func(w, k int) error) (b9Load, error) {
+	if _, err := b9Loop(ctx, n, dur/10, maxOps/10, op); err != nil {
+		return b9Load{}, err
+	}
+	return b9Loop(ctx, n, dur, maxOps, op)
+}
+
+func b9Loop(ctx context.Context, n int, dur time.Duration, maxOps int64, op func(w, k int) error) (b9Load, error) {
 	var (
 		done   atomic.Int64
 		mu     sync.Mutex
