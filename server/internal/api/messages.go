@@ -43,8 +43,8 @@ func (s *server) appendMessage(w http.ResponseWriter, r *http.Request) error {
 	if err := bodyID(req.ID, "message id"); err != nil {
 		return err
 	}
-	if req.Author == "" {
-		return badRequest("author is required")
+	if err := textField("author", req.Author, maxAuthorBytes); err != nil {
+		return err
 	}
 	if len(req.Body) == 0 {
 		return badRequest("body is required")

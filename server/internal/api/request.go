@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -15,11 +17,40 @@ import (
 // maxListLimit bounds ?limit= (store.ListOptions allows up to 1000).
 const maxListLimit = 1000
 
-// decodeBody reads exactly one JSON value into dst: unknown fields, trailing
-// values and bodies over the size limit are refused. An empty body is
-// refused unless allowEmpty, in which case dst keeps its zero value.
+// Limits of their own for titles and authors (bytes of UTF-8): they are
+// repeated in every listing, so the body limit alone is far too loose.
+const (
+	maxTitleBytes  = 1024
+	maxAuthorBytes = 256
+)
+
+// textField checks a required short text field against its limit.
+func textField(name, v string, limit int) error {
+	switch {
+	case v == "":
+		return badRequest("%s is required", name)
+	case len(v) > limit:
+		return badRequest("%s is %d bytes, more than the limit of %d", name, len(v), limit)
+	}
+	return nil
+}
+
+// decodeBody reads exactly one JSON value into dst: bodies that are not
+// valid UTF-8, unknown fields, trailing values and bodies over the size
+// limit are refused. An empty body is refused unless allowEmpty, in which
+// case dst keeps its zero value.
 func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, dst any, allowEmpty bool) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody))
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		return bodyError(err)
+	}
+	// Go's decoder would keep invalid bytes in a raw message body (and
+	// silently replace them in strings); stored, they break every listing
+	// of the thread for strict JSON clients.
+	if !utf8.Valid(data) {
+		return badRequest("invalid JSON: request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		if errors.Is(err, io.EOF) {

@@ -24,11 +24,11 @@ func (s *server) createThread(w http.ResponseWriter, r *http.Request) error {
 	if err := bodyID(req.ID, "thread id"); err != nil {
 		return err
 	}
-	if req.Title == "" {
-		return badRequest("title is required")
+	if err := textField("title", req.Title, maxTitleBytes); err != nil {
+		return err
 	}
-	if req.Author == "" {
-		return badRequest("author is required")
+	if err := textField("author", req.Author, maxAuthorBytes); err != nil {
+		return err
 	}
 	t, err := s.store.CreateThread(r.Context(), store.Thread{ID: req.ID, Title: req.Title, Author: req.Author})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestInvalidIDs(t *testing.T) {
@@ -123,5 +124,46 @@ func TestHealthz(t *testing.T) {
 	r := e.expect(t, "GET", "/healthz", "", http.StatusOK)
 	if string(r.body) != "{\"status\":\"ok\"}\n" || r.header.Get("Content-Type") != "application/json" {
 		t.Fatalf("healthz %q %q", r.header.Get("Content-Type"), r.body)
+	}
+}
+
+// Invalid UTF-8 anywhere in a body is refused before anything is stored:
+// stored, it breaks every listing of the thread for strict JSON clients.
+// Titles and authors have limits of their own.
+func TestInvalidUTF8AndTextLimits(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.createThread(t, "t1")
+	e.appendMessage(t, "t1", "m1", `"hello"`)
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/v1/threads", "{\"id\":\"t2\",\"title\":\"bad \xff title\",\"author\":\"ann\"}"},
+		{"POST", "/v1/threads", "{\"id\":\"t2\",\"title\":\"title\",\"author\":\"bad \xc3\"}"},
+		{"POST", "/v1/threads/t1/messages", "{\"id\":\"m2\",\"author\":\"ann\",\"body\":\"bad \xfe\xff\"}"},
+		{"POST", "/v1/threads/t1/messages", "{\"id\":\"m2\",\"author\":\"b\xe2\x82\",\"body\":1}"},
+		{"POST", "/v1/threads/t1/messages", "{\"id\":\"m2\",\"author\":\"ann\",\"body\":{\"k\xff\":1}}"},
+		{"PUT", "/v1/threads/t1/messages/m1", "{\"body\":\"bad \xc0\xaf\"}"},
+	} {
+		msg := e.expect(t, c.method, c.path, c.body, http.StatusBadRequest).errorText(t)
+		if !strings.Contains(msg, "UTF-8") {
+			t.Errorf("%s %s %q: error %q does not say UTF-8", c.method, c.path, c.body, msg)
+		}
+	}
+	e.expect(t, "GET", "/v1/threads/t2", "", http.StatusNotFound)
+	e.expect(t, "GET", "/v1/threads/t1/messages/m2", "", http.StatusNotFound)
+	r := e.expect(t, "GET", "/v1/threads/t1/messages/m1/versions", "", http.StatusOK)
+	if !utf8.Valid(r.body) {
+		t.Fatalf("versions listing is not UTF-8: %q", r.body)
+	}
+
+	// Valid non-ASCII text is fine, up to the limits.
+	e.expect(t, "POST", "/v1/threads", `{"id":"t3","title":"`+strings.Repeat("é", maxTitleBytes/2)+`","author":"`+strings.Repeat("ü", maxAuthorBytes/2)+`"}`, http.StatusCreated)
+	for _, c := range []struct{ path, body, field string }{
+		{"/v1/threads", `{"id":"t4","title":"` + strings.Repeat("a", maxTitleBytes+1) + `","author":"ann"}`, "title"},
+		{"/v1/threads", `{"id":"t4","title":"x","author":"` + strings.Repeat("a", maxAuthorBytes+1) + `"}`, "author"},
+		{"/v1/threads/t1/messages", `{"id":"m4","author":"` + strings.Repeat("é", maxAuthorBytes/2+1) + `","body":1}`, "author"},
+	} {
+		msg := e.expect(t, "POST", c.path, c.body, http.StatusBadRequest).errorText(t)
+		if !strings.Contains(msg, c.field) || !strings.Contains(msg, "limit") {
+			t.Errorf("%s: error %q does not name the field and its limit", c.body[:30], msg)
+		}
 	}
 }
