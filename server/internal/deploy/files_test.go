@@ -1,0 +1,309 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// unitSettings reads the [Service] settings of a unit file (a key may
+// repeat).
+func unitSettings(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string][]string{}
+	section := ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "["):
+			section = line
+		case section == "[Service]":
+			k, v, _ := strings.Cut(line, "=")
+			settings[k] = append(settings[k], v)
+		}
+	}
+	return settings
+}
+
+func TestSystemdUnit(t *testing.T) {
+	path := filepath.Join(repoRoot(t), "deploy", "systemd", "progressdb.service")
+	s := unitSettings(t, path)
+	for k, want := range map[string]string{
+		"ProtectSystem":   "strict",
+		"NoNewPrivileges": "yes",
+		"DynamicUser":     "yes",
+		"StateDirectory":  "progressdb",
+		"ProtectHome":     "yes",
+		"PrivateTmp":      "yes",
+		"KillSignal":      "SIGTERM",
+	} {
+		if got := s[k]; len(got) != 1 || got[0] != want {
+			t.Errorf("%s=%v, want %s", k, got, want)
+		}
+	}
+	// The database must be in the one directory ProtectSystem=strict
+	// leaves writable.
+	if env := strings.Join(s["Environment"], " "); !strings.Contains(env, "PROGRESSDB_DB_PATH=/var/lib/progressdb") {
+		t.Errorf("Environment %q does not put PROGRESSDB_DB_PATH in the state directory", env)
+	}
+	exec0 := strings.Fields(strings.Join(s["ExecStart"], ""))
+	if len(exec0) != 2 || exec0[1] != "serve" {
+		t.Fatalf("ExecStart %v, want <binary> serve", exec0)
+	}
+
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not found (Debian package systemd): unit not verified")
+	}
+	// verify checks that ExecStart's binary exists; the test binary stands
+	// in for the installed one, the rest of the unit is as shipped.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(path)
+	unit := filepath.Join(t.TempDir(), "progressdb.service")
+	copied := strings.Replace(string(raw), "ExecStart="+exec0[0], "ExecStart="+self, 1)
+	if err := os.WriteFile(unit, []byte(copied), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, analyze, "verify", unit).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	// The exposure level (0 safest, 10 unprotected; --threshold counts
+	// tenths) stays at 2 or below.
+	out, err = exec.CommandContext(ctx, analyze, "security", "--offline=yes", "--threshold=20", unit).CombinedOutput()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && strings.Contains(string(out), "Overall exposure level") {
+			t.Errorf("systemd-analyze security: exposure above 2:\n%s", lastLines(out, 3))
+		} else {
+			t.Logf("systemd-analyze security --offline not available here: %v", err)
+		}
+	} else {
+		t.Log(strings.TrimSpace(lastLines(out, 1)))
+	}
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+func TestDockerfile(t *testing.T) {
+	root := repoRoot(t)
+	raw, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var froms, users, volumes []string
+	env := map[string]string{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch strings.ToUpper(f[0]) {
+		case "FROM":
+			froms = append(froms, f[1])
+		case "USER":
+			users = append(users, f[1])
+		case "VOLUME":
+			volumes = append(volumes, strings.Trim(strings.Join(f[1:], ""), `[]"`))
+		}
+	}
+	for _, m := range regexp.MustCompile(`(PROGRESSDB_[A-Z_]+)=(\S+)`).FindAllStringSubmatch(string(raw), -1) {
+		env[m[1]] = m[2]
+	}
+	if len(froms) < 2 {
+		t.Errorf("%d FROM lines: want a multi-stage build", len(froms))
+	}
+	if len(users) == 0 {
+		t.Error("no USER: the server would run as root")
+	}
+	for _, u := range users {
+		if name, _, _ := strings.Cut(u, ":"); name == "root" || name == "0" {
+			t.Errorf("USER %s is root", u)
+		}
+	}
+	if db := env["PROGRESSDB_DB_PATH"]; db == "" || len(volumes) != 1 || volumes[0] != db {
+		t.Errorf("VOLUME %v must be PROGRESSDB_DB_PATH %q", volumes, db)
+	}
+	if !strings.HasPrefix(env["PROGRESSDB_ADDR"], "0.0.0.0:") {
+		t.Errorf("PROGRESSDB_ADDR %q: a container must listen beyond loopback", env["PROGRESSDB_ADDR"])
+	}
+
+	docker, err := exec.LookPath("docker")
+	if err != nil {
+		t.Skip("docker not found: image not built")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := exec.CommandContext(ctx, docker, "info").Run(); err != nil {
+		t.Skip("no Docker daemon answers (docker info failed): image not built")
+	}
+	if testing.Short() {
+		t.Skip("-short: docker build skipped")
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, docker, "build", "--quiet", "-t", "progressdb:test", root)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("docker build: %v\n%s", err, lastLines(out.Bytes(), 30))
+	}
+}
+
+func TestKubernetesManifests(t *testing.T) {
+	dir := filepath.Join(repoRoot(t), "deploy", "kubernetes")
+	type probe struct {
+		HTTPGet *struct {
+			Path string `yaml:"path"`
+			Port any    `yaml:"port"`
+		} `yaml:"httpGet"`
+	}
+	type container struct {
+		Name  string `yaml:"name"`
+		Ports []struct {
+			Name          string `yaml:"name"`
+			ContainerPort int    `yaml:"containerPort"`
+		} `yaml:"ports"`
+		Env []struct {
+			Name  string `yaml:"name"`
+			Value string `yaml:"value"`
+		} `yaml:"env"`
+		VolumeMounts []struct {
+			Name      string `yaml:"name"`
+			MountPath string `yaml:"mountPath"`
+		} `yaml:"volumeMounts"`
+		ReadinessProbe  *probe `yaml:"readinessProbe"`
+		LivenessProbe   *probe `yaml:"livenessProbe"`
+		SecurityContext struct {
+			AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
+		} `yaml:"securityContext"`
+	}
+	type object struct {
+		Kind     string `yaml:"kind"`
+		Metadata struct {
+			Name string `yaml:"name"`
+		} `yaml:"metadata"`
+		Spec struct {
+			Replicas    *int   `yaml:"replicas"`
+			ServiceName string `yaml:"serviceName"`
+			Template    struct {
+				Spec struct {
+					SecurityContext struct {
+						RunAsNonRoot bool `yaml:"runAsNonRoot"`
+					} `yaml:"securityContext"`
+					Containers []container `yaml:"containers"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+			VolumeClaimTemplates []struct {
+				Metadata struct {
+					Name string `yaml:"name"`
+				} `yaml:"metadata"`
+			} `yaml:"volumeClaimTemplates"`
+		} `yaml:"spec"`
+	}
+
+	var kust struct {
+		Resources []string `yaml:"resources"`
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &kust); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	objects := map[string]object{}
+	for _, res := range kust.Resources {
+		f, err := os.Open(filepath.Join(dir, res))
+		if err != nil {
+			t.Fatalf("kustomization lists %s: %v", res, err)
+		}
+		dec := yaml.NewDecoder(f)
+		for {
+			var o object
+			if err := dec.Decode(&o); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", res, err)
+			}
+			objects[o.Kind+"/"+o.Metadata.Name] = o
+		}
+		f.Close()
+	}
+
+	sts, ok := objects["StatefulSet/progressdb"]
+	if !ok {
+		t.Fatalf("no StatefulSet/progressdb among %v", objects)
+	}
+	if _, ok := objects["Service/"+sts.Spec.ServiceName]; !ok {
+		t.Errorf("serviceName %q names no Service", sts.Spec.ServiceName)
+	}
+	if r := sts.Spec.Replicas; r == nil || *r != 1 {
+		t.Errorf("replicas %v: one process opens a database", r)
+	}
+	if !sts.Spec.Template.Spec.SecurityContext.RunAsNonRoot {
+		t.Error("pod securityContext lacks runAsNonRoot")
+	}
+	if len(sts.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(sts.Spec.Template.Spec.Containers))
+	}
+	c := sts.Spec.Template.Spec.Containers[0]
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	claims := map[string]bool{}
+	for _, v := range sts.Spec.VolumeClaimTemplates {
+		claims[v.Metadata.Name] = true
+	}
+	onClaim := false
+	for _, m := range c.VolumeMounts {
+		if claims[m.Name] && m.MountPath == env["PROGRESSDB_DB_PATH"] {
+			onClaim = true
+		}
+	}
+	if !onClaim {
+		t.Errorf("PROGRESSDB_DB_PATH %q is not the mount of a volumeClaimTemplate", env["PROGRESSDB_DB_PATH"])
+	}
+	port := 0
+	for _, p := range c.Ports {
+		if p.Name == "http" {
+			port = p.ContainerPort
+		}
+	}
+	if want := "0.0.0.0:" + strconv.Itoa(port); port == 0 || env["PROGRESSDB_ADDR"] != want {
+		t.Errorf("PROGRESSDB_ADDR %q, want %q (the http containerPort)", env["PROGRESSDB_ADDR"], want)
+	}
+	for name, p := range map[string]*probe{"readinessProbe": c.ReadinessProbe, "livenessProbe": c.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || (p.HTTPGet.Port != "http" && p.HTTPGet.Port != port) {
+			t.Errorf("%s must GET /healthz on the http port", name)
+		}
+	}
+	if a := c.SecurityContext.AllowPrivilegeEscalation; a == nil || *a {
+		t.Error("container allows privilege escalation")
+	}
+}
