@@ -63,7 +63,7 @@ func ParseLevel(s string) (slog.Level, error) {
 }
 
 func newHandler(format string, w io.Writer, level slog.Level) (slog.Handler, error) {
-	tty := isTerminal(w)
+	tty := IsTerminal(w)
 	switch format {
 	case "", "auto":
 		if tty {
@@ -78,7 +78,7 @@ func newHandler(format string, w io.Writer, level slog.Level) (slog.Handler, err
 	if format == "json" {
 		return slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: utcTime}), nil
 	}
-	return tint.NewHandler(w, &tint.Options{
+	return tint.NewTextHandler(w, &tint.Options{
 		Level:       level,
 		ReplaceAttr: utcTime,
 		TimeFormat:  "2006-01-02T15:04:05.000Z07:00",
@@ -95,8 +95,8 @@ func utcTime(groups []string, a slog.Attr) slog.Attr {
 	return a
 }
 
-// isTerminal reports whether w is a terminal; only an *os.File can be.
-func isTerminal(w io.Writer) bool {
+// IsTerminal reports whether w is a terminal; only an *os.File can be.
+func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false
