@@ -225,21 +225,34 @@ func (e env) loadConfig() (config.Config, bool) {
 
 // configAndLogger reads the environment and builds the configured logger,
 // which the command closes when done. On error it prints the one-line
-// message and returns false (the caller exits 2). config.Load has checked
-// the level, the format and the sink's syntax, so what can still fail is
-// opening the sink's file.
+// message and returns false (the caller exits 2).
 func (e env) configAndLogger() (config.Config, *slog.Logger, io.Closer, bool) {
 	cfg, ok := e.loadConfig()
 	if !ok {
 		return cfg, nil, nil, false
 	}
-	l, c, err := logging.New(logging.Options{Level: cfg.LogLevel, Format: cfg.LogFormat, Sink: cfg.LogSink, Stderr: e.stderr})
+	l, c, err := e.logger(cfg, nil)
 	if err != nil {
-		cerr := &config.Error{Var: config.VarLogSink, Value: cfg.LogSink, Rule: "must be stderr or a writable file:<path>: " + err.Error()}
-		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", cerr)
+		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
 		return cfg, nil, nil, false
 	}
 	return cfg, l, c, true
+}
+
+// logger builds the configured logger; stderr, when not nil, replaces
+// e.stderr as the stderr sink (a progress bar that clears its line
+// around log lines). config.Load has checked the level, the format and
+// the sink's syntax, so what can still fail is opening the sink's file,
+// reported as a *config.Error.
+func (e env) logger(cfg config.Config, stderr io.Writer) (*slog.Logger, io.Closer, error) {
+	if stderr == nil {
+		stderr = e.stderr
+	}
+	l, c, err := logging.New(logging.Options{Level: cfg.LogLevel, Format: cfg.LogFormat, Sink: cfg.LogSink, Stderr: stderr})
+	if err != nil {
+		return nil, nil, &config.Error{Var: config.VarLogSink, Value: cfg.LogSink, Rule: "must be stderr or a writable file:<path>: " + err.Error()}
+	}
+	return l, c, nil
 }
 
 // parseFlags parses a command's flags, printing errors to stderr;

@@ -148,6 +148,10 @@ func TestRetentionRunWhileAServerHoldsTheDatabase(t *testing.T) {
 	if time.Since(start) > 30*time.Second {
 		t.Fatalf("the command waited for the database instead of failing at once")
 	}
+	code, rep, _ := runJSON(t, h, "--dry-run")
+	if code != exitFailed || rep.Reason != "database_busy" || !strings.Contains(rep.Error, "PROGRESSDB_ADMIN_TOKEN") {
+		t.Fatalf("--json while the database is busy: exit %d, %+v", code, rep)
+	}
 	// Without a token, status shows only what the server wrote to disk,
 	// never this shell's configuration as if it were the server's.
 	if out := h.mustRun("retention", "status", "--json"); !strings.Contains(out, `"source": "files"`) || strings.Contains(out, `"enabled"`) {

@@ -19,65 +19,109 @@ import (
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
+// runReport is what `retention run --json` prints on every exit path: the
+// run's summary when a run happened, and why the command exits as it does.
+type runReport struct {
+	*retention.Result
+	ExitCode int `json:"exit_code"`
+	// Reason names the exit path: completed, failed, interrupted,
+	// lease_held, database_busy, disabled, paused, invalid_configuration
+	// or error.
+	Reason string               `json:"reason"`
+	Error  string               `json:"error,omitempty"`
+	Holder *retention.LeaseInfo `json:"holder,omitempty"`
+}
+
 // retentionRun runs retention once against PROGRESSDB_DB_PATH.
-// Exit 0 completed, 75 lease held elsewhere, 1 anything else.
+// Exit 0 completed, 75 lease held elsewhere, 2 invalid configuration,
+// 1 anything else. On a terminal it draws a progress bar on stderr.
 func (e env) retentionRun(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("retention run", flag.ContinueOnError)
 	dryRun := fs.Bool("dry-run", false, "write the audit, delete nothing")
-	asJSON := fs.Bool("json", false, "print the summary as JSON")
+	asJSON := fs.Bool("json", false, "print the summary as JSON (also when the run could not start)")
 	if !e.parseFlags(fs, args, false) {
 		return exitUsage
 	}
-	cfg, logger, closer, ok := e.configAndLogger()
-	if !ok {
-		return exitUsage
+	// done prints the outcome: a line on stderr when something went
+	// wrong, the JSON report on stdout with --json whatever happened.
+	done := func(rep runReport, msg string) int {
+		if msg != "" {
+			fmt.Fprintf(e.stderr, "progressdb retention run: %s\n", msg)
+			if rep.Error == "" {
+				rep.Error = msg
+			}
+		}
+		if *asJSON {
+			writeJSON(e.stdout, rep)
+		}
+		return rep.ExitCode
+	}
+	cfg, err := config.Load(e.environ)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
+		return done(runReport{ExitCode: exitUsage, Reason: "invalid_configuration", Error: err.Error()}, "")
+	}
+	bar := newProgressBar(e.stderr)
+	var logTo io.Writer // nil: e.stderr
+	if bar != nil {
+		logTo = bar
+	}
+	logger, closer, err := e.logger(cfg, logTo)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
+		return done(runReport{ExitCode: exitUsage, Reason: "invalid_configuration", Error: err.Error()}, "")
 	}
 	defer closer.Close()
 
 	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger})
 	if errors.Is(err, store.ErrDatabaseLocked) {
-		fmt.Fprintf(e.stderr, "progressdb retention run: the database at %s is open in a running server; "+
-			"ask that server instead: POST /admin/retention/run\n", cfg.DBPath)
-		return exitFailed
+		return done(runReport{ExitCode: exitFailed, Reason: "database_busy"}, fmt.Sprintf(
+			"the database at %s is open in a running server; ask that server instead: "+
+				"POST /admin/retention/run with Authorization: Bearer $PROGRESSDB_ADMIN_TOKEN", cfg.DBPath))
 	}
 	if err != nil {
-		fmt.Fprintf(e.stderr, "progressdb retention run: %v\n", err)
-		return exitFailed
+		return done(runReport{ExitCode: exitFailed, Reason: "error"}, err.Error())
 	}
 	defer st.Close()
 
 	svc, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "progressdb retention run: %v\n", err)
-		return exitFailed
+		return done(runReport{ExitCode: exitFailed, Reason: "error"}, err.Error())
 	}
-	res, err := svc.Run(ctx, retention.RunRequest{DryRun: *dryRun, Trigger: "cli"})
+	req := retention.RunRequest{DryRun: *dryRun, Trigger: "cli"}
+	if bar != nil {
+		req.Progress = bar.update
+	}
+	res, err := svc.Run(ctx, req)
+	bar.clear()
 	var held *retention.LeaseHeldError
 	switch {
 	case errors.As(err, &held):
-		fmt.Fprintf(e.stderr, "progressdb retention run: lease held by %s (host %s, pid %d) until %s; run skipped\n",
-			held.Holder.Owner, held.Holder.Host, held.Holder.PID, held.Holder.Expires.Format(time.RFC3339))
-		return exitLeaseHeld
+		return done(runReport{ExitCode: exitLeaseHeld, Reason: "lease_held", Holder: &held.Holder}, fmt.Sprintf(
+			"lease held by %s (host %s, pid %d) until %s; run skipped",
+			held.Holder.Owner, held.Holder.Host, held.Holder.PID, held.Holder.Expires.Format(time.RFC3339)))
 	case errors.Is(err, retention.ErrPaused):
-		fmt.Fprintln(e.stderr, "progressdb retention run: retention is paused; `progressdb retention resume` lifts it, --dry-run previews")
-		return exitFailed
+		return done(runReport{ExitCode: exitFailed, Reason: "paused"},
+			"retention is paused; `progressdb retention resume` lifts it, --dry-run previews")
 	case errors.Is(err, retention.ErrDisabled):
-		fmt.Fprintln(e.stderr, "progressdb retention run: retention is disabled; set PROGRESSDB_RETENTION_ENABLED=true or use --dry-run")
-		return exitFailed
+		return done(runReport{ExitCode: exitFailed, Reason: "disabled"},
+			"retention is disabled; set PROGRESSDB_RETENTION_ENABLED=true or use --dry-run")
 	}
-	if *asJSON {
-		writeJSON(e.stdout, res)
-	} else {
+	rep := runReport{ExitCode: exitOK, Reason: res.Status, Error: res.Error}
+	if res.RunID != "" || !res.StartedAt.IsZero() {
+		rep.Result = &res
+	}
+	if !*asJSON {
 		printResult(e.stdout, res)
 	}
-	if err != nil {
-		fmt.Fprintf(e.stderr, "progressdb retention run: %v\n", err)
-		return exitFailed
+	switch {
+	case err != nil:
+		rep.ExitCode = exitFailed
+		return done(rep, err.Error())
+	case res.Status != "completed":
+		rep.ExitCode = exitFailed
 	}
-	if res.Status != "completed" {
-		return exitFailed
-	}
-	return exitOK
+	return done(rep, "")
 }
 
 // Sources of `retention status`: whose view it shows.

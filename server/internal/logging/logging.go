@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/lmittmann/tint"
@@ -95,9 +94,10 @@ func utcTime(groups []string, a slog.Attr) slog.Attr {
 	return a
 }
 
-// IsTerminal reports whether w is a terminal; only an *os.File can be.
+// IsTerminal reports whether w is a terminal: an *os.File, or a writer
+// wrapping one that tells its descriptor (Fd), can be.
 func IsTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+	f, ok := w.(interface{ Fd() uintptr })
 	if !ok {
 		return false
 	}

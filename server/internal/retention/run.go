@@ -60,7 +60,12 @@ type run struct {
 	scanned, eligible, purged, failed, skipped, stamped, keys int64
 	byCause                                                   map[string]CauseCounts
 
+	// due is the number of deletion-index entries due when the run
+	// started (-1: not counted), seen those the scans have looked at.
+	due, seen    int64
+	report       func(Progress) // RunRequest.Progress
 	lastProgress time.Time
+	lastReport   time.Time
 }
 
 // finishedPurge is a purged (or stamped) item whose audit record waits for
@@ -142,6 +147,9 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	rn.recoverPending(ctx)
 	if rn.stop == nil {
 		rn.recoverStamps(ctx)
+	}
+	if rn.stop == nil {
+		rn.countDue(ctx)
 	}
 	if rn.stop == nil {
 		rn.scan(ctx, store.KindThread, r.cfg.Period)
@@ -253,15 +261,10 @@ func (rn *run) recoverStamps(ctx context.Context) {
 // scan walks the deletion index of kind: the entries due for period, then
 // those stamped in the future, which are reported as clock skew.
 func (rn *run) scan(ctx context.Context, kind store.ItemKind, period time.Duration) {
-	cutoff := rn.at.Add(-period).UnixNano()
-	future := rn.at.Add(clockSkew).UnixNano()
-	ranges := [][2]int64{{0, cutoff}, {future + 1, math.MaxInt64}}
-	for _, rg := range ranges {
-		if rg[0] > rg[1] {
-			continue
-		}
+	for _, rg := range rn.scanRanges(period) {
 		err := rn.r.st.ScanDeletionIndex(ctx, kind, rg[0], rg[1], func(e store.DeletionEntry) error {
 			rn.consider(ctx, e, period)
+			rn.seen++
 			rn.progress()
 			if rn.stop != nil {
 				return store.ErrStopScan
@@ -650,25 +653,85 @@ func isStop(err error) bool {
 		errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrPaused)
 }
 
-// progress logs how a long run is going, about every progressEvery.
+// scanRanges are the deletion-time ranges a scan with period reads: the
+// entries due, then those stamped in the future (reported as clock skew).
+func (rn *run) scanRanges(period time.Duration) [][2]int64 {
+	cutoff := rn.at.Add(-period).UnixNano()
+	future := rn.at.Add(clockSkew).UnixNano()
+	var out [][2]int64
+	for _, rg := range [][2]int64{{0, cutoff}, {future + 1, math.MaxInt64}} {
+		if rg[0] <= rg[1] {
+			out = append(out, rg)
+		}
+	}
+	return out
+}
+
+// countDue counts the index entries the scans will read, so progress can
+// say how much is left. It reads only index keys over the same ranges as
+// the scans, so it costs a fraction of the run and grows with what is
+// due, not with the database. A failure only leaves the count unknown.
+func (rn *run) countDue(ctx context.Context) {
+	r := rn.r
+	var n int64
+	for _, k := range []struct {
+		kind   store.ItemKind
+		period time.Duration
+	}{{store.KindThread, r.cfg.Period}, {store.KindMessage, r.cfg.MessagePeriod}} {
+		for _, rg := range rn.scanRanges(k.period) {
+			err := r.st.ScanDeletionIndex(ctx, k.kind, rg[0], rg[1], func(store.DeletionEntry) error { n++; return nil })
+			if err != nil {
+				r.log.Warn("retention_count_due_failed", "run_id", rn.id, "err", err)
+				rn.due = -1
+				return
+			}
+		}
+	}
+	rn.due = n
+	r.log.Info("retention_run_due", "run_id", rn.id, "due", n)
+	rn.reportProgress(r.now())
+}
+
+// progress logs how a long run is going, about every progressEvery, and
+// reports it to the caller's Progress more often.
 func (rn *run) progress() {
 	now := rn.r.now()
+	if rn.report != nil && now.Sub(rn.lastReport) >= progressReportEvery {
+		rn.reportProgress(now)
+	}
 	if now.Sub(rn.lastProgress) < progressEvery {
 		return
 	}
 	rn.lastProgress = now
-	elapsed := now.Sub(rn.at).Seconds()
-	rate := 0.0
-	if elapsed > 0 {
-		rate = float64(rn.taken) / elapsed
-	}
-	attrs := []any{"run_id", rn.id, "items_done", rn.taken, "scanned", rn.scanned, "keys_deleted", rn.keys,
-		"rate_per_sec", math.Round(rate*10) / 10, "by_cause", causeLog(rn.byCause)}
-	if max := rn.r.cfg.MaxItems; max > 0 && rate > 0 {
-		left := time.Duration(float64(max-rn.taken) / rate * float64(time.Second))
-		attrs = append(attrs, "time_left", left.Round(time.Second).String())
+	p := rn.progressAt(now)
+	attrs := []any{"run_id", rn.id, "done", p.Done, "due", p.Due, "items_done", p.Purged,
+		"scanned", rn.scanned, "keys_deleted", rn.keys, "rate_per_sec", math.Round(p.Rate*10) / 10,
+		"by_cause", causeLog(rn.byCause)}
+	if p.Left > 0 {
+		attrs = append(attrs, "time_left", p.Left.Round(time.Second).String())
 	}
 	rn.r.log.Info("retention_run_progress", attrs...)
+}
+
+func (rn *run) reportProgress(now time.Time) {
+	if rn.report == nil {
+		return
+	}
+	rn.lastReport = now
+	rn.report(rn.progressAt(now))
+}
+
+// progressAt is the run's progress at now: entries looked at of those
+// due, their rate, and the time left at that rate.
+func (rn *run) progressAt(now time.Time) Progress {
+	p := Progress{Done: rn.seen, Due: rn.due, Purged: int64(rn.taken)}
+	if elapsed := now.Sub(rn.at).Seconds(); elapsed > 0 {
+		p.Rate = float64(rn.seen) / elapsed
+	}
+	if p.Rate > 0 && p.Due > p.Done {
+		p.Left = time.Duration(float64(p.Due-p.Done) / p.Rate * float64(time.Second))
+	}
+	return p
 }
 
 // finish flushes, writes the footer, and reports the run.

@@ -30,8 +30,10 @@ const (
 	// or flushKeysFactor*BatchSize keys.
 	flushItems      = 64
 	flushKeysFactor = 8
-	// progressEvery spaces the progress lines of long runs.
-	progressEvery = 10 * time.Second
+	// progressEvery spaces the progress lines of long runs;
+	// progressReportEvery the calls of a RunRequest's Progress.
+	progressEvery       = 10 * time.Second
+	progressReportEvery = 200 * time.Millisecond
 )
 
 // RunnerOptions configure NewRunner.
@@ -270,6 +272,7 @@ func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error
 		dry:     dry,
 		lease:   lease,
 		purging: make(map[string]bool),
+		report:  req.Progress,
 	}
 	var writes func() uint64
 	if r.cfg.YieldToWrites {

@@ -20,6 +20,21 @@ func (e errorString) Error() string { return string(e) }
 type RunRequest struct {
 	DryRun  bool   // forces a dry run; a configured DRY_RUN forces it too
 	Trigger string // "schedule", "startup", "admin", "cli"
+	// Progress, when set, is called from the run's goroutine with how far
+	// it has come, a few times a second at most (a progress bar).
+	Progress func(Progress)
+}
+
+// Progress is how far a run has come. Done and Due count deletion-index
+// entries: Due is counted once when the run starts (what is due then),
+// Done those looked at since, so Done/Due is the share of the run's work
+// done whatever MAX_ITEMS is.
+type Progress struct {
+	Done   int64         `json:"done"`
+	Due    int64         `json:"due"`    // -1 when it could not be counted
+	Purged int64         `json:"purged"` // items purged (in a dry run: that would be)
+	Rate   float64       `json:"rate"`   // entries a second
+	Left   time.Duration `json:"left"`   // estimate; 0 when unknown
 }
 
 // Result summarises a run (spec §7 last_run).

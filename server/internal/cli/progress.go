@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/progressdb/progressdb/server/internal/logging"
+	"github.com/progressdb/progressdb/server/internal/retention"
+)
+
+// progressBar draws a run's progress on the last line of a terminal
+// (stderr). Log lines pass through it: it clears its line, writes them,
+// and draws itself again below, so the two never mix.
+type progressBar struct {
+	mu   sync.Mutex
+	w    io.Writer
+	fd   uintptr
+	line string // what is drawn now, "" when nothing is
+}
+
+// barWidth is the bar's length in cells; the line stays under 80 columns.
+const barWidth = 30
+
+// newProgressBar returns a bar over w, or nil when w is not a terminal
+// (logs then carry the progress; nobody watches a redrawn line in a file).
+func newProgressBar(w io.Writer) *progressBar {
+	f, ok := w.(interface{ Fd() uintptr })
+	if !ok || !logging.IsTerminal(w) {
+		return nil
+	}
+	return &progressBar{w: w, fd: f.Fd()}
+}
+
+// Fd lets the logger see the terminal underneath (colours, text format).
+func (b *progressBar) Fd() uintptr { return b.fd }
+
+// Write passes a log line through, keeping the bar below it.
+func (b *progressBar) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.erase()
+	n, err := b.w.Write(p)
+	b.draw()
+	return n, err
+}
+
+// update redraws the bar with p.
+func (b *progressBar) update(p retention.Progress) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.erase()
+	b.line = renderProgress(p)
+	b.draw()
+}
+
+// clear removes the bar for good; a nil bar does nothing.
+func (b *progressBar) clear() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.erase()
+	b.line = ""
+}
+
+func (b *progressBar) erase() {
+	if b.line != "" {
+		fmt.Fprint(b.w, "\r\033[K") // to the line's start, erase to its end
+	}
+}
+
+func (b *progressBar) draw() {
+	if b.line != "" {
+		fmt.Fprint(b.w, b.line)
+	}
+}
+
+// renderProgress is one line: a bar of done/due when due is known, the
+// counts, the rate and the time left.
+func renderProgress(p retention.Progress) string {
+	var sb strings.Builder
+	if p.Due > 0 {
+		filled := int(min(p.Done, p.Due) * barWidth / p.Due)
+		fmt.Fprintf(&sb, "[%s%s] %d/%d", strings.Repeat("#", filled), strings.Repeat(".", barWidth-filled), p.Done, p.Due)
+	} else {
+		fmt.Fprintf(&sb, "%d looked at", p.Done)
+	}
+	fmt.Fprintf(&sb, "  %d purged  %.0f/s", p.Purged, p.Rate)
+	if p.Left > 0 {
+		fmt.Fprintf(&sb, "  %s left", p.Left.Round(time.Second))
+	}
+	return sb.String()
+}

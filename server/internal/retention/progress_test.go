@@ -1,0 +1,68 @@
+package retention
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A run counts what is due at its start, so its progress says done/due,
+// the rate and the time left without MAX_ITEMS; the caller's Progress
+// sees the same figures.
+func TestRunReportsProgressAgainstWhatIsDue(t *testing.T) {
+	e := newEnv(t)
+	const threads, messages = 25, 6
+	for i := range threads {
+		tid := fmt.Sprintf("t%02d", i)
+		e.thread(tid, 1, 1)
+		e.deleteThread(tid)
+	}
+	mids := e.thread("live", messages, 1)
+	for _, mid := range mids {
+		e.deleteMessage("live", mid)
+	}
+	e.thread("not-due", 1, 1)
+	e.at(20 * day)
+	e.deleteThread("not-due") // deleted 20 days after the rest: not due at 40 days
+	e.at(40 * day)
+
+	var reports []Progress
+	res, _ := e.run(e.runner(), RunRequest{Trigger: TriggerCLI, Progress: func(p Progress) {
+		reports = append(reports, p)
+		e.clock.Advance(time.Second) // every entry then takes a second
+	}})
+	due := int64(threads + messages)
+	if res.Purged != due {
+		t.Fatalf("purged %d, want %d", res.Purged, due)
+	}
+	if len(reports) < 2 || reports[0].Due != due || reports[0].Done != 0 {
+		t.Fatalf("first report %+v of %d, want due %d, done 0", reports[0], len(reports), due)
+	}
+	last := reports[len(reports)-1]
+	if last.Done != due || last.Purged != due || last.Left != 0 {
+		t.Fatalf("last report %+v", last)
+	}
+	mid := reports[len(reports)/2]
+	// A second an entry: the rate is about one a second, the time left
+	// about one second an entry left.
+	if mid.Done <= 0 || mid.Done >= due || mid.Rate <= 0.5 || mid.Rate > 1.5 ||
+		mid.Left < time.Duration(due-mid.Done)*time.Second*2/3 || mid.Left > time.Duration(due-mid.Done)*time.Second*3/2 {
+		t.Fatalf("middle report %+v", mid)
+	}
+	for i := 1; i < len(reports); i++ {
+		if reports[i].Done < reports[i-1].Done || reports[i].Due != due {
+			t.Fatalf("reports %d and %d: %+v then %+v", i-1, i, reports[i-1], reports[i])
+		}
+	}
+
+	logs := e.logs.String()
+	if !strings.Contains(logs, fmt.Sprintf(`"msg":"retention_run_due","run_id":"%s","due":%d`, res.RunID, due)) {
+		t.Fatalf("no retention_run_due line:\n%s", logs)
+	}
+	// Ten seconds apart: lines carry done/due and the time left.
+	if !strings.Contains(logs, fmt.Sprintf(`"msg":"retention_run_progress","run_id":"%s","done":`, res.RunID)) ||
+		!strings.Contains(logs, fmt.Sprintf(`"due":%d`, due)) || !strings.Contains(logs, `"time_left":"`) {
+		t.Fatalf("progress lines lack done, due or time left:\n%s", logs)
+	}
+}
