@@ -228,7 +228,7 @@ func (s *Store) ListThreads(ctx context.Context, o ListOptions) ([]Thread, strin
 			pos = it.Next() // not a thread key: step over it
 			continue
 		}
-		if t, ok := listedThread(it, tid, true); ok {
+		if t, ok := listedThread(it, tid); ok {
 			if len(out) == limit {
 				// Another thread follows the full page: hand out a cursor.
 				return out, out[len(out)-1].ID, nil
@@ -301,8 +301,9 @@ func (s *Store) listLiveThreads(ctx context.Context, cursor string, limit int) (
 }
 
 // listedThread reads tid's metadata at the iterator (which sits on one of
-// the thread's keys) and says whether it belongs in a listing.
-func listedThread(it *pebble.Iterator, tid string, includeDeleted bool) (Thread, bool) {
+// the thread's keys) for a listing that includes deleted threads; malformed
+// metadata is left out.
+func listedThread(it *pebble.Iterator, tid string) (Thread, bool) {
 	if ValidateID(tid) != nil {
 		return Thread{}, false
 	}
@@ -315,7 +316,7 @@ func listedThread(it *pebble.Iterator, tid string, includeDeleted bool) (Thread,
 		return Thread{}, false
 	}
 	t, err := decodeThread(tid, v)
-	if err != nil || (t.Deleted && !includeDeleted) {
+	if err != nil {
 		return Thread{}, false
 	}
 	return t, true
