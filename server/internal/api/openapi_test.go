@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -18,6 +20,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	apispec "github.com/progressdb/progressdb/api"
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // The description (api/openapi.yaml) and the server are held in step two
@@ -362,4 +366,82 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 			t.Errorf("%s %s: unknown access %d", rt.method, rt.path, rt.access)
 		}
 	}
+}
+
+// TestOpenAPISchemasMatchTheTypes compares each described schema with the
+// Go type the server encodes: the same JSON fields, and a field listed as
+// required exactly when the type always sends it (no omitempty).
+func TestOpenAPISchemasMatchTheTypes(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Required   []string             `yaml:"required"`
+				Properties map[string]yaml.Node `yaml:"properties"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(apispec.OpenAPI(), &doc); err != nil {
+		t.Fatalf("%s: %v", specFile, err)
+	}
+	for name, typ := range map[string]reflect.Type{
+		"Thread":          reflect.TypeFor[store.Thread](),
+		"Message":         reflect.TypeFor[store.Message](),
+		"Error":           reflect.TypeFor[errorBody](),
+		"LeaseInfo":       reflect.TypeFor[retention.LeaseInfo](),
+		"RunResult":       reflect.TypeFor[retention.Result](),
+		"RetentionStatus": reflect.TypeFor[retention.Status](),
+		"PauseState":      reflect.TypeFor[retention.PauseState](),
+		"Policy":          reflect.TypeFor[retention.Policy](),
+		"PolicyOverride":  reflect.TypeFor[retention.PolicyOverride](),
+		"ThreadPolicy":    reflect.TypeFor[retention.ThreadPolicy](),
+	} {
+		schema, ok := doc.Components.Schemas[name]
+		if !ok {
+			t.Errorf("%s has no components.schemas.%s (the JSON of %s)", specFile, name, typ)
+			continue
+		}
+		fields := jsonFields(typ)
+		for field, always := range fields {
+			if _, ok := schema.Properties[field]; !ok {
+				t.Errorf("%s: components.schemas.%s lacks property %q, which %s sends: add it", specFile, name, field, typ)
+			}
+			if always != slices.Contains(schema.Required, field) {
+				t.Errorf("%s: components.schemas.%s: %q must %sbe in required (%s %s)", specFile, name, field,
+					map[bool]string{true: "", false: "not "}[always], typ,
+					map[bool]string{true: "always sends it", false: "omits it when empty"}[always])
+			}
+		}
+		for field := range schema.Properties {
+			if _, ok := fields[field]; !ok {
+				t.Errorf("%s: components.schemas.%s describes %q, which %s does not send: remove it", specFile, name, field, typ)
+			}
+		}
+	}
+}
+
+// jsonFields lists the JSON object keys encoding/json writes for struct
+// type t, each with whether it is always written (no omitempty).
+// Embedded structs without a tag are flattened, as encoding/json does.
+func jsonFields(t reflect.Type) map[string]bool {
+	fields := map[string]bool{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			maps.Copy(fields, jsonFields(f.Type))
+			continue
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		fields[name] = !slices.Contains(strings.Split(opts, ","), "omitempty")
+	}
+	return fields
 }
