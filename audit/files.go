@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -133,4 +134,36 @@ func renameNew(from, to string) error {
 		return err
 	}
 	return os.Rename(from, to)
+}
+
+// errNotRegular marks a path that is not a regular file (a FIFO, device,
+// socket, folder or symbolic link): never an audit file, and opening some
+// of them would block.
+var errNotRegular = errors.New("not a regular file")
+
+// openRegular opens path only if it is a regular file. The type is checked
+// before opening (a symbolic link is refused, not followed), the open does
+// not block (a FIFO swapped in meanwhile would otherwise hang it), and the
+// opened file is checked again.
+func openRegular(path string, flag int) (*os.File, error) {
+	info, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %w (%s)", path, errNotRegular, info.Mode().Type())
+	}
+	f, err := os.OpenFile(path, flag|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	opened, err := f.Stat()
+	if err == nil && (!opened.Mode().IsRegular() || !os.SameFile(info, opened)) {
+		err = fmt.Errorf("%s: %w (replaced while opening)", path, errNotRegular)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
 }

@@ -79,7 +79,7 @@ func newestRun(dir string) (string, error) {
 
 // summarize reads the header (first line) and footer (last line) of path.
 func summarize(path string) (*Summary, error) {
-	f, err := os.Open(path)
+	f, err := openRegular(path, os.O_RDONLY)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}

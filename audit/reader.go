@@ -21,9 +21,10 @@ type Reader struct {
 	err    error // io.EOF or a read error: every later Next returns it
 }
 
-// Open opens the audit file at path for reading.
+// Open opens the audit file at path for reading. Anything but a regular
+// file (a FIFO, a device, a symbolic link) is refused without blocking.
 func Open(path string) (*Reader, error) {
-	f, err := os.Open(path)
+	f, err := openRegular(path, os.O_RDONLY)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}

@@ -77,6 +77,10 @@ type Header struct {
 	MaxAge          string `json:"max_age"`
 	MaxMessages     int    `json:"max_messages"`
 	PolicyOverrides int    `json:"policy_overrides"`
+	// PrevFile is the hex SHA-256 of the last line (the footer) of the
+	// previous sealed file in run order, "" for the first file. Create
+	// sets it; nil only in files written before the field existed.
+	PrevFile *string `json:"prev_file,omitempty"`
 }
 
 // Item records what happened to one thread or message. It holds IDs and
@@ -113,6 +117,10 @@ type Footer struct {
 	Exported     *int64 `json:"exported,omitempty"`
 	ExportFile   string `json:"export_file,omitempty"`
 	ExportSHA256 string `json:"export_sha256,omitempty"`
+
+	// Signature is the base64 ed25519 signature of the footer's chain
+	// hash (see Options.SigningKey); empty when files are not signed.
+	Signature string `json:"signature,omitempty"`
 }
 
 // Sentinel errors.

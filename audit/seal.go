@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bufio"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,12 @@ const abandonedReason = "run did not finish (process ended)"
 // The caller must hold the retention lease, so that no live run's file is
 // sealed.
 func SealAbandoned(root string, now time.Time, skip ...string) ([]string, error) {
+	return SealAbandonedWith(root, now, Options{}, skip...)
+}
+
+// SealAbandonedWith is SealAbandoned with options: with a signing key, the
+// aborted footers it writes are signed.
+func SealAbandonedWith(root string, now time.Time, o Options, skip ...string) ([]string, error) {
 	months, err := monthDirs(root)
 	if err != nil {
 		return nil, err
@@ -54,7 +61,7 @@ func SealAbandoned(root string, now time.Time, skip ...string) ([]string, error)
 			if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), extInProgress) || skipped[pathKey(path)] {
 				continue
 			}
-			final, err := sealFile(path, now)
+			final, err := sealFile(path, now, o.SigningKey)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -74,12 +81,12 @@ func pathKey(p string) string {
 }
 
 // sealFile seals one abandoned file and returns its final path.
-func sealFile(path string, now time.Time) (string, error) {
+func sealFile(path string, now time.Time, key ed25519.PrivateKey) (string, error) {
 	final := strings.TrimSuffix(path, suffixInProgress)
 	if _, err := os.Lstat(final); err == nil {
 		return "", fmt.Errorf("audit: seal %s: %s already exists", path, final)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := openRegular(path, os.O_RDWR)
 	if err != nil {
 		return "", fmt.Errorf("audit: seal %s: %w", path, err)
 	}
@@ -92,7 +99,7 @@ func sealFile(path string, now time.Time) (string, error) {
 		err = f.Truncate(s.goodEnd)
 	}
 	if err == nil && s.chain.footer == nil {
-		err = appendAbortFooter(f, s, now)
+		err = appendAbortFooter(f, s, now, key)
 	}
 	if err == nil {
 		err = f.Sync()
@@ -114,13 +121,13 @@ func sealFile(path string, now time.Time) (string, error) {
 
 // appendAbortFooter writes the footer of an abandoned run after the last
 // good line, continuing its chain.
-func appendAbortFooter(f *os.File, s scan, now time.Time) error {
+func appendAbortFooter(f *os.File, s scan, now time.Time, key ed25519.PrivateKey) error {
 	footer := s.chain.tally.footer()
 	footer.FinishedAt = now.UTC()
 	footer.Status = RunAborted
 	footer.Reason = abandonedReason
 	footer.DurationMS = max(0, now.Sub(s.chain.header.StartedAt).Milliseconds())
-	line, err := encodeLine(MsgFooter, now, s.chain.runID, s.chain.records, s.chain.lastHash, footer)
+	line, err := encodeFooter(now, s.chain.runID, s.chain.records, s.chain.lastHash, footer, key)
 	if err != nil {
 		return err
 	}

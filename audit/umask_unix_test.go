@@ -27,3 +27,24 @@ func TestModesIgnoreUmask(t *testing.T) {
 	}
 	assertMode(t, path, fileMode)
 }
+
+// A FIFO named like an audit file is reported, never opened: opening it
+// for reading would block until a writer came.
+func TestVerifyDoesNotOpenAFIFO(t *testing.T) {
+	root := t.TempDir()
+	writeRun(t, root, "a")
+	fifo := filepath.Join(root, "2025-03", "retention-20250301T030000Z-f.jsonl")
+	if err := syscall.Mkfifo(fifo, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan Report, 1)
+	go func() {
+		rep, _ := VerifyDir(root)
+		done <- rep
+	}()
+	rep := <-done // a hang fails the test by its timeout
+	hasProblem(t, rep, fifo, "not a regular file")
+	if _, err := Open(fifo); err == nil {
+		t.Error("Open of a FIFO succeeded")
+	}
+}

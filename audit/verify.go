@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -9,15 +10,37 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Report is the result of VerifyDir.
 type Report struct {
-	Files       int       `json:"files"`       // sealed files checked
-	Verified    int       `json:"verified"`    // sealed files that verify
-	InProgress  []string  `json:"in_progress"` // .inprogress files (not judged)
-	Quarantined []string  `json:"quarantined"` // .corrupt files SealAbandoned set aside (not judged)
-	Problems    []Problem `json:"problems"`
+	Files       int      `json:"files"`          // sealed files checked
+	Verified    int      `json:"verified"`       // sealed files that verify
+	InProgress  []string `json:"in_progress"`    // .inprogress files, the live one included
+	Live        string   `json:"live,omitempty"` // the in-progress file of the run holding the lease
+	Quarantined []string `json:"quarantined"`    // .corrupt files SealAbandoned set aside
+	Other       []string `json:"other"`          // files that are not audit files
+	// Problems lists every failure: files that do not verify, broken links
+	// between files, and every file other than sealed ones and the live
+	// run's (in progress, set aside, or not an audit file at all).
+	Problems []Problem `json:"problems"`
+}
+
+// VerifyOptions tune VerifyDirWith.
+type VerifyOptions struct {
+	// PublicKey, when set, requires every sealed file's footer to carry a
+	// signature that verifies with it.
+	PublicKey ed25519.PublicKey
+	// Live reports whether the run whose header an in-progress file holds
+	// still runs (holds the lease). That one file is not a problem; every
+	// other in-progress file is. Nil: no run is live.
+	Live func(Header) bool
+	// Belongs reports other files that belong in the tree, such as the
+	// lease's files when LEASE_PATH lies inside it. The lease's files at
+	// their default place (<root>/retention.lock and its companions) always
+	// belong.
+	Belongs func(path string) bool
 }
 
 // VerifyFile checks one sealed file: every line is JSON with the common
@@ -31,15 +54,21 @@ type Report struct {
 // next line chains on correctly to its own successor, the change is blamed
 // on the earlier line; otherwise on the line whose prev is wrong.
 func VerifyFile(path string) error {
+	return verifyFile(path, nil)
+}
+
+// verifyFile is VerifyFile that also checks the footer's signature when
+// pub is set.
+func verifyFile(path string, pub ed25519.PublicKey) error {
 	r, err := Open(path)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	return verify(r, path)
+	return verify(r, path, pub)
 }
 
-func verify(r *Reader, name string) error {
+func verify(r *Reader, name string, pub ed25519.PublicKey) error {
 	var c chain
 	var broken *Record // a line whose prev does not match the line before
 	var last int
@@ -68,6 +97,11 @@ func verify(r *Reader, name string) error {
 			}
 			if err := verifyFooterExport(name, rec.Line, rec.Footer); err != nil {
 				return err
+			}
+			if pub != nil {
+				if reason := checkSignature(pub, &rec); reason != "" {
+					return &Problem{File: name, Line: rec.Line, Reason: reason}
+				}
 			}
 		}
 	}
@@ -114,11 +148,24 @@ func blame(name string, broken *Record, next Record, nextErr error) *Problem {
 		Reason: fmt.Sprintf("line changed: its SHA-256 does not match prev on line %d", broken.Line)}
 }
 
-// VerifyDir verifies every sealed file under root (recursively), in name
-// order. Files that cannot be read, and folders that cannot be listed, are
-// problems too; the error is for a root that cannot be walked at all.
+// VerifyDir is VerifyDirWith without options: no file is live and
+// signatures are not checked.
 func VerifyDir(root string) (Report, error) {
-	rep := Report{InProgress: []string{}, Quarantined: []string{}, Problems: []Problem{}}
+	return VerifyDirWith(root, VerifyOptions{})
+}
+
+// VerifyDirWith verifies every sealed file under root (recursively), in
+// name order, then the links between files: each header's prev_file must
+// name the last line of another sealed file, no two files may follow the
+// same one, only the first file may have an empty prev_file, and files
+// without prev_file (written before it existed) may only come first. Every
+// file's name must match its header's run_id and start time. Every other
+// file in the tree is reported too, except the live run's in-progress file
+// and the lease's files. Non-regular files are never opened. Files that
+// cannot be read, and folders that cannot be listed, are problems; the
+// error is for a root that cannot be walked at all.
+func VerifyDirWith(root string, o VerifyOptions) (Report, error) {
+	rep := Report{InProgress: []string{}, Quarantined: []string{}, Other: []string{}, Problems: []Problem{}}
 	info, err := os.Stat(root)
 	if err != nil {
 		return rep, fmt.Errorf("audit: %w", err)
@@ -126,18 +173,32 @@ func VerifyDir(root string) (Report, error) {
 	if !info.IsDir() {
 		return rep, fmt.Errorf("audit: %s is not a folder", root)
 	}
+	problem := func(path string, line int, reason string) {
+		rep.Problems = append(rep.Problems, Problem{File: path, Line: line, Reason: reason})
+	}
 	var sealed []string
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			problem(path, 0, "cannot read: "+err.Error())
+			return nil
+		}
+		name := d.Name()
 		switch {
-		case err != nil:
-			rep.Problems = append(rep.Problems, Problem{File: path, Reason: "cannot read: " + err.Error()})
 		case d.IsDir():
-		case strings.HasSuffix(path, extSealed):
+		case isLeaseFile(root, path) || o.Belongs != nil && o.Belongs(path):
+		case !d.Type().IsRegular():
+			rep.Other = append(rep.Other, path)
+			problem(path, 0, fmt.Sprintf("not a regular file (%s): not an audit file, not opened", d.Type()))
+		case strings.HasSuffix(name, extSealed):
 			sealed = append(sealed, path)
-		case strings.HasSuffix(path, extInProgress):
+		case strings.HasSuffix(name, extInProgress):
 			rep.InProgress = append(rep.InProgress, path)
-		case strings.HasSuffix(path, extCorrupt):
+		case strings.HasSuffix(name, extCorrupt):
 			rep.Quarantined = append(rep.Quarantined, path)
+			problem(path, 0, "set aside: an in-progress file too damaged to seal (see the seal's log)")
+		default:
+			rep.Other = append(rep.Other, path)
+			problem(path, 0, "not an audit file")
 		}
 		return nil
 	})
@@ -147,10 +208,12 @@ func VerifyDir(root string) (Report, error) {
 	slices.Sort(sealed)
 	slices.Sort(rep.InProgress)
 	slices.Sort(rep.Quarantined)
+	slices.Sort(rep.Other)
 
+	var nodes []*link // files that take part in the chain between files
 	for _, path := range sealed {
 		rep.Files++
-		err := VerifyFile(path)
+		err := verifyFile(path, o.PublicKey)
 		var p *Problem
 		switch {
 		case err == nil:
@@ -158,8 +221,166 @@ func VerifyDir(root string) (Report, error) {
 		case errors.As(err, &p):
 			rep.Problems = append(rep.Problems, *p)
 		default:
-			rep.Problems = append(rep.Problems, Problem{File: path, Reason: err.Error()})
+			problem(path, 0, err.Error())
+			continue
+		}
+		l, err := readLink(path)
+		if err != nil {
+			problem(path, 0, err.Error())
+			continue
+		}
+		if reason := nameProblem(&l, extSealed); reason != "" {
+			problem(path, 1, reason)
+		}
+		nodes = append(nodes, &l)
+	}
+	aside := make(map[string]string) // last-line hash → a file that is not sealed
+	for _, path := range append(slices.Clone(rep.InProgress), rep.Quarantined...) {
+		l, err := readLink(path)
+		if err != nil {
+			problem(path, 0, err.Error())
+			continue
+		}
+		if l.lastHash != "" {
+			aside[l.lastHash] = path
+		}
+		if !strings.HasSuffix(path, extInProgress) {
+			continue
+		}
+		if rep.Live == "" && l.header != nil && o.Live != nil && o.Live(*l.header) {
+			rep.Live = path
+			if reason := nameProblem(&l, extInProgress); reason != "" {
+				problem(path, 1, reason)
+			}
+			nodes = append(nodes, &l)
+			continue
+		}
+		problem(path, 0, "in progress, but no live run holds the lease: left by a crashed run (the next start or run seals it), or a sealed file renamed")
+	}
+	rep.Problems = append(rep.Problems, chainProblems(nodes, aside, rep.Live)...)
+	slices.SortStableFunc(rep.Problems, func(a, b Problem) int {
+		if c := strings.Compare(a.File, b.File); c != 0 {
+			return c
+		}
+		return a.Line - b.Line
+	})
+	return rep, nil
+}
+
+// isLeaseFile reports whether path is one of the lease's files at its
+// default place, <root>/retention.lock (spec §4), or a companion of it.
+func isLeaseFile(root, path string) bool {
+	if filepath.Dir(path) != filepath.Clean(root) {
+		return false
+	}
+	name := filepath.Base(path)
+	switch name {
+	case defaultLease, defaultLease + ".flock", defaultLease + ".epoch":
+		return true
+	}
+	return strings.HasPrefix(name, "."+defaultLease+".tmp-") // an atomic write under way
+}
+
+// defaultLease is the lease file's name at its default place.
+const defaultLease = "retention.lock"
+
+// nameProblem checks a file's name and month folder against its header.
+func nameProblem(l *link, ext string) string {
+	if l.header == nil {
+		return "" // the file's own check reports the header
+	}
+	start := l.header.StartedAt
+	want := filePrefix + start.Format(stampLayout) + "-" + l.runID + ext
+	if got := filepath.Base(l.path); got != want {
+		return fmt.Sprintf("file name does not match its header (run_id %q, started_at %s): want %s",
+			l.runID, start.Format(time.RFC3339Nano), want)
+	}
+	if month := filepath.Base(filepath.Dir(l.path)); month != start.Format(monthLayout) {
+		return fmt.Sprintf("file is in folder %q, but its run started in %s", month, start.Format(monthLayout))
+	}
+	return ""
+}
+
+// chainProblems checks the links between files. nodes are the sealed files
+// and the live one; aside maps last-line hashes of files that are not
+// sealed to their paths, to name them when a link points there.
+func chainProblems(nodes []*link, aside map[string]string, live string) []Problem {
+	var out []Problem
+	add := func(l *link, format string, args ...any) {
+		out = append(out, Problem{File: l.path, Line: 1, Reason: fmt.Sprintf(format, args...)})
+	}
+	slices.SortFunc(nodes, func(a, b *link) int {
+		switch {
+		case a.before(b):
+			return -1
+		case b.before(a):
+			return 1
+		}
+		return 0
+	})
+	byHash := make(map[string]*link, len(nodes))
+	for _, l := range nodes {
+		if l.lastHash == "" || l.path == live {
+			continue
+		}
+		if first, dup := byHash[l.lastHash]; dup {
+			add(l, "same last line as %s: a copy of another run's file", first.path)
+			continue
+		}
+		byHash[l.lastHash] = l
+	}
+	anyLegacy := slices.ContainsFunc(nodes, func(l *link) bool { return l.header != nil && l.prevFile() == nil })
+	var legacy []*link
+	var firstChained, root *link
+	followedBy := make(map[string]*link)
+	for i, l := range nodes {
+		if l.header == nil {
+			continue // the file's own check reports it
+		}
+		prev := l.prevFile()
+		if prev == nil {
+			legacy = append(legacy, l)
+			continue
+		}
+		if firstChained == nil {
+			firstChained = l
+		}
+		if *prev == "" {
+			switch {
+			case root != nil:
+				add(l, "prev_file is empty, as in the first file, but %s already is the first", root.path)
+			case anyLegacy:
+				add(l, "prev_file is empty, as in the first file, but files written before prev_file existed are in the tree")
+				root = l
+			default:
+				root = l
+			}
+			continue
+		}
+		before := "none"
+		if i > 0 {
+			before = nodes[i-1].path
+		}
+		pred, ok := byHash[*prev]
+		switch {
+		case !ok && aside[*prev] != "":
+			add(l, "prev_file names the last line of %s, which is not a sealed file", aside[*prev])
+		case !ok:
+			add(l, "prev_file matches no sealed file's last line: the file before it (by start time: %s) was changed, or a file was deleted", before)
+		case pred == l:
+			add(l, "prev_file names the file itself")
+		case followedBy[*prev] != nil:
+			add(l, "prev_file names %s, which %s follows already: two files claim the same predecessor", pred.path, followedBy[*prev].path)
+		default:
+			followedBy[*prev] = l
 		}
 	}
-	return rep, nil
+	if firstChained != nil {
+		for _, l := range legacy {
+			if firstChained.before(l) {
+				add(l, "header has no prev_file, but files with prev_file start before it (%s): the header was edited or the file copied in", firstChained.path)
+			}
+		}
+	}
+	return out
 }

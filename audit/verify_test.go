@@ -165,14 +165,35 @@ func TestVerifyDir(t *testing.T) {
 	if rep.Files != 4 || rep.Verified != 3 {
 		t.Errorf("files %d verified %d, want 4 and 3", rep.Files, rep.Verified)
 	}
-	if len(rep.Problems) != 1 || rep.Problems[0].File != bad || rep.Problems[0].Line != 3 {
-		t.Errorf("problems = %+v, want line 3 of %s", rep.Problems, bad)
+	// Everything but the good files and the lease is reported: the changed
+	// line, the copy (its name, its duplicate content, its second empty
+	// prev_file), the in-progress file nobody runs, the set-aside file.
+	want := []struct {
+		file string
+		line int
+	}{{corrupt, 0}, {bad, 3}, {open.Path(), 0}, {copied, 1}, {copied, 1}, {copied, 1}}
+	if len(rep.Problems) != len(want) {
+		t.Fatalf("problems = %+v", rep.Problems)
+	}
+	for i, w := range want {
+		if p := rep.Problems[i]; p.File != w.file || p.Line != w.line {
+			t.Errorf("problem %d = %+v, want %s:%d", i, p, w.file, w.line)
+		}
 	}
 	if !slices.Equal(rep.InProgress, []string{open.Path()}) {
 		t.Errorf("in progress = %v", rep.InProgress)
 	}
 	if !slices.Equal(rep.Quarantined, []string{corrupt}) {
 		t.Errorf("quarantined = %v", rep.Quarantined)
+	}
+
+	// The same tree while run d holds the lease: its file is not a problem.
+	live, err := VerifyDirWith(root, VerifyOptions{Live: func(h Header) bool { return h.Epoch == testHeader().Epoch }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live.Live != open.Path() || len(live.Problems) != len(want)-1 {
+		t.Errorf("live %q, problems %+v", live.Live, live.Problems)
 	}
 
 	if _, err := VerifyDir(filepath.Join(root, "missing")); err == nil {

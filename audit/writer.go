@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bufio"
+	"crypto/ed25519"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,15 +27,35 @@ type Writer struct {
 	tally  tally
 	err    error // sticky write error
 	closed bool
+	key    ed25519.PrivateKey // signs the footer when set
 }
 
 // Create makes the month folder (0750) and the file (0640), writes the
 // header and syncs it and the folder entry before returning: no delete may
 // happen before Create returns nil. The file is named after h.StartedAt,
-// which must be set. When the folder or the file cannot be made or written,
-// the error wraps ErrUnwritable and nothing is left behind.
+// which must be set. The header's prev_file is set to chain the file to
+// the newest sealed file under root (see previousFile); the caller must
+// hold the retention lease. When the folder or the file cannot be made or
+// written, the error wraps ErrUnwritable and nothing is left behind.
 func Create(root, runID string, h Header) (*Writer, error) {
-	return newWriter(root, runID, h, time.Now)
+	return CreateWith(root, runID, h, Options{})
+}
+
+// Options tune how files are written.
+type Options struct {
+	// SigningKey, when set, makes every footer carry a signature (see
+	// SignatureMessage).
+	SigningKey ed25519.PrivateKey
+}
+
+// CreateWith is Create with options.
+func CreateWith(root, runID string, h Header, o Options) (*Writer, error) {
+	w, err := newWriter(root, runID, h, time.Now)
+	if err != nil {
+		return nil, err
+	}
+	w.key = o.SigningKey
+	return w, nil
 }
 
 // newWriter is Create with the clock that stamps each line's time.
@@ -53,6 +74,12 @@ func newWriter(root, runID string, h Header, now func() time.Time) (*Writer, err
 	if h.MaxAge == "" {
 		h.MaxAge = "0" // off, as the environment writes it
 	}
+	prev, err := previousFile(root)
+	if err != nil {
+		// Without its predecessor's hash the file would break the chain.
+		return nil, fmt.Errorf("audit: %w: %w", ErrUnwritable, err)
+	}
+	h.PrevFile = &prev
 
 	dir := filepath.Join(root, h.StartedAt.Format(monthLayout))
 	final := filepath.Join(dir, sealedName(h.StartedAt, runID))
@@ -188,9 +215,9 @@ func (w *Writer) Close(f Footer) (string, error) {
 	}
 	f.FinishedAt = f.FinishedAt.UTC()
 	f.Reason = truncateReason(f.Reason)
-	line, err := w.encode(MsgFooter, f)
+	line, err := encodeFooter(w.now(), w.runID, w.seq, w.prev, f, w.key)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("audit: %w", err)
 	}
 
 	w.closed = true
