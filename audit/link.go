@@ -156,3 +156,32 @@ func previousFile(root string) (string, error) {
 	}
 	return tail.lastHash, nil
 }
+
+// ParseName returns the start time (to the second) and run ID that an audit
+// file's name holds; ok is false for other names.
+func ParseName(path string) (start time.Time, runID string, ok bool) {
+	return parseName(filepath.Base(path))
+}
+
+// InProgress lists the .inprogress files under root, oldest month first:
+// the live run's, or ones a crash left for SealAbandoned.
+func InProgress(root string) ([]string, error) {
+	months, err := monthDirs(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, month := range months {
+		dir := filepath.Join(root, month)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return out, fmt.Errorf("audit: list %s: %w", dir, err)
+		}
+		for _, e := range entries {
+			if e.Type().IsRegular() && isAuditName(e.Name(), extInProgress) {
+				out = append(out, filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	return out, nil
+}

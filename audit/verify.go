@@ -278,7 +278,8 @@ func isLeaseFile(root, path string) bool {
 	case defaultLease, defaultLease + ".flock", defaultLease + ".epoch":
 		return true
 	}
-	return strings.HasPrefix(name, "."+defaultLease+".tmp-") // an atomic write under way
+	// An atomic write of the lease or epoch file under way.
+	return strings.HasPrefix(name, "."+defaultLease+".") && strings.Contains(name, ".tmp-")
 }
 
 // defaultLease is the lease file's name at its default place.

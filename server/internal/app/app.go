@@ -55,10 +55,10 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	} else if p.Paused {
 		logger.Warn("retention_is_paused", "reason", p.Reason, "paused_at", p.PausedAt)
 	}
-	if cfg.Retention.Enabled {
-		if _, err := svc.Recover(ctx); err != nil {
-			logger.Error("retention_recover_failed", "err", err)
-		}
+	// Seal what a crashed run left, even with retention disabled, so the
+	// status never reports a dead run as running.
+	if _, err := svc.Recover(ctx); err != nil {
+		logger.Error("retention_recover_failed", "err", err)
 	}
 	// Alerts watch the last success; a restart must not reset it to 0.
 	if at, err := svc.RestoreLastSuccess(); err != nil {

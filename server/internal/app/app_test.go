@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
-
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -220,5 +219,49 @@ func TestValidateExportPath(t *testing.T) {
 	}
 	if info, err := os.Lstat(fifo); err != nil || info.Mode()&fs.ModeNamedPipe == 0 {
 		t.Errorf("the FIFO was touched: %v", err)
+	}
+}
+
+// A run's file left in progress by a crash is sealed at the next start
+// even with retention disabled, so the status does not report the dead
+// run as running forever.
+func TestServeSealsAbandonedFilesWithRetentionDisabled(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	addr := freeAddr(t)
+	cfg, err := config.Load([]string{"PROGRESSDB_DB_PATH=" + dir, "PROGRESSDB_ADDR=" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := audit.Create(cfg.Retention.AuditPath, "crashed1", audit.Header{StartedAt: time.Now().Add(-time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	abandoned := w.Path() // never closed: a crash
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not answer: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if _, err := os.Stat(abandoned); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the abandoned file is still in progress: %v", err)
+	}
+	sum, err := audit.LastRun(cfg.Retention.AuditPath)
+	if err != nil || sum == nil || sum.Footer == nil || sum.Footer.Status != audit.RunAborted {
+		t.Fatalf("last run after start: %+v, %v", sum, err)
 	}
 }

@@ -5,31 +5,50 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"path/filepath"
+	"time"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/retention"
 )
 
-// auditVerify checks every sealed audit file under DIR (default: the
-// configured audit path). Exit 0 when all verify, 1 otherwise.
+// auditVerify checks every file under DIR (default: the configured audit
+// path): each sealed audit file, the links between them, and anything else
+// in the tree. Exit 0 when all verify and nothing else is there but the
+// live run's in-progress file and the lease, 1 otherwise.
 func (e env) auditVerify(_ context.Context, args []string) int {
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	pubPath := fs.String("public-key", "", "ed25519 public key (PEM): every footer must carry a valid signature")
 	if !e.parseFlags(fs, args, true) {
 		return exitUsage
 	}
 	dir := fs.Arg(0)
 	if fs.NArg() > 1 {
-		fmt.Fprintln(e.stderr, "usage: progressdb audit verify [DIR] [--json]")
+		fmt.Fprintln(e.stderr, "usage: progressdb audit verify [DIR] [--json] [--public-key FILE]")
 		return exitUsage
 	}
+	leasePath := filepath.Join(dir, "retention.lock")
 	if dir == "" {
 		cfg, ok := e.loadConfig()
 		if !ok {
 			return exitUsage
 		}
-		dir = cfg.Retention.AuditPath
+		dir, leasePath = cfg.Retention.AuditPath, cfg.Retention.LeasePath
 	}
-	rep, err := audit.VerifyDir(dir)
+	opts := audit.VerifyOptions{
+		Live:    retention.LiveRun(leasePath, time.Now()),
+		Belongs: retention.LeaseFiles(leasePath),
+	}
+	if *pubPath != "" {
+		pub, err := audit.LoadPublicKey(*pubPath)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "progressdb audit verify: --public-key: %v\n", err)
+			return exitUsage
+		}
+		opts.PublicKey = pub
+	}
+	rep, err := audit.VerifyDirWith(dir, opts)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "progressdb audit verify: %v\n", err)
 		return exitFailed
@@ -42,13 +61,15 @@ func (e env) auditVerify(_ context.Context, args []string) int {
 		for _, p := range rep.Problems {
 			fmt.Fprintf(e.stdout, "FAIL %s:%d: %s\n", p.File, p.Line, p.Reason)
 		}
-		for _, f := range rep.Quarantined {
-			fmt.Fprintf(e.stdout, "quarantined (could not be sealed, kept as is): %s\n", f)
+		if rep.Live != "" {
+			fmt.Fprintf(e.stdout, "in progress (live run, not judged): %s\n", rep.Live)
 		}
-		for _, f := range rep.InProgress {
-			fmt.Fprintf(e.stdout, "in progress (not judged): %s\n", f)
+		signed := ""
+		if opts.PublicKey != nil {
+			signed = ", signatures checked"
 		}
-		fmt.Fprintf(e.stdout, "%d of %d sealed audit files verify in %s\n", rep.Verified, rep.Files, dir)
+		fmt.Fprintf(e.stdout, "%d of %d sealed audit files verify in %s%s; %d problem(s)\n",
+			rep.Verified, rep.Files, dir, signed, len(rep.Problems))
 	}
 	if len(rep.Problems) > 0 {
 		return exitFailed

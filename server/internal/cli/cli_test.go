@@ -218,3 +218,47 @@ func TestUnknownCommandIsAUsageError(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 }
+
+// Files renamed to hide them, deleted files and edited older footers make
+// `audit verify` exit 1; `retention status` still answers (exit 0) with a
+// damaged newest file and names it.
+func TestAuditVerifyReportsHiddenAndDeletedFiles(t *testing.T) {
+	h := newHarness(t)
+	var files []string
+	for range 3 {
+		var res retention.Result
+		if err := json.Unmarshal([]byte(h.mustRun("retention", "run", "--json")), &res); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, res.AuditFile)
+		time.Sleep(1100 * time.Millisecond) // file names hold the start to the second
+	}
+	audits := filepath.Join(h.dbPath, "purge_audit")
+	h.mustRun("audit", "verify", audits)
+	if err := os.Rename(files[1], files[1]+".inprogress"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := h.run("audit", "verify", audits)
+	if code != exitFailed || !strings.Contains(out, "no live run holds the lease") || !strings.Contains(out, "not a sealed file") {
+		t.Fatalf("renamed to .inprogress: exit %d\n%s", code, out)
+	}
+	if err := os.Remove(files[1] + ".inprogress"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = h.run("audit", "verify", audits)
+	if code != exitFailed || !strings.Contains(out, filepath.Base(files[2])) || !strings.Contains(out, "matches no sealed file") {
+		t.Fatalf("deleted file: exit %d\n%s", code, out)
+	}
+
+	data, err := os.ReadFile(files[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(files[2], data[:len(data)-20], 0o640); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := h.run("retention", "status", "--json")
+	if code != exitOK || !strings.Contains(out, `"status": "damaged"`) || !strings.Contains(out, filepath.Base(files[2])) {
+		t.Fatalf("status with a damaged newest file: exit %d\n%s%s", code, out, errOut)
+	}
+}

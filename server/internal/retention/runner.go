@@ -298,10 +298,19 @@ func (r *Runner) leaseConfig() LeaseConfig {
 }
 
 // Recover seals audit files that a crashed process left in progress, so
-// that they are sealed at the next start and not only at the next run. It
-// works under the lease, so it never seals a live run's file; when the
-// lease is held (or a run is going here) the holder seals them itself.
+// that they are sealed at the next start and not only at the next run
+// (retention enabled or not: otherwise a dead run would look as if it ran
+// forever). It works under the lease, so it never seals a live run's file;
+// when the lease is held (or a run is going here) the holder seals them
+// itself. With nothing in progress it takes no lease and creates nothing.
 func (r *Runner) Recover(ctx context.Context) ([]string, error) {
+	pending, err := audit.InProgress(r.cfg.AuditPath)
+	if err != nil {
+		return nil, err
+	}
+	if len(pending) == 0 {
+		return nil, nil
+	}
 	select {
 	case r.slot <- struct{}{}:
 	default:

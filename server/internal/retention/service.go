@@ -182,7 +182,7 @@ func (m *Manager) Status(ctx context.Context) (Status, error) {
 		st.LastRun = last
 		return st, nil
 	}
-	st.LastRun, err = lastRunFromAudit(m.runner.cfg.AuditPath)
+	st.LastRun, err = lastRunFromAudit(m.runner.cfg, m.now())
 	return st, err
 }
 
@@ -200,7 +200,7 @@ func ReadStatus(cfg config.Retention, now time.Time) (Status, error) {
 	if err != nil {
 		return st, err
 	}
-	st.LastRun, err = lastRunFromAudit(cfg.AuditPath)
+	st.LastRun, err = lastRunFromAudit(cfg, now)
 	return st, err
 }
 
@@ -226,20 +226,38 @@ func status(cfg config.Retention, now time.Time, next *time.Time) (Status, error
 	return st, nil
 }
 
-// lastRunFromAudit describes the newest audit file as a Result.
-func lastRunFromAudit(root string) (*Result, error) {
-	sum, err := audit.LastRun(root)
-	if errors.Is(err, fs.ErrNotExist) {
+// Statuses of last_run beyond the footer's.
+const (
+	statusRunning = "running" // in progress, and its run holds the lease
+	statusDamaged = "damaged" // the newest audit file cannot be read as a run
+)
+
+// reasonNotSealed explains a dead run's file that is still in progress.
+const reasonNotSealed = "run did not finish (process ended); its audit file is sealed at the next start or run"
+
+// lastRunFromAudit describes the newest audit file as a Result. A damaged
+// newest file is reported in the result (status "damaged", error naming
+// file, line and reason), not as an error: the status must stay readable
+// when the audit folder needs attention. An in-progress file whose run no
+// longer holds the lease is reported as aborted, which its seal will say.
+func lastRunFromAudit(cfg config.Retention, now time.Time) (*Result, error) {
+	sum, err := audit.LastRun(cfg.AuditPath)
+	var problem *audit.Problem
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
-	}
-	if err != nil || sum == nil {
+	case errors.As(err, &problem):
+		res := &Result{Status: statusDamaged, AuditFile: problem.File, Error: problem.Error()}
+		res.StartedAt, res.RunID, _ = audit.ParseName(problem.File)
+		return res, nil
+	case err != nil || sum == nil:
 		return nil, err
 	}
 	res := &Result{
 		RunID:     sum.RunID,
 		StartedAt: sum.Header.StartedAt,
 		DryRun:    sum.Header.DryRun,
-		Status:    "running", // not sealed yet: going, or left by a crash
+		Status:    statusRunning,
 		AuditFile: sum.Path,
 	}
 	if f := sum.Footer; f != nil {
@@ -250,6 +268,8 @@ func lastRunFromAudit(root string) (*Result, error) {
 		if f.Status != audit.RunCompleted {
 			res.Error = f.Reason
 		}
+	} else if live := LiveRun(cfg.LeasePath, now); live == nil || !live(sum.Header) {
+		res.Status, res.Error = audit.RunAborted, reasonNotSealed
 	}
 	return res, nil
 }

@@ -3,6 +3,10 @@ package retention
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -184,5 +188,70 @@ func TestStatusWithNothingOnDisk(t *testing.T) {
 	}
 	if st.LastRun != nil || st.Lease.Owner != "" || st.Lease.Held {
 		t.Fatalf("status %+v", st)
+	}
+}
+
+// A damaged newest audit file is reported in the status, not as an error
+// (which the API would answer with 500 and the CLI with exit 1).
+func TestStatusReportsADamagedNewestFile(t *testing.T) {
+	e := newEnv(t)
+	res, _ := e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+	data, err := os.ReadFile(res.AuditFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(res.AuditFile, data[:len(data)/2], 0o640); err != nil { // footer gone
+		t.Fatal(err)
+	}
+	st, err := e.service(e.runner(), nil).Status(context.Background())
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	cli, err := ReadStatus(e.cfg, e.clock.Now())
+	if err != nil {
+		t.Fatalf("ReadStatus: %v", err)
+	}
+	for name, s := range map[string]Status{"service": st, "ReadStatus": cli} {
+		lr := s.LastRun
+		if lr == nil || lr.Status != statusDamaged || lr.AuditFile != res.AuditFile || lr.RunID != res.RunID ||
+			!strings.Contains(lr.Error, filepath.Base(res.AuditFile)) {
+			t.Errorf("%s last run %+v", name, lr)
+		}
+	}
+}
+
+// A file left in progress by a dead run, while nobody holds the lease, is
+// not reported as running; Recover seals it even with retention disabled,
+// and takes no lease when there is nothing to seal.
+func TestStatusAndRecoverOfAnAbandonedFile(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.Enabled = false
+	if err := os.MkdirAll(e.cfg.AuditPath, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	r := e.runner()
+	if sealed, err := r.Recover(context.Background()); err != nil || len(sealed) != 0 {
+		t.Fatalf("Recover with nothing in progress = %v, %v", sealed, err)
+	}
+	if _, err := os.Lstat(e.cfg.LeasePath); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Recover with nothing to seal took the lease: %v", err)
+	}
+	if _, err := audit.Create(e.cfg.AuditPath, "dead01", audit.Header{StartedAt: e.clock.Now().Add(-time.Hour), Owner: "gone", Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ReadStatus(e.cfg, e.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lr := st.LastRun; lr == nil || lr.RunID != "dead01" || lr.Status != audit.RunAborted || lr.Error != reasonNotSealed {
+		t.Fatalf("last run of a dead run: %+v", lr)
+	}
+	sealed, err := r.Recover(context.Background())
+	if err != nil || len(sealed) != 1 {
+		t.Fatalf("Recover = %v, %v", sealed, err)
+	}
+	rep, err := audit.VerifyDir(e.cfg.AuditPath)
+	if err != nil || len(rep.Problems) != 0 || rep.Verified != 1 {
+		t.Fatalf("after Recover: %+v, %v", rep, err)
 	}
 }
