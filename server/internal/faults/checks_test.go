@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -213,6 +214,11 @@ func verifyAudit(t testing.TB, root string) audit.Report {
 		t.Errorf("audit.VerifyDir(%s): %v", root, err)
 	}
 	for _, p := range rep.Problems {
+		// A file a kill left in progress is the next run's to seal; the
+		// checks that want none say so on their own.
+		if slices.Contains(rep.InProgress, p.File) {
+			continue
+		}
 		t.Errorf("audit file does not verify: %s:%d: %s", p.File, p.Line, p.Reason)
 	}
 	return rep
