@@ -82,6 +82,12 @@ func readLink(path string) (link, error) {
 	return l, nil
 }
 
+// stampOf returns the start second in a run's file name.
+func stampOf(name string) string {
+	rest := strings.TrimPrefix(name, filePrefix)
+	return rest[:min(len(rest), len(stampLayout))]
+}
+
 // parseName splits retention-<YYYYMMDDTHHMMSSZ>-<run_id>.jsonl[suffix] into
 // its start time and run ID.
 func parseName(name string) (time.Time, string, bool) {
@@ -113,6 +119,12 @@ func previousFile(root string) (string, error) {
 		return "", err
 	}
 	var links []link
+	var lastStamp string // the start second of the last file taken
+	full := func(name string) bool {
+		// Names within one second sort by run ID, not run order: a second
+		// is taken whole.
+		return len(links) >= tailWindow && stampOf(name) != lastStamp
+	}
 	for i := len(months) - 1; i >= 0 && len(links) < tailWindow; i-- {
 		dir := filepath.Join(root, months[i])
 		entries, err := os.ReadDir(dir)
@@ -120,12 +132,13 @@ func previousFile(root string) (string, error) {
 			return "", fmt.Errorf("audit: list %s: %w", dir, err)
 		}
 		for _, e := range slices.Backward(entries) { // ReadDir sorts by name
-			if len(links) == tailWindow {
-				break
-			}
 			if !e.Type().IsRegular() || !isAuditName(e.Name(), extSealed) {
 				continue
 			}
+			if full(e.Name()) {
+				break
+			}
+			lastStamp = stampOf(e.Name())
 			l, err := readLink(filepath.Join(dir, e.Name()))
 			if err != nil {
 				return "", fmt.Errorf("audit: previous file: %w", err)

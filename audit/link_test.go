@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -374,4 +375,23 @@ func writePEM(t testing.TB, path, kind string, der []byte) {
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Many runs within one second (names then sort by run ID, not run order),
+// more than the writer's window: each still follows the one before.
+func TestChainWithManyRunsInOneSecond(t *testing.T) {
+	root := t.TempDir()
+	n := tailWindow + 8
+	var prev string
+	for i := range n {
+		id := fmt.Sprintf("r%02d", n-i) // later runs sort first
+		path := writeRunAt(t, root, id, fixedStart.Add(time.Duration(i)*time.Millisecond), Options{})
+		if prev != "" {
+			if p := headerOf(t, path).PrevFile; p == nil || *p != lastLineHash(t, prev) {
+				t.Fatalf("run %d does not follow run %d", i, i-1)
+			}
+		}
+		prev = path
+	}
+	verifyClean(t, root, VerifyOptions{})
 }
