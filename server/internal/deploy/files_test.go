@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/progressdb/progressdb/server/internal/buildinfo"
 )
 
 // unitSettings reads the [Service] settings of a unit file (a key may
@@ -151,6 +154,16 @@ func TestDockerfile(t *testing.T) {
 	if !strings.HasPrefix(env["PROGRESSDB_ADDR"], "0.0.0.0:") {
 		t.Errorf("PROGRESSDB_ADDR %q: a container must listen beyond loopback", env["PROGRESSDB_ADDR"])
 	}
+
+	// The build stamps version and commit into the buildinfo package; a
+	// wrong -X path would be ignored without a word.
+	pkg := reflect.TypeFor[buildinfo.Info]().PkgPath()
+	for _, want := range []string{"-X " + pkg + ".version=${VERSION}", "-X " + pkg + ".commit=${COMMIT}"} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("Dockerfile does not stamp %q", want)
+		}
+	}
+	checkDockerignore(t, root)
 
 	docker, err := exec.LookPath("docker")
 	if err != nil {
@@ -306,4 +319,69 @@ func TestKubernetesManifests(t *testing.T) {
 	if a := c.SecurityContext.AllowPrivilegeEscalation; a == nil || *a {
 		t.Error("container allows privilege escalation")
 	}
+}
+
+// checkDockerignore makes sure .dockerignore keeps every file the build
+// needs in the context: go.mod, go.sum and the non-test sources and
+// embedded files of the packages the binary is built from.
+func checkDockerignore(t *testing.T, root string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			patterns = append(patterns, strings.TrimPrefix(line, "/"))
+		}
+	}
+	needed := []string{"go.mod", "go.sum"}
+	for _, dir := range []string{"api", "audit", "server"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			rel, _ := filepath.Rel(root, p)
+			if strings.Contains(rel, "testdata") || strings.HasSuffix(rel, "_test.go") {
+				return nil
+			}
+			if strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, ".yaml") {
+				needed = append(needed, filepath.ToSlash(rel))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range needed {
+		for _, pat := range patterns {
+			if ignored(pat, p) {
+				t.Errorf(".dockerignore pattern %q leaves %s out of the build context", pat, p)
+			}
+		}
+	}
+}
+
+// ignored reports whether a .dockerignore pattern covers path: the path
+// itself or one of its parent folders matches, "**/" matching any depth.
+func ignored(pattern, path string) bool {
+	rest, anyDepth := strings.CutPrefix(pattern, "**/")
+	parts := strings.Split(path, "/")
+	for end := 1; end <= len(parts); end++ {
+		starts := []int{0}
+		if anyDepth {
+			starts = starts[:0]
+			for start := range end {
+				starts = append(starts, start)
+			}
+		}
+		for _, start := range starts {
+			if ok, _ := filepath.Match(rest, strings.Join(parts[start:end], "/")); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
