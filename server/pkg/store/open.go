@@ -14,11 +14,13 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Store is the chat store. Build one with Open and pass it down; no globals.
 type Store struct {
 	db     *pebble.DB
+	path   string
 	now    func() time.Time
 	ids    *idGen
 	locks  stripes
@@ -52,6 +54,7 @@ func Open(path string, opts Options) (*Store, error) {
 	fatal := &fatalHandler{fn: opts.Fatal, log: opts.Logger}
 	db, err := pebble.Open(path, &pebble.Options{
 		Logger:       pebbleLogger{opts.Logger, fatal},
+		FS:           noRecycleFS{vfs.Default},
 		MemTableSize: memTableSize,
 		CacheSize:    cacheSize,
 	})
@@ -61,7 +64,7 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store %q: %w", path, err)
 	}
-	s := &Store{db: db, now: now, ids: newIDGen(now), fatal: fatal}
+	s := &Store{db: db, path: path, now: now, ids: newIDGen(now), fatal: fatal}
 	if err := s.ensureIndexes(context.Background()); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %q: %w", path, err)
@@ -86,6 +89,8 @@ func isLockHeld(err error) bool {
 
 // ensureIndexes builds the indexes once for a database written before they
 // existed (operators upgrade in place); sys:schema records which are there.
+// A new, empty database also records that it holds nothing purged left to
+// erase, so only older databases get the one-time full erase.
 func (s *Store) ensureIndexes(ctx context.Context) error {
 	v, err := s.get([]byte(schemaKey))
 	if err == nil && string(v) == schemaVersion {
@@ -93,6 +98,17 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 	}
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
+	}
+	if err != nil {
+		found, err := s.hasRange([]byte{0}, []byte{0xff})
+		if err != nil {
+			return err
+		}
+		if !found {
+			if err := s.db.Set([]byte(eraseKey), nil, pebble.NoSync); err != nil {
+				return fmt.Errorf("record erase state: %w", err)
+			}
+		}
 	}
 	_, err = s.RebuildDeletionIndex(ctx)
 	return err

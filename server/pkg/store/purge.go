@@ -41,6 +41,7 @@ func (s *Store) PurgeThread(ctx context.Context, tid string, opts PurgeOptions) 
 		indexKey = deletionKey(KindThread, indexTS(t.DeletedTS), tid)
 	}
 
+	opts.Erase.addThread(tid)
 	prefix := threadPrefix(tid)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: threadEnd(tid)})
 	if err != nil {
@@ -170,6 +171,7 @@ type purger struct {
 	batchCap int // keys the current batch may hold: size, or less by limit
 	pending  int // data keys in b
 	deleted  int // data keys committed
+	erase    *EraseSpans
 
 	first, last, lastValue []byte // reused buffers
 }
@@ -179,7 +181,8 @@ func (s *Store) newPurger(ctx context.Context, opts PurgeOptions) *purger {
 	if size <= 0 {
 		size = defaultPurgeBatch
 	}
-	p := &purger{ctx: ctx, db: s.db, b: s.db.NewBatch(), before: opts.BeforeBatch, limit: opts.BatchLimit, size: size}
+	p := &purger{ctx: ctx, db: s.db, b: s.db.NewBatch(), before: opts.BeforeBatch, limit: opts.BatchLimit, size: size,
+		erase: opts.Erase}
 	p.setCap()
 	return p
 }
@@ -242,6 +245,7 @@ func (p *purger) flush() error {
 // run finishes an interrupted purge with nothing left behind. One forward
 // pass: the newest version is known when the iterator runs out.
 func (p *purger) message(r *versionReader, tid, mid string, logKey []byte) error {
+	p.erase.addMessage(mid)
 	it := r.bound(mid)
 	if !it.First() {
 		if err := it.Error(); err != nil {

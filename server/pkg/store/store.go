@@ -129,6 +129,9 @@ type PurgeOptions struct {
 	// holds up the commits queued behind it, so the retention runner
 	// commits small ones while user writes compete.
 	BatchLimit func() int
+	// Erase, when set, collects the key spans the purge removes, for
+	// Store.Erase.
+	Erase *EraseSpans
 }
 
 // Options configure Open.
