@@ -1,0 +1,42 @@
+package store_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
+	"github.com/progressdb/progressdb/server/pkg/store/storetest"
+)
+
+// A new database has nothing purged to erase; once a purge is owed, the
+// next Erase covers the whole key space, and records it is done.
+func TestEraseStateAndFullErase(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "db")
+	s := openAt(t, dir, newClock())
+	if ok, err := s.Erased(ctx); err != nil || !ok {
+		t.Fatalf("new database: Erased = %v, %v; want true", ok, err)
+	}
+	createThread(t, s, "t1")
+	appendMessage(t, s, "t1", "m1", "EraseStateBodyZ3")
+	deleteThread(t, s, "t1")
+	if err := s.OweErase(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PurgeThread(ctx, "t1", store.PurgeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	storetest.RequireAll(t, dir, "EraseStateBodyZ3")
+	if ok, _ := s.Erased(ctx); ok {
+		t.Fatal("Erased after an owed purge")
+	}
+	res, err := s.Erase(ctx, nil)
+	if err != nil || !res.Full || res.Ranges != 1 {
+		t.Fatalf("Erase = %+v, %v; want a full erase", res, err)
+	}
+	storetest.RequireNone(t, dir, "EraseStateBodyZ3")
+	if ok, err := s.Erased(ctx); err != nil || !ok {
+		t.Fatalf("after Erase: Erased = %v, %v", ok, err)
+	}
+}
