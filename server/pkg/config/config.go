@@ -53,6 +53,9 @@ type Retention struct {
 	// ExportPath, when set, receives the full content of every purged item
 	// before its keys are deleted (spec §3.3); empty turns export off.
 	ExportPath string `env:"EXPORT_PATH"`
+	// Erase makes purged content unrecoverable from the data directory at
+	// the end of every run that purged something (docs/erasure.md).
+	Erase bool `env:"ERASE" envDefault:"true"`
 }
 
 // Variable names, for errors and Redacted.
@@ -82,6 +85,7 @@ const (
 	VarMaxAge           = "PROGRESSDB_RETENTION_MAX_AGE"
 	VarMaxMessages      = "PROGRESSDB_RETENTION_MAX_MESSAGES"
 	VarExportPath       = "PROGRESSDB_RETENTION_EXPORT_PATH"
+	VarErase            = "PROGRESSDB_RETENTION_ERASE"
 )
 
 // Error is a configuration error naming the variable, the value and the rule.
@@ -234,6 +238,7 @@ func (c Config) Redacted() [][2]string {
 		{VarMaxAge, FormatDuration(r.MaxAge)},
 		{VarMaxMessages, strconv.Itoa(r.MaxMessages)},
 		{VarExportPath, unsetIfEmpty(r.ExportPath)},
+		{VarErase, strconv.FormatBool(r.Erase)},
 	}
 }
 

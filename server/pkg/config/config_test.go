@@ -30,6 +30,7 @@ func TestLoadDefaults(t *testing.T) {
 			BatchSize:     1000,
 			RunMissed:     true,
 			YieldToWrites: true,
+			Erase:         true,
 		},
 	}
 	if c != want {
@@ -103,6 +104,7 @@ func TestLoadEveryVariable(t *testing.T) {
 		"PROGRESSDB_RETENTION_MAX_ITEMS=10000",
 		"PROGRESSDB_RETENTION_RUN_MISSED=false",
 		"PROGRESSDB_RETENTION_YIELD_TO_WRITES=false",
+		"PROGRESSDB_RETENTION_ERASE=false",
 	)
 	want := Config{
 		DBPath:     "/var/lib/progressdb",
@@ -186,6 +188,7 @@ func TestLoadInvalid(t *testing.T) {
 		{"PROGRESSDB_RETENTION_EXPORT_PATH=/srv/chat/exports", "inside PROGRESSDB_DB_PATH", []string{"PROGRESSDB_DB_PATH=/srv/chat"}},
 		{"PROGRESSDB_RETENTION_EXPORT_PATH=/srv/chat", "inside PROGRESSDB_DB_PATH", []string{"PROGRESSDB_DB_PATH=/srv/chat/"}},
 		{"PROGRESSDB_RETENTION_EXPORT_PATH=/backup/audit/x", "inside PROGRESSDB_RETENTION_AUDIT_PATH", []string{"PROGRESSDB_RETENTION_AUDIT_PATH=/backup/audit"}},
+		{"PROGRESSDB_RETENTION_ERASE=yes please", "true or false", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.env, func(t *testing.T) {
@@ -214,8 +217,8 @@ func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 	freeForm := map[string]bool{VarDBPath: true, VarAdminToken: true, VarAPIKey: true, VarAuditPath: true, VarLeasePath: true,
 		VarExportPath: true}
 	vars := fieldVars()
-	if len(vars) != 25 {
-		t.Fatalf("fieldVars has %d variables, want the 24 of the spec and YIELD_TO_WRITES", len(vars))
+	if len(vars) != 26 {
+		t.Fatalf("fieldVars has %d variables, want the 25 of the spec and YIELD_TO_WRITES", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -340,6 +343,7 @@ func TestRedacted(t *testing.T) {
 		VarEnabled, VarPeriod, VarMessagePeriod, VarCron, VarMinPeriod, VarAllowShortPeriod, VarDryRun,
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
 		VarYieldToWrites, VarMaxAge, VarMaxMessages, VarExportPath,
+		VarErase,
 	}
 	if strings.Join(names, ",") != strings.Join(wantOrder, ",") {
 		t.Errorf("order:\n got %v\nwant %v", names, wantOrder)
@@ -361,6 +365,7 @@ func TestRedacted(t *testing.T) {
 		VarRunMissed:     "true",
 		VarYieldToWrites: "true",
 		VarExportPath:    "<unset>",
+		VarErase:         "true",
 		VarLeasePath:     filepath.Join("data", "purge_audit", "retention.lock"),
 	}
 	for name, want := range checks {
