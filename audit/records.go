@@ -111,6 +111,10 @@ type Footer struct {
 	Stamped     int64     `json:"stamped"`
 	KeysDeleted int64     `json:"keys_deleted"`
 	DurationMS  int64     `json:"duration_ms"`
+	// Erased is true when the run's erase step made everything it purged
+	// unrecoverable from the data directory; EraseMS is how long it took.
+	Erased  bool  `json:"erased"`
+	EraseMS int64 `json:"erase_ms"`
 
 	// Export (spec §3.3), present when the run exported: the number of
 	// records in its export file, the file's path and its SHA-256.
