@@ -31,6 +31,7 @@ const (
 	stageSync     = "sync"
 	stagePanic    = "panic"
 	stageSchedule = "schedule"
+	stageErase    = "erase"
 )
 
 // Metrics are the retention subsystem's Prometheus metrics (spec §8).
@@ -47,7 +48,8 @@ type Metrics struct {
 	TicksSkipped  prometheus.Counter
 	// Enabled lets alerts on missing runs ignore servers that do not
 	// schedule any.
-	Enabled prometheus.Gauge
+	Enabled       prometheus.Gauge
+	EraseDuration prometheus.Histogram
 }
 
 // NewMetrics creates the metrics and registers them with reg (skipped when
@@ -100,6 +102,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "progressdb_retention_enabled",
 			Help: "1 when PROGRESSDB_RETENTION_ENABLED is true: the scheduler runs retention.",
 		}),
+		EraseDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "progressdb_retention_erase_duration_seconds",
+			Help:    "Duration of the erase step at the end of retention runs (flush, compaction of purged ranges, WAL rotation).",
+			Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900},
+		}),
 	}
 	for _, r := range []string{resultCompleted, resultFailed, resultInterrupted, resultSkippedLease, resultDryRun, resultPaused} {
 		m.Runs.WithLabelValues(r)
@@ -109,12 +116,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, c := range causes {
 		m.ItemsPurged.WithLabelValues(string(store.KindMessage), c)
 	}
-	for _, s := range []string{stageLease, stageAudit, stageRecovery, stageScan, stageStamp, stagePurge, stageSync, stagePanic, stageSchedule} {
+	for _, s := range []string{stageLease, stageAudit, stageRecovery, stageScan, stageStamp, stagePurge, stageSync, stagePanic, stageSchedule, stageErase} {
 		m.Errors.WithLabelValues(s)
 	}
 	if reg != nil {
 		reg.MustRegister(m.Runs, m.ItemsPurged, m.KeysDeleted, m.RunDuration, m.LastSuccess,
-			m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped, m.Enabled)
+			m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped, m.Enabled, m.EraseDuration)
 	}
 	return m
 }

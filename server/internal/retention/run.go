@@ -62,8 +62,14 @@ type run struct {
 
 	// due is the number of deletion-index entries due when the run
 	// started (-1: not counted), seen those the scans have looked at.
-	due, seen    int64
-	report       func(Progress) // RunRequest.Progress
+	due, seen int64
+	report    func(Progress) // RunRequest.Progress
+
+	// erase collects the spans this run purged; owed is set once the run
+	// has recorded, before its first delete, that an erase is owed.
+	erase *store.EraseSpans
+	owed  bool
+
 	lastProgress time.Time
 	lastReport   time.Time
 }
@@ -440,7 +446,14 @@ func (rn *run) take(ctx context.Context, c candidate) {
 
 // purge deletes an item's keys in batches, checking before every batch.
 func (rn *run) purge(ctx context.Context, m store.PurgeMarker) (int, error) {
-	opts := store.PurgeOptions{BatchSize: rn.r.cfg.BatchSize, BeforeBatch: rn.beforeBatch, BatchLimit: rn.pace.batchLimit}
+	if !rn.owed {
+		if err := rn.r.st.OweErase(ctx); err != nil {
+			return 0, err
+		}
+		rn.owed = true
+	}
+	opts := store.PurgeOptions{BatchSize: rn.r.cfg.BatchSize, BeforeBatch: rn.beforeBatch, BatchLimit: rn.pace.batchLimit,
+		Erase: rn.erase}
 	var keys int
 	var err error
 	if m.Kind == store.KindThread {
@@ -734,10 +747,11 @@ func (rn *run) progressAt(now time.Time) Progress {
 	return p
 }
 
-// finish flushes, writes the footer, and reports the run.
+// finish flushes, erases, writes the footer, and reports the run.
 func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 	r := rn.r
 	rn.flush(ctx)
+	erased, eraseMS := rn.eraseStep(ctx)
 	status, reason := audit.RunCompleted, ""
 	var runErr error
 	if rn.stop != nil {
@@ -759,6 +773,8 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 		Stamped:     rn.stamped,
 		KeysDeleted: rn.keys,
 		DurationMS:  finished.Sub(rn.at).Milliseconds(),
+		Erased:      erased,
+		EraseMS:     eraseMS,
 	})
 	if err != nil {
 		r.metrics.countError(stageAudit)
@@ -804,8 +820,50 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 		"status", status, "reason", reason, "scanned", rn.scanned, "eligible", rn.eligible, "purged", rn.purged,
 		"failed", rn.failed, "skipped", rn.skipped, "stamped", rn.stamped, "keys_deleted", rn.keys,
 		"by_cause", causeLog(rn.byCause), "batches", rn.batches, "batches_yielded", rn.pace.yielded,
+		"erased", erased, "erase_ms", eraseMS,
 		"duration_ms", finished.Sub(rn.at).Milliseconds(), "audit_file", path)
 	return res, runErr
+}
+
+// eraseStep makes what was purged unrecoverable from the data directory
+// before the footer says so (docs/erasure.md). It runs after non-dry runs
+// with ERASE on when this run purged something, or when purges of an
+// earlier version or of a run that did not erase may have left content
+// (then over the whole key space, once). A failed erase fails the run; a
+// shutdown skips it and the next run erases everything.
+func (rn *run) eraseStep(ctx context.Context) (bool, int64) {
+	r := rn.r
+	if rn.dry || !r.cfg.Erase || rn.auditErr != nil || ctx.Err() != nil {
+		return false, 0
+	}
+	erased, err := r.st.Erased(ctx)
+	if err != nil {
+		rn.fail(ctx, stageErase, "erase", err)
+		return false, 0
+	}
+	if erased && !rn.owed {
+		return false, 0 // nothing purged, nothing left over
+	}
+	start := time.Now()
+	er, err := r.st.Erase(ctx, rn.erase)
+	took := time.Since(start)
+	r.metrics.EraseDuration.Observe(took.Seconds())
+	if err != nil {
+		if rn.stop != nil && rn.stop.status == audit.RunCompleted {
+			rn.stop = nil // a completed run (max_items) that did not erase has failed
+		}
+		rn.fail(ctx, stageErase, "erase", err)
+		return false, took.Milliseconds()
+	}
+	if er.Full {
+		r.log.Info("retention_erase_full", "run_id", rn.id,
+			"why", "content purged before erasure existed, or by a run that did not erase, may remain: whole key space erased once",
+			"tables_removed", er.TablesRemoved, "logs_removed", er.LogsRemoved, "erase_ms", took.Milliseconds())
+	} else {
+		r.log.Info("retention_erased", "run_id", rn.id, "ranges", er.Ranges,
+			"tables_removed", er.TablesRemoved, "logs_removed", er.LogsRemoved, "erase_ms", took.Milliseconds())
+	}
+	return true, took.Milliseconds()
 }
 
 // item builds the audit record of a candidate.

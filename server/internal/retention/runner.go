@@ -273,6 +273,7 @@ func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error
 		lease:   lease,
 		purging: make(map[string]bool),
 		report:  req.Progress,
+		erase:   &store.EraseSpans{},
 	}
 	var writes func() uint64
 	if r.cfg.YieldToWrites {
