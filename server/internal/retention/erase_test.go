@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -160,4 +161,44 @@ func TestEraseSkippedOnDryRun(t *testing.T) {
 	if ra.Footer.Erased || ra.Footer.EraseMS != 0 {
 		t.Fatalf("dry run footer: %+v", ra.Footer)
 	}
+}
+
+// A reader pinning purged data past the wait fails the erase: the footer
+// says failed and does not claim it, the error is counted, and the next
+// run, with the reader gone, erases everything.
+func TestEraseFailureFailsRun(t *testing.T) {
+	e := newEnv(t)
+	dbDir := filepath.Join(e.dir, "db2")
+	st, err := store.Open(dbDir, store.Options{Now: e.clock.Now, EraseWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e.st = st
+	e.cfg.Erase = true
+	p := plant(t, e)
+
+	snap := st.DB().NewSnapshot() // opened before the purge: it can still see the content
+	e.at(31 * day)
+	res, err := e.runner().Run(context.Background(), RunRequest{Trigger: TriggerCLI})
+	if err == nil || res.Status != audit.RunFailed || !strings.HasPrefix(res.Error, "erase: ") {
+		t.Fatalf("run with a pinning reader: %+v, %v", res, err)
+	}
+	ra := e.audit(res)
+	if ra.Footer.Erased || ra.Footer.Status != audit.RunFailed || ra.Footer.Purged != 2 {
+		t.Fatalf("footer: %+v", ra.Footer)
+	}
+	if got := counterValue(t, e.metrics.Errors.WithLabelValues(stageErase)); got != 1 {
+		t.Fatalf("errors_total{stage=erase} = %v, want 1", got)
+	}
+	if err := snap.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	res, ra = e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+	if !ra.Footer.Erased || res.Status != audit.RunCompleted {
+		t.Fatalf("next run: %+v, footer %+v", res, ra.Footer)
+	}
+	storetest.RequireNone(t, dbDir, p.purged...)
+	storetest.RequireAll(t, dbDir, p.live...)
 }

@@ -44,10 +44,10 @@ const (
 	eraseGapMerge = 8 << 20
 	// erasePoll is how often Erase looks for files it waits on.
 	erasePoll = 5 * time.Millisecond
-	// eraseWait bounds the wait for open snapshots and iterators that pin
-	// purged data; a reader holding one longer fails the erase (it is
-	// retried in full by the next run).
-	eraseWait = 30 * time.Second
+	// defaultEraseWait bounds the wait for open snapshots and iterators
+	// that pin purged data; a reader holding one longer fails the erase
+	// (the next run erases in full).
+	defaultEraseWait = 30 * time.Second
 )
 
 // EraseSpans collects the key spans purges removed. Pass one in
@@ -340,9 +340,9 @@ func (s *Store) liveTables() (map[string]bool, error) {
 }
 
 // poll calls done until it reports true, an error, the context ends or
-// eraseWait passes (ErrEraseIncomplete, with what).
+// the store's erase wait passes (ErrEraseIncomplete, with what).
 func (s *Store) poll(ctx context.Context, done func() (bool, error), what string) error {
-	deadline := time.Now().Add(eraseWait)
+	deadline := time.Now().Add(s.eraseWait)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -351,7 +351,7 @@ func (s *Store) poll(ctx context.Context, done func() (bool, error), what string
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %s after %s", ErrEraseIncomplete, what, eraseWait)
+			return fmt.Errorf("%w: %s after %s", ErrEraseIncomplete, what, s.eraseWait)
 		}
 		t.Reset(erasePoll)
 		select {

@@ -26,6 +26,8 @@ type Store struct {
 	locks  stripes
 	closed atomic.Bool
 	fatal  *fatalHandler
+	// eraseWait bounds Erase's waits for readers that pin purged data.
+	eraseWait time.Duration
 
 	// userWrites counts committed writes of the API (threads and
 	// messages), so that a purge can tell when it competes with them.
@@ -64,7 +66,11 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store %q: %w", path, err)
 	}
-	s := &Store{db: db, path: path, now: now, ids: newIDGen(now), fatal: fatal}
+	eraseWait := opts.EraseWait
+	if eraseWait <= 0 {
+		eraseWait = defaultEraseWait
+	}
+	s := &Store{db: db, path: path, now: now, ids: newIDGen(now), fatal: fatal, eraseWait: eraseWait}
 	if err := s.ensureIndexes(context.Background()); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %q: %w", path, err)

@@ -147,4 +147,7 @@ type Options struct {
 	// mutex held, so a process that recovered would hang every later
 	// write; stopping lets a supervisor restart it on a sane disk.
 	Fatal func(detail string)
+	// EraseWait bounds how long Erase waits for snapshots and iterators
+	// that pin purged data (30s when zero).
+	EraseWait time.Duration
 }
