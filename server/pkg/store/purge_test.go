@@ -241,11 +241,11 @@ func TestPurgeMessageInterruptedAndResumed(t *testing.T) {
 			after := rawKeys(t, s, "", "")
 			delete(after, "sys:purge:m:m")
 			for k := range before {
-				if _, ok := after[k]; ok != (k == "sys:schema" || k == "idx:live:t:" || containsAny(k, "keep", "thread:t:meta")) {
+				if _, ok := after[k]; ok != (k == "sys:schema" || k == "sys:erased" || k == "idx:live:t:" || containsAny(k, "keep", "thread:t:meta")) {
 					t.Errorf("key %s present=%v after purge", k, ok)
 				}
 			}
-			if len(after) != 5 { // schema, thread meta and live entry, keep's log entry and version
+			if len(after) != 6 { // schema, erase state, thread meta and live entry, keep's log entry and version
 				t.Fatalf("keys after purge: %v", after)
 			}
 			if n, err := s.PurgeMessage(ctx, "t", "m", store.PurgeOptions{}); n != 0 || err != nil {
