@@ -169,7 +169,7 @@ func TestEraseSkippedOnDryRun(t *testing.T) {
 func TestEraseFailureFailsRun(t *testing.T) {
 	e := newEnv(t)
 	dbDir := filepath.Join(e.dir, "db2")
-	st, err := store.Open(dbDir, store.Options{Now: e.clock.Now, EraseWait: 50 * time.Millisecond})
+	st, err := store.Open(dbDir, store.Options{Now: e.clock.Now, EraseWait: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -635,7 +635,10 @@ func (rn *run) fail(ctx context.Context, stage, what string, err error) {
 	}
 	rn.r.metrics.countError(stage)
 	rn.r.log.Error("retention_run_error", "run_id", rn.id, "stage", stage, "err", err)
-	rn.setStop(&stopCause{status: audit.RunFailed, reason: what + ": " + err.Error(), err: fmt.Errorf("%s: %w", what, err)})
+	if what != "" { // empty when err already says what failed
+		err = fmt.Errorf("%s: %w", what, err)
+	}
+	rn.setStop(&stopCause{status: audit.RunFailed, reason: err.Error(), err: err})
 }
 
 // halt stops the run for a shutdown, a lost lease or a pause.
@@ -852,7 +855,7 @@ func (rn *run) eraseStep(ctx context.Context) (bool, int64) {
 		if rn.stop != nil && rn.stop.status == audit.RunCompleted {
 			rn.stop = nil // a completed run (max_items) that did not erase has failed
 		}
-		rn.fail(ctx, stageErase, "erase", err)
+		rn.fail(ctx, stageErase, "", err) // the store's errors start with "erase: "
 		return false, took.Milliseconds()
 	}
 	if er.Full {
