@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
@@ -58,9 +59,26 @@ func folders(cfg config.Config) []folder {
 	return out
 }
 
+// checkLeaseFile refuses a lease path where something other than a
+// regular file sits (a folder, a named pipe): every run would fail on it,
+// or hang on a pipe. A symbolic link is refused by the run itself.
+func checkLeaseFile(cfg config.Config) error {
+	if !cfg.Retention.Enabled {
+		return nil
+	}
+	p := cfg.Retention.LeasePath
+	if err := retention.CheckLeasePath(p); errors.Is(err, retention.ErrLeaseNotRegular) {
+		return &StartupError{Var: config.VarLeasePath, Value: p, Rule: "must be a regular file or absent", Err: err}
+	}
+	return nil
+}
+
 // Validate checks what config.Load cannot, creating the folders the
 // server needs when they are missing.
 func Validate(cfg config.Config) error {
+	if err := checkLeaseFile(cfg); err != nil {
+		return err
+	}
 	for _, f := range folders(cfg) {
 		check := checkDir
 		if f.writable {
@@ -83,6 +101,9 @@ func Validate(cfg config.Config) error {
 // parent is a folder this process may write, since serve creates it
 // there. It also checks the log sink's file the same way.
 func Check(cfg config.Config) error {
+	if err := checkLeaseFile(cfg); err != nil {
+		return err
+	}
 	for _, f := range folders(cfg) {
 		if f.noLink {
 			if err := checkNotLink(f.dir); err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +20,14 @@ func TestFaultBadConfig(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "a-regular-file")
 	if err := os.WriteFile(file, []byte("not a folder\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	leaseDir := filepath.Join(dir, "lease-is-a-folder")
+	if err := os.Mkdir(leaseDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "lease-is-a-fifo")
+	if err := syscall.Mkfifo(fifo, 0o640); err != nil {
 		t.Fatal(err)
 	}
 	valid := envVars{
@@ -58,6 +67,8 @@ func TestFaultBadConfig(t *testing.T) {
 		{"PROGRESSDB_RETENTION_AUDIT_PATH", file, ""},
 		{"PROGRESSDB_RETENTION_AUDIT_PATH", filepath.Join(file, "audit"), ""},
 		{"PROGRESSDB_RETENTION_LEASE_PATH", filepath.Join(file, "retention.lock"), ""},
+		{"PROGRESSDB_RETENTION_LEASE_PATH", leaseDir, ""},
+		{"PROGRESSDB_RETENTION_LEASE_PATH", fifo, ""},
 		{"PROGRESSDB_RETENTION_LEASE_TTL", "1s", ""},
 		{"PROGRESSDB_RETENTION_LEASE_TTL", "abc", ""},
 		{"PROGRESSDB_RETENTION_BATCH_SIZE", "0", ""},

@@ -46,6 +46,10 @@ var (
 	ErrLeaseHeld    = errors.New("lease held elsewhere")
 	ErrLeaseLost    = errors.New("lease lost")
 	ErrLeaseSymlink = errors.New("lease path is a symbolic link")
+	// ErrLeaseNotRegular: something other than a regular file (a folder, a
+	// named pipe, a socket, a device) sits at a lease path. Opening a named
+	// pipe would block for good, so it is refused before any open.
+	ErrLeaseNotRegular = errors.New("lease path is not a regular file")
 )
 
 // errLeaseCorrupt marks lease or epoch files whose content cannot be trusted.
@@ -159,13 +163,14 @@ func AcquireLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 		return nil, fmt.Errorf("lease folder: %w", err)
 	}
 	for _, p := range []string{cfg.Path, cfg.lockPath(), cfg.epochPath()} {
-		if err := refuseSymlink(p); err != nil {
+		if err := CheckLeasePath(p); err != nil {
 			return nil, err
 		}
 	}
 
+	// O_NONBLOCK: a named pipe put there after the check must not hang us.
 	lock := flock.New(cfg.lockPath(),
-		flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW),
+		flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK),
 		flock.SetPermissions(leaseFilePerm))
 	ok, err := lock.TryLock()
 	if err != nil {
@@ -194,7 +199,7 @@ func takeOver(cfg LeaseConfig, lock *flock.Flock) (*Lease, error) {
 	prevEpoch := prev.Epoch // 0 when there is no lease file yet
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-	case errors.Is(err, ErrLeaseSymlink):
+	case errors.Is(err, ErrLeaseSymlink), errors.Is(err, ErrLeaseNotRegular):
 		return nil, err
 	case err != nil:
 		// We never write a torn file, so damage came from outside and may
@@ -412,7 +417,7 @@ func (l *Lease) Release() error {
 
 // ReadLease reads the lease file without taking it (status).
 func ReadLease(path string) (LeaseInfo, error) {
-	if err := refuseSymlink(path); err != nil {
+	if err := CheckLeasePath(path); err != nil {
 		return LeaseInfo{}, err
 	}
 	data, err := readNoFollow(path)
@@ -440,9 +445,11 @@ func writeLease(path string, info LeaseInfo) error {
 	return nil
 }
 
-// refuseSymlink fails with ErrLeaseSymlink when path is a symbolic link, so
-// a planted link cannot redirect our writes. A missing path is fine.
-func refuseSymlink(path string) error {
+// CheckLeasePath fails with ErrLeaseSymlink when path is a symbolic link,
+// so a planted link cannot redirect our writes, and with
+// ErrLeaseNotRegular when it is anything else but a regular file. A
+// missing path is fine.
+func CheckLeasePath(path string) error {
 	st, err := os.Lstat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -451,16 +458,42 @@ func refuseSymlink(path string) error {
 		return fmt.Errorf("lease: %w", err)
 	case st.Mode()&fs.ModeSymlink != 0:
 		return fmt.Errorf("%w: %s", ErrLeaseSymlink, path)
+	case !st.Mode().IsRegular():
+		return fmt.Errorf("%w: %s is %s", ErrLeaseNotRegular, path, fileKind(st.Mode()))
 	}
 	return nil
 }
 
+// fileKind names a file type for an error message.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a folder"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	default:
+		return "not a regular file"
+	}
+}
+
+// readNoFollow reads a small regular file. O_NONBLOCK and the type check
+// on the open file keep a named pipe swapped in after CheckLeasePath from
+// blocking the read.
 func readNoFollow(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is %s", ErrLeaseNotRegular, path, fileKind(st.Mode()))
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxLeaseFile+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

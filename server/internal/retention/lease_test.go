@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -816,4 +817,34 @@ func TestLeaseSubprocessContention(t *testing.T) {
 		}
 	}
 	t.Logf("%d tenures, last epoch %d", len(all), all[len(all)-1].epoch)
+}
+
+// Anything but a regular file at a lease path is refused before it is
+// opened: a folder, or a named pipe, whose open would block for good.
+func TestLeaseNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	clk := newLeaseClock()
+	folder := filepath.Join(dir, "folder.lock")
+	if err := os.Mkdir(folder, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo.lock")
+	if err := syscall.Mkfifo(fifo, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	fifoEpoch := filepath.Join(dir, "c.lock")
+	if err := syscall.Mkfifo(fifoEpoch+".epoch", 0o640); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, kind string }{{folder, "a folder"}, {fifo, "a named pipe"}, {fifoEpoch, "a named pipe"}} {
+		_, err := AcquireLease(context.Background(), leaseConfig(c.path, "me", "host-a", clk.Now))
+		if !errors.Is(err, ErrLeaseNotRegular) || !strings.Contains(err.Error(), c.kind) {
+			t.Errorf("AcquireLease(%s) = %v, want ErrLeaseNotRegular naming %s", c.path, err, c.kind)
+		}
+	}
+	for _, p := range []string{folder, fifo} {
+		if _, err := ReadLease(p); !errors.Is(err, ErrLeaseNotRegular) {
+			t.Errorf("ReadLease(%s) = %v, want ErrLeaseNotRegular", p, err)
+		}
+	}
 }
