@@ -20,9 +20,6 @@ import (
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
-// Version is the server version written into audit headers.
-const Version = "0.1.0"
-
 // Serve runs the server until ctx ends, then shuts down in order: the
 // retention runs going stop at their next batch boundary (interrupted
 // footer) while HTTP drains, so that a client waiting for a run gets its
@@ -88,8 +85,9 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	bi := buildinfo.Read()
 	logger.Info("server_started", "addr", ln.Addr().String(), "db_path", cfg.DBPath,
-		"retention_enabled", cfg.Retention.Enabled, "version", Version)
+		"retention_enabled", cfg.Retention.Enabled, "version", bi.Version, "commit", bi.Commit)
 	err = api.Serve(ctx, ln, h, logger)
 	logger.Info("server_stopping")
 	if errors.Is(err, context.Canceled) {
@@ -117,7 +115,9 @@ func NewRetention(st *store.Store, cfg config.Retention, logger *slog.Logger, re
 		Logger:  logger,
 		Metrics: metrics,
 		Host:    hostname(),
-		Version: Version,
+		// The audit header names the build that wrote it, as `progressdb
+		// version` does.
+		Version: buildinfo.Read().Version,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("retention: %w", err)
