@@ -46,9 +46,10 @@ type Metrics struct {
 	Paused        prometheus.Gauge
 	Errors        *prometheus.CounterVec
 	TicksSkipped  prometheus.Counter
-	// Enabled lets alerts on missing runs ignore servers that do not
-	// schedule any.
+	// Enabled and DryRun let alerts on missing successes ignore servers
+	// that schedule no runs, or only dry runs.
 	Enabled       prometheus.Gauge
+	DryRun        prometheus.Gauge
 	EraseDuration prometheus.Histogram
 }
 
@@ -102,6 +103,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "progressdb_retention_enabled",
 			Help: "1 when PROGRESSDB_RETENTION_ENABLED is true: the scheduler runs retention.",
 		}),
+		DryRun: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "progressdb_retention_dry_run",
+			Help: "1 when PROGRESSDB_RETENTION_DRY_RUN is true: every run is a dry run and purges nothing.",
+		}),
 		EraseDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "progressdb_retention_erase_duration_seconds",
 			Help:    "Duration of the erase step at the end of retention runs (flush, compaction of purged ranges, WAL rotation).",
@@ -121,7 +126,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Runs, m.ItemsPurged, m.KeysDeleted, m.RunDuration, m.LastSuccess,
-			m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped, m.Enabled, m.EraseDuration)
+			m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped, m.Enabled, m.DryRun, m.EraseDuration)
 	}
 	return m
 }

@@ -159,6 +159,7 @@ func TestMetricsNamesMatchTheSpec(t *testing.T) {
 		"progressdb_retention_errors_total",
 		"progressdb_retention_ticks_skipped_total",
 		"progressdb_retention_enabled",
+		"progressdb_retention_dry_run",
 	}
 	fams, err := reg.Gather()
 	if err != nil {

@@ -119,6 +119,9 @@ func (s *Scheduler) Start(ctx context.Context) {
 	}
 	s.started = true
 	s.metrics.Enabled.Set(1)
+	if s.runner.cfg.DryRun {
+		s.metrics.DryRun.Set(1)
+	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.wg.Add(1)
 	go func() {
@@ -139,6 +142,7 @@ func (s *Scheduler) Stop() {
 	}
 	s.wg.Wait()
 	s.metrics.Enabled.Set(0)
+	s.metrics.DryRun.Set(0)
 }
 
 func (s *Scheduler) loop(ctx context.Context) {

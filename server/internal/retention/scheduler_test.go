@@ -117,9 +117,27 @@ func TestSchedulerFiresRunsOnTheSchedule(t *testing.T) {
 	if got := counterValue(t, e.metrics.Enabled); got != 1 {
 		t.Fatalf("enabled = %v while the scheduler runs", got)
 	}
+	if got := counterValue(t, e.metrics.DryRun); got != 0 {
+		t.Fatalf("dry_run = %v with DRY_RUN off", got)
+	}
 	s.Stop()
 	if got := counterValue(t, e.metrics.Enabled); got != 0 {
 		t.Fatalf("enabled = %v after Stop", got)
+	}
+}
+
+// A scheduler of dry runs says so, for the alert on missing successes.
+func TestSchedulerDryRunGauge(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.DryRun = true
+	s, _ := e.scheduler(e.runner(), "0 2 * * *", false)
+	s.Start(context.Background())
+	if en, dry := counterValue(t, e.metrics.Enabled), counterValue(t, e.metrics.DryRun); en != 1 || dry != 1 {
+		t.Fatalf("enabled = %v, dry_run = %v while a dry-run scheduler runs", en, dry)
+	}
+	s.Stop()
+	if dry := counterValue(t, e.metrics.DryRun); dry != 0 {
+		t.Fatalf("dry_run = %v after Stop", dry)
 	}
 }
 
