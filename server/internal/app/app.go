@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,7 +43,11 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildinfo.Read().Collector())
 
-	svc, err := NewRetention(st, cfg.Retention, logger, reg, true)
+	key, err := SigningKey(cfg)
+	if err != nil {
+		return err
+	}
+	svc, err := NewRetention(st, cfg.Retention, logger, reg, true, key)
 	if err != nil {
 		return err
 	}
@@ -107,7 +112,8 @@ func hostname() string {
 
 // NewRetention builds the retention runner, its scheduler (when retention
 // is enabled and withScheduler is set) and the service over both.
-func NewRetention(st *store.Store, cfg config.Retention, logger *slog.Logger, reg prometheus.Registerer, withScheduler bool) (*retention.Manager, error) {
+// signingKey signs audit footers when set (see SigningKey).
+func NewRetention(st *store.Store, cfg config.Retention, logger *slog.Logger, reg prometheus.Registerer, withScheduler bool, signingKey ed25519.PrivateKey) (*retention.Manager, error) {
 	metrics := retention.NewMetrics(reg)
 	runner, err := retention.NewRunner(retention.RunnerOptions{
 		Store:   st,
@@ -117,7 +123,8 @@ func NewRetention(st *store.Store, cfg config.Retention, logger *slog.Logger, re
 		Host:    hostname(),
 		// The audit header names the build that wrote it, as `progressdb
 		// version` does.
-		Version: buildinfo.Read().Version,
+		Version:    buildinfo.Read().Version,
+		SigningKey: signingKey,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("retention: %w", err)

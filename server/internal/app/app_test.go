@@ -265,3 +265,26 @@ func TestServeSealsAbandonedFilesWithRetentionDisabled(t *testing.T) {
 		t.Fatalf("last run after start: %+v, %v", sum, err)
 	}
 }
+
+// A signing key that cannot be used stops startup (exit 2) instead of
+// letting runs write unsigned files.
+func TestValidateRefusesABadSigningKey(t *testing.T) {
+	dir := t.TempDir()
+	notKey := filepath.Join(dir, "not-a-key.pem")
+	if err := os.WriteFile(notKey, []byte("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{notKey, filepath.Join(dir, "missing.pem"), dir} {
+		cfg, err := config.Load([]string{"PROGRESSDB_DB_PATH=" + filepath.Join(dir, "db"), "PROGRESSDB_AUDIT_SIGNING_KEY=" + path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var se *StartupError
+		if err := Validate(cfg); !errors.As(err, &se) || se.Var != config.VarAuditSigningKey {
+			t.Errorf("Validate with key %s: %v, want a startup error naming %s", path, err, config.VarAuditSigningKey)
+		}
+		if err := Check(cfg); !errors.As(err, &se) || se.Var != config.VarAuditSigningKey {
+			t.Errorf("Check with key %s: %v", path, err)
+		}
+	}
+}

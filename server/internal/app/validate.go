@@ -1,6 +1,7 @@
 package app
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
@@ -79,6 +81,9 @@ func Validate(cfg config.Config) error {
 	if err := checkLeaseFile(cfg); err != nil {
 		return err
 	}
+	if _, err := SigningKey(cfg); err != nil {
+		return err
+	}
 	for _, f := range folders(cfg) {
 		check := checkDir
 		if f.writable {
@@ -102,6 +107,9 @@ func Validate(cfg config.Config) error {
 // there. It also checks the log sink's file the same way.
 func Check(cfg config.Config) error {
 	if err := checkLeaseFile(cfg); err != nil {
+		return err
+	}
+	if _, err := SigningKey(cfg); err != nil {
 		return err
 	}
 	for _, f := range folders(cfg) {
@@ -225,4 +233,20 @@ func access(path string) error {
 		return &fs.PathError{Op: "access", Path: path, Err: err}
 	}
 	return nil
+}
+
+// SigningKey loads the audit signing key named by
+// PROGRESSDB_AUDIT_SIGNING_KEY; nil when unset. A key that cannot be read
+// or is not an ed25519 private key is a *StartupError (exit 2): a server
+// that was asked to sign must not write unsigned files.
+func SigningKey(cfg config.Config) (ed25519.PrivateKey, error) {
+	if cfg.AuditSigningKey == "" {
+		return nil, nil
+	}
+	key, err := audit.LoadSigningKey(cfg.AuditSigningKey)
+	if err != nil {
+		return nil, &StartupError{Var: config.VarAuditSigningKey, Value: cfg.AuditSigningKey,
+			Rule: "must be an ed25519 private key in PEM (PKCS #8, openssl genpkey -algorithm ed25519)", Err: err}
+	}
+	return key, nil
 }

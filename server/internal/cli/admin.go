@@ -132,5 +132,6 @@ func (e env) onDatabaseOrServer(cfg config.Config, name string,
 // localRetention builds the retention service over an open store, for
 // commands that act on the database directly.
 func localRetention(st *store.Store, cfg config.Config, logger *slog.Logger) (*retention.Manager, error) {
-	return app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false)
+	// These commands write no audit file: no signing key is needed.
+	return app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, nil)
 }

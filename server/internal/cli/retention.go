@@ -72,6 +72,11 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 		return done(runReport{ExitCode: exitUsage, Reason: "invalid_configuration", Error: err.Error()}, "")
 	}
 	defer closer.Close()
+	key, err := app.SigningKey(cfg)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
+		return done(runReport{ExitCode: exitUsage, Reason: "invalid_configuration", Error: err.Error()}, "")
+	}
 
 	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger})
 	if errors.Is(err, store.ErrDatabaseLocked) {
@@ -84,7 +89,7 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 	}
 	defer st.Close()
 
-	svc, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false)
+	svc, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key)
 	if err != nil {
 		return done(runReport{ExitCode: exitFailed, Reason: "error"}, err.Error())
 	}

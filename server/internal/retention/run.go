@@ -109,7 +109,7 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 
 	// Files left .inprogress by a crashed run are sealed first, and only
 	// while holding the lease, so a live run's file is never sealed.
-	sealed, err := audit.SealAbandoned(r.cfg.AuditPath, rn.at)
+	sealed, err := audit.SealAbandonedWith(r.cfg.AuditPath, rn.at, r.auditOpts)
 	if err != nil {
 		r.metrics.countError(stageAudit)
 		r.log.Warn("retention_audit_seal_failed", "run_id", rn.id, "err", err)
@@ -125,7 +125,7 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 		return rn.failedToStart(res, stageScan, "count retention overrides", err)
 	}
 	info := rn.lease.Info()
-	w, err := audit.Create(r.cfg.AuditPath, rn.id, audit.Header{
+	w, err := audit.CreateWith(r.cfg.AuditPath, rn.id, audit.Header{
 		StartedAt:       rn.at,
 		DryRun:          rn.dry,
 		Period:          config.FormatDuration(r.cfg.Period),
@@ -140,7 +140,7 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 		MaxAge:          formatAge(r.cfg.MaxAge),
 		MaxMessages:     r.cfg.MaxMessages,
 		PolicyOverrides: overrides,
-	})
+	}, r.auditOpts)
 	if err != nil {
 		// Fail closed: without a durable header nothing is deleted.
 		return rn.failedToStart(res, stageAudit, "create audit file", err)

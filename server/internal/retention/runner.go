@@ -2,6 +2,7 @@ package retention
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -47,6 +48,9 @@ type RunnerOptions struct {
 	Host    string           // os.Hostname() when empty
 	PID     int              // os.Getpid() when zero
 	Version string           // written into audit headers
+	// SigningKey, when set, signs every audit footer the runner writes,
+	// the aborted ones it seals included (PROGRESSDB_AUDIT_SIGNING_KEY).
+	SigningKey ed25519.PrivateKey
 }
 
 // Runner performs retention runs against one store. It never runs two at
@@ -54,16 +58,17 @@ type RunnerOptions struct {
 // the same way as one refused by the lease (the lease covers other
 // processes).
 type Runner struct {
-	st      *store.Store
-	cfg     config.Retention
-	log     *slog.Logger
-	metrics *Metrics
-	now     func() time.Time
-	clock   Clock
-	host    string
-	pid     int
-	version string
-	owner   string // lease owner: host/pid/random, unique per runner
+	st        *store.Store
+	cfg       config.Retention
+	log       *slog.Logger
+	metrics   *Metrics
+	now       func() time.Time
+	clock     Clock
+	host      string
+	pid       int
+	version   string
+	auditOpts audit.Options // how audit files are written (signing)
+	owner     string        // lease owner: host/pid/random, unique per runner
 
 	slot   chan struct{}             // holds a token while a run is going
 	active atomic.Pointer[LeaseInfo] // lease of the run going, for refusals
@@ -98,16 +103,17 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{
-		st:      o.Store,
-		cfg:     cfg,
-		log:     o.Logger,
-		metrics: o.Metrics,
-		now:     o.Now,
-		clock:   o.Clock,
-		host:    o.Host,
-		pid:     o.PID,
-		version: o.Version,
-		slot:    make(chan struct{}, 1),
+		st:        o.Store,
+		cfg:       cfg,
+		log:       o.Logger,
+		metrics:   o.Metrics,
+		now:       o.Now,
+		clock:     o.Clock,
+		host:      o.Host,
+		pid:       o.PID,
+		version:   o.Version,
+		auditOpts: audit.Options{SigningKey: o.SigningKey},
+		slot:      make(chan struct{}, 1),
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -326,7 +332,7 @@ func (r *Runner) Recover(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("acquire lease: %w", err)
 	}
 	defer lease.Release()
-	sealed, err := audit.SealAbandoned(r.cfg.AuditPath, r.now().UTC())
+	sealed, err := audit.SealAbandonedWith(r.cfg.AuditPath, r.now().UTC(), r.auditOpts)
 	for _, p := range sealed {
 		r.log.Warn("retention_audit_sealed_aborted", "file", p)
 	}

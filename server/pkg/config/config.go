@@ -16,14 +16,17 @@ import (
 // Config is the whole server configuration. The env tags name the
 // variables; defaults that depend on other values are applied by Load.
 type Config struct {
-	DBPath     string    `env:"PROGRESSDB_DB_PATH" envDefault:"./data"`
-	Addr       string    `env:"PROGRESSDB_ADDR" envDefault:"127.0.0.1:8080"`
-	AdminToken string    `env:"PROGRESSDB_ADMIN_TOKEN"`                  // secret
-	APIKey     string    `env:"PROGRESSDB_API_KEY"`                      // secret
-	LogLevel   string    `env:"PROGRESSDB_LOG_LEVEL" envDefault:"info"`  // debug|info|warn|error
-	LogFormat  string    `env:"PROGRESSDB_LOG_FORMAT" envDefault:"auto"` // text|json|auto
-	LogSink    string    `env:"PROGRESSDB_LOG_SINK" envDefault:"stderr"` // stderr|file:<path>
-	Retention  Retention `envPrefix:"PROGRESSDB_RETENTION_"`
+	DBPath     string `env:"PROGRESSDB_DB_PATH" envDefault:"./data"`
+	Addr       string `env:"PROGRESSDB_ADDR" envDefault:"127.0.0.1:8080"`
+	AdminToken string `env:"PROGRESSDB_ADMIN_TOKEN"`                  // secret
+	APIKey     string `env:"PROGRESSDB_API_KEY"`                      // secret
+	LogLevel   string `env:"PROGRESSDB_LOG_LEVEL" envDefault:"info"`  // debug|info|warn|error
+	LogFormat  string `env:"PROGRESSDB_LOG_FORMAT" envDefault:"auto"` // text|json|auto
+	LogSink    string `env:"PROGRESSDB_LOG_SINK" envDefault:"stderr"` // stderr|file:<path>
+	// AuditSigningKey is the path of an ed25519 private key (PEM, PKCS #8)
+	// that signs every audit footer; unset: footers are not signed.
+	AuditSigningKey string    `env:"PROGRESSDB_AUDIT_SIGNING_KEY"`
+	Retention       Retention `envPrefix:"PROGRESSDB_RETENTION_"`
 }
 
 // Retention is the PROGRESSDB_RETENTION_* group.
@@ -67,6 +70,7 @@ const (
 	VarLogLevel         = "PROGRESSDB_LOG_LEVEL"
 	VarLogFormat        = "PROGRESSDB_LOG_FORMAT"
 	VarLogSink          = "PROGRESSDB_LOG_SINK"
+	VarAuditSigningKey  = "PROGRESSDB_AUDIT_SIGNING_KEY"
 	VarEnabled          = "PROGRESSDB_RETENTION_ENABLED"
 	VarPeriod           = "PROGRESSDB_RETENTION_PERIOD"
 	VarMessagePeriod    = "PROGRESSDB_RETENTION_MESSAGE_PERIOD"
@@ -239,6 +243,7 @@ func (c Config) Redacted() [][2]string {
 		{VarMaxMessages, strconv.Itoa(r.MaxMessages)},
 		{VarExportPath, unsetIfEmpty(r.ExportPath)},
 		{VarErase, strconv.FormatBool(r.Erase)},
+		{VarAuditSigningKey, unsetIfEmpty(c.AuditSigningKey)},
 	}
 }
 

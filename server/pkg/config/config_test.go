@@ -215,10 +215,10 @@ func TestLoadInvalid(t *testing.T) {
 // the free-form strings (paths and secrets).
 func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 	freeForm := map[string]bool{VarDBPath: true, VarAdminToken: true, VarAPIKey: true, VarAuditPath: true, VarLeasePath: true,
-		VarExportPath: true}
+		VarExportPath: true, VarAuditSigningKey: true}
 	vars := fieldVars()
-	if len(vars) != 26 {
-		t.Fatalf("fieldVars has %d variables, want the 25 of the spec and YIELD_TO_WRITES", len(vars))
+	if len(vars) != 27 {
+		t.Fatalf("fieldVars has %d variables, want the 26 of the spec and YIELD_TO_WRITES", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -343,7 +343,7 @@ func TestRedacted(t *testing.T) {
 		VarEnabled, VarPeriod, VarMessagePeriod, VarCron, VarMinPeriod, VarAllowShortPeriod, VarDryRun,
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
 		VarYieldToWrites, VarMaxAge, VarMaxMessages, VarExportPath,
-		VarErase,
+		VarErase, VarAuditSigningKey,
 	}
 	if strings.Join(names, ",") != strings.Join(wantOrder, ",") {
 		t.Errorf("order:\n got %v\nwant %v", names, wantOrder)
