@@ -66,3 +66,20 @@ func TestRunReportsProgressAgainstWhatIsDue(t *testing.T) {
 		t.Fatalf("progress lines lack done, due or time left:\n%s", logs)
 	}
 }
+
+// A run faster than the report interval still reports where it ended,
+// not only where it began.
+func TestRunReportsItsEnd(t *testing.T) {
+	e := newEnv(t)
+	for i := range 3 {
+		tid := fmt.Sprintf("t%d", i)
+		e.thread(tid, 1, 1)
+		e.deleteThread(tid)
+	}
+	e.at(40 * day)
+	var reports []Progress
+	e.run(e.runner(), RunRequest{Trigger: TriggerCLI, Progress: func(p Progress) { reports = append(reports, p) }})
+	if len(reports) != 2 || reports[0].Done != 0 || reports[0].Due != 3 || reports[1].Done != 3 || reports[1].Purged != 3 {
+		t.Fatalf("reports %+v, want the start (0 of 3) and the end (3 of 3)", reports)
+	}
+}

@@ -163,6 +163,9 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	if rn.stop == nil {
 		rn.scan(ctx, store.KindMessage, r.cfg.MessagePeriod)
 	}
+	// The last report shows where the scans ended, not where the last
+	// timed report left them.
+	rn.reportProgress(r.now())
 	return rn.finish(ctx, res)
 }
 
