@@ -165,7 +165,7 @@ func (e *RecordEncoder) Message(id string) error {
 	default:
 		e.setErr(fmt.Errorf("audit: %w: export message after end", ErrInvalidRecord))
 	}
-	e.write(appendString(nil, id))
+	e.writeString(id)
 	e.write([]byte(`,"versions":[`))
 	e.state = encVersions
 	e.nextMsg = ""
@@ -206,6 +206,22 @@ func (e *RecordEncoder) End() error {
 	return e.err
 }
 
+// writeString writes s as a JSON string; IDs need no escaping, which is
+// checked rather than assumed.
+func (e *RecordEncoder) writeString(s string) {
+	for i := 0; i < len(s); i++ {
+		if !plainByte[s[i]] || s[i] >= 0x80 {
+			e.write(appendString(nil, s))
+			return
+		}
+	}
+	if e.err == nil {
+		_ = e.w.WriteByte('"')
+		_, _ = e.w.WriteString(s)
+		e.err = e.w.WriteByte('"')
+	}
+}
+
 func (e *RecordEncoder) setErr(err error) {
 	if e.err == nil {
 		e.err = err
@@ -218,15 +234,18 @@ func (e *RecordEncoder) value(raw []byte) {
 	switch {
 	case raw == nil:
 		e.write([]byte("null"))
-	case !json.Valid(raw):
-		b := append([]byte(`{"unparsed":"`), base64.StdEncoding.EncodeToString(raw)...)
-		e.write(append(b, `"}`...))
-	case bytes.ContainsAny(raw, "\r\n"):
-		var c bytes.Buffer
-		_ = json.Compact(&c, raw) // valid, checked above
-		e.write(c.Bytes())
 	default:
-		e.write(raw)
+		switch valid, oneLine := validJSON(raw); {
+		case !valid:
+			b := append([]byte(`{"unparsed":"`), base64.StdEncoding.EncodeToString(raw)...)
+			e.write(append(b, `"}`...))
+		case !oneLine:
+			var c bytes.Buffer
+			_ = json.Compact(&c, raw) // valid, checked above
+			e.write(c.Bytes())
+		default:
+			e.write(raw)
+		}
 	}
 }
 
@@ -244,7 +263,8 @@ type ExportWriter struct {
 	f      *os.File
 	bw     *bufio.Writer // gzip output, to the file and the hash
 	zw     *gzip.Writer
-	enc    *bufio.Writer // record encoding, to zw
+	enc    *bufio.Writer // record encoding, to async
+	async  *asyncWriter  // hands the encoding to zw on another goroutine
 	sum    hash.Hash
 	good   int64 // offset just past the last committed record
 	n      int64 // bytes written to the file
@@ -291,8 +311,8 @@ func (w *ExportWriter) Begin(h ExportHead) (*ExportItem, error) {
 			return nil, w.fail(err)
 		}
 	}
-	w.zw.Reset(w.bw)
-	w.enc.Reset(w.zw)
+	w.zw.Reset(w.bw) // the compressor is idle between records
+	w.enc.Reset(w.async)
 	enc, err := NewRecordEncoder(w.enc, h)
 	if err != nil {
 		if errors.Is(err, ErrInvalidRecord) {
@@ -340,7 +360,8 @@ func (w *ExportWriter) create() error {
 	w.sum = sha256.New()
 	w.bw = bufio.NewWriterSize(io.MultiWriter(countWriter{f, &w.n}, w.sum), 256<<10)
 	w.zw, _ = gzip.NewWriterLevel(w.bw, gzip.BestSpeed) // a valid level
-	w.enc = bufio.NewWriterSize(w.zw, 64<<10)
+	w.async = newAsyncWriter(w.zw)
+	w.enc = bufio.NewWriterSize(w.async, asyncChunk)
 	return nil
 }
 
@@ -368,6 +389,9 @@ func (it *ExportItem) Finish() error {
 	}
 	w.rec = nil
 	err := it.End()
+	if werr := w.async.wait(); err == nil {
+		err = werr
+	}
 	if err == nil {
 		err = w.zw.Close()
 	}
@@ -425,6 +449,7 @@ func (it *ExportItem) Abort() error {
 // rewind cuts the file back to its last committed record and rebuilds the
 // hash from the bytes kept. A failure here is sticky.
 func (w *ExportWriter) rewind() error {
+	_ = w.async.wait() // the write error, if any, is already the caller's
 	w.bw.Reset(io.MultiWriter(countWriter{w.f, &w.n}, w.sum))
 	if w.n == w.good {
 		return nil
@@ -462,6 +487,7 @@ func (w *ExportWriter) Close() (ExportSummary, error) {
 		w.rec = nil
 		_ = w.rewind()
 	}
+	w.async.stop()
 	err := w.err
 	if err == nil {
 		err = w.f.Sync()
@@ -516,3 +542,64 @@ func (w *ExportWriter) fail(err error) error {
 	}
 	return err
 }
+
+// asyncChunk is the size of the pieces handed to the compressor.
+const asyncChunk = 64 << 10
+
+// asyncWriter compresses on its own goroutine: the run reads the next part
+// of an item from the store while the previous part is compressed, so
+// exporting costs about the reading alone on two cores. wait is the only
+// synchronisation: after it returns, the writer behind is idle and may be
+// used directly.
+type asyncWriter struct {
+	w    io.Writer   // used by the goroutine only, between waits
+	ch   chan []byte // chunks to write; nil asks for an acknowledgement
+	ack  chan error
+	free chan []byte
+}
+
+func newAsyncWriter(w io.Writer) *asyncWriter {
+	const buffers = 4
+	a := &asyncWriter{w: w, ch: make(chan []byte, buffers), ack: make(chan error), free: make(chan []byte, buffers)}
+	for range buffers {
+		a.free <- make([]byte, 0, asyncChunk)
+	}
+	go a.loop()
+	return a
+}
+
+func (a *asyncWriter) loop() {
+	var err error // the first write error is kept: the writer fails with it
+	for buf := range a.ch {
+		if buf == nil {
+			a.ack <- err
+			continue
+		}
+		if err == nil {
+			_, err = a.w.Write(buf)
+		}
+		a.free <- buf[:0]
+	}
+}
+
+// Write copies p into free buffers and queues them; errors come from wait.
+func (a *asyncWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		buf := <-a.free
+		k := min(cap(buf), len(p))
+		a.ch <- append(buf, p[:k]...)
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// wait returns when every queued chunk is written, with the first write
+// error so far.
+func (a *asyncWriter) wait() error {
+	a.ch <- nil
+	return <-a.ack
+}
+
+// stop ends the goroutine; the writer is not used again.
+func (a *asyncWriter) stop() { close(a.ch) }
