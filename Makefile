@@ -49,6 +49,7 @@ fuzz:
 	$(GO) test ./audit -run '^$$' -fuzz FuzzReader -fuzztime $(FUZZTIME) -fuzzminimizetime 0
 	$(GO) test ./audit -run '^$$' -fuzz FuzzVerify -fuzztime $(FUZZTIME)
 	$(GO) test ./audit -run '^$$' -fuzz FuzzSeal -fuzztime $(FUZZTIME)
+	$(GO) test ./audit -run '^$$' -fuzz FuzzValidJSON -fuzztime $(FUZZTIME)
 
 bench: build
 	$(GO) run ./server/cmd/progressdb-bench -out BENCHMARKS.md $(BENCHFLAGS)
