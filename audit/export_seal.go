@@ -26,15 +26,37 @@ import (
 // The caller must hold the retention lease, so that no live run's file is
 // sealed.
 func SealAbandonedExports(root string, skip ...string) ([]string, error) {
-	months, err := monthDirs(root)
-	if err != nil {
-		return nil, err
-	}
+	paths, err := ExportsInProgress(root)
 	skipped := make(map[string]bool, len(skip))
 	for _, p := range skip {
 		skipped[pathKey(p)] = true
 	}
 	var sealed []string
+	errs := []error{err}
+	for _, path := range paths {
+		if skipped[pathKey(path)] {
+			continue
+		}
+		final, err := sealExport(path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if final != "" {
+			sealed = append(sealed, final)
+		}
+	}
+	return sealed, errors.Join(errs...)
+}
+
+// ExportsInProgress lists the export files under root still named
+// .inprogress: a live run's, or those a crash left for sealing.
+func ExportsInProgress(root string) ([]string, error) {
+	months, err := monthDirs(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
 	var errs []error
 	for _, month := range months {
 		dir := filepath.Join(root, month)
@@ -44,22 +66,13 @@ func SealAbandonedExports(root string, skip ...string) ([]string, error) {
 			continue
 		}
 		for _, e := range entries {
-			path := filepath.Join(dir, e.Name())
-			if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), exportPrefix) ||
-				!strings.HasSuffix(e.Name(), extExportInProgress) || skipped[pathKey(path)] {
-				continue
-			}
-			final, err := sealExport(path)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if final != "" {
-				sealed = append(sealed, final)
+			name := e.Name()
+			if e.Type().IsRegular() && strings.HasPrefix(name, exportPrefix) && strings.HasSuffix(name, extExportInProgress) {
+				out = append(out, filepath.Join(dir, name))
 			}
 		}
 	}
-	return sealed, errors.Join(errs...)
+	return out, errors.Join(errs...)
 }
 
 // sealExport seals one abandoned export and returns its final path, or ""
