@@ -32,6 +32,7 @@ const (
 	stagePanic    = "panic"
 	stageSchedule = "schedule"
 	stageErase    = "erase"
+	stageExport   = "export"
 )
 
 // Metrics are the retention subsystem's Prometheus metrics (spec §8).
@@ -39,6 +40,7 @@ type Metrics struct {
 	Runs          *prometheus.CounterVec
 	ItemsPurged   *prometheus.CounterVec
 	KeysDeleted   prometheus.Counter
+	ExportedItems prometheus.Counter
 	RunDuration   prometheus.Histogram
 	LastSuccess   prometheus.Gauge
 	EligibleItems prometheus.Gauge
@@ -69,6 +71,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		KeysDeleted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "progressdb_retention_keys_deleted_total",
 			Help: "Keys deleted by retention purges.",
+		}),
+		ExportedItems: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "progressdb_retention_exported_items_total",
+			Help: "Export records made durable before their items were deleted (PROGRESSDB_RETENTION_EXPORT_PATH).",
 		}),
 		RunDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "progressdb_retention_run_duration_seconds",
@@ -121,11 +127,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, c := range causes {
 		m.ItemsPurged.WithLabelValues(string(store.KindMessage), c)
 	}
-	for _, s := range []string{stageLease, stageAudit, stageRecovery, stageScan, stageStamp, stagePurge, stageSync, stagePanic, stageSchedule, stageErase} {
+	for _, s := range []string{stageLease, stageAudit, stageRecovery, stageScan, stageStamp, stagePurge, stageSync, stagePanic, stageSchedule, stageErase, stageExport} {
 		m.Errors.WithLabelValues(s)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Runs, m.ItemsPurged, m.KeysDeleted, m.RunDuration, m.LastSuccess,
+		reg.MustRegister(m.Runs, m.ItemsPurged, m.KeysDeleted, m.ExportedItems, m.RunDuration, m.LastSuccess,
 			m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped, m.Enabled, m.DryRun, m.EraseDuration)
 	}
 	return m

@@ -39,14 +39,16 @@ type run struct {
 	lease   *Lease
 	release func() // stops the heartbeat, releases the lease and the slot
 
-	w  *audit.Writer
-	at time.Time // the run's reference time: cutoffs, due checks, stamps
+	w   *audit.Writer
+	exp *audit.ExportWriter // nil unless exporting (never in a dry run)
+	at  time.Time           // the run's reference time: cutoffs, due checks, stamps
 
 	// purging holds the threads purged (or, in a dry run, that would be
 	// purged) by this run or by an unfinished earlier one: their messages
 	// go with them and are not looked at on their own.
 	purging map[string]bool
 
+	queue     []queuedPurge   // purge begun, export due (export.go)
 	group     []finishedPurge // purged, audit record not yet durable
 	groupKeys int
 
@@ -117,6 +119,7 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	for _, p := range sealed {
 		r.log.Info("retention_audit_sealed", "run_id", rn.id, "file", p)
 	}
+	r.sealExports(rn.id)
 
 	// The header records the policies in force; counting the overrides
 	// reads the override index, O(overrides).
@@ -146,6 +149,15 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 		return rn.failedToStart(res, stageAudit, "create audit file", err)
 	}
 	rn.w = w
+	if r.cfg.ExportPath != "" && !rn.dry {
+		// The file is made with the first record: a run that purges
+		// nothing leaves none.
+		if rn.exp, err = audit.NewExportWriter(r.cfg.ExportPath, rn.id, rn.at); err != nil {
+			r.metrics.countError(stageExport)
+			rn.setStop(&stopCause{status: audit.RunFailed, reason: "export: " + err.Error(), err: fmt.Errorf("export: %w", err)})
+			return rn.finish(ctx, res)
+		}
+	}
 	r.log.Info("retention_run_started", "run_id", rn.id, "trigger", rn.trigger, "dry_run", rn.dry,
 		"cutoff", rn.at.Add(-r.cfg.Period), "message_cutoff", rn.at.Add(-r.cfg.MessagePeriod),
 		"owner", info.Owner, "epoch", info.Epoch, "audit_file", w.Path())
@@ -221,23 +233,21 @@ func (rn *run) recoverPending(ctx context.Context) {
 			rn.fail(ctx, stageRecovery, "check pending purge", err)
 			return
 		}
-		keys := 0
+		it.Recovered = true
 		if exists {
-			keys, err = rn.purge(ctx, m)
-			if err != nil {
-				rn.purgeFailed(it, keys, err)
-				return
-			}
+			// Exported again (when exporting), recovered: the crashed run
+			// may have exported it already.
 			it.Reason = fmt.Sprintf(reasonRecoveredAgain, m.RunID, rn.id)
+			rn.purgeItem(ctx, m, it)
 		} else {
 			it.Reason = fmt.Sprintf(reasonRecoveredGone, m.RunID)
+			rn.finished(ctx, m, it, 0)
 		}
-		it.Recovered = true
-		rn.finished(ctx, m, it, keys)
 		if rn.stop != nil {
 			return
 		}
 	}
+	rn.drainExports(ctx)
 	rn.flush(ctx)
 }
 
@@ -434,13 +444,7 @@ func (rn *run) take(ctx context.Context, c candidate) {
 			rn.fail(ctx, stagePurge, "begin purge", err)
 			return
 		}
-		it := c.item("", "")
-		keys, err := rn.purge(ctx, m)
-		if err != nil {
-			rn.purgeFailed(it, keys, err)
-			return
-		}
-		rn.finished(ctx, m, it, keys)
+		rn.purgeItem(ctx, m, c.item("", ""))
 	}
 	if r.cfg.MaxItems > 0 && rn.taken >= r.cfg.MaxItems && rn.stop == nil {
 		rn.stop = &stopCause{status: audit.RunCompleted, reason: reasonMaxItems}
@@ -756,7 +760,13 @@ func (rn *run) progressAt(now time.Time) Progress {
 // finish flushes, erases, writes the footer, and reports the run.
 func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 	r := rn.r
+	rn.drainExports(ctx)
 	rn.flush(ctx)
+	var footer audit.Footer
+	if err := rn.closeExport(&footer); err != nil && (rn.stop == nil || rn.stop.status == audit.RunCompleted) {
+		rn.stop = &stopCause{status: audit.RunFailed, reason: "close export file: " + err.Error(),
+			err: fmt.Errorf("close export file: %w", err)}
+	}
 	erased, eraseMS := rn.eraseStep(ctx)
 	status, reason := audit.RunCompleted, ""
 	var runErr error
@@ -767,21 +777,12 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 		}
 	}
 	finished := r.now().UTC()
-	path, err := rn.w.Close(audit.Footer{
-		FinishedAt:  finished,
-		Status:      status,
-		Reason:      reason,
-		Scanned:     rn.scanned,
-		Eligible:    rn.eligible,
-		Purged:      rn.purged,
-		Failed:      rn.failed,
-		Skipped:     rn.skipped,
-		Stamped:     rn.stamped,
-		KeysDeleted: rn.keys,
-		DurationMS:  finished.Sub(rn.at).Milliseconds(),
-		Erased:      erased,
-		EraseMS:     eraseMS,
-	})
+	footer.FinishedAt, footer.Status, footer.Reason = finished, status, reason
+	footer.Scanned, footer.Eligible, footer.Purged = rn.scanned, rn.eligible, rn.purged
+	footer.Failed, footer.Skipped, footer.Stamped = rn.failed, rn.skipped, rn.stamped
+	footer.KeysDeleted, footer.DurationMS = rn.keys, finished.Sub(rn.at).Milliseconds()
+	footer.Erased, footer.EraseMS = erased, eraseMS
+	path, err := rn.w.Close(footer)
 	if err != nil {
 		r.metrics.countError(stageAudit)
 		r.log.Error("retention_audit_close_failed", "run_id", rn.id, "err", err)
@@ -827,7 +828,7 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 		"failed", rn.failed, "skipped", rn.skipped, "stamped", rn.stamped, "keys_deleted", rn.keys,
 		"by_cause", causeLog(rn.byCause), "batches", rn.batches, "batches_yielded", rn.pace.yielded,
 		"erased", erased, "erase_ms", eraseMS,
-		"duration_ms", finished.Sub(rn.at).Milliseconds(), "audit_file", path)
+		"duration_ms", finished.Sub(rn.at).Milliseconds(), "audit_file", path, "export_file", footer.ExportFile)
 	return res, runErr
 }
 

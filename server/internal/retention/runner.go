@@ -304,16 +304,24 @@ func (r *Runner) leaseConfig() LeaseConfig {
 	return LeaseConfig{Path: r.cfg.LeasePath, TTL: r.cfg.LeaseTTL, Owner: r.owner, Host: r.host, PID: r.pid, Now: r.now}
 }
 
-// Recover seals audit files that a crashed process left in progress, so
-// that they are sealed at the next start and not only at the next run
-// (retention enabled or not: otherwise a dead run would look as if it ran
-// forever). It works under the lease, so it never seals a live run's file;
-// when the lease is held (or a run is going here) the holder seals them
-// itself. With nothing in progress it takes no lease and creates nothing.
+// Recover seals audit and export files that a crashed process left in
+// progress, so that they are sealed at the next start and not only at the
+// next run (retention enabled or not: otherwise a dead run would look as if
+// it ran forever). It works under the lease, so it never seals a live run's
+// file; when the lease is held (or a run is going here) the holder seals
+// them itself. With nothing in progress it takes no lease and creates
+// nothing.
 func (r *Runner) Recover(ctx context.Context) ([]string, error) {
 	pending, err := audit.InProgress(r.cfg.AuditPath)
 	if err != nil {
 		return nil, err
+	}
+	if r.cfg.ExportPath != "" {
+		exports, err := audit.ExportsInProgress(r.cfg.ExportPath)
+		if err != nil {
+			return nil, err
+		}
+		pending = append(pending, exports...)
 	}
 	if len(pending) == 0 {
 		return nil, nil
@@ -336,6 +344,7 @@ func (r *Runner) Recover(ctx context.Context) ([]string, error) {
 	for _, p := range sealed {
 		r.log.Warn("retention_audit_sealed_aborted", "file", p)
 	}
+	r.sealExports("")
 	return sealed, err
 }
 
