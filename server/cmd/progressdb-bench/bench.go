@@ -119,9 +119,10 @@ type fork struct {
 	st   *store.Store
 }
 
-func (f *fork) dbDir() string    { return filepath.Join(f.root, "db") }
-func (f *fork) auditDir() string { return filepath.Join(f.root, "audit") }
-func (f *fork) db() *pebble.DB   { return f.st.DB() }
+func (f *fork) dbDir() string     { return filepath.Join(f.root, "db") }
+func (f *fork) auditDir() string  { return filepath.Join(f.root, "audit") }
+func (f *fork) exportDir() string { return filepath.Join(f.root, "exports") }
+func (f *fork) db() *pebble.DB    { return f.st.DB() }
 
 // fork checkpoints the seeded database into a new directory and opens the
 // copy with the store.

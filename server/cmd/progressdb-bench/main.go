@@ -184,7 +184,7 @@ func commandLine(args []string) string {
 	return strings.Join(parts, " ")
 }
 
-// scenario is one benchmark of the issues (B1..B5, B9).
+// scenario is one benchmark of the issues (B1..B5, B8, B9).
 type scenario struct {
 	id, title string
 	run       func(ctx context.Context, b *bench) (*section, error)
@@ -196,5 +196,6 @@ var scenarios = []scenario{
 	{"B3", "memory", runB3},
 	{"B4", "foreground impact", runB4},
 	{"B5", "disk space", runB5},
+	{"B8", "export before purge", runB8},
 	{"B9", "HTTP write throughput and thread listing", runB9},
 }

@@ -19,6 +19,7 @@ type pacing struct {
 	pauseSet  bool // pause given explicitly (0 is a valid pause)
 	maxItems  int
 	noYield   bool // PROGRESSDB_RETENTION_YIELD_TO_WRITES=false
+	export    bool // PROGRESSDB_RETENTION_EXPORT_PATH set (to the fork's exportDir)
 }
 
 func (p pacing) String() string {
@@ -33,6 +34,9 @@ func (p pacing) String() string {
 	s := fmt.Sprintf("BATCH_SIZE=%s BATCH_PAUSE=%s", bs, ps)
 	if p.noYield {
 		s += " YIELD_TO_WRITES=false"
+	}
+	if p.export {
+		s += " EXPORT_PATH=set"
 	}
 	return s
 }
@@ -55,6 +59,9 @@ func retentionConfig(f *fork, p pacing) (config.Retention, error) {
 	}
 	if p.noYield {
 		env = append(env, "PROGRESSDB_RETENTION_YIELD_TO_WRITES=false")
+	}
+	if p.export {
+		env = append(env, "PROGRESSDB_RETENTION_EXPORT_PATH="+f.exportDir())
 	}
 	if p.maxItems > 0 {
 		env = append(env, "PROGRESSDB_RETENTION_MAX_ITEMS="+strconv.Itoa(p.maxItems))
