@@ -23,11 +23,20 @@
 // VerifyFile; the footer's counts must equal the sums over the items.
 // Records hold IDs and timestamps only, never titles, bodies or authors.
 //
+// Files chain too: a header's prev_file is the hex SHA-256 of the last
+// line (the footer) of the previous sealed file in run order, "" for the
+// first, so a deleted file or an edited footer of any file but the newest
+// shows in the file after it. With a signing key (Options), every footer
+// carries an ed25519 signature of its chain hash (SignatureMessage).
+// VerifyDirWith checks the links between files, the names, the signatures
+// and reports every file in the tree that is not a sealed audit file, but
+// the live run's. The full format is documented in docs/audit.md.
+//
 // # Use
 //
 // A run calls Create (which syncs the header before returning: nothing may
 // be deleted before that), Item for each item, Sync before it relies on a
 // record being durable, and Close with the footer. Tooling reads files with
-// Open and Reader.Next, checks them with VerifyFile or VerifyDir, and finds
-// the newest run with LastRun.
+// Open and Reader.Next, checks them with VerifyFile, VerifyDir or
+// VerifyDirWith, and finds the newest run with LastRun.
 package audit
