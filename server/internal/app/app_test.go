@@ -288,3 +288,48 @@ func TestValidateRefusesABadSigningKey(t *testing.T) {
 		}
 	}
 }
+
+// Startup creates a missing database folder 0700: it holds chat content.
+func TestValidateCreatesThePrivateDatabaseFolder(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	db := filepath.Join(t.TempDir(), "db")
+	cfg, err := config.Load([]string{"PROGRESSDB_DB_PATH=" + db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Validate(cfg); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(db)
+	if err != nil || info.Mode().Perm() != 0o700 {
+		t.Fatalf("database folder: %v %v, want mode 0700", info, err)
+	}
+}
+
+// A lease path where a folder or a named pipe sits is refused at startup
+// and by config check.
+func TestValidateRefusesALeasePathThatIsNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	folder := filepath.Join(dir, "lease-folder")
+	if err := os.Mkdir(folder, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "lease-fifo")
+	if err := syscall.Mkfifo(fifo, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{folder, fifo} {
+		cfg, err := config.Load([]string{"PROGRESSDB_DB_PATH=" + filepath.Join(dir, "db"),
+			"PROGRESSDB_RETENTION_ENABLED=true", "PROGRESSDB_RETENTION_LEASE_PATH=" + p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, check := range map[string]func(config.Config) error{"Validate": Validate, "Check": Check} {
+			var se *StartupError
+			if err := check(cfg); !errors.As(err, &se) || se.Var != config.VarLeasePath {
+				t.Errorf("%s with the lease path %s: %v", name, p, err)
+			}
+		}
+	}
+}

@@ -36,6 +36,7 @@ type folder struct {
 	dir              string
 	writable         bool // must be writable, not only a folder
 	noLink           bool // must not be a symbolic link
+	private          bool // created 0700: it holds chat content
 }
 
 // folders lists what the server needs on disk: the database path must be
@@ -44,7 +45,7 @@ type folder struct {
 // its audit deletes nothing (better to refuse at startup than to fail
 // every run).
 func folders(cfg config.Config) []folder {
-	out := []folder{{Var: config.VarDBPath, Value: cfg.DBPath, Rule: "must be a folder", dir: cfg.DBPath}}
+	out := []folder{{Var: config.VarDBPath, Value: cfg.DBPath, Rule: "must be a folder", dir: cfg.DBPath, private: true}}
 	if !cfg.Retention.Enabled {
 		return out
 	}
@@ -86,8 +87,11 @@ func Validate(cfg config.Config) error {
 	}
 	for _, f := range folders(cfg) {
 		check := checkDir
-		if f.writable {
+		switch {
+		case f.writable:
 			check = checkWritableDir
+		case f.private:
+			check = checkPrivateDir
 		}
 		if f.noLink {
 			if err := checkNotLink(f.dir); err != nil {
@@ -150,6 +154,13 @@ func checkNotLink(dir string) error {
 // checkDir makes sure dir is a folder, creating it when missing.
 func checkDir(dir string) error {
 	return os.MkdirAll(dir, 0o750)
+}
+
+// checkPrivateDir makes sure dir is a folder, creating it 0700 when
+// missing; an existing folder keeps its mode (the store warns when others
+// can read it).
+func checkPrivateDir(dir string) error {
+	return os.MkdirAll(dir, 0o700)
 }
 
 func checkWritableDir(dir string) error {

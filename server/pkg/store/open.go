@@ -54,9 +54,10 @@ func Open(path string, opts Options) (*Store, error) {
 		now = time.Now
 	}
 	fatal := &fatalHandler{fn: opts.Fatal, log: opts.Logger}
+	warnIfOpen(opts.Logger, path)
 	db, err := pebble.Open(path, &pebble.Options{
 		Logger:       pebbleLogger{opts.Logger, fatal},
-		FS:           noRecycleFS{vfs.Default},
+		FS:           noRecycleFS{privateFS{vfs.Default}},
 		MemTableSize: memTableSize,
 		CacheSize:    cacheSize,
 	})
