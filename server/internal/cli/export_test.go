@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/retention"
 )
 
 // writeExport writes an export file holding one record per item ID, each
@@ -91,5 +92,74 @@ func TestExportReadPrintsRecords(t *testing.T) {
 	_ = os.WriteFile(notGzip, []byte("{}\n"), 0o600)
 	if code, _, errOut := h.run("export", "read", notGzip); code != exitFailed || !strings.Contains(errOut, "not a gzip file") {
 		t.Fatalf("not gzip: exit %d, %s", code, errOut)
+	}
+}
+
+// The whole path on the command line: a run with export on purges, the
+// export holds every purged item, audit verify checks the export through
+// the footer, export read finds one item, and a changed export fails
+// verification.
+func TestRetentionRunExportsAndVerifies(t *testing.T) {
+	exports := filepath.Join(t.TempDir(), "exports")
+	h := newHarness(t, "PROGRESSDB_RETENTION_EXPORT_PATH="+exports)
+	h.seedDue()
+
+	var res retention.Result
+	if err := json.Unmarshal([]byte(h.mustRun("retention", "run", "--json")), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != "completed" || res.Purged == 0 {
+		t.Fatalf("run %+v", res)
+	}
+	r, err := audit.Open(res.AuditFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var footer *audit.Footer
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			break
+		}
+		if rec.Footer != nil {
+			footer = rec.Footer
+		}
+	}
+	r.Close()
+	if footer == nil || footer.Exported == nil || *footer.Exported != res.Purged || !strings.HasPrefix(footer.ExportFile, exports) {
+		t.Fatalf("footer %+v, run %+v", footer, res)
+	}
+	auditDir := filepath.Join(h.dbPath, "purge_audit")
+	if out := h.mustRun("audit", "verify", auditDir); !strings.Contains(out, "1 of 1 sealed audit files verify") {
+		t.Fatalf("verify: %s", out)
+	}
+
+	all := h.mustRun("export", "read", footer.ExportFile)
+	if n := int64(strings.Count(all, "\n")); n != res.Purged {
+		t.Fatalf("export read printed %d records, %d purged", n, res.Purged)
+	}
+	var first audit.ExportRecord
+	if err := json.Unmarshal([]byte(all[:strings.IndexByte(all, '\n')]), &first); err != nil {
+		t.Fatal(err)
+	}
+	one := h.mustRun("export", "read", footer.ExportFile, "--item", first.ItemID)
+	var rec audit.ExportRecord
+	if err := json.Unmarshal([]byte(one), &rec); err != nil || rec.ItemID != first.ItemID || len(rec.Messages) == 0 ||
+		len(rec.Messages[0].Versions) != 2 || rec.Thread == nil {
+		t.Fatalf("export read --item %s: %+v (%v)", first.ItemID, rec, err)
+	}
+
+	// One changed byte in the export: verification fails, naming it.
+	data, err := os.ReadFile(footer.ExportFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x01
+	if err := os.WriteFile(footer.ExportFile, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := h.run("audit", "verify", auditDir)
+	if code != exitFailed || !strings.Contains(out, footer.ExportFile) {
+		t.Fatalf("verify of a changed export: exit %d\n%s", code, out)
 	}
 }
