@@ -22,6 +22,10 @@ type Bulk struct {
 	// Scratch buffers, reused: batches copy what they are given.
 	key, val []byte
 	body     bytes.Buffer
+
+	// live counts the live messages loaded per thread; Close adds them to
+	// the threads' counts (a bulk load runs alone, before any API write).
+	live map[string]int64
 }
 
 // A batch is committed once it holds this many keys or bytes.
@@ -99,6 +103,13 @@ func (b *Bulk) PutMessage(versions []Message) error {
 	if last := versions[len(versions)-1]; last.Deleted {
 		b.key = appendDeletionKey(b.key[:0], KindMessage, indexTS(last.DeletedTS), mid)
 		_ = b.b.Set(b.key, []byte(tid), nil)
+	} else {
+		b.key = appendAgeKey(b.key[:0], versions[0].TS, mid)
+		_ = b.b.Set(b.key, []byte(tid), nil)
+		if b.live == nil {
+			b.live = make(map[string]int64)
+		}
+		b.live[tid]++
 	}
 	return b.maybeFlush()
 }
@@ -135,6 +146,13 @@ func (b *Bulk) Close() error {
 		return b.err
 	}
 	b.err = errBulkClosed
+	for tid, n := range b.live {
+		old, err := liveCount(b.s.db, tid)
+		if err != nil {
+			return fmt.Errorf("bulk load: %w", err)
+		}
+		setLiveCount(b.b, tid, old, old+n)
+	}
 	// The batch carries the sync even when empty (LogData keeps it
 	// non-empty), making every earlier unsynced batch durable.
 	_ = b.b.LogData(nil, nil)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -92,8 +93,9 @@ func deletionEntry(kind ItemKind, it *pebble.Iterator) (DeletionEntry, bool) {
 	return e, true
 }
 
-// RebuildDeletionIndex drops and rebuilds the deletion index and the
-// live-thread index from a full scan; records that cannot be decoded are
+// RebuildDeletionIndex drops and rebuilds the deletion index, the
+// live-thread index and the live-message indexes (age, counts) from a full
+// scan; records that cannot be decoded are
 // indexed at time 0 so retention reports them (and are not listed). Returns
 // the number of deletion index entries written. It holds every thread
 // lock, so it runs alone with respect to writes.
@@ -106,6 +108,8 @@ func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
 	// is only written at the end, so a crash means a rebuild at next open.
 	_ = w.b.DeleteRange([]byte(delIndexNS), upperBound([]byte(delIndexNS)), nil)
 	_ = w.b.DeleteRange([]byte(liveThreadNS), upperBound([]byte(liveThreadNS)), nil)
+	_ = w.b.DeleteRange([]byte(ageNS), upperBound([]byte(ageNS)), nil)
+	_ = w.b.DeleteRange([]byte(countNS), upperBound([]byte(countNS)), nil)
 
 	it, err := s.db.NewIter(&pebble.IterOptions{
 		LowerBound: []byte(threadNS),
@@ -121,6 +125,8 @@ func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
 	}
 	defer r.close()
 
+	// Live counts are summed per thread; a thread's keys are contiguous.
+	var cur threadCount
 	for n, valid := 0, it.First(); valid; n, valid = n+1, it.Next() {
 		if n%ctxCheckEvery == 0 {
 			if err := ctx.Err(); err != nil {
@@ -131,7 +137,15 @@ func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
 		if !ok || ValidateID(tid) != nil {
 			continue
 		}
+		if tid != cur.tid {
+			if err := w.setCount(cur); err != nil {
+				return w.count, err
+			}
+			cur = threadCount{tid: tid}
+		}
 		switch {
+		case string(rest) == countSuffix:
+			cur.stored = true
 		case string(rest) == metaSuffix:
 			value, err := it.ValueAndErr()
 			if err != nil {
@@ -153,13 +167,20 @@ func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
 			if !ok {
 				continue
 			}
-			if err := s.indexMessage(w, r, tid, mid); err != nil {
+			live, err := s.indexMessage(w, r, tid, mid)
+			if err != nil {
 				return w.count, err
+			}
+			if live {
+				cur.n++
 			}
 		}
 	}
 	if err := it.Error(); err != nil {
 		return w.count, fmt.Errorf("rebuild deletion index: %w", err)
+	}
+	if err := w.setCount(cur); err != nil {
+		return w.count, err
 	}
 	_ = w.b.Set([]byte(schemaKey), []byte(schemaVersion), nil)
 	if err := w.b.Commit(pebble.Sync); err != nil {
@@ -168,21 +189,55 @@ func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
 	return w.count, nil
 }
 
-// indexMessage adds mid's entry when its latest version is a tombstone (or
-// cannot be read, so retention reports it).
-func (s *Store) indexMessage(w *indexWriter, r *versionReader, tid, mid string) error {
+// indexMessage adds mid's deletion index entry when its latest version is
+// a tombstone (or cannot be read, so retention reports it), and its age
+// entry when it is live and unclaimed; it reports the latter.
+func (s *Store) indexMessage(w *indexWriter, r *versionReader, tid, mid string) (live bool, err error) {
 	m, err := r.latestMessage(mid)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return nil
+		return false, nil
 	case errors.Is(err, ErrMalformed):
-		return w.add(KindMessage, 0, mid, []byte(tid))
+		return false, w.add(KindMessage, 0, mid, []byte(tid))
 	case err != nil:
-		return err
-	case m.Thread != tid || !m.Deleted:
-		return nil
+		return false, err
+	case m.Thread != tid:
+		return false, nil
+	case m.Deleted:
+		return false, w.add(KindMessage, m.DeletedTS, mid, []byte(tid))
 	}
-	return w.add(KindMessage, m.DeletedTS, mid, []byte(tid))
+	if claimed, err := s.purgeStarted(KindMessage, mid); err != nil || claimed {
+		return false, err
+	}
+	created, err := r.created(mid)
+	if err != nil {
+		return false, nil // an unreadable first version: not indexed by age
+	}
+	w.key = appendAgeKey(w.key[:0], created, mid)
+	_ = w.b.Set(w.key, []byte(tid), nil)
+	return true, w.flushFull()
+}
+
+// threadCount is one thread's live messages during a rebuild.
+type threadCount struct {
+	tid    string
+	n      int64
+	stored bool // the thread has a count key to replace or remove
+}
+
+// setCount writes a rebuilt count and its index entry, or removes a
+// count key the thread no longer needs.
+func (w *indexWriter) setCount(c threadCount) error {
+	switch {
+	case c.tid == "":
+		return nil
+	case c.n > 0:
+		_ = w.b.Set(countKey(c.tid), strconv.AppendInt(nil, c.n, 10), nil)
+		_ = w.b.Set(countIndexKey(c.n, c.tid), nil, nil)
+	case c.stored:
+		_ = w.b.Delete(countKey(c.tid), nil)
+	}
+	return w.flushFull()
 }
 
 // indexWriter writes index entries in unsynced batches of indexBatchKeys.

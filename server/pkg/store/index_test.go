@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,15 +137,29 @@ func TestRebuildMatchesIndexWrittenByWrites(t *testing.T) {
 // is byte for byte what the writes had left.
 func checkIndexesRebuildAlike(t testing.TB, s *store.Store) {
 	t.Helper()
-	before := rawKeys(t, s, "idx:", "idx;")
+	before := indexKeys(t, s)
 	dels := rawKeys(t, s, "idx:del:", "idx:del;")
 	n, err := s.RebuildDeletionIndex(context.Background())
 	if err != nil || n != len(dels) {
 		t.Fatalf("rebuild = %d, %v; deletion index had %d entries", n, err, len(dels))
 	}
-	if after := rawKeys(t, s, "idx:", "idx;"); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after := indexKeys(t, s); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("rebuilt indexes differ:\n%v\n%v", after, before)
 	}
+}
+
+// indexKeys returns every index key (idx:) and every thread's live count
+// (thread:<tid>:count), the bookkeeping the writes keep and a rebuild
+// recomputes.
+func indexKeys(t testing.TB, s *store.Store) map[string]string {
+	t.Helper()
+	out := rawKeys(t, s, "idx:", "idx;")
+	for k, v := range rawKeys(t, s, "thread:", "thread;") {
+		if strings.HasSuffix(k, ":count") {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // TestOpenBuildsLiveThreadIndexOfOlderDatabase: a database whose schema
@@ -175,8 +190,8 @@ func TestOpenBuildsLiveThreadIndexOfOlderDatabase(t *testing.T) {
 	if err != nil || len(got) != 2 || got[0].ID != "a" || got[1].ID != "c" {
 		t.Fatalf("ListThreads after upgrade = %+v, %v", got, err)
 	}
-	if v := rawKeys(t, s, "sys:schema", "sys:schema\x00")["sys:schema"]; v != "2" {
-		t.Fatalf("sys:schema = %q after open, want 2", v)
+	if v := rawKeys(t, s, "sys:schema", "sys:schema\x00")["sys:schema"]; v != "3" {
+		t.Fatalf("sys:schema = %q after open, want 3", v)
 	}
 	checkIndexesRebuildAlike(t, s)
 }

@@ -95,6 +95,10 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 	b := s.db.NewBatch()
 	putVersion(b, msg)
 	_ = b.Set(logKey(tid, now, msg.ID), []byte(msg.ID), nil)
+	if err := s.addLive(b, tid, msg.ID, now, +1); err != nil {
+		_ = b.Close()
+		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
+	}
 	if err := s.commitUser(h, b); err != nil {
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
 	}
@@ -159,6 +163,10 @@ func (s *Store) EditMessage(ctx context.Context, tid, mid string, body json.RawM
 	if m.Deleted {
 		return Message{}, fmt.Errorf("message %s is deleted: %w", mid, ErrNotFound)
 	}
+	// A live message claimed by a policy purge takes no new versions.
+	if err := s.refuseClaimed(mid, "edit"); err != nil {
+		return Message{}, err
+	}
 	m.Body, m.TS = body, s.now().UnixNano()
 	m.Version++
 	b := s.db.NewBatch()
@@ -192,12 +200,19 @@ func (s *Store) DeleteMessage(ctx context.Context, tid, mid string) (Message, er
 	} else if started {
 		return Message{}, fmt.Errorf("delete message %s: %w", mid, ErrPurgeInProgress)
 	}
+	if err := s.refuseClaimed(mid, "delete"); err != nil {
+		return Message{}, err
+	}
 	now := s.now().UnixNano()
 	m.Body, m.TS, m.Deleted, m.DeletedTS = nullBody, now, true, now
 	m.Version++
 	b := s.db.NewBatch()
 	putVersion(b, m)
 	_ = b.Set(deletionKey(KindMessage, indexTS(now), mid), []byte(tid), nil)
+	if err := s.liveChange(b, tid, mid, -1); err != nil {
+		_ = b.Close()
+		return Message{}, fmt.Errorf("delete message %s: %w", mid, err)
+	}
 	if err := s.commitUser(h, b); err != nil {
 		return Message{}, fmt.Errorf("delete message %s: %w", mid, err)
 	}
@@ -258,6 +273,10 @@ func (s *Store) RestoreMessage(ctx context.Context, tid, mid string) (Message, e
 	b := s.db.NewBatch()
 	putVersion(b, m)
 	_ = b.Delete(deletionKey(KindMessage, indexTS(tomb.DeletedTS), mid), nil)
+	if err := s.liveChange(b, tid, mid, +1); err != nil {
+		_ = b.Close()
+		return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
+	}
 	if err := s.commitUser(h, b); err != nil {
 		return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
 	}
@@ -376,4 +395,16 @@ func (s *Store) ListVersions(ctx context.Context, tid, mid string) ([]Message, e
 		return nil, fmt.Errorf("message %s: %w", mid, ErrNotFound)
 	}
 	return out, nil
+}
+
+// refuseClaimed answers ErrPurgeInProgress once a purge has claimed mid.
+func (s *Store) refuseClaimed(mid, op string) error {
+	started, err := s.purgeStarted(KindMessage, mid)
+	if err != nil {
+		return err
+	}
+	if started {
+		return fmt.Errorf("%s message %s: %w", op, mid, ErrPurgeInProgress)
+	}
+	return nil
 }

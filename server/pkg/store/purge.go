@@ -57,15 +57,25 @@ func (s *Store) PurgeThread(ctx context.Context, tid string, opts PurgeOptions) 
 	defer p.close()
 
 	metaFound, policyFound := false, false
+	var countIndex []byte
 	for valid := it.First(); valid; valid = it.Next() {
 		key := it.Key()
 		rest := key[len(prefix):]
-		if string(rest) == metaSuffix {
+		switch string(rest) {
+		case metaSuffix:
 			metaFound = true // deleted last, below
 			continue
-		}
-		if string(rest) == policySuffix {
+		case policySuffix:
 			policyFound = true // deleted last with its index entry, below
+			continue
+		case countSuffix:
+			// Deleted last with its index entry, which it locates. No
+			// write reaches a thread whose purge has begun, so it holds.
+			n, err := liveCount(s.db, tid)
+			if err != nil {
+				return p.deleted, fmt.Errorf("purge thread %s: %w", tid, err)
+			}
+			countIndex = countIndexKey(n, tid)
 			continue
 		}
 		if _, mid, ok := parseLogEntry(rest); ok {
@@ -89,9 +99,13 @@ func (s *Store) PurgeThread(ctx context.Context, tid string, opts PurgeOptions) 
 	// A deleted thread has no live-thread entry; deleting it anyway keeps
 	// that index exact whatever wrote the metadata. A retention override
 	// goes with its entry in the override index.
-	if metaFound || indexKey != nil || policyFound {
-		if err := p.room(5); err != nil {
+	if metaFound || indexKey != nil || policyFound || countIndex != nil {
+		if err := p.room(7); err != nil {
 			return p.deleted, fmt.Errorf("purge thread %s: %w", tid, err)
+		}
+		if countIndex != nil {
+			p.del(countKey(tid), true) // a key of the thread, like its override
+			p.del(countIndex, false)
 		}
 		if policyFound {
 			p.del(policyKey(tid), true)
@@ -144,7 +158,10 @@ func (s *Store) PurgeMessage(ctx context.Context, tid, mid string, opts PurgeOpt
 	case m.Thread != tid:
 		return 0, fmt.Errorf("purge message %s: %w: belongs to thread %s", mid, ErrNotEligible, m.Thread)
 	case !m.Deleted:
-		return 0, fmt.Errorf("purge message %s: %w: not deleted", mid, ErrNotEligible)
+		// A live message is purged only once a policy purge claimed it.
+		if claimed, err := s.policyClaim(mid); err != nil || !claimed {
+			return 0, fmt.Errorf("purge message %s: %w: not deleted (%v)", mid, ErrNotEligible, err)
+		}
 	}
 
 	p := s.newPurger(ctx, opts)
@@ -294,14 +311,21 @@ func (p *purger) message(r *versionReader, tid, mid string, logKey []byte) error
 	if string(p.last) != string(p.first) {
 		last, lastOK = decodeHead(p.lastValue)
 	}
-	var indexKey []byte
+	var indexKey, liveKey []byte
 	if !lastOK {
 		indexKey = deletionKey(KindMessage, 0, mid) // where the rebuild put it
 	} else if last.Deleted {
 		indexKey = deletionKey(KindMessage, indexTS(last.DeletedTS), mid)
+	} else if firstOK {
+		// A live message (a thread's purge, or a policy purge, which has
+		// already taken it out of the counts): its age entry goes too.
+		liveKey = ageKey(first.TS, mid)
 	}
-	if err := p.room(4); err != nil {
+	if err := p.room(5); err != nil {
 		return err
+	}
+	if liveKey != nil {
+		p.del(liveKey, false)
 	}
 	if string(p.first) != string(p.last) {
 		p.del(p.first, true)

@@ -77,12 +77,13 @@ func TestPurgeThreadLeavesNeighboursByteIdentical(t *testing.T) {
 			delete(theirs, k)
 			dataKeys++
 		}
-		if len(k) > 10 && k[:10] == "idx:del:t:" && k[len(k)-2:] == ":a" || len(k) > 10 && k[:10] == "idx:del:m:" && before[k] == "a" {
+		if len(k) > 10 && k[:10] == "idx:del:t:" && k[len(k)-2:] == ":a" || len(k) > 10 && k[:10] == "idx:del:m:" && before[k] == "a" ||
+			strings.HasPrefix(k, "idx:age:") && before[k] == "a" || strings.HasPrefix(k, "idx:cnt:") && strings.HasSuffix(k, ":a") {
 			delete(theirs, k)
 		}
 	}
-	if dataKeys != 1+6+6+2+2 { // meta, 6 log entries, 6 first versions, 2 edits, 2 tombstones
-		t.Fatalf("thread a has %d data keys, test setup expects 17", dataKeys)
+	if dataKeys != 1+6+6+2+2+1 { // meta, 6 log entries, 6 first versions, 2 edits, 2 tombstones, live count
+		t.Fatalf("thread a has %d data keys, test setup expects 18", dataKeys)
 	}
 
 	beginThreadPurge(t, s, "a")
@@ -241,11 +242,15 @@ func TestPurgeMessageInterruptedAndResumed(t *testing.T) {
 			after := rawKeys(t, s, "", "")
 			delete(after, "sys:purge:m:m")
 			for k := range before {
-				if _, ok := after[k]; ok != (k == "sys:schema" || k == "sys:erased" || k == "idx:live:t:" || containsAny(k, "keep", "thread:t:meta")) {
+				if _, ok := after[k]; ok != (k == "sys:schema" || k == "sys:erased" || k == "idx:live:t:" || containsAny(k, "keep", "thread:t:meta") ||
+					k == "thread:t:count" || strings.HasPrefix(k, "idx:cnt:")) {
 					t.Errorf("key %s present=%v after purge", k, ok)
 				}
 			}
-			if len(after) != 6 { // schema, erase state, thread meta and live entry, keep's log entry and version
+			// schema, erase state, thread meta and live entry, keep's log
+			// entry, version and age entry, the thread's live count and its
+			// index entry
+			if len(after) != 9 {
 				t.Fatalf("keys after purge: %v", after)
 			}
 			if n, err := s.PurgeMessage(ctx, "t", "m", store.PurgeOptions{}); n != 0 || err != nil {
@@ -449,8 +454,8 @@ func TestPurgeLargeThreadInBoundedMemory(t *testing.T) {
 		return nil
 	}})
 	t.Logf("purged in %v", time.Since(start))
-	if err != nil || n != 2*messages+1 {
-		t.Fatalf("PurgeThread = %d, %v; want %d keys", n, err, 2*messages+1)
+	if err != nil || n != 2*messages+2 { // a log entry and a version per message, meta, live count
+		t.Fatalf("PurgeThread = %d, %v; want %d keys", n, err, 2*messages+2)
 	}
 	// Collecting the thread's 200,001 keys would take well over 10 MiB.
 	const limit = 8 << 20
@@ -458,7 +463,8 @@ func TestPurgeLargeThreadInBoundedMemory(t *testing.T) {
 	if peak > limit {
 		t.Fatalf("live heap grew by %.1f MiB during the purge, limit %d MiB", float64(peak)/(1<<20), limit>>20)
 	}
-	if batches < n/1000 || batches > n/1000+2 {
+	// Each live message's age entry is deleted with it: three keys a message.
+	if keys := n + messages; batches < keys/1000 || batches > keys/1000+2 {
 		t.Fatalf("%d batches for %d keys of 1000", batches, n)
 	}
 	if ok, _ := s.ItemExists(ctx, store.KindThread, "big"); ok {

@@ -80,3 +80,23 @@ func (r *versionReader) lastLive(mid string) (m Message, ok bool, err error) {
 	}
 	return Message{}, false, it.Error()
 }
+
+// created returns mid's creation time: its first version's ts.
+func (r *versionReader) created(mid string) (int64, error) {
+	it := r.bound(mid)
+	if !it.First() {
+		if err := it.Error(); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("message %s: %w", mid, ErrNotFound)
+	}
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", it.Key(), err)
+	}
+	h, ok := decodeHead(v)
+	if !ok {
+		return 0, fmt.Errorf("message %s: %w: first version", mid, ErrMalformed)
+	}
+	return h.TS, nil
+}
