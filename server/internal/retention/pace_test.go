@@ -76,8 +76,8 @@ func TestRunYieldsToUserWrites(t *testing.T) {
 			}
 
 			res, pauses := e.runPaced(r, time.Second)
-			if res.Status != audit.RunCompleted || res.Purged != 2 || res.KeysDeleted != 2*451 {
-				t.Fatalf("result %+v, want 2 threads of 451 keys purged", res)
+			if res.Status != audit.RunCompleted || res.Purged != 2 || res.KeysDeleted != 2*452 {
+				t.Fatalf("result %+v, want 2 threads of 452 keys purged", res)
 			}
 			if !yield {
 				if batches != 2 || len(pauses) != 0 {
@@ -85,7 +85,7 @@ func TestRunYieldsToUserWrites(t *testing.T) {
 				}
 				return
 			}
-			// t2's 451 keys in batches of at most 100, after t1's one batch.
+			// t2's 452 keys in batches of at most 100, after t1's one batch.
 			if batches < 1+5 {
 				t.Fatalf("yielding: %d batches, want at least 6", batches)
 			}

@@ -124,6 +124,7 @@ func seedThreads(ctx context.Context, b *store.Bulk, g *generator, o Options, st
 		}
 		p.tick(st.Threads + st.Messages)
 
+		live := false
 		for j := range t.created {
 			versions := g.message(t, j)
 			if err := b.PutMessage(versions); err != nil {
@@ -135,8 +136,13 @@ func seedThreads(ctx context.Context, b *store.Bulk, g *generator, o Options, st
 			if versions[len(versions)-1].Deleted {
 				st.TombstonedMessages++
 				st.Keys++ // deletion index entry
+			} else {
+				live = true
 			}
 			p.tick(st.Threads + st.Messages)
+		}
+		if live {
+			st.Keys++ // the thread's live count (its age and count index entries are not counted)
 		}
 	}
 	return nil

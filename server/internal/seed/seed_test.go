@@ -63,7 +63,7 @@ func TestRunCounts(t *testing.T) {
 		Messages:           200,
 		Versions:           200*3 + 7,
 		TombstonedMessages: 7,
-		Keys:               20 + 5 + 200 + (200*3 + 7) + 7,
+		Keys:               20 + 5 + 200 + (200*3 + 7) + 7 + 20, // ... and every thread's live count
 		Elapsed:            st.Elapsed,
 	}
 	if st != want {
