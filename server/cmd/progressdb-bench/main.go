@@ -196,6 +196,7 @@ var scenarios = []scenario{
 	{"B3", "memory", runB3},
 	{"B4", "foreground impact", runB4},
 	{"B5", "disk space", runB5},
+	{"B6", "erasure cost", runB6},
 	{"B8", "export before purge", runB8},
 	{"B9", "HTTP write throughput and thread listing", runB9},
 }

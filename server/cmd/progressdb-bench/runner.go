@@ -20,6 +20,7 @@ type pacing struct {
 	maxItems  int
 	noYield   bool // PROGRESSDB_RETENTION_YIELD_TO_WRITES=false
 	export    bool // PROGRESSDB_RETENTION_EXPORT_PATH set (to the fork's exportDir)
+	noErase   bool // PROGRESSDB_RETENTION_ERASE=false
 }
 
 func (p pacing) String() string {
@@ -37,6 +38,9 @@ func (p pacing) String() string {
 	}
 	if p.export {
 		s += " EXPORT_PATH=set"
+	}
+	if p.noErase {
+		s += " ERASE=false"
 	}
 	return s
 }
@@ -62,6 +66,9 @@ func retentionConfig(f *fork, p pacing) (config.Retention, error) {
 	}
 	if p.export {
 		env = append(env, "PROGRESSDB_RETENTION_EXPORT_PATH="+f.exportDir())
+	}
+	if p.noErase {
+		env = append(env, "PROGRESSDB_RETENTION_ERASE=false")
 	}
 	if p.maxItems > 0 {
 		env = append(env, "PROGRESSDB_RETENTION_MAX_ITEMS="+strconv.Itoa(p.maxItems))
