@@ -79,6 +79,7 @@ func TestEraseLeavesNoPurgedContentOnDisk(t *testing.T) {
 	e.cfg.AuditPath = filepath.Join(dbDir, "purge_audit") // the default: audit files are scanned too
 	e.cfg.LeasePath = filepath.Join(e.cfg.AuditPath, "retention.lock")
 	e.cfg.Erase = true
+	e.cfg.EraseRate = 1024 // paced: compacted one bottom-level table at a time
 	p := plant(t, e)
 
 	// The scan must be able to see every string before it can prove any gone.

@@ -852,7 +852,7 @@ func (rn *run) eraseStep(ctx context.Context) (bool, int64) {
 		return false, 0 // nothing purged, nothing left over
 	}
 	start := time.Now()
-	er, err := r.st.Erase(ctx, rn.erase)
+	er, err := r.st.Erase(ctx, rn.erase, store.EraseOptions{Rate: int64(r.cfg.EraseRate) << 20})
 	took := time.Since(start)
 	r.metrics.EraseDuration.Observe(took.Seconds())
 	if err != nil {

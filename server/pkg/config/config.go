@@ -59,6 +59,9 @@ type Retention struct {
 	// Erase makes purged content unrecoverable from the data directory at
 	// the end of every run that purged something (docs/erasure.md).
 	Erase bool `env:"ERASE" envDefault:"true"`
+	// EraseRate bounds the table data the erase step rewrites, in MiB per
+	// second; 0 is unbounded.
+	EraseRate int `env:"ERASE_RATE" envDefault:"32"`
 }
 
 // Variable names, for errors and Redacted.
@@ -90,6 +93,7 @@ const (
 	VarMaxMessages      = "PROGRESSDB_RETENTION_MAX_MESSAGES"
 	VarExportPath       = "PROGRESSDB_RETENTION_EXPORT_PATH"
 	VarErase            = "PROGRESSDB_RETENTION_ERASE"
+	VarEraseRate        = "PROGRESSDB_RETENTION_ERASE_RATE"
 )
 
 // Error is a configuration error naming the variable, the value and the rule.
@@ -243,6 +247,7 @@ func (c Config) Redacted() [][2]string {
 		{VarMaxMessages, strconv.Itoa(r.MaxMessages)},
 		{VarExportPath, unsetIfEmpty(r.ExportPath)},
 		{VarErase, strconv.FormatBool(r.Erase)},
+		{VarEraseRate, strconv.Itoa(r.EraseRate)},
 		{VarAuditSigningKey, unsetIfEmpty(c.AuditSigningKey)},
 	}
 }

@@ -31,6 +31,7 @@ func TestLoadDefaults(t *testing.T) {
 			RunMissed:     true,
 			YieldToWrites: true,
 			Erase:         true,
+			EraseRate:     32,
 		},
 	}
 	if c != want {
@@ -105,6 +106,7 @@ func TestLoadEveryVariable(t *testing.T) {
 		"PROGRESSDB_RETENTION_RUN_MISSED=false",
 		"PROGRESSDB_RETENTION_YIELD_TO_WRITES=false",
 		"PROGRESSDB_RETENTION_ERASE=false",
+		"PROGRESSDB_RETENTION_ERASE_RATE=8",
 	)
 	want := Config{
 		DBPath:     "/var/lib/progressdb",
@@ -129,6 +131,7 @@ func TestLoadEveryVariable(t *testing.T) {
 			BatchPause:       50 * time.Millisecond,
 			MaxItems:         10000,
 			RunMissed:        false,
+			EraseRate:        8,
 		},
 	}
 	if c != want {
@@ -189,6 +192,8 @@ func TestLoadInvalid(t *testing.T) {
 		{"PROGRESSDB_RETENTION_EXPORT_PATH=/srv/chat", "inside PROGRESSDB_DB_PATH", []string{"PROGRESSDB_DB_PATH=/srv/chat/"}},
 		{"PROGRESSDB_RETENTION_EXPORT_PATH=/backup/audit/x", "inside PROGRESSDB_RETENTION_AUDIT_PATH", []string{"PROGRESSDB_RETENTION_AUDIT_PATH=/backup/audit"}},
 		{"PROGRESSDB_RETENTION_ERASE=yes please", "true or false", nil},
+		{"PROGRESSDB_RETENTION_ERASE_RATE=-1", "0 (unbounded) or more", nil},
+		{"PROGRESSDB_RETENTION_ERASE_RATE=fast", "whole number", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.env, func(t *testing.T) {
@@ -217,8 +222,8 @@ func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 	freeForm := map[string]bool{VarDBPath: true, VarAdminToken: true, VarAPIKey: true, VarAuditPath: true, VarLeasePath: true,
 		VarExportPath: true, VarAuditSigningKey: true}
 	vars := fieldVars()
-	if len(vars) != 27 {
-		t.Fatalf("fieldVars has %d variables, want the 26 of the spec and YIELD_TO_WRITES", len(vars))
+	if len(vars) != 28 {
+		t.Fatalf("fieldVars has %d variables, want the 26 of the spec, YIELD_TO_WRITES and ERASE_RATE", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -343,7 +348,7 @@ func TestRedacted(t *testing.T) {
 		VarEnabled, VarPeriod, VarMessagePeriod, VarCron, VarMinPeriod, VarAllowShortPeriod, VarDryRun,
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
 		VarYieldToWrites, VarMaxAge, VarMaxMessages, VarExportPath,
-		VarErase, VarAuditSigningKey,
+		VarErase, VarEraseRate, VarAuditSigningKey,
 	}
 	if strings.Join(names, ",") != strings.Join(wantOrder, ",") {
 		t.Errorf("order:\n got %v\nwant %v", names, wantOrder)
@@ -366,6 +371,7 @@ func TestRedacted(t *testing.T) {
 		VarYieldToWrites: "true",
 		VarExportPath:    "<unset>",
 		VarErase:         "true",
+		VarEraseRate:     "32",
 		VarLeasePath:     filepath.Join("data", "purge_audit", "retention.lock"),
 	}
 	for name, want := range checks {

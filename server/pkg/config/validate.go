@@ -173,6 +173,9 @@ func (r Retention) validateBatches(vars map[string]string) *Error {
 		return &Error{VarBatchPause, shown(vars, VarBatchPause, FormatDuration(r.BatchPause)), "must be shorter than a third of PROGRESSDB_RETENTION_LEASE_TTL (" +
 			FormatDuration(r.LeaseTTL/3) + ") so the lease can be renewed between batches"}
 	}
+	if r.EraseRate < 0 {
+		return &Error{VarEraseRate, shown(vars, VarEraseRate, strconv.Itoa(r.EraseRate)), "must be 0 (unbounded) or more MiB per second"}
+	}
 	if r.MaxItems < 0 {
 		return &Error{VarMaxItems, shown(vars, VarMaxItems, strconv.Itoa(r.MaxItems)), "must be 0 (no limit) or more"}
 	}

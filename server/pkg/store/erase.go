@@ -113,6 +113,15 @@ func sameNamespace(a, b []byte) bool {
 	return bytes.HasPrefix(a, []byte(versionNS)) == bytes.HasPrefix(b, []byte(versionNS))
 }
 
+// EraseOptions configure Erase.
+type EraseOptions struct {
+	// Rate bounds the bottom-level table bytes rewritten per second (0:
+	// unbounded). A range is compacted one bottom-level table at a time,
+	// with a pause after each that keeps the average at Rate, so that user
+	// writes are not starved of disk and CPU by a long erase.
+	Rate int64
+}
+
 // EraseResult describes what Erase did.
 type EraseResult struct {
 	// Full is true when the whole key space was compacted because purges
@@ -152,7 +161,7 @@ func (s *Store) OweErase(ctx context.Context) error {
 // the database directory; when Erased is false it covers the whole key
 // space instead. Live data is untouched: compactions rewrite it as is.
 // On success it records that nothing purged is left to erase.
-func (s *Store) Erase(ctx context.Context, spans *EraseSpans) (EraseResult, error) {
+func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions) (EraseResult, error) {
 	var res EraseResult
 	if err := ctx.Err(); err != nil {
 		return res, err
@@ -184,7 +193,7 @@ func (s *Store) Erase(ctx context.Context, spans *EraseSpans) (EraseResult, erro
 		return res, fmt.Errorf("erase: flush: %w", err)
 	}
 	for _, r := range ranges {
-		if err := s.db.Compact(ctx, r.start, r.end, false); err != nil {
+		if err := s.compactPaced(ctx, r, opts.Rate); err != nil {
 			return res, fmt.Errorf("erase: compact %s: %w", r.start, err)
 		}
 	}
@@ -202,6 +211,58 @@ func (s *Store) Erase(ctx context.Context, spans *EraseSpans) (EraseResult, erro
 		return res, fmt.Errorf("erase: record: %w", err)
 	}
 	return res, nil
+}
+
+// compactPaced compacts r down to the bottom level in pieces, one per
+// bottom-level table it overlaps (the pieces cover r without gaps, so data
+// in upper levels between tables is compacted too), pausing after each
+// piece to keep to rate bytes per second.
+func (s *Store) compactPaced(ctx context.Context, r keySpan, rate int64) error {
+	if rate <= 0 {
+		return s.db.Compact(ctx, r.start, r.end, false)
+	}
+	levels, err := s.db.SSTables()
+	if err != nil {
+		return fmt.Errorf("list tables: %w", err)
+	}
+	type piece struct {
+		end  []byte
+		size uint64
+	}
+	var pieces []piece
+	for _, t := range levels[len(levels)-1] {
+		lo, hi := t.Smallest.UserKey, t.Largest.UserKey
+		if bytes.Compare(hi, r.start) <= 0 || bytes.Compare(lo, r.end) >= 0 {
+			continue
+		}
+		if bytes.Compare(hi, r.end) >= 0 {
+			break
+		}
+		pieces = append(pieces, piece{end: bytes.Clone(hi), size: t.Size})
+	}
+	pieces = append(pieces, piece{end: r.end})
+	start := r.start
+	for _, p := range pieces {
+		if bytes.Compare(start, p.end) >= 0 {
+			continue
+		}
+		began := time.Now()
+		if err := s.db.Compact(ctx, start, p.end, false); err != nil {
+			return err
+		}
+		start = p.end
+		wait := time.Duration(float64(p.size)/float64(rate)*float64(time.Second)) - time.Since(began)
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
+	return nil
 }
 
 // mergeSpans sorts spans and joins neighbours with little data between
