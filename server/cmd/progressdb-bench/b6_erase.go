@@ -39,8 +39,8 @@ func runB6(ctx context.Context, b *bench) (*section, error) {
 		"flushed and fully compacted; in both, %d of the threads are soft-deleted and eligible, spread evenly over the "+
 		"keyspace (their messages' IDs interleave with live ones, as time-sortable IDs of concurrent conversations do), so "+
 		"each run purges the same volume. Each repetition starts from a checkpoint: a run with "+
-		"`PROGRESSDB_RETENTION_ERASE=false` (the purge alone), a run with erasure (production defaults; the erase time is "+
-		"the footer's `erase_ms`), and %d writers appending messages to live threads during a run without erasure, a run "+
+		"`PROGRESSDB_RETENTION_ERASE=false` (the purge alone), a run with erasure (production defaults, `ERASE_RATE=32` MiB/s; the erase "+
+		"time is the footer's `erase_ms`), and %d writers appending messages to live threads during a run without erasure, a run "+
 		"with it, and no run (as long as the run with erasure took).",
 		t, 4*t, b6Messages, b6Versions, e, b6Writers))
 
@@ -106,7 +106,8 @@ func runB6(ctx context.Context, b *bench) (*section, error) {
 		sec.notes = append(sec.notes, fmt.Sprintf("The erase step grows with the database (%s for 4x the data): the purged "+
 			"messages' keys are spread over the whole version keyspace, so compacting their ranges rewrites every table "+
 			"that holds any of them; with the same purged volume clustered (old threads with time-sortable IDs) it "+
-			"would touch only the tables of that cluster. See docs/erasure.md.", fmtRatio(growth)))
+			"would touch only the tables of that cluster. Its I/O is bounded by `PROGRESSDB_RETENTION_ERASE_RATE`, which "+
+			"keeps the write p99 target above. See docs/erasure.md.", fmtRatio(growth)))
 	}
 	return sec, nil
 }
