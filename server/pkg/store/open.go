@@ -207,6 +207,11 @@ func (s *Store) commitUser(h *held, b *pebble.Batch) error {
 	h.release()
 	defer b.Close()
 	if err := b.SyncWait(); err != nil {
+		// The batch is applied (readers may have seen it) but its log
+		// record is not durable, and Pebble's log stays failed: answering
+		// an error and going on would serve writes a restart loses and
+		// wedge every later commit. Stop instead (fail-stop).
+		s.fatal.stop(fmt.Sprintf("commit: log sync failed: %v", err))
 		return fmt.Errorf("commit: %w", err)
 	}
 	s.userWrites.Add(1)
