@@ -16,7 +16,8 @@ import (
 //  1. store sync: the purge markers are durable before any of their
 //     export records can reach the file, so a record found after a crash
 //     always has a marker, and the next run's re-export says "recovered";
-//  2. one record per item, streamed from the store (bounded memory);
+//  2. one record per item, streamed from one snapshot of the store taken
+//     after that sync (bounded memory);
 //  3. export file sync: no delete happens before its record is durable;
 //  4. the deletes, then the audit records as without export.
 //
@@ -72,12 +73,18 @@ func (rn *run) drainExports(ctx context.Context) {
 	// Items before a failed export are still purged once their records
 	// are durable; the failed one and those after it are not.
 	done, failed := 0, error(nil)
+	cr, err := rn.r.st.NewContentReader() // after the sync: the markers hold the items still
+	if err != nil {
+		rn.exportFailed(ctx, q[0].item, err)
+		return
+	}
 	for _, p := range q {
-		if failed = rn.export(ctx, p); failed != nil {
+		if failed = rn.export(ctx, cr, p); failed != nil {
 			break
 		}
 		done++
 	}
+	_ = cr.Close() // a read-only snapshot: nothing to lose
 	if done > 0 {
 		if err := rn.exp.Sync(); err != nil {
 			rn.exportFailed(ctx, q[0].item, err)
@@ -105,7 +112,7 @@ func (rn *run) drainExports(ctx context.Context) {
 }
 
 // export writes one item's record; it is durable at the next exp.Sync.
-func (rn *run) export(ctx context.Context, p queuedPurge) error {
+func (rn *run) export(ctx context.Context, cr *store.ContentReader, p queuedPurge) error {
 	m := p.marker
 	rec, err := rn.exp.Begin(audit.ExportHead{
 		ItemType:   string(m.Kind),
@@ -119,9 +126,9 @@ func (rn *run) export(ctx context.Context, p queuedPurge) error {
 		return err
 	}
 	if m.Kind == store.KindThread {
-		err = rn.r.st.ReadThreadContent(ctx, m.ID, rec)
+		err = cr.Thread(ctx, m.ID, rec)
 	} else {
-		err = rn.r.st.ReadMessageContent(ctx, m.ThreadID, m.ID, rec)
+		err = cr.Message(ctx, m.ThreadID, m.ID, rec)
 	}
 	if err == nil {
 		return rec.Finish()

@@ -27,29 +27,67 @@ const checkEvery = 256
 // the database, holding one key and value in memory at a time. A thread
 // that is gone (or part-purged) yields what is left.
 func (s *Store) ReadThreadContent(ctx context.Context, tid string, sink ContentSink) error {
+	c, err := s.NewContentReader()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Thread(ctx, tid, sink)
+}
+
+// ReadMessageContent streams message mid of thread tid: the thread's
+// metadata for context (the thread itself stays), then every version.
+func (s *Store) ReadMessageContent(ctx context.Context, tid, mid string, sink ContentSink) error {
+	c, err := s.NewContentReader()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Message(ctx, tid, mid, sink)
+}
+
+// ContentReader reads the content of many items from one snapshot through
+// iterators it re-bounds per item: opening a snapshot and two iterators
+// per item cost more than reading a small item. Not safe for concurrent
+// use; Close it.
+type ContentReader struct {
+	snap *pebble.Snapshot
+	log  *pebble.Iterator // re-bounded to one thread's log
+	vr   *versionReader
+}
+
+// NewContentReader opens a reader on a snapshot taken now.
+func (s *Store) NewContentReader() (*ContentReader, error) {
+	snap := s.db.NewSnapshot()
+	log, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte(threadNS), UpperBound: upperBound([]byte(threadNS))})
+	if err != nil {
+		snap.Close()
+		return nil, fmt.Errorf("open content reader: %w", err)
+	}
+	vr, err := newVersionReader(snap)
+	if err != nil {
+		log.Close()
+		snap.Close()
+		return nil, err
+	}
+	return &ContentReader{snap: snap, log: log, vr: vr}, nil
+}
+
+// Close releases the snapshot.
+func (c *ContentReader) Close() error {
+	return errors.Join(c.vr.close(), c.log.Close(), c.snap.Close())
+}
+
+// Thread streams thread tid (see ReadThreadContent).
+func (c *ContentReader) Thread(ctx context.Context, tid string, sink ContentSink) error {
 	if err := ValidateID(tid); err != nil {
 		return err
 	}
-	snap := s.db.NewSnapshot()
-	defer snap.Close()
-	meta, err := getFrom(snap, threadMetaKey(tid))
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("read thread %s: %w", tid, err)
-	}
-	if err := sink.Thread(meta); err != nil {
+	if err := c.meta(tid, sink); err != nil {
 		return err
 	}
-
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: logPrefix(tid), UpperBound: threadEnd(tid)})
-	if err != nil {
-		return fmt.Errorf("read thread %s: %w", tid, err)
-	}
-	defer it.Close()
-	r, err := newVersionReader(snap)
-	if err != nil {
-		return err
-	}
-	defer r.close()
+	it := c.log
+	it.SetBounds(logPrefix(tid), threadEnd(tid))
 	prefix := threadPrefix(tid)
 	n := 0
 	for valid := it.First(); valid; valid = it.Next() {
@@ -62,7 +100,7 @@ func (s *Store) ReadThreadContent(ctx context.Context, tid string, sink ContentS
 				return err
 			}
 		}
-		if err := streamVersions(r, tid, mid, sink); err != nil {
+		if err := streamVersions(c.vr, tid, mid, sink); err != nil {
 			return fmt.Errorf("read thread %s: %w", tid, err)
 		}
 	}
@@ -72,30 +110,27 @@ func (s *Store) ReadThreadContent(ctx context.Context, tid string, sink ContentS
 	return ctx.Err()
 }
 
-// ReadMessageContent streams message mid of thread tid: the thread's
-// metadata for context (the thread itself stays), then every version.
-func (s *Store) ReadMessageContent(ctx context.Context, tid, mid string, sink ContentSink) error {
+// Message streams message mid of thread tid (see ReadMessageContent).
+func (c *ContentReader) Message(ctx context.Context, tid, mid string, sink ContentSink) error {
 	if err := validateIDs(tid, mid); err != nil {
 		return err
 	}
-	snap := s.db.NewSnapshot()
-	defer snap.Close()
-	meta, err := getFrom(snap, threadMetaKey(tid))
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("read thread %s: %w", tid, err)
-	}
-	if err := sink.Thread(meta); err != nil {
+	if err := c.meta(tid, sink); err != nil {
 		return err
 	}
-	r, err := newVersionReader(snap)
-	if err != nil {
-		return err
-	}
-	defer r.close()
-	if err := streamVersions(r, tid, mid, sink); err != nil {
+	if err := streamVersions(c.vr, tid, mid, sink); err != nil {
 		return fmt.Errorf("read message %s: %w", mid, err)
 	}
 	return ctx.Err()
+}
+
+// meta passes the thread's stored metadata (nil when gone) to sink.
+func (c *ContentReader) meta(tid string, sink ContentSink) error {
+	meta, err := getFrom(c.snap, threadMetaKey(tid))
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("read thread %s: %w", tid, err)
+	}
+	return sink.Thread(meta)
 }
 
 // streamVersions passes mid's versions to sink when they belong to tid:

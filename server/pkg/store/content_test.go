@@ -214,3 +214,29 @@ func (s *sampledSink) Version(raw []byte) error {
 	}
 	return nil
 }
+
+// One reader re-bounded item after item reads what a reader per item does.
+func TestContentReaderReadsManyItems(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, newClock())
+	for _, tid := range []string{"a", "a-1", "b"} {
+		fillThread(t, s, tid, 4)
+	}
+	cr, err := s.NewContentReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cr.Close()
+	for _, item := range []struct{ tid, mid string }{{"b", ""}, {"a", ""}, {"a-1", "a-1-m2"}, {"a-1", ""}, {"a", "a-m0"}} {
+		var shared, own recordSink
+		var err1, err2 error
+		if item.mid == "" {
+			err1, err2 = cr.Thread(ctx, item.tid, &shared), s.ReadThreadContent(ctx, item.tid, &own)
+		} else {
+			err1, err2 = cr.Message(ctx, item.tid, item.mid, &shared), s.ReadMessageContent(ctx, item.tid, item.mid, &own)
+		}
+		if err1 != nil || err2 != nil || len(own.lines) < 2 || !slices.Equal(shared.lines, own.lines) {
+			t.Fatalf("%+v: shared reader %q (%v), own reader %q (%v)", item, shared.lines, err1, own.lines, err2)
+		}
+	}
+}
