@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bufio"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -13,7 +15,8 @@ type messageList struct {
 }
 
 type versionList struct {
-	Versions []store.Message `json:"versions"`
+	Versions   []store.Message `json:"versions"`
+	NextCursor string          `json:"next_cursor"`
 }
 
 // threadAndMessage returns the validated {tid} and {mid} path IDs.
@@ -157,17 +160,57 @@ func (s *server) restoreMessage(w http.ResponseWriter, r *http.Request) error {
 	return s.writeJSON(w, r, http.StatusOK, m)
 }
 
+// listVersions answers GET .../versions?limit=&cursor=, a page of the
+// message's versions, oldest first: {versions, next_cursor}. The page is
+// streamed one version at a time, so a request holds about one version in
+// memory however large the page: the whole list built at once took a
+// server with a few large, often edited messages to gigabytes.
 func (s *server) listVersions(w http.ResponseWriter, r *http.Request) error {
 	tid, mid, _, err := s.messageRead(r)
 	if err != nil {
 		return err
 	}
-	versions, err := s.store.ListVersions(r.Context(), tid, mid)
+	o, err := listOptions(r)
 	if err != nil {
 		return err
 	}
-	if len(versions) == 0 {
-		return messageNotFound(tid, mid) // purged: nothing of the message is left
+	var out *bufio.Writer
+	next, err := s.store.ScanVersions(r.Context(), tid, mid, o, func(m store.Message) error {
+		b, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		if out == nil {
+			h := w.Header()
+			h.Set("Content-Type", "application/json")
+			h.Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusOK)
+			out = bufio.NewWriterSize(w, 32<<10)
+			_, _ = out.WriteString(`{"versions":[`)
+		} else {
+			_ = out.WriteByte(',')
+		}
+		_, err = out.Write(b)
+		return err // the client went away: stop reading
+	})
+	switch {
+	case err != nil && out == nil:
+		return err // nothing sent yet: a clean error answer
+	case err != nil:
+		// Part of the page is out: break the connection so the client
+		// cannot take it for a complete answer.
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "http_stream_aborted",
+			append(requestAttrs(r), slog.Any("err", err))...)
+		panic(http.ErrAbortHandler)
+	case out == nil:
+		// A page after the last version (an old cursor): empty, not 404,
+		// since the message has versions (ScanVersions checked).
+		return s.writeJSON(w, r, http.StatusOK, versionList{Versions: []store.Message{}})
 	}
-	return s.writeJSON(w, r, http.StatusOK, versionList{Versions: versions})
+	tail, _ := json.Marshal(next)
+	_, _ = out.WriteString(`],"next_cursor":`)
+	_, _ = out.Write(tail)
+	_, _ = out.WriteString("}\n")
+	_ = out.Flush() // a failed write means the client went away
+	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"strconv"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -359,42 +361,109 @@ func (s *Store) ListMessages(ctx context.Context, tid string, o ListOptions) ([]
 	return out, "", nil
 }
 
-// ListVersions lists every version of a message, oldest first.
+// ListVersions returns every version of mid, oldest first. ErrNotFound when
+// it has none or belongs to another thread. It holds them all in memory:
+// the API pages through ScanVersions instead.
 func (s *Store) ListVersions(ctx context.Context, tid, mid string) ([]Message, error) {
-	if err := ctx.Err(); err != nil {
+	var out []Message
+	_, err := s.ScanVersions(ctx, tid, mid, ListOptions{Limit: math.MaxInt}, func(m Message) error {
+		out = append(out, m)
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
+	return out, nil
+}
+
+// ScanVersions calls fn with the versions of mid, oldest first, one at a
+// time, so a caller can stream them: at most o.Limit (default 100, at most
+// 1000, unlimited for in-process callers passing math.MaxInt), after the
+// version number o.Cursor. It returns the cursor of the next page, "" when
+// there is none. ErrNotFound when mid has no version at all or belongs to
+// another thread; that is known before fn is first called.
+func (s *Store) ScanVersions(ctx context.Context, tid, mid string, o ListOptions, fn func(Message) error) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
 	if err := validateIDs(tid, mid); err != nil {
-		return nil, err
+		return "", err
+	}
+	limit := o.Limit
+	if limit != math.MaxInt {
+		var err error
+		if limit, err = o.limit(); err != nil {
+			return "", err
+		}
+	}
+	var after int64 = -1
+	if o.Cursor != "" {
+		v, err := strconv.ParseInt(o.Cursor, 10, 64)
+		if err != nil || v < 0 {
+			return "", fmt.Errorf("%w: cursor %q is not one this server returned", ErrInvalidArgument, o.Cursor)
+		}
+		after = v
 	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: versionPrefix(mid), UpperBound: versionEnd(mid)})
 	if err != nil {
-		return nil, fmt.Errorf("list versions of %s: %w", mid, err)
+		return "", fmt.Errorf("list versions of %s: %w", mid, err)
 	}
 	defer it.Close()
-	var out []Message
-	for valid := it.First(); valid; valid = it.Next() {
-		value, err := it.ValueAndErr()
+
+	// The first version names the thread: a message of another thread is
+	// not found, whatever page is asked for.
+	if !it.First() {
+		if err := it.Error(); err != nil {
+			return "", fmt.Errorf("list versions of %s: %w", mid, err)
+		}
+		return "", fmt.Errorf("message %s: %w", mid, ErrNotFound)
+	}
+	first, err := s.versionAt(it, mid)
+	if err != nil {
+		return "", err
+	}
+	if first.Thread != tid {
+		return "", fmt.Errorf("message %s in thread %s: %w", mid, tid, ErrNotFound)
+	}
+	valid := true
+	if after >= 0 {
+		valid = it.SeekGE(versionKey(mid, after+1))
+	}
+	n, last := 0, int64(0)
+	for ; valid; valid = it.Next() {
+		if n == limit {
+			// Another version follows the full page: the cursor is the
+			// last version returned.
+			return strconv.FormatInt(last, 10), nil
+		}
+		if n%ctxCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return "", err
+			}
+		}
+		m, err := s.versionAt(it, mid)
 		if err != nil {
-			return nil, fmt.Errorf("list versions of %s: %w", mid, err)
+			return "", err
 		}
-		_, version, _ := parseVersionKey(it.Key())
-		m, err := decodeMessage(mid, version, value)
-		if err != nil {
-			return nil, err
+		if err := fn(m); err != nil {
+			return "", err
 		}
-		if m.Thread != tid {
-			return nil, fmt.Errorf("message %s in thread %s: %w", mid, tid, ErrNotFound)
-		}
-		out = append(out, m)
+		n, last = n+1, m.Version
 	}
 	if err := it.Error(); err != nil {
-		return nil, fmt.Errorf("list versions of %s: %w", mid, err)
+		return "", fmt.Errorf("list versions of %s: %w", mid, err)
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("message %s: %w", mid, ErrNotFound)
+	return "", nil
+}
+
+// versionAt decodes the version at the iterator.
+func (s *Store) versionAt(it *pebble.Iterator, mid string) (Message, error) {
+	value, err := it.ValueAndErr()
+	if err != nil {
+		return Message{}, fmt.Errorf("list versions of %s: %w", mid, err)
 	}
-	return out, nil
+	_, version, _ := parseVersionKey(it.Key())
+	return decodeMessage(mid, version, value)
 }
 
 // refuseClaimed answers ErrPurgeInProgress once a purge has claimed mid.

@@ -1,0 +1,120 @@
+package api
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+func TestVersionsArePaged(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.createThread(t, "t1")
+	e.appendMessage(t, "t1", "m1", `"v1"`)
+	for i := 2; i <= 5; i++ {
+		e.expect(t, "PUT", "/v1/threads/t1/messages/m1", `{"body":"v`+string(rune('0'+i))+`"}`, http.StatusOK)
+	}
+	type page struct {
+		Versions   []store.Message `json:"versions"`
+		NextCursor string          `json:"next_cursor"`
+	}
+	var got []int64
+	cursor, pages := "", 0
+	for {
+		var p page
+		e.expect(t, "GET", "/v1/threads/t1/messages/m1/versions?limit=2&cursor="+cursor, "", http.StatusOK).decode(t, &p)
+		pages++
+		for _, v := range p.Versions {
+			got = append(got, v.Version)
+		}
+		if p.NextCursor == "" {
+			break
+		}
+		cursor = p.NextCursor
+	}
+	if pages != 3 || len(got) != 5 || got[0] != 1 || got[4] != 5 {
+		t.Fatalf("%d pages, versions %v; want 1..5 in 3 pages", pages, got)
+	}
+	var all page
+	e.expect(t, "GET", "/v1/threads/t1/messages/m1/versions", "", http.StatusOK).decode(t, &all)
+	if len(all.Versions) != 5 || all.NextCursor != "" {
+		t.Fatalf("default page: %+v", all)
+	}
+	var empty page
+	e.expect(t, "GET", "/v1/threads/t1/messages/m1/versions?cursor=5", "", http.StatusOK).decode(t, &empty)
+	if empty.Versions == nil || len(empty.Versions) != 0 || empty.NextCursor != "" {
+		t.Fatalf("page after the last version: %+v", empty)
+	}
+	for _, q := range []string{"cursor=abc", "cursor=-1", "limit=0", "limit=1001"} {
+		e.expect(t, "GET", "/v1/threads/t1/messages/m1/versions?"+q, "", http.StatusBadRequest)
+	}
+	e.expect(t, "GET", "/v1/threads/t1/messages/nobody/versions", "", http.StatusNotFound)
+	e.createThread(t, "t2")
+	e.expect(t, "GET", "/v1/threads/t2/messages/m1/versions", "", http.StatusNotFound)
+}
+
+// liveHeapWriter discards the response and samples the live heap (after a
+// collection) at every write: the peak is what the handler held at once.
+type liveHeapWriter struct {
+	header http.Header
+	status int
+	bytes  int
+	peak   uint64
+}
+
+func (w *liveHeapWriter) Header() http.Header { return w.header }
+func (w *liveHeapWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}
+
+func (w *liveHeapWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	w.bytes += len(b)
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	w.peak = max(w.peak, ms.HeapAlloc)
+	return len(b), nil
+}
+
+// One page of versions of a large, often edited message must not hold
+// much more than a page in memory (issue: 60 versions of 1 MB raised the
+// peak by 256 MB). The measure is the live heap, not time.
+func TestVersionsPageMemoryStaysNearOnePage(t *testing.T) {
+	const (
+		versions = 40
+		size     = 256 << 10
+		limit    = 20
+		pageSize = limit * size
+	)
+	e := newEnv(t, Options{})
+	e.createThread(t, "big")
+	text := strings.Repeat("x", size)
+	e.appendMessage(t, "big", "m1", `"`+text+`"`)
+	for range versions - 1 {
+		e.expect(t, "PUT", "/v1/threads/big/messages/m1", `{"body":"`+text+`"}`, http.StatusOK)
+	}
+	h := e.srv.Config.Handler
+	for _, q := range []string{"?limit=20", "?limit=20&cursor=20"} {
+		req := httptest.NewRequest("GET", "/v1/threads/big/messages/m1/versions"+q, nil)
+		w := &liveHeapWriter{header: http.Header{}}
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		base := ms.HeapAlloc
+		h.ServeHTTP(w, req)
+		if w.status != http.StatusOK || w.bytes < pageSize {
+			t.Fatalf("%s: status %d, %d bytes", q, w.status, w.bytes)
+		}
+		grew := int64(w.peak) - int64(base)
+		t.Logf("%s: %d bytes sent, live heap grew by at most %d bytes (page %d)", q, w.bytes, grew, pageSize)
+		if grew > 2*pageSize {
+			t.Errorf("%s: live heap grew by %d bytes, more than twice the page (%d)", q, grew, pageSize)
+		}
+	}
+}
