@@ -108,6 +108,10 @@ func TestEraseLeavesNoPurgedContentOnDisk(t *testing.T) {
 	if err != nil || !strings.Contains(string(m.Body), "PlantLiveBodyQ7") {
 		t.Fatalf("live message after erase: %+v, %v", m, err)
 	}
+	// A new database owes no full erase: only the purged ranges were compacted.
+	if logs := e.logs.String(); strings.Contains(logs, "retention_erase_full") || !strings.Contains(logs, "retention_erased") {
+		t.Fatalf("want a ranged erase, not a full one:\n%s", logs)
+	}
 	if got := counterValue(t, e.metrics.EraseDuration); got != 1 {
 		t.Fatalf("erase duration observations = %v, want 1", got)
 	}

@@ -69,8 +69,9 @@ type run struct {
 
 	// erase collects the spans this run purged; owed is set once the run
 	// has recorded, before its first delete, that an erase is owed.
-	erase *store.EraseSpans
-	owed  bool
+	erase    *store.EraseSpans
+	owed     bool
+	eraseAll bool // purges before this run's may not have been erased
 
 	lastProgress time.Time
 	lastReport   time.Time
@@ -454,10 +455,16 @@ func (rn *run) take(ctx context.Context, c candidate) {
 // purge deletes an item's keys in batches, checking before every batch.
 func (rn *run) purge(ctx context.Context, m store.PurgeMarker) (int, error) {
 	if !rn.owed {
+		// Whether earlier purges were all erased is read before this run's
+		// first purge says they are not.
+		erased, err := rn.r.st.Erased(ctx)
+		if err != nil {
+			return 0, err
+		}
 		if err := rn.r.st.OweErase(ctx); err != nil {
 			return 0, err
 		}
-		rn.owed = true
+		rn.owed, rn.eraseAll = true, !erased
 	}
 	opts := store.PurgeOptions{BatchSize: rn.r.cfg.BatchSize, BeforeBatch: rn.beforeBatch, BatchLimit: rn.pace.batchLimit,
 		Erase: rn.erase}
@@ -843,16 +850,20 @@ func (rn *run) eraseStep(ctx context.Context) (bool, int64) {
 	if rn.dry || !r.cfg.Erase || rn.auditErr != nil || ctx.Err() != nil {
 		return false, 0
 	}
-	erased, err := r.st.Erased(ctx)
-	if err != nil {
-		rn.fail(ctx, stageErase, "erase", err)
-		return false, 0
-	}
-	if erased && !rn.owed {
-		return false, 0 // nothing purged, nothing left over
+	full := rn.eraseAll
+	if !rn.owed {
+		erased, err := r.st.Erased(ctx)
+		if err != nil {
+			rn.fail(ctx, stageErase, "erase", err)
+			return false, 0
+		}
+		if erased {
+			return false, 0 // nothing purged, nothing left over
+		}
+		full = true
 	}
 	start := time.Now()
-	er, err := r.st.Erase(ctx, rn.erase, store.EraseOptions{Rate: int64(r.cfg.EraseRate) << 20})
+	er, err := r.st.Erase(ctx, rn.erase, store.EraseOptions{Rate: int64(r.cfg.EraseRate) << 20, Full: full})
 	took := time.Since(start)
 	r.metrics.EraseDuration.Observe(took.Seconds())
 	if err != nil {

@@ -120,6 +120,10 @@ type EraseOptions struct {
 	// with a pause after each that keeps the average at Rate, so that user
 	// writes are not starved of disk and CPU by a long erase.
 	Rate int64
+	// Full erases the whole key space instead of the spans: the caller
+	// found Erased false before its purges began, so purges that were not
+	// erased may have left content anywhere.
+	Full bool
 }
 
 // EraseResult describes what Erase did.
@@ -157,20 +161,16 @@ func (s *Store) OweErase(ctx context.Context) error {
 	return nil
 }
 
-// Erase makes the content purged in spans unrecoverable from every file of
-// the database directory; when Erased is false it covers the whole key
-// space instead. Live data is untouched: compactions rewrite it as is.
-// On success it records that nothing purged is left to erase.
+// Erase makes the content purged in spans (with opts.Full, anywhere)
+// unrecoverable from every file of the database directory. Live data is
+// untouched: compactions rewrite it as is. On success it records that
+// nothing purged is left to erase.
 func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions) (EraseResult, error) {
 	var res EraseResult
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
-	erased, err := s.has([]byte(eraseKey))
-	if err != nil {
-		return res, fmt.Errorf("erase: %w", err)
-	}
-	res.Full = !erased
+	res.Full = opts.Full
 	var ranges []keySpan
 	if res.Full {
 		// Every key of the store is printable ASCII.

@@ -31,7 +31,7 @@ func TestEraseStateAndFullErase(t *testing.T) {
 	if ok, _ := s.Erased(ctx); ok {
 		t.Fatal("Erased after an owed purge")
 	}
-	res, err := s.Erase(ctx, nil, store.EraseOptions{})
+	res, err := s.Erase(ctx, nil, store.EraseOptions{Full: true})
 	if err != nil || !res.Full || res.Ranges != 1 {
 		t.Fatalf("Erase = %+v, %v; want a full erase", res, err)
 	}
