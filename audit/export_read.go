@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 )
 
 // ExportReader reads an export file one record at a time and, within a
@@ -29,7 +30,8 @@ type ExportReader struct {
 
 // OpenExport opens a sealed (or in-progress) export file for reading.
 func OpenExport(path string) (*ExportReader, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: a named pipe at the path must be refused, not waited on.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
@@ -237,7 +239,7 @@ type ExportCheck struct {
 // that the data ends with a complete line. A file that is not that is a
 // *Problem.
 func ScanExport(path string) (ExportCheck, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return ExportCheck{}, fmt.Errorf("audit: %w", err)
 	}

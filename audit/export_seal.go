@@ -82,7 +82,7 @@ func sealExport(path string) (string, error) {
 	if _, err := os.Lstat(final); err == nil {
 		return "", fmt.Errorf("audit: seal %s: %s already exists", path, final)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := openRegular(path, os.O_RDWR)
 	if err != nil {
 		return "", fmt.Errorf("audit: seal %s: %w", path, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -459,5 +460,28 @@ func TestVerifyChecksTheNamedExport(t *testing.T) {
 				t.Errorf("problem names %s, want %s", p.File, want)
 			}
 		})
+	}
+}
+
+// A named pipe where an export is expected is refused, never waited on:
+// reading, scanning and sealing each answer at once.
+func TestExportNamedPipeIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "export-20250301T030000Z-r.jsonl.gz")
+	if err := syscall.Mkfifo(fifo, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenExport(fifo); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("OpenExport of a FIFO: %v", err)
+	}
+	if _, err := ScanExport(fifo); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("ScanExport of a FIFO: %v", err)
+	}
+	inProgress := filepath.Join(dir, "export-20250301T040000Z-s.jsonl.gz") + suffixInProgress
+	if err := syscall.Mkfifo(inProgress, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sealExport(inProgress); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("sealExport of a FIFO: %v", err)
 	}
 }
