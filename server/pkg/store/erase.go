@@ -189,6 +189,9 @@ func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions)
 	if err := s.waitNoSnapshots(ctx); err != nil {
 		return res, fmt.Errorf("erase: %w", err)
 	}
+	if err := s.markBottomTables(ranges); err != nil {
+		return res, fmt.Errorf("erase: %w", err)
+	}
 	if err := s.db.Flush(); err != nil {
 		return res, fmt.Errorf("erase: flush: %w", err)
 	}
@@ -211,6 +214,38 @@ func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions)
 		return res, fmt.Errorf("erase: record: %w", err)
 	}
 	return res, nil
+}
+
+// markBottomTables deletes, for every bottom-level table overlapping
+// ranges, a key that cannot exist (the table's smallest key followed by a
+// zero byte; keys are printable). DB.Compact only compacts a level into the
+// next, so a bottom-level table with nothing above it in the range would be
+// left as it is, and with it any value a snapshot pinned beside its
+// tombstone when an earlier compaction brought both there. The tombstones
+// put every such table under a compaction from above; they are dropped at
+// the bottom level.
+func (s *Store) markBottomTables(ranges []keySpan) error {
+	levels, err := s.db.SSTables()
+	if err != nil {
+		return fmt.Errorf("list tables: %w", err)
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, t := range levels[len(levels)-1] {
+		for _, r := range ranges {
+			if bytes.Compare(t.Largest.UserKey, r.start) >= 0 && bytes.Compare(t.Smallest.UserKey, r.end) < 0 {
+				_ = b.Delete(append(bytes.Clone(t.Smallest.UserKey), 0), nil)
+				break
+			}
+		}
+	}
+	if b.Empty() {
+		return nil
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("mark tables: %w", err)
+	}
+	return nil
 }
 
 // compactPaced compacts r down to the bottom level in pieces, one per
