@@ -292,9 +292,11 @@ type pebbleLogger struct {
 	fatal *fatalHandler
 }
 
+// Infof logs at debug level: Pebble's routine messages (log replay at
+// every open, compactions) would otherwise fill every command's output.
 func (p pebbleLogger) Infof(format string, args ...any) {
 	if p.l != nil {
-		p.l.Info("pebble", "detail", fmt.Sprintf(format, args...))
+		p.l.Debug("pebble", "detail", fmt.Sprintf(format, args...))
 	}
 }
 
