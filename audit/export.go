@@ -20,10 +20,12 @@ import (
 )
 
 // Export files (spec §3.3): <root>/YYYY-MM/export-<YYYYMMDDTHHMMSSZ>-<run_id>.jsonl.gz,
-// .inprogress until sealed. Each record is one JSON line compressed as a
-// gzip member of its own: a file is a valid multi-member gzip stream (zcat
-// reads it), every record is durable once its member is written and synced,
-// and a crash can only leave a torn last member, which sealing cuts off.
+// .inprogress until sealed. Each record is one JSON line; the records made
+// durable by one Sync are one gzip member: a file is a valid multi-member
+// gzip stream (zcat reads it), a member is complete before the fsync that
+// lets its items be deleted, and a crash can only leave a torn last member,
+// which sealing cuts off. (A member per record cost more than compressing
+// a small record.)
 const (
 	exportPrefix        = "export-"
 	extExport           = ".jsonl.gz"
@@ -252,26 +254,29 @@ func (e *RecordEncoder) value(raw []byte) {
 // ExportWriter appends the export records of one run to
 // <root>/YYYY-MM/export-<ts>-<run_id>.jsonl.gz.inprogress. The file is made
 // when the first record begins, so a run that exports nothing leaves none.
-// One record is written at a time; a write error is sticky.
+// One record is written at a time; Sync makes the records finished since
+// the last Sync durable, as one gzip member. A write error is sticky.
 type ExportWriter struct {
-	mu     sync.Mutex
-	root   string
-	runID  string
-	start  time.Time
-	dir    string
-	path   string // .inprogress until Close
-	f      *os.File
-	bw     *bufio.Writer // gzip output, to the file and the hash
-	zw     *gzip.Writer
-	enc    *bufio.Writer // record encoding, to async
-	async  *asyncWriter  // hands the encoding to zw on another goroutine
-	sum    hash.Hash
-	good   int64 // offset just past the last committed record
-	n      int64 // bytes written to the file
-	count  int64 // records committed
-	rec    *ExportItem
-	err    error
-	closed bool
+	mu      sync.Mutex
+	root    string
+	runID   string
+	start   time.Time
+	dir     string
+	path    string // .inprogress until Close
+	f       *os.File
+	bw      *bufio.Writer // gzip output, to the file and the hash
+	zw      *gzip.Writer
+	enc     *bufio.Writer // record encoding, to async
+	async   *asyncWriter  // hands the encoding to zw on another goroutine
+	sum     hash.Hash
+	good    int64 // offset just past the last synced member
+	n       int64 // bytes written to the file
+	count   int64 // records synced
+	pending int64 // records finished in the open member
+	member  bool  // a gzip member is open
+	rec     *ExportItem
+	err     error
+	closed  bool
 }
 
 // NewExportWriter prepares the export of run runID that started at start;
@@ -289,7 +294,8 @@ func NewExportWriter(root, runID string, start time.Time) (*ExportWriter, error)
 		path: filepath.Join(dir, exportName(start, runID)) + suffixInProgress}, nil
 }
 
-// ExportItem is one record being written; Commit makes it durable.
+// ExportItem is one record being written; Finish ends it, and the next
+// Sync makes it durable.
 type ExportItem struct {
 	*RecordEncoder
 	w *ExportWriter
@@ -311,7 +317,10 @@ func (w *ExportWriter) Begin(h ExportHead) (*ExportItem, error) {
 			return nil, w.fail(err)
 		}
 	}
-	w.zw.Reset(w.bw) // the compressor is idle between records
+	if !w.member {
+		w.zw.Reset(w.bw) // the compressor is idle between members
+		w.member = true
+	}
 	w.enc.Reset(w.async)
 	enc, err := NewRecordEncoder(w.enc, h)
 	if err != nil {
@@ -377,9 +386,9 @@ func (c countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Finish ends the record and its gzip member and hands the bytes to the
-// file, without syncing: Sync makes every finished record durable at once.
-// On error the record is cut off again and the writer fails.
+// Finish ends the record, without syncing: Sync makes every finished
+// record durable at once. On error the open member is cut off again and
+// the writer fails.
 func (it *ExportItem) Finish() error {
 	w := it.w
 	w.mu.Lock()
@@ -388,22 +397,11 @@ func (it *ExportItem) Finish() error {
 		return fmt.Errorf("audit: %w: export record not open", ErrInvalidRecord)
 	}
 	w.rec = nil
-	err := it.End()
-	if werr := w.async.wait(); err == nil {
-		err = werr
-	}
-	if err == nil {
-		err = w.zw.Close()
-	}
-	if err == nil {
-		err = w.bw.Flush()
-	}
-	if err != nil {
+	if err := it.End(); err != nil {
 		w.rewind()
 		return w.fail(fmt.Errorf("audit: %w: write %s: %w", ErrExportUnwritable, w.path, err))
 	}
-	w.good = w.n
-	w.count++
+	w.pending++
 	return nil
 }
 
@@ -416,25 +414,49 @@ func (it *ExportItem) Commit() error {
 	return it.w.Sync()
 }
 
-// Sync makes every finished record durable (fsync). Only then may their
-// items be deleted.
+// Sync closes the open gzip member and fsyncs the file: every finished
+// record is durable when it returns nil, and only then may their items be
+// deleted. On error those records are cut off again and the writer fails.
 func (w *ExportWriter) Sync() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.syncLocked()
+}
+
+func (w *ExportWriter) syncLocked() error {
 	if err := w.usable(); err != nil {
 		return err
 	}
-	if w.f == nil {
+	if w.rec != nil {
+		return fmt.Errorf("audit: %w: an export record is still open", ErrInvalidRecord)
+	}
+	if !w.member {
 		return nil
 	}
-	if err := w.f.Sync(); err != nil {
-		return w.fail(fmt.Errorf("audit: %w: sync %s: %w", ErrExportUnwritable, w.path, err))
+	err := w.async.wait()
+	if err == nil {
+		err = w.zw.Close()
 	}
+	if err == nil {
+		err = w.bw.Flush()
+	}
+	if err == nil {
+		err = w.f.Sync()
+	}
+	if err != nil {
+		w.rewind()
+		return w.fail(fmt.Errorf("audit: %w: write %s: %w", ErrExportUnwritable, w.path, err))
+	}
+	w.member = false
+	w.good = w.n
+	w.count += w.pending
+	w.pending = 0
 	return nil
 }
 
-// Abort drops the record (its item is not deleted): what of it reached the
-// file is cut off, and the writer stays usable.
+// Abort drops the record, and with it every record finished since the last
+// Sync (they share its gzip member): none of their items may be deleted.
+// What reached the file is cut off, and the writer stays usable.
 func (it *ExportItem) Abort() error {
 	w := it.w
 	w.mu.Lock()
@@ -446,10 +468,11 @@ func (it *ExportItem) Abort() error {
 	return w.rewind()
 }
 
-// rewind cuts the file back to its last committed record and rebuilds the
-// hash from the bytes kept. A failure here is sticky.
+// rewind cuts the file back to its last synced member, dropping the open
+// one, and rebuilds the hash from the bytes kept. A failure here is sticky.
 func (w *ExportWriter) rewind() error {
 	_ = w.async.wait() // the write error, if any, is already the caller's
+	w.member, w.pending = false, 0
 	w.bw.Reset(io.MultiWriter(countWriter{w.f, &w.n}, w.sum))
 	if w.n == w.good {
 		return nil
@@ -469,29 +492,32 @@ func (w *ExportWriter) rewind() error {
 	return nil
 }
 
-// Close seals the file: it is renamed to .jsonl.gz and the folder synced.
-// It returns what the audit footer names. A writer that wrote nothing
-// returns an empty summary. After a failure the file stays .inprogress
-// (holding every committed record) for SealAbandonedExports.
+// Close seals the file: records finished but not yet synced are synced
+// (a record still open is dropped with its member), the file is renamed to
+// .jsonl.gz and the folder synced. It returns what the audit footer names.
+// A writer that wrote nothing returns an empty summary. After a failure the
+// file stays .inprogress (holding every synced record) for
+// SealAbandonedExports.
 func (w *ExportWriter) Close() (ExportSummary, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return ExportSummary{}, ErrClosed
 	}
-	w.closed = true
 	if w.f == nil {
+		w.closed = true
 		return ExportSummary{}, w.err
 	}
 	if w.rec != nil {
 		w.rec = nil
 		_ = w.rewind()
 	}
-	w.async.stop()
 	err := w.err
 	if err == nil {
-		err = w.f.Sync()
+		err = w.syncLocked()
 	}
+	w.closed = true
+	w.async.stop()
 	if cerr := w.f.Close(); err == nil {
 		err = cerr
 	}

@@ -137,25 +137,26 @@ func quarantineExport(path string, m members) error {
 
 // members is what scanMembers learned about an export file.
 type members struct {
-	records  int64  // complete members
+	records  int64  // records (lines) in complete members
 	goodEnd  int64  // offset just past the last complete member
 	bad      string // why the data after goodEnd is not a complete member
 	tornTail bool   // that data is a torn write that may be cut off
 }
 
 // scanMembers walks the gzip members of r one by one; each must be a
-// complete member (CRC and length checked) holding one line.
+// complete member (CRC and length checked) of whole lines.
 func scanMembers(f *os.File) (members, error) {
 	c := &byteCounter{br: bufio.NewReaderSize(f, 64<<10)}
 	var m members
 	zr, err := gzip.NewReader(c)
 	for err == nil {
 		zr.Multistream(false)
-		err = readMember(zr)
+		var n int64
+		n, err = readMember(zr)
 		if err != nil {
 			break
 		}
-		m.records++
+		m.records += n
 		m.goodEnd = c.n
 		err = zr.Reset(c)
 	}
@@ -175,8 +176,8 @@ func scanMembers(f *os.File) (members, error) {
 	return m, nil
 }
 
-// readMember decompresses one member and checks it is one complete line.
-func readMember(zr *gzip.Reader) error {
+// readMember decompresses one member and checks it holds complete lines.
+func readMember(zr *gzip.Reader) (int64, error) {
 	buf := make([]byte, 32<<10)
 	lines, last := 0, byte(0)
 	for {
@@ -189,13 +190,13 @@ func readMember(zr *gzip.Reader) error {
 			break
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
 	}
-	if lines != 1 || last != '\n' {
-		return fmt.Errorf("gzip member holds %d lines, want one complete line", lines)
+	if lines == 0 || last != '\n' {
+		return 0, fmt.Errorf("gzip member does not end with a complete line")
 	}
-	return nil
+	return int64(lines), nil
 }
 
 func onlyZeros(r io.Reader) (bool, error) {

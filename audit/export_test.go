@@ -485,3 +485,60 @@ func TestExportNamedPipeIsRefused(t *testing.T) {
 		t.Errorf("sealExport of a FIFO: %v", err)
 	}
 }
+
+// Records finished between two Syncs share one gzip member: an Abort
+// drops them all, a Sync keeps them all, and sealing reads members of
+// several records.
+func TestExportGroupsShareAMember(t *testing.T) {
+	root := t.TempDir()
+	w, _ := NewExportWriter(root, "run1", fixedStart)
+	recs := testRecords()
+	finish := func(rec ExportRecord) {
+		t.Helper()
+		it, err := w.Begin(rec.ExportHead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = it.Thread(rec.Thread)
+		for _, m := range rec.Messages {
+			_ = it.Message(m.ID)
+			for _, v := range m.Versions {
+				_ = it.Version(v)
+			}
+		}
+		if err := it.Finish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finish(recs[0])
+	finish(recs[1])
+	if err := w.Sync(); err != nil || w.Records() != 2 {
+		t.Fatalf("Sync: %v, %d records", err, w.Records())
+	}
+	finish(recs[2])
+	big := bigRecord(t, w, "big")
+	if err := big.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	if w.Records() != 2 {
+		t.Fatalf("%d records after an abort, want the 2 synced", w.Records())
+	}
+	finish(recs[2])
+	path := w.path
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// A group left unsynced by a crash: torn, cut off by sealing.
+	finish(recs[0])
+	bigRecord(t, w, "torn")
+	_ = w.f.Close()
+
+	if _, err := SealAbandonedExports(root); err != nil {
+		t.Fatal(err)
+	}
+	final := strings.TrimSuffix(path, ".inprogress")
+	sameRecords(t, readRecords(t, final), recs)
+	if c, err := ScanExport(final); err != nil || c.Records != 3 {
+		t.Fatalf("scan: %+v, %v", c, err)
+	}
+}

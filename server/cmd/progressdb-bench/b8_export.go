@@ -34,8 +34,8 @@ func runB8(ctx context.Context, b *bench) (*section, error) {
 			"machine hits both. **off**: `retention.Runner.Run` with the production configuration; "+
 			"**on**: the same with `PROGRESSDB_RETENTION_EXPORT_PATH` set to a folder on the same disk, so "+
 			"every purged item's full content (thread metadata, every version of every message) is written "+
-			"as a gzip member and fsynced before its keys are deleted, in groups of up to 64 items sharing "+
-			"one store sync and one export sync; records are compressed on a goroutine of their own while the "+
+			"and fsynced before its keys are deleted, in groups of up to 64 items sharing one store sync, one "+
+			"gzip member and one export sync; records are compressed on a goroutine of their own while the "+
 			"next part is read. The time is the whole run, sealing the export included; CPU time is the "+
 			"process's user and system time over the run (Pebble's background work included), less "+
 			"sensitive than wall time to other work on a shared machine.",

@@ -53,9 +53,9 @@ func (rn *run) purgeItem(ctx context.Context, m store.PurgeMarker, it audit.Item
 	rn.finished(ctx, m, it, keys)
 }
 
-// drainExports exports the queued items, then purges those whose records
-// are durable. Items left in the queue by a stop keep their markers: the
-// next run exports them again ("recovered") and purges them.
+// drainExports exports the queued items, then purges them once their
+// records are durable. Items not purged keep their markers: the next run
+// exports them again ("recovered") and purges them.
 func (rn *run) drainExports(ctx context.Context) {
 	q := rn.queue
 	rn.queue = nil
@@ -70,32 +70,37 @@ func (rn *run) drainExports(ctx context.Context) {
 		rn.fail(ctx, stageSync, "sync store", err)
 		return
 	}
-	// Items before a failed export are still purged once their records
-	// are durable; the failed one and those after it are not.
-	done, failed := 0, error(nil)
+	// A failed export drops the group's records with it (they share one
+	// gzip member): none of the group is deleted.
 	cr, err := rn.r.st.NewContentReader() // after the sync: the markers hold the items still
 	if err != nil {
 		rn.exportFailed(ctx, q[0].item, err)
 		return
 	}
-	for _, p := range q {
-		if failed = rn.export(ctx, cr, p); failed != nil {
-			break
-		}
-		done++
-	}
-	_ = cr.Close() // a read-only snapshot: nothing to lose
-	if done > 0 {
-		if err := rn.exp.Sync(); err != nil {
-			rn.exportFailed(ctx, q[0].item, err)
-			for _, p := range q[1:done] {
-				rn.notExported(p.item, err)
+	for i, p := range q {
+		if err := rn.export(ctx, cr, p); err != nil {
+			_ = cr.Close()
+			rn.exportFailed(ctx, p.item, err)
+			if rn.stop.status == audit.RunFailed { // not a shutdown: say why they stay
+				for _, o := range q[:i] {
+					rn.notExported(o.item, err)
+				}
 			}
 			return
 		}
-		rn.r.metrics.ExportedItems.Add(float64(done))
 	}
-	for _, p := range q[:done] {
+	_ = cr.Close() // a read-only snapshot: nothing to lose
+	if err := rn.exp.Sync(); err != nil {
+		rn.exportFailed(ctx, q[0].item, err)
+		if rn.stop.status == audit.RunFailed {
+			for _, p := range q[1:] {
+				rn.notExported(p.item, err)
+			}
+		}
+		return
+	}
+	rn.r.metrics.ExportedItems.Add(float64(len(q)))
+	for _, p := range q {
 		keys, err := rn.purge(ctx, p.marker)
 		if err != nil {
 			rn.purgeFailed(p.item, keys, err)
@@ -105,9 +110,6 @@ func (rn *run) drainExports(ctx context.Context) {
 		if rn.stop != nil && rn.stop.status != audit.RunCompleted {
 			return
 		}
-	}
-	if failed != nil {
-		rn.exportFailed(ctx, q[done].item, failed)
 	}
 }
 
@@ -152,6 +154,9 @@ func exportCause(it audit.Item) string {
 // exportFailed stops the run without deleting the item: a shutdown or a
 // lost lease interrupts it, anything else fails it (fail closed).
 func (rn *run) exportFailed(ctx context.Context, it audit.Item, err error) {
+	if rn.stop != nil && rn.stop.status == audit.RunCompleted {
+		rn.stop = nil // a run stopped at MAX_ITEMS whose export failed has failed
+	}
 	if isStop(err) || ctx.Err() != nil {
 		rn.halt(err)
 		return
@@ -164,8 +169,8 @@ func (rn *run) exportFailed(ctx context.Context, it audit.Item, err error) {
 		err: fmt.Errorf("export %s %s: %w", it.ItemType, it.ItemID, err)})
 }
 
-// notExported records an item left undeleted by an export failure. Its
-// marker stays: the next run exports and purges it.
+// notExported records an item left undeleted by an export failure (its
+// own or its group's). Its marker stays: the next run exports and purges it.
 func (rn *run) notExported(it audit.Item, err error) {
 	it.Status = audit.StatusFailed
 	it.Reason = reasonExportFailed + err.Error()
