@@ -48,6 +48,16 @@ type run struct {
 	// go with them and are not looked at on their own.
 	purging map[string]bool
 
+	// Policies (sources.go): the overrides read at the start, those that
+	// could not be read, what the run knows of threads whose live messages
+	// it looked at, and the live messages it took (per message, and per
+	// thread for a dry run's max_messages).
+	overrides   map[string]store.RetentionOverride
+	badOverride map[string]string
+	threads     map[string]*liveThread
+	takenLive   map[string]bool
+	liveTaken   map[string]int64
+
 	queue     []queuedPurge   // purge begun, export due (export.go)
 	group     []finishedPurge // purged, audit record not yet durable
 	groupKeys int
@@ -99,7 +109,8 @@ type candidate struct {
 	deleted   bool
 	deletedTS int64
 	legalHold bool
-	cause     string // audit.Cause*: why it is a candidate
+	cause     string            // audit.Cause*: why it is a candidate
+	check     store.PolicyCheck // for the policy causes: what the claim re-checks
 }
 
 // execute performs the run begun by begin. It always releases the lease.
@@ -122,11 +133,15 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	}
 	r.sealExports(rn.id)
 
-	// The header records the policies in force; counting the overrides
-	// reads the override index, O(overrides).
-	overrides, err := r.st.CountRetentionOverrides(ctx)
+	// The header records the policies in force; the overrides are read
+	// once, from the override index: O(overrides).
+	rn.badOverride = make(map[string]string)
+	rn.threads = make(map[string]*liveThread)
+	rn.takenLive = make(map[string]bool)
+	rn.liveTaken = make(map[string]int64)
+	overrides, err := rn.loadOverrides(ctx)
 	if err != nil {
-		return rn.failedToStart(res, stageScan, "count retention overrides", err)
+		return rn.failedToStart(res, stageScan, "read retention overrides", err)
 	}
 	info := rn.lease.Info()
 	w, err := audit.CreateWith(r.cfg.AuditPath, rn.id, audit.Header{
@@ -170,11 +185,11 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	if rn.stop == nil {
 		rn.countDue(ctx)
 	}
-	if rn.stop == nil {
-		rn.scan(ctx, store.KindThread, r.cfg.Period)
-	}
-	if rn.stop == nil {
-		rn.scan(ctx, store.KindMessage, r.cfg.MessagePeriod)
+	for _, src := range rn.sources() {
+		if rn.stop != nil {
+			break
+		}
+		src.scan(ctx)
 	}
 	// The last report shows where the scans ended, not where the last
 	// timed report left them.
@@ -283,7 +298,7 @@ func (rn *run) recoverStamps(ctx context.Context) {
 func (rn *run) scan(ctx context.Context, kind store.ItemKind, period time.Duration) {
 	for _, rg := range rn.scanRanges(period) {
 		err := rn.r.st.ScanDeletionIndex(ctx, kind, rg[0], rg[1], func(e store.DeletionEntry) error {
-			rn.consider(ctx, e, period)
+			rn.consider(ctx, e)
 			rn.seen++
 			rn.progress()
 			if rn.stop != nil {
@@ -300,15 +315,29 @@ func (rn *run) scan(ctx context.Context, kind store.ItemKind, period time.Durati
 	}
 }
 
-// consider applies the rules of spec §3 to one index entry. The index only
-// finds candidates: every decision is taken on the record as it is now.
-func (rn *run) consider(ctx context.Context, e store.DeletionEntry, period time.Duration) {
+// consider applies the rules of spec §3 to one index entry, with the
+// periods in force for its thread. The index only finds candidates: every
+// decision is taken on the record as it is now.
+func (rn *run) consider(ctx context.Context, e store.DeletionEntry) {
 	if err := ctx.Err(); err != nil {
 		rn.halt(err)
 		return
 	}
 	if e.Kind == store.KindMessage && rn.purging[e.ThreadID] {
 		return // the thread's purge takes the message with it
+	}
+	tid := e.ThreadID
+	if e.Kind == store.KindThread {
+		tid = e.ID
+	}
+	if why, bad := rn.badOverride[tid]; bad {
+		rn.scanned++
+		rn.record(skippedItem(e, "malformed retention override: "+why))
+		return
+	}
+	period := rn.policyOf(tid).period
+	if e.Kind == store.KindMessage {
+		period = rn.policyOf(tid).messagePeriod
 	}
 	c, err := rn.load(ctx, e)
 	switch {
@@ -412,12 +441,18 @@ func (rn *run) stamp(ctx context.Context, e store.DeletionEntry, c candidate) {
 	}
 }
 
-// take purges an eligible item (or records it in a dry run).
+// take purges an eligible item (or records it in a dry run), whatever
+// source found it.
 func (rn *run) take(ctx context.Context, c candidate) {
 	r := rn.r
 	rn.taken++
 	if c.kind == store.KindThread {
 		rn.purging[c.id] = true
+	}
+	live := c.cause != audit.CauseDeleted
+	if live {
+		rn.takenLive[c.id] = true
+		rn.liveTaken[c.tid]++
 	}
 	if rn.dry {
 		rn.record(c.item(audit.StatusDryRun, ""))
@@ -435,12 +470,20 @@ func (rn *run) take(ctx context.Context, c candidate) {
 			StartedAt: r.now().UnixNano(),
 			Cause:     c.cause,
 		}
-		err := r.st.BeginPurge(ctx, m)
+		var err error
+		if live {
+			err = r.st.BeginPolicyPurge(ctx, m, c.check)
+		} else {
+			err = r.st.BeginPurge(ctx, m)
+		}
 		switch {
 		case errors.Is(err, store.ErrNotEligible):
 			rn.taken--
 			delete(rn.purging, c.id)
-			return // a restore (or hold) won the race
+			if live {
+				rn.liveTaken[c.tid]--
+			}
+			return // a restore, delete, edit race or hold won
 		case err != nil:
 			rn.fail(ctx, stagePurge, "begin purge", err)
 			return

@@ -208,21 +208,33 @@ func (s *Store) LiveCount(ctx context.Context, tid string) (int64, error) {
 	return liveCount(s.db, tid)
 }
 
-// ScanLiveMessages calls fn for the live messages of thread tid created
-// before (not at) before, oldest first, walking the thread's log; fn may
-// return ErrStopScan. It reads the log entries of deleted messages on the
-// way (those are purged for cause deleted), nothing of other threads.
-func (s *Store) ScanLiveMessages(ctx context.Context, tid string, before int64, fn func(AgeEntry) error) error {
+// LogEntry is one message of a thread's log, as ScanThreadLog reads it.
+type LogEntry struct {
+	MessageID string
+	CreatedTS int64
+	Deleted   bool  // its latest version is a tombstone
+	DeletedTS int64 // when deleted
+	Claimed   bool  // a policy purge has claimed it (live but no longer counted)
+}
+
+// ScanThreadLog calls fn for the messages of thread tid created before
+// (not at) before, oldest first, walking the thread's log; fn may return
+// ErrStopScan. It reads that thread's log and versions only. Messages whose
+// latest version cannot be read are left out.
+func (s *Store) ScanThreadLog(ctx context.Context, tid string, before int64, fn func(LogEntry) error) error {
 	if err := ValidateID(tid); err != nil {
 		return err
 	}
 	prefix := logPrefix(tid)
-	upper := appendPadded(append([]byte(nil), prefix...), max(before, 0))
+	upper := upperBound(prefix)
+	if before < 1<<62 {
+		upper = appendPadded(append([]byte(nil), prefix...), max(before, 0))
+	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
 	if err != nil {
-		return fmt.Errorf("scan live messages of %s: %w", tid, err)
+		return fmt.Errorf("scan log of %s: %w", tid, err)
 	}
 	defer it.Close()
 	r, err := newVersionReader(snap)
@@ -242,21 +254,22 @@ func (s *Store) ScanLiveMessages(ctx context.Context, tid string, before int64, 
 		}
 		_, v, found, err := r.latest(mid)
 		if err != nil {
-			return fmt.Errorf("scan live messages of %s: %w", tid, err)
+			return fmt.Errorf("scan log of %s: %w", tid, err)
 		}
 		if !found {
 			continue
 		}
 		h, ok := decodeHead(v)
-		if !ok || h.Thread != tid || h.Deleted {
+		if !ok || h.Thread != tid {
 			continue
 		}
-		if claimed, err := hasKey(snap, purgeKey(KindMessage, mid)); err != nil {
-			return err
-		} else if claimed {
-			continue
+		e := LogEntry{MessageID: mid, CreatedTS: created, Deleted: h.Deleted, DeletedTS: h.DeletedTS}
+		if !h.Deleted {
+			if e.Claimed, err = hasKey(snap, purgeKey(KindMessage, mid)); err != nil {
+				return err
+			}
 		}
-		if err := fn(AgeEntry{MessageID: mid, ThreadID: tid, CreatedTS: created}); err != nil {
+		if err := fn(e); err != nil {
 			if errors.Is(err, ErrStopScan) {
 				return nil
 			}
@@ -264,9 +277,19 @@ func (s *Store) ScanLiveMessages(ctx context.Context, tid string, before int64, 
 		}
 	}
 	if err := it.Error(); err != nil {
-		return fmt.Errorf("scan live messages of %s: %w", tid, err)
+		return fmt.Errorf("scan log of %s: %w", tid, err)
 	}
 	return nil
+}
+
+// ScanLiveMessages is ScanThreadLog restricted to live, unclaimed messages.
+func (s *Store) ScanLiveMessages(ctx context.Context, tid string, before int64, fn func(AgeEntry) error) error {
+	return s.ScanThreadLog(ctx, tid, before, func(e LogEntry) error {
+		if e.Deleted || e.Claimed {
+			return nil
+		}
+		return fn(AgeEntry{MessageID: e.MessageID, ThreadID: tid, CreatedTS: e.CreatedTS})
+	})
 }
 
 // PolicyCheck is what BeginPolicyPurge re-checks under the thread's lock
