@@ -184,7 +184,7 @@ func commandLine(args []string) string {
 	return strings.Join(parts, " ")
 }
 
-// scenario is one benchmark of the issues (B1..B5, B8, B9).
+// scenario is one benchmark of the issues (B1..B9).
 type scenario struct {
 	id, title string
 	run       func(ctx context.Context, b *bench) (*section, error)
@@ -197,6 +197,7 @@ var scenarios = []scenario{
 	{"B4", "foreground impact", runB4},
 	{"B5", "disk space", runB5},
 	{"B6", "erasure cost", runB6},
+	{"B7", "retention policies", runB7},
 	{"B8", "export before purge", runB8},
 	{"B9", "HTTP write throughput and thread listing", runB9},
 }

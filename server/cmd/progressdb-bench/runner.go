@@ -21,6 +21,9 @@ type pacing struct {
 	noYield   bool // PROGRESSDB_RETENTION_YIELD_TO_WRITES=false
 	export    bool // PROGRESSDB_RETENTION_EXPORT_PATH set (to the fork's exportDir)
 	noErase   bool // PROGRESSDB_RETENTION_ERASE=false
+
+	maxAge      time.Duration // PROGRESSDB_RETENTION_MAX_AGE (0: off)
+	maxMessages int           // PROGRESSDB_RETENTION_MAX_MESSAGES (0: off)
 }
 
 func (p pacing) String() string {
@@ -72,6 +75,12 @@ func retentionConfig(f *fork, p pacing) (config.Retention, error) {
 	}
 	if p.maxItems > 0 {
 		env = append(env, "PROGRESSDB_RETENTION_MAX_ITEMS="+strconv.Itoa(p.maxItems))
+	}
+	if p.maxAge > 0 {
+		env = append(env, "PROGRESSDB_RETENTION_MAX_AGE="+config.FormatDuration(p.maxAge))
+	}
+	if p.maxMessages > 0 {
+		env = append(env, "PROGRESSDB_RETENTION_MAX_MESSAGES="+strconv.Itoa(p.maxMessages))
 	}
 	cfg, err := config.Load(env)
 	if err != nil {
