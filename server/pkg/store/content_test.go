@@ -158,9 +158,9 @@ func (c *countingSink) Version(raw []byte) error {
 
 func TestReadLargeThreadInBoundedMemory(t *testing.T) {
 	if testing.Short() {
-		t.Skip("loads 100,000 messages")
+		t.Skip("loads 50,000 messages")
 	}
-	const messages = 100_000
+	const messages = 50_000
 	ctx := context.Background()
 	c := newClock()
 	s := openStore(t, c)
@@ -186,14 +186,14 @@ func TestReadLargeThreadInBoundedMemory(t *testing.T) {
 
 	heap := newHeapMeter(s)
 	base, peak := heap.live(), int64(0)
-	sink := &sampledSink{every: 20_000, sample: func() { peak = max(peak, heap.live()-base) }}
+	sink := &sampledSink{every: 10_000, sample: func() { peak = max(peak, heap.live()-base) }}
 	if err := s.ReadThreadContent(ctx, "big", sink); err != nil {
 		t.Fatal(err)
 	}
 	if sink.messages != messages || sink.versions != 2*messages {
 		t.Fatalf("read %d messages, %d versions", sink.messages, sink.versions)
 	}
-	// The thread's versions hold about 30 MiB.
+	// The thread's versions hold about 18 MiB.
 	const limit = 8 << 20
 	t.Logf("read %.1f MiB; live heap growth %.1f MiB", float64(sink.bytes)/(1<<20), float64(peak)/(1<<20))
 	if peak > limit {
