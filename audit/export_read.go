@@ -10,7 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -289,4 +292,76 @@ func VerifyExport(path, wantSHA256 string, wantRecords int64) error {
 		return &Problem{File: path, Reason: fmt.Sprintf("holds %d records, the audit footer says %d", c.Records, wantRecords)}
 	}
 	return nil
+}
+
+// ExportReport is the result of VerifyExportDir.
+type ExportReport struct {
+	Root     string    `json:"root"`
+	Files    int       `json:"files"`    // sealed export files checked
+	Verified int       `json:"verified"` // sealed export files that decompress whole
+	Problems []Problem `json:"problems"`
+}
+
+// VerifyExportDir checks every file under an export root: each sealed
+// export must decompress whole (every gzip member's CRC, complete lines);
+// an export left in progress is a problem unless it is live (the name of
+// the live run's export, "" when none), as are files set aside as corrupt
+// and anything that is not an export. Hashes and counts are checked
+// against the audit footers by VerifyFile; this finds exports no footer
+// names (those of aborted runs) and damage to them.
+func VerifyExportDir(root, live string) (ExportReport, error) {
+	rep := ExportReport{Root: root, Problems: []Problem{}}
+	info, err := os.Stat(root)
+	if err != nil {
+		return rep, fmt.Errorf("audit: %w", err)
+	}
+	if !info.IsDir() {
+		return rep, fmt.Errorf("audit: %s is not a folder", root)
+	}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		name := d.Name()
+		switch {
+		case err != nil:
+			rep.Problems = append(rep.Problems, Problem{File: path, Reason: "cannot read: " + err.Error()})
+		case d.IsDir():
+		case !d.Type().IsRegular():
+			rep.Problems = append(rep.Problems, Problem{File: path, Reason: "not a regular file"})
+		case strings.HasPrefix(name, exportPrefix) && strings.HasSuffix(name, extExport):
+			rep.Files++
+			if _, err := ScanExport(path); err != nil {
+				var p *Problem
+				if !errors.As(err, &p) {
+					p = &Problem{File: path, Reason: err.Error()}
+				}
+				rep.Problems = append(rep.Problems, *p)
+			} else {
+				rep.Verified++
+			}
+		case strings.HasPrefix(name, exportPrefix) && strings.HasSuffix(name, extExportInProgress):
+			if name != live {
+				rep.Problems = append(rep.Problems, Problem{File: path,
+					Reason: "export left in progress by a run that is not live (the next start seals it)"})
+			}
+		case strings.HasSuffix(name, extExportCorrupt):
+			rep.Problems = append(rep.Problems, Problem{File: path, Reason: "export set aside as damaged when it was sealed"})
+		default:
+			rep.Problems = append(rep.Problems, Problem{File: path, Reason: "not an export file"})
+		}
+		return nil
+	})
+	if err != nil {
+		return rep, fmt.Errorf("audit: walk %s: %w", root, err)
+	}
+	return rep, nil
+}
+
+// LiveExportName is the name the export of the run whose audit file is
+// auditPath has while it is in progress.
+func LiveExportName(auditPath string) string {
+	base := filepath.Base(auditPath)
+	stem, ok := strings.CutSuffix(strings.TrimSuffix(base, suffixInProgress), extSealed)
+	if !ok || !strings.HasPrefix(stem, filePrefix) {
+		return ""
+	}
+	return exportPrefix + strings.TrimPrefix(stem, filePrefix) + extExportInProgress
 }

@@ -542,3 +542,31 @@ func TestExportGroupsShareAMember(t *testing.T) {
 		t.Fatalf("scan: %+v, %v", c, err)
 	}
 }
+
+func TestVerifyExportDir(t *testing.T) {
+	root := t.TempDir()
+	w, _ := NewExportWriter(root, "run1", fixedStart)
+	writeRecord(t, w, testRecords()[0])
+	if _, err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	live := abandonExport(t, root, "live", 1, false)
+	dead := abandonExport(t, root, "dead", 1, false)
+	corrupt := filepath.Join(filepath.Dir(live), "export-20250301T020000Z-x.jsonl.gz.corrupt")
+	_ = os.WriteFile(corrupt, []byte("x"), 0o640)
+
+	rep, err := VerifyExportDir(root, LiveExportName(filepath.Join("a", "2025-03", "retention-20250301T020000Z-live.jsonl.inprogress")))
+	if err != nil || rep.Files != 1 || rep.Verified != 1 {
+		t.Fatalf("%+v, %v", rep, err)
+	}
+	got := map[string]bool{}
+	for _, p := range rep.Problems {
+		got[p.File] = true
+	}
+	if len(rep.Problems) != 2 || !got[dead] || !got[corrupt] {
+		t.Fatalf("problems %+v, want the dead run's in-progress export and the corrupt one", rep.Problems)
+	}
+	if LiveExportName("") != "" || LiveExportName("x/notes.txt") != "" {
+		t.Fatal("LiveExportName of no audit file")
+	}
+}

@@ -21,6 +21,9 @@ type Report struct {
 	Live        string   `json:"live,omitempty"` // the in-progress file of the run holding the lease
 	Quarantined []string `json:"quarantined"`    // .corrupt files SealAbandoned set aside
 	Other       []string `json:"other"`          // files that are not audit files
+	// Exports, when the caller checks an export folder too
+	// (VerifyExportDir): its files and their problems.
+	Exports *ExportReport `json:"exports,omitempty"`
 	// Problems lists every failure: files that do not verify, broken links
 	// between files, and every file other than sealed ones and the live
 	// run's (in progress, set aside, or not an audit file at all).

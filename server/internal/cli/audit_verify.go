@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	iofs "io/fs"
 	"path/filepath"
 	"time"
 
@@ -20,6 +22,7 @@ func (e env) auditVerify(_ context.Context, args []string) int {
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	pubPath := fs.String("public-key", "", "ed25519 public key (PEM): every footer must carry a valid signature")
+	exports := fs.String("exports", "", "export folder to check too (default: PROGRESSDB_RETENTION_EXPORT_PATH when DIR is not given)")
 	if !e.parseFlags(fs, args, true) {
 		return exitUsage
 	}
@@ -35,6 +38,9 @@ func (e env) auditVerify(_ context.Context, args []string) int {
 			return exitUsage
 		}
 		dir, leasePath = cfg.Retention.AuditPath, cfg.Retention.LeasePath
+		if *exports == "" {
+			*exports = cfg.Retention.ExportPath
+		}
 	}
 	opts := audit.VerifyOptions{
 		Live:    retention.LiveRun(leasePath, time.Now()),
@@ -53,6 +59,19 @@ func (e env) auditVerify(_ context.Context, args []string) int {
 		fmt.Fprintf(e.stderr, "progressdb audit verify: %v\n", err)
 		return exitFailed
 	}
+	problems := len(rep.Problems)
+	if *exports != "" {
+		// Exports no footer names (an aborted run's) are checked here.
+		xr, err := audit.VerifyExportDir(*exports, audit.LiveExportName(rep.Live))
+		if err != nil && !errors.Is(err, iofs.ErrNotExist) {
+			fmt.Fprintf(e.stderr, "progressdb audit verify: %v\n", err)
+			return exitFailed
+		}
+		if err == nil {
+			rep.Exports = &xr
+			problems += len(xr.Problems)
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -70,8 +89,15 @@ func (e env) auditVerify(_ context.Context, args []string) int {
 		}
 		fmt.Fprintf(e.stdout, "%d of %d sealed audit files verify in %s%s; %d problem(s)\n",
 			rep.Verified, rep.Files, dir, signed, len(rep.Problems))
+		if x := rep.Exports; x != nil {
+			for _, p := range x.Problems {
+				fmt.Fprintf(e.stdout, "FAIL %s:%d: %s\n", p.File, p.Line, p.Reason)
+			}
+			fmt.Fprintf(e.stdout, "%d of %d sealed export files decompress whole in %s; %d problem(s)\n",
+				x.Verified, x.Files, x.Root, len(x.Problems))
+		}
 	}
-	if len(rep.Problems) > 0 {
+	if problems > 0 {
 		return exitFailed
 	}
 	return exitOK

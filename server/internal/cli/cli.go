@@ -54,7 +54,7 @@ func commands() []command {
 		{"retention policy set", "<thread-id> [--period D --message-period D --max-age D --max-messages N] [--json]",
 			"replace a thread's retention override with the flags given", env.policySet},
 		{"retention policy clear", "<thread-id> [--json]", "remove a thread's retention override", env.policyClear},
-		{"audit verify", "[DIR] [--json] [--public-key FILE]", "check every audit file (chain, seq, footer, counts, name), the chain between files, signatures with a key, and report any other file in the tree", env.auditVerify},
+		{"audit verify", "[DIR] [--json] [--public-key FILE] [--exports DIR]", "check every audit file (chain, seq, footer, counts, name), the chain between files, signatures with a key, each export a footer names, every export file, and report any other file in the tree", env.auditVerify},
 		{"export read", "FILE [--item ID]", "print the records of an export file as JSON lines (all, or one item's)", env.exportRead},
 		{"seed", "[--threads N --messages M ...]", "fill a database with realistic data, deletions back-dated, for demos", env.seed},
 		{"version", "[--json]", "print version, commit, Go and Pebble versions", env.version},

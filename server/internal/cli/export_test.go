@@ -163,3 +163,38 @@ func TestRetentionRunExportsAndVerifies(t *testing.T) {
 		t.Fatalf("verify of a changed export: exit %d\n%s", code, out)
 	}
 }
+
+// Without DIR, audit verify walks the configured export folder too: an
+// export no footer names is checked, and strays are reported.
+func TestAuditVerifyWalksTheExportFolder(t *testing.T) {
+	exports := filepath.Join(t.TempDir(), "exports")
+	h := newHarness(t, "PROGRESSDB_RETENTION_EXPORT_PATH="+exports)
+	h.seedDue()
+	h.mustRun("retention", "run")
+	if out := h.mustRun("audit", "verify"); !strings.Contains(out, "1 of 1 sealed export files decompress whole") {
+		t.Fatalf("verify: %s", out)
+	}
+	// An aborted run's export (named by no footer), cut short; a stray file.
+	month := filepath.Join(exports, "2025-03")
+	if err := os.MkdirAll(month, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(month, "export-20250301T020000Z-abc.jsonl.gz")
+	good := writeExport(t, "t1")
+	data, _ := os.ReadFile(good)
+	if err := os.WriteFile(orphan, data[:len(data)-5], 0o640); err != nil {
+		t.Fatal(err)
+	}
+	stray := filepath.Join(month, "notes.txt")
+	if err := os.WriteFile(stray, []byte("x"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := h.run("audit", "verify")
+	if code != exitFailed || !strings.Contains(out, orphan) || !strings.Contains(out, stray+":0: not an export file") {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	// Naming only the audit folder leaves exports out, as before.
+	if out := h.mustRun("audit", "verify", filepath.Join(h.dbPath, "purge_audit")); strings.Contains(out, "export files") {
+		t.Fatalf("verify DIR: %s", out)
+	}
+}
