@@ -296,6 +296,9 @@ func printResult(w io.Writer, r retention.Result) {
 	if r.AuditFile != "" {
 		fmt.Fprintf(w, "  audit_file:    %s\n", r.AuditFile)
 	}
+	if r.ExportFile != "" {
+		fmt.Fprintf(w, "  export_file:   %s (%d records)\n", r.ExportFile, r.Exported)
+	}
 	if r.Error != "" {
 		fmt.Fprintf(w, "  error:         %s\n", r.Error)
 	}

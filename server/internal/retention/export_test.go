@@ -124,7 +124,7 @@ func TestExportBeforePurge(t *testing.T) {
 	}
 
 	res, ra := e.run(r, RunRequest{})
-	if res.Status != audit.RunCompleted || res.Purged != 2 {
+	if res.Status != audit.RunCompleted || res.Purged != 2 || res.Exported != 2 || res.ExportFile == "" {
 		t.Fatalf("run: %+v", res)
 	}
 	f := ra.Footer

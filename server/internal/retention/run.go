@@ -850,6 +850,9 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 	res.Scanned, res.Eligible, res.Purged = rn.scanned, rn.eligible, rn.purged
 	res.Failed, res.Skipped, res.Stamped, res.KeysDeleted = rn.failed, rn.skipped, rn.stamped, rn.keys
 	res.AuditFile = path
+	if footer.Exported != nil {
+		res.Exported, res.ExportFile = *footer.Exported, footer.ExportFile
+	}
 	res.ByCause = rn.byCause
 	if status != audit.RunCompleted {
 		res.Error = reason

@@ -56,6 +56,10 @@ type Result struct {
 	// ByCause breaks the counts down by cause (deleted, max_age,
 	// max_messages); only causes the run met are present.
 	ByCause map[string]CauseCounts `json:"by_cause,omitempty"`
+	// Exported and ExportFile are the footer's, when the run exported
+	// (PROGRESSDB_RETENTION_EXPORT_PATH).
+	Exported   int64  `json:"exported,omitempty"`
+	ExportFile string `json:"export_file,omitempty"`
 }
 
 // CauseCounts are a run's counts for one cause.
