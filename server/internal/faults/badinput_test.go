@@ -30,6 +30,10 @@ func TestFaultBadConfig(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o640); err != nil {
 		t.Fatal(err)
 	}
+	exportLink := filepath.Join(dir, "exports-link")
+	if err := os.Symlink(leaseDir, exportLink); err != nil {
+		t.Fatal(err)
+	}
 	valid := envVars{
 		"PROGRESSDB_DB_PATH":           filepath.Join(dir, "db"),
 		"PROGRESSDB_RETENTION_ENABLED": "true",
@@ -81,6 +85,11 @@ func TestFaultBadConfig(t *testing.T) {
 		{"PROGRESSDB_RETENTION_MAX_ITEMS", "many", ""},
 		{"PROGRESSDB_RETENTION_RUN_MISSED", "sometimes", ""},
 		{"PROGRESSDB_RETENTION_YIELD_TO_WRITES", "maybe", ""},
+		{"PROGRESSDB_RETENTION_EXPORT_PATH", file, ""},
+		{"PROGRESSDB_RETENTION_EXPORT_PATH", filepath.Join(file, "exports"), ""},
+		{"PROGRESSDB_RETENTION_EXPORT_PATH", fifo, ""},
+		{"PROGRESSDB_RETENTION_EXPORT_PATH", exportLink, ""},
+		{"PROGRESSDB_RETENTION_EXPORT_PATH", filepath.Join(dir, "db", "exports"), "PROGRESSDB_DB_PATH"},
 	}
 	secret := map[string]bool{"PROGRESSDB_ADMIN_TOKEN": true, "PROGRESSDB_API_KEY": true}
 	for _, c := range cases {
