@@ -36,6 +36,7 @@ type auditLine struct {
 	ItemID      string     `json:"item_id"`
 	ThreadID    string     `json:"thread_id"`
 	Status      string     `json:"status"` // item and footer
+	Cause       string     `json:"cause"`
 	KeysDeleted int64      `json:"keys_deleted"`
 	PurgedAt    *time.Time `json:"purged_at"`
 	Reason      string     `json:"reason"` // item and footer
