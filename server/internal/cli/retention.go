@@ -255,6 +255,8 @@ func printStatus(w io.Writer, rep *statusReport) {
 		fmt.Fprintf(w, "enabled:         %t\n", st.Enabled)
 		fmt.Fprintf(w, "dry run:         %t\n", st.DryRun)
 		fmt.Fprintf(w, "period:          %s (messages %s)\n", st.Period, st.MessagePeriod)
+		fmt.Fprintf(w, "policies:        max_age %s, max_messages %d (0: off; per-thread overrides: retention policy get)\n",
+			st.MaxAge, st.MaxMessages)
 		fmt.Fprintf(w, "schedule:        %s (UTC)\n", st.Cron)
 		printPause(w, st.PauseState)
 		switch {

@@ -213,6 +213,8 @@ func status(cfg config.Retention, now time.Time, next *time.Time) (Status, error
 		MessagePeriod: config.FormatDuration(cfg.MessagePeriod),
 		Cron:          cfg.Cron,
 		NextRun:       next,
+		MaxAge:        formatAge(cfg.MaxAge),
+		MaxMessages:   cfg.MaxMessages,
 	}
 	info, err := ReadLease(cfg.LeasePath)
 	switch {

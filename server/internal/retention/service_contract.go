@@ -84,6 +84,8 @@ type Status struct {
 	Period        string      `json:"period"`
 	MessagePeriod string      `json:"message_period"`
 	Cron          string      `json:"cron"`
+	MaxAge        string      `json:"max_age"`      // "0": off
+	MaxMessages   int         `json:"max_messages"` // 0: off
 	NextRun       *time.Time  `json:"next_run"`
 	Lease         LeaseStatus `json:"lease"`
 	LastRun       *Result     `json:"last_run"`
