@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -360,58 +359,10 @@ func (s *Store) stampMessage(b *pebble.Batch, tid, mid string, ts int64) error {
 // PendingStamps lists stamp markers whose audit records may be missing.
 // Markers that cannot be decoded are left out.
 func (s *Store) PendingStamps(ctx context.Context) ([]StampMarker, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	it, err := s.db.NewIter(&pebble.IterOptions{
-		LowerBound: []byte(stampNS),
-		UpperBound: upperBound([]byte(stampNS)),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pending stamps: %w", err)
-	}
-	defer it.Close()
-	var out []StampMarker
-	for valid := it.First(); valid; valid = it.Next() {
-		value, err := it.ValueAndErr()
-		if err != nil {
-			return nil, fmt.Errorf("pending stamps: %w", err)
-		}
-		var m StampMarker
-		if json.Unmarshal(value, &m) != nil || checkKind(m.Kind) != nil ||
-			string(it.Key()) != string(stampKey(m.Kind, m.ID)) {
-			continue
-		}
-		out = append(out, m)
-	}
-	if err := it.Error(); err != nil {
-		return nil, fmt.Errorf("pending stamps: %w", err)
-	}
-	return out, nil
+	return pendingMarkers[StampMarker](ctx, s, "stamps", stampNS, stampKey)
 }
 
 // ClearStamps removes stamp markers (synced) once their audit records are durable.
 func (s *Store) ClearStamps(ctx context.Context, ms []StampMarker) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if len(ms) == 0 {
-		return nil
-	}
-	b := s.db.NewBatch()
-	for _, m := range ms {
-		if err := checkKind(m.Kind); err != nil {
-			b.Close()
-			return err
-		}
-		if err := ValidateID(m.ID); err != nil {
-			b.Close()
-			return err
-		}
-		_ = b.Delete(stampKey(m.Kind, m.ID), nil)
-	}
-	if err := commitSync(b); err != nil {
-		return fmt.Errorf("clear stamp markers: %w", err)
-	}
-	return nil
+	return clearMarkers(ctx, s, "stamp markers", stampKey, ms)
 }

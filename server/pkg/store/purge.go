@@ -477,60 +477,12 @@ func (s *Store) stillEligible(m PurgeMarker) error {
 // PendingPurges lists purge markers left by earlier (possibly crashed) runs.
 // Markers that cannot be decoded are left out.
 func (s *Store) PendingPurges(ctx context.Context) ([]PurgeMarker, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	it, err := s.db.NewIter(&pebble.IterOptions{
-		LowerBound: []byte(purgeNS),
-		UpperBound: upperBound([]byte(purgeNS)),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pending purges: %w", err)
-	}
-	defer it.Close()
-	var out []PurgeMarker
-	for valid := it.First(); valid; valid = it.Next() {
-		value, err := it.ValueAndErr()
-		if err != nil {
-			return nil, fmt.Errorf("pending purges: %w", err)
-		}
-		var m PurgeMarker
-		if json.Unmarshal(value, &m) != nil || checkKind(m.Kind) != nil ||
-			string(it.Key()) != string(purgeKey(m.Kind, m.ID)) {
-			continue
-		}
-		out = append(out, m)
-	}
-	if err := it.Error(); err != nil {
-		return nil, fmt.Errorf("pending purges: %w", err)
-	}
-	return out, nil
+	return pendingMarkers[PurgeMarker](ctx, s, "purges", purgeNS, purgeKey)
 }
 
 // ClearPurges removes purge markers (synced) once their audit records are durable.
 func (s *Store) ClearPurges(ctx context.Context, ms []PurgeMarker) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if len(ms) == 0 {
-		return nil
-	}
-	b := s.db.NewBatch()
-	for _, m := range ms {
-		if err := checkKind(m.Kind); err != nil {
-			b.Close()
-			return err
-		}
-		if err := ValidateID(m.ID); err != nil {
-			b.Close()
-			return err
-		}
-		_ = b.Delete(purgeKey(m.Kind, m.ID), nil)
-	}
-	if err := commitSync(b); err != nil {
-		return fmt.Errorf("clear purge markers: %w", err)
-	}
-	return nil
+	return clearMarkers(ctx, s, "purge markers", purgeKey, ms)
 }
 
 // ItemExists reports whether any key of the item remains (thread: any key
