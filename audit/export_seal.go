@@ -52,27 +52,9 @@ func SealAbandonedExports(root string, skip ...string) ([]string, error) {
 // ExportsInProgress lists the export files under root still named
 // .inprogress: a live run's, or those a crash left for sealing.
 func ExportsInProgress(root string) ([]string, error) {
-	months, err := monthDirs(root)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	var errs []error
-	for _, month := range months {
-		dir := filepath.Join(root, month)
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("audit: list %s: %w", dir, err))
-			continue
-		}
-		for _, e := range entries {
-			name := e.Name()
-			if e.Type().IsRegular() && strings.HasPrefix(name, exportPrefix) && strings.HasSuffix(name, extExportInProgress) {
-				out = append(out, filepath.Join(dir, name))
-			}
-		}
-	}
-	return out, errors.Join(errs...)
+	return monthFiles(root, func(name string) bool {
+		return strings.HasPrefix(name, exportPrefix) && strings.HasSuffix(name, extExportInProgress)
+	})
 }
 
 // sealExport seals one abandoned export and returns its final path, or ""

@@ -67,6 +67,32 @@ func monthDirs(root string) ([]string, error) {
 	return months, nil
 }
 
+// monthFiles lists the regular files of root's month folders whose name
+// match accepts, oldest month first. A folder that cannot be listed is
+// reported and the others are still listed.
+func monthFiles(root string, match func(name string) bool) ([]string, error) {
+	months, err := monthDirs(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	var errs []error
+	for _, month := range months {
+		dir := filepath.Join(root, month)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("audit: list %s: %w", dir, err))
+			continue
+		}
+		for _, e := range entries {
+			if e.Type().IsRegular() && match(e.Name()) {
+				out = append(out, filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
 // makeDirs creates dir and any missing parents with mode 0750, set
 // explicitly so the umask cannot change it. It returns the folders it
 // created, outermost first, so a caller can undo them.

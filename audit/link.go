@@ -179,22 +179,5 @@ func ParseName(path string) (start time.Time, runID string, ok bool) {
 // InProgress lists the .inprogress files under root, oldest month first:
 // the live run's, or ones a crash left for SealAbandoned.
 func InProgress(root string) ([]string, error) {
-	months, err := monthDirs(root)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, month := range months {
-		dir := filepath.Join(root, month)
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			return out, fmt.Errorf("audit: list %s: %w", dir, err)
-		}
-		for _, e := range entries {
-			if e.Type().IsRegular() && isAuditName(e.Name(), extInProgress) {
-				out = append(out, filepath.Join(dir, e.Name()))
-			}
-		}
-	}
-	return out, nil
+	return monthFiles(root, func(name string) bool { return isAuditName(name, extInProgress) })
 }

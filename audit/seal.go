@@ -39,35 +39,23 @@ func SealAbandoned(root string, now time.Time, skip ...string) ([]string, error)
 // SealAbandonedWith is SealAbandoned with options: with a signing key, the
 // aborted footers it writes are signed.
 func SealAbandonedWith(root string, now time.Time, o Options, skip ...string) ([]string, error) {
-	months, err := monthDirs(root)
-	if err != nil {
-		return nil, err
-	}
+	paths, err := InProgress(root)
 	skipped := make(map[string]bool, len(skip))
 	for _, p := range skip {
 		skipped[pathKey(p)] = true
 	}
 	var sealed []string
-	var errs []error
-	for _, month := range months {
-		dir := filepath.Join(root, month)
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("audit: list %s: %w", dir, err))
+	errs := []error{err}
+	for _, path := range paths {
+		if skipped[pathKey(path)] {
 			continue
 		}
-		for _, e := range entries {
-			path := filepath.Join(dir, e.Name())
-			if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), extInProgress) || skipped[pathKey(path)] {
-				continue
-			}
-			final, err := sealFile(path, now, o.SigningKey)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			sealed = append(sealed, final)
+		final, err := sealFile(path, now, o.SigningKey)
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
+		sealed = append(sealed, final)
 	}
 	return sealed, errors.Join(errs...)
 }
