@@ -156,3 +156,63 @@ func lastLine(f io.ReaderAt, size int64) ([]byte, error) {
 		}
 	}
 }
+
+// CauseCount is one cause's share of a run's item records, counted as the
+// runner counts them for its summary (stamps have no share).
+type CauseCount struct {
+	Eligible int64 `json:"eligible"`
+	Purged   int64 `json:"purged"`
+	Failed   int64 `json:"failed"`
+	Skipped  int64 `json:"skipped"`
+}
+
+// CountCauses reads the item records of one audit file (a Summary's Path,
+// say) and counts them by cause; an item written before policies counts
+// as deleted. It reads that file only, once, line by line. Lines that do
+// not parse are left out: audit verify is the place that reports them.
+func CountCauses(path string) (map[string]CauseCount, error) {
+	f, err := openRegular(path, os.O_RDONLY)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	defer f.Close()
+	out := make(map[string]CauseCount)
+	lines := lineReader{br: bufio.NewReaderSize(f, 64<<10)}
+	for {
+		raw, newline, tooLong, err := lines.next()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("audit: read %s: %w", path, err)
+		}
+		if tooLong || !newline || !bytes.Contains(raw, []byte(MsgItem)) {
+			continue
+		}
+		rec, reason := parseLine(raw)
+		if reason != "" || rec.Item == nil {
+			continue
+		}
+		it := rec.Item
+		cause := it.Cause
+		if cause == "" {
+			cause = CauseDeleted
+		}
+		cc := out[cause]
+		switch it.Status {
+		case StatusPurged:
+			cc.Purged++
+			cc.Eligible++
+		case StatusFailed:
+			cc.Failed++
+			cc.Eligible++
+		case StatusDryRun:
+			cc.Eligible++
+		case StatusSkipped:
+			cc.Skipped++
+		default:
+			continue
+		}
+		out[cause] = cc
+	}
+}

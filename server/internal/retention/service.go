@@ -262,6 +262,11 @@ func lastRunFromAudit(cfg config.Retention, now time.Time) (*Result, error) {
 		Status:    statusRunning,
 		AuditFile: sum.Path,
 	}
+	// The footer has no breakdown by cause; the items have. A file that
+	// cannot be read again leaves it out rather than the whole status.
+	if bc, err := audit.CountCauses(sum.Path); err == nil && len(bc) > 0 {
+		res.ByCause = bc
+	}
 	if f := sum.Footer; f != nil {
 		res.FinishedAt = f.FinishedAt
 		res.Status = f.Status

@@ -7,6 +7,8 @@ package retention
 import (
 	"context"
 	"time"
+
+	"github.com/progressdb/progressdb/audit"
 )
 
 // ErrDisabled: a non-dry run was asked for while retention is disabled.
@@ -62,13 +64,9 @@ type Result struct {
 	ExportFile string `json:"export_file,omitempty"`
 }
 
-// CauseCounts are a run's counts for one cause.
-type CauseCounts struct {
-	Eligible int64 `json:"eligible"`
-	Purged   int64 `json:"purged"`
-	Failed   int64 `json:"failed"`
-	Skipped  int64 `json:"skipped"`
-}
+// CauseCounts are a run's counts for one cause; the audit package counts
+// them the same way when it rebuilds a summary from an audit file.
+type CauseCounts = audit.CauseCount
 
 // LeaseStatus is the lease part of Status.
 type LeaseStatus struct {

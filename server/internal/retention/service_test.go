@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -172,6 +173,10 @@ func TestStatusFromDiskAlone(t *testing.T) {
 		if lr == nil || lr.RunID != res.RunID || lr.Status != audit.RunCompleted || lr.Purged != 1 ||
 			lr.KeysDeleted != res.KeysDeleted || lr.AuditFile != res.AuditFile || !lr.StartedAt.Equal(res.StartedAt) {
 			t.Fatalf("%s last run %+v, want %+v", name, lr, res)
+		}
+		// Rebuilt from the audit file's items after a restart.
+		if len(res.ByCause) == 0 || !reflect.DeepEqual(lr.ByCause, res.ByCause) {
+			t.Fatalf("%s last run by cause %+v, want %+v", name, lr.ByCause, res.ByCause)
 		}
 	}
 	// No scheduler runs for ReadStatus, so it names no next run.
