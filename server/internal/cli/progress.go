@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/logging"
 	"github.com/progressdb/progressdb/server/internal/retention"
 )
@@ -23,6 +24,14 @@ type progressBar struct {
 
 // barWidth is the bar's length in cells; the line stays under 80 columns.
 const barWidth = 30
+
+// barWidthByCause is the bar's length when the line also breaks the work
+// down by cause, under causeLabels.
+const barWidthByCause = 12
+
+var causeLabels = []struct{ cause, label string }{
+	{audit.CauseDeleted, "del"}, {audit.CauseMaxAge, "age"}, {audit.CauseMaxMessages, "cap"},
+}
 
 // newProgressBar returns a bar over w, or nil when w is not a terminal
 // (logs then carry the progress; nobody watches a redrawn line in a file).
@@ -83,11 +92,25 @@ func (b *progressBar) draw() {
 // counts, the rate and the time left.
 func renderProgress(p retention.Progress) string {
 	var sb strings.Builder
+	byCause := len(p.DueByCause) > 1
 	if p.Due > 0 {
-		filled := int(min(p.Done, p.Due) * barWidth / p.Due)
-		fmt.Fprintf(&sb, "[%s%s] %d/%d", strings.Repeat("#", filled), strings.Repeat(".", barWidth-filled), p.Done, p.Due)
+		width := int64(barWidth)
+		if byCause {
+			width = barWidthByCause
+		}
+		filled := int(min(p.Done, p.Due) * width / p.Due)
+		fmt.Fprintf(&sb, "[%s%s] %d/%d", strings.Repeat("#", filled), strings.Repeat(".", int(width)-filled), p.Done, p.Due)
 	} else {
 		fmt.Fprintf(&sb, "%d looked at", p.Done)
+	}
+	// With more than one cause due, each one's share (the bar alone would
+	// hide a cause that has barely started), short, on a shorter bar.
+	if byCause {
+		for _, c := range causeLabels {
+			if due, ok := p.DueByCause[c.cause]; ok {
+				fmt.Fprintf(&sb, "  %s %d/%d", c.label, p.DoneByCause[c.cause], due)
+			}
+		}
 	}
 	fmt.Fprintf(&sb, "  %d purged  %.0f/s", p.Purged, p.Rate)
 	if p.Left > 0 {

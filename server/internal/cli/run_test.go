@@ -94,6 +94,11 @@ func TestProgressBarAroundLogLines(t *testing.T) {
 	if line != "[###############...............] 5/10  4 purged  2/s  2s left" {
 		t.Fatalf("line %q", line)
 	}
+	byCause := retention.Progress{Done: 4, Due: 8, Purged: 4, Rate: 1,
+		DueByCause: map[string]int64{"max_messages": 2, "deleted": 6}, DoneByCause: map[string]int64{"deleted": 4}}
+	if got := renderProgress(byCause); got != "[######......] 4/8  del 4/6  cap 0/2  4 purged  1/s" {
+		t.Fatalf("by cause: %q", got)
+	}
 	if got := renderProgress(retention.Progress{Done: 3, Due: -1}); got != "3 looked at  0 purged  0/s" {
 		t.Fatalf("unknown due: %q", got)
 	}

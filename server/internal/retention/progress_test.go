@@ -1,10 +1,14 @@
 package retention
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/progressdb/progressdb/audit"
 )
 
 // A run counts what is due at its start, so its progress says done/due,
@@ -81,5 +85,48 @@ func TestRunReportsItsEnd(t *testing.T) {
 	e.run(e.runner(), RunRequest{Trigger: TriggerCLI, Progress: func(p Progress) { reports = append(reports, p) }})
 	if len(reports) != 2 || reports[0].Done != 0 || reports[0].Due != 3 || reports[1].Done != 3 || reports[1].Purged != 3 {
 		t.Fatalf("reports %+v, want the start (0 of 3) and the end (3 of 3)", reports)
+	}
+}
+
+// With policies in force, what is due counts every source (the age index,
+// an overridden thread's own age limit, the messages beyond a cap), by
+// cause; a held thread's excess is not due, as the run takes none of it.
+func TestProgressCountsEveryCauseDue(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.MaxAge = 90 * day
+	e.cfg.MaxMessages = 3
+	ctx := context.Background()
+	for _, tid := range []string{"plain", "short", "big", "held", "gone"} {
+		e.thread(tid, 0, 1)
+	}
+	e.deleteThread("gone")
+	e.msgsAt("plain", 0, 2)      // 105 days old: max_age
+	e.msgsAt("short", 95*day, 1) // 10 days old, over short's own 7d
+	e.msgsAt("big", 100*day, 5)  // 2 beyond the cap
+	e.msgsAt("held", 100*day, 5) // on hold: nothing due
+	e.at(105 * day)
+	r := e.runner()
+	if _, err := r.SetThreadPolicy(ctx, "short", PolicyOverride{MaxAge: ptr("7d")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.SetLegalHold(ctx, "held", true); err != nil {
+		t.Fatal(err)
+	}
+
+	var reports []Progress
+	res, _ := e.run(r, RunRequest{Trigger: TriggerCLI, Progress: func(p Progress) { reports = append(reports, p) }})
+	want := map[string]int64{audit.CauseDeleted: 1, audit.CauseMaxAge: 3, audit.CauseMaxMessages: 2}
+	if res.Purged != 6 || len(reports) < 2 {
+		t.Fatalf("purged %d with %d reports, want 6", res.Purged, len(reports))
+	}
+	first, last := reports[0], reports[len(reports)-1]
+	if first.Due != 6 || !maps.Equal(first.DueByCause, want) || first.Done != 0 {
+		t.Fatalf("first report %+v, want due 6 as %v", first, want)
+	}
+	if last.Done != last.Due || !maps.Equal(last.DoneByCause, want) {
+		t.Fatalf("last report %+v, want all of %v done", last, want)
+	}
+	if !strings.Contains(e.logs.String(), `"due_by_cause":{"deleted":1,"max_age":3,"max_messages":2}`) {
+		t.Fatalf("no due_by_cause in the logs:\n%s", e.logs.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"strings"
 	"time"
@@ -72,10 +73,13 @@ type run struct {
 	scanned, eligible, purged, failed, skipped, stamped, keys int64
 	byCause                                                   map[string]CauseCounts
 
-	// due is the number of deletion-index entries due when the run
-	// started (-1: not counted), seen those the scans have looked at.
-	due, seen int64
-	report    func(Progress) // RunRequest.Progress
+	// due is the number of index entries due when the run started (-1:
+	// not counted), seen those the scans have looked at; dueBy and seenBy
+	// split them by cause, the cause of the source scanning now.
+	due, seen     int64
+	dueBy, seenBy map[string]int64
+	cause         string
+	report        func(Progress) // RunRequest.Progress
 
 	// erase collects the spans this run purged; owed is set once the run
 	// has recorded, before its first delete, that an erase is owed.
@@ -189,6 +193,7 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 		if rn.stop != nil {
 			break
 		}
+		rn.cause = src.cause
 		src.scan(ctx)
 	}
 	// The last report shows where the scans ended, not where the last
@@ -299,7 +304,7 @@ func (rn *run) scan(ctx context.Context, kind store.ItemKind, period time.Durati
 	for _, rg := range rn.scanRanges(period) {
 		err := rn.r.st.ScanDeletionIndex(ctx, kind, rg[0], rg[1], func(e store.DeletionEntry) error {
 			rn.consider(ctx, e)
-			rn.seen++
+			rn.seen1()
 			rn.progress()
 			if rn.stop != nil {
 				return store.ErrStopScan
@@ -740,31 +745,6 @@ func (rn *run) scanRanges(period time.Duration) [][2]int64 {
 	return out
 }
 
-// countDue counts the index entries the scans will read, so progress can
-// say how much is left. It reads only index keys over the same ranges as
-// the scans, so it costs a fraction of the run and grows with what is
-// due, not with the database. A failure only leaves the count unknown.
-func (rn *run) countDue(ctx context.Context) {
-	r := rn.r
-	var n int64
-	for _, k := range []struct {
-		kind   store.ItemKind
-		period time.Duration
-	}{{store.KindThread, r.cfg.Period}, {store.KindMessage, r.cfg.MessagePeriod}} {
-		for _, rg := range rn.scanRanges(k.period) {
-			err := r.st.ScanDeletionIndex(ctx, k.kind, rg[0], rg[1], func(store.DeletionEntry) error { n++; return nil })
-			if err != nil {
-				r.log.Warn("retention_count_due_failed", "run_id", rn.id, "err", err)
-				rn.due = -1
-				return
-			}
-		}
-	}
-	rn.due = n
-	r.log.Info("retention_run_due", "run_id", rn.id, "due", n)
-	rn.reportProgress(r.now())
-}
-
 // progress logs how a long run is going, about every progressEvery, and
 // reports it to the caller's Progress more often.
 func (rn *run) progress() {
@@ -777,7 +757,8 @@ func (rn *run) progress() {
 	}
 	rn.lastProgress = now
 	p := rn.progressAt(now)
-	attrs := []any{"run_id", rn.id, "done", p.Done, "due", p.Due, "items_done", p.Purged,
+	attrs := []any{"run_id", rn.id, "done", p.Done, "due", p.Due, "done_by_cause", countLog(p.DoneByCause),
+		"due_by_cause", countLog(p.DueByCause), "items_done", p.Purged,
 		"scanned", rn.scanned, "keys_deleted", rn.keys, "rate_per_sec", math.Round(p.Rate*10) / 10,
 		"by_cause", causeLog(rn.byCause)}
 	if p.Left > 0 {
@@ -798,6 +779,9 @@ func (rn *run) reportProgress(now time.Time) {
 // due, their rate, and the time left at that rate.
 func (rn *run) progressAt(now time.Time) Progress {
 	p := Progress{Done: rn.seen, Due: rn.due, Purged: int64(rn.taken)}
+	if rn.due >= 0 {
+		p.DueByCause, p.DoneByCause = maps.Clone(rn.dueBy), maps.Clone(rn.seenBy)
+	}
 	if elapsed := now.Sub(rn.at).Seconds(); elapsed > 0 {
 		p.Rate = float64(rn.seen) / elapsed
 	}

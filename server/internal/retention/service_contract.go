@@ -27,16 +27,20 @@ type RunRequest struct {
 	Progress func(Progress)
 }
 
-// Progress is how far a run has come. Done and Due count deletion-index
-// entries: Due is counted once when the run starts (what is due then),
-// Done those looked at since, so Done/Due is the share of the run's work
-// done whatever MAX_ITEMS is.
+// Progress is how far a run has come. Done and Due count the index
+// entries of every source (deletion index, age index, messages beyond a
+// cap): Due is counted once when the run starts (what is due then), Done
+// those looked at since, so Done/Due is the share of the run's work done
+// whatever MAX_ITEMS is. DueByCause and DoneByCause split them by cause
+// (only causes with something due or done are present).
 type Progress struct {
-	Done   int64         `json:"done"`
-	Due    int64         `json:"due"`    // -1 when it could not be counted
-	Purged int64         `json:"purged"` // items purged (in a dry run: that would be)
-	Rate   float64       `json:"rate"`   // entries a second
-	Left   time.Duration `json:"left"`   // estimate; 0 when unknown
+	Done        int64            `json:"done"`
+	Due         int64            `json:"due"` // -1 when it could not be counted
+	DoneByCause map[string]int64 `json:"done_by_cause,omitempty"`
+	DueByCause  map[string]int64 `json:"due_by_cause,omitempty"`
+	Purged      int64            `json:"purged"` // items purged (in a dry run: that would be)
+	Rate        float64          `json:"rate"`   // entries a second
+	Left        time.Duration    `json:"left"`   // estimate; 0 when unknown
 }
 
 // Result summarises a run (spec §7 last_run).

@@ -19,6 +19,9 @@ import (
 type source struct {
 	cause string
 	scan  func(ctx context.Context)
+	// count, when set, counts the entries scan will look at (due.go);
+	// what a source leaves uncounted is not counted as done either.
+	count func(ctx context.Context) (int64, error)
 }
 
 // sources lists the run's sources in the order they run: soft deletes
@@ -26,11 +29,17 @@ type source struct {
 // age limit, then the per-thread cap, which counts what max_age left.
 func (rn *run) sources() []source {
 	return []source{
-		{audit.CauseDeleted, func(ctx context.Context) { rn.scan(ctx, store.KindThread, rn.r.cfg.Period) }},
-		{audit.CauseDeleted, func(ctx context.Context) { rn.scan(ctx, store.KindMessage, rn.r.cfg.MessagePeriod) }},
-		{audit.CauseDeleted, rn.scanShorterPeriods},
-		{audit.CauseMaxAge, rn.scanMaxAge},
-		{audit.CauseMaxMessages, rn.scanMaxMessages},
+		{audit.CauseDeleted, func(ctx context.Context) { rn.scan(ctx, store.KindThread, rn.r.cfg.Period) },
+			func(ctx context.Context) (int64, error) {
+				return rn.countDeleted(ctx, store.KindThread, rn.r.cfg.Period)
+			}},
+		{audit.CauseDeleted, func(ctx context.Context) { rn.scan(ctx, store.KindMessage, rn.r.cfg.MessagePeriod) },
+			func(ctx context.Context) (int64, error) {
+				return rn.countDeleted(ctx, store.KindMessage, rn.r.cfg.MessagePeriod)
+			}},
+		{audit.CauseDeleted, rn.scanShorterPeriods, nil},
+		{audit.CauseMaxAge, rn.scanMaxAge, rn.countMaxAge},
+		{audit.CauseMaxMessages, rn.scanMaxMessages, rn.countMaxMessages},
 	}
 }
 
@@ -234,9 +243,18 @@ func (rn *run) trimThread(ctx context.Context, tid string, count, keep int64) {
 	}
 }
 
+// seen1 counts one index entry looked at, for the cause being scanned.
+func (rn *run) seen1() {
+	rn.seen++
+	if rn.seenBy == nil {
+		rn.seenBy = make(map[string]int64)
+	}
+	rn.seenBy[rn.cause]++
+}
+
 // scanned1 counts one index entry looked at and says whether to go on.
 func (rn *run) scanned1() error {
-	rn.seen++
+	rn.seen1()
 	rn.progress()
 	if rn.stop != nil {
 		return store.ErrStopScan
