@@ -97,8 +97,10 @@ func runB6(ctx context.Context, b *bench) (*section, error) {
 	growth := median(n4.erase) / median(n.erase)
 	sec.addTarget("erase time N → 4N at equal purged volume", "≤ 1.5x",
 		fmt.Sprintf("%s (%s → %s)", fmtRatio(growth), fmtDurF(median(n.erase)), fmtDurF(median(n4.erase))), growth <= 1.5)
+	p99Held := true
 	for _, sz := range sizes {
 		r := median(sz.p99Erase) / median(sz.p99None)
+		p99Held = p99Held && r <= 2
 		sec.addTarget(fmt.Sprintf("write p99 during a run with erasure (%s) / no run", sz.label), "≤ 2x",
 			fmt.Sprintf("%s (%s vs %s)", fmtRatio(r), fmtDurF(median(sz.p99Erase)), fmtDurF(median(sz.p99None))), r <= 2)
 	}
@@ -106,8 +108,13 @@ func runB6(ctx context.Context, b *bench) (*section, error) {
 		sec.notes = append(sec.notes, fmt.Sprintf("The erase step grows with the database (%s for 4x the data): the purged "+
 			"messages' keys are spread over the whole version keyspace, so compacting their ranges rewrites every table "+
 			"that holds any of them; with the same purged volume clustered (old threads with time-sortable IDs) it "+
-			"would touch only the tables of that cluster. Its I/O is bounded by `PROGRESSDB_RETENTION_ERASE_RATE`, which "+
-			"keeps the write p99 target above. See docs/erasure.md.", fmtRatio(growth)))
+			"would touch only the tables of that cluster. Its I/O is bounded by `PROGRESSDB_RETENTION_ERASE_RATE`. "+
+			"See docs/erasure.md.", fmtRatio(growth)))
+	}
+	if !p99Held {
+		sec.notes = append(sec.notes, "The write p99 target is missed in this run. The window is short (as long as "+
+			"one run with erasure), so a handful of slow writes make its p99; which part of the erase step they wait "+
+			"on (the flush, the log rotations, or the compactions' writes) is not measured here.")
 	}
 	return sec, nil
 }
