@@ -74,6 +74,12 @@ func (rn *run) countMaxAge(ctx context.Context) (int64, error) {
 		if maxAge <= 0 {
 			continue
 		}
+		if loses, err := rn.losesLive(ctx, tid); err != nil || !loses {
+			if err != nil {
+				return 0, err
+			}
+			continue // scanMaxAge reads one of its messages, counted as none
+		}
 		cutoff := rn.at.Add(-maxAge).UnixNano()
 		err := r.st.ScanLiveMessages(ctx, tid, cutoff, func(store.AgeEntry) error { n++; return nil })
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // A run counts what is due at its start, so its progress says done/due,
@@ -128,5 +129,46 @@ func TestProgressCountsEveryCauseDue(t *testing.T) {
 	}
 	if !strings.Contains(e.logs.String(), `"due_by_cause":{"deleted":1,"max_age":3,"max_messages":2}`) {
 		t.Fatalf("no due_by_cause in the logs:\n%s", e.logs.String())
+	}
+}
+
+// A held thread with its own age limit keeps its old messages for as long
+// as the hold lasts; a run records the hold once and does not read them
+// all again: nothing of it is due or looked at.
+func TestHeldThreadsOwnAgeLimitIsNotReadEveryRun(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.thread("open", 0, 1)
+	e.thread("held", 0, 1)
+	open := e.msgsAt("open", 0, 2)
+	held := e.msgsAt("held", 0, 20)
+	e.at(30 * day)
+	r := e.runner()
+	for _, tid := range []string{"open", "held"} {
+		if _, err := r.SetThreadPolicy(ctx, tid, PolicyOverride{MaxAge: ptr("7d")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.st.SetLegalHold(ctx, "held", true); err != nil {
+		t.Fatal(err)
+	}
+	for run := range 2 {
+		var last Progress
+		res, ra := e.run(r, RunRequest{Trigger: TriggerCLI, Progress: func(p Progress) { last = p }})
+		wantPurged, wantSeen := int64(len(open)), int64(len(open))
+		if run == 1 {
+			wantPurged, wantSeen = 0, 0
+		}
+		if res.Purged != wantPurged || last.Done != wantSeen || last.Due != wantSeen {
+			t.Fatalf("run %d: purged %d, progress %+v; want %d purged, %d looked at and due", run, res.Purged, last, wantPurged, wantSeen)
+		}
+		if it := ra.item(t, "held"); it.Status != audit.StatusSkipped || it.Reason != reasonLegalHold || it.Cause != audit.CauseMaxAge {
+			t.Fatalf("run %d: held thread record %+v", run, it)
+		}
+	}
+	for _, mid := range held {
+		if !e.exists(store.KindMessage, mid) {
+			t.Fatalf("%s of the held thread was purged", mid)
+		}
 	}
 }

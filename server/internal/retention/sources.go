@@ -148,7 +148,19 @@ func (rn *run) scanMaxAge(ctx context.Context) {
 			continue // off for this thread
 		}
 		cutoff := rn.at.Add(-maxAge).UnixNano()
-		err := r.st.ScanLiveMessages(ctx, tid, cutoff, func(e store.AgeEntry) error {
+		loses, err := rn.losesLive(ctx, tid)
+		if err != nil {
+			rn.fail(ctx, stageScan, "read thread", err)
+			return
+		}
+		err = r.st.ScanLiveMessages(ctx, tid, cutoff, func(e store.AgeEntry) error {
+			if !loses {
+				// Held, deleted or unreadable: the first old message has
+				// the hold recorded; the rest of its log, which grows for
+				// as long as the hold lasts, is not read.
+				rn.considerLive(ctx, e, audit.CauseMaxAge, store.PolicyCheck{CreatedBefore: cutoff})
+				return store.ErrStopScan
+			}
 			rn.considerLive(ctx, e, audit.CauseMaxAge, store.PolicyCheck{CreatedBefore: cutoff})
 			return rn.scanned1()
 		})
@@ -292,6 +304,19 @@ func (rn *run) liveThreadState(ctx context.Context, tid string) (*liveThread, er
 	}
 	rn.threads[tid] = lt
 	return lt, nil
+}
+
+// losesLive reports whether live messages of tid can be taken at all in
+// this run: not when the thread is on hold, deleted, gone or unreadable.
+func (rn *run) losesLive(ctx context.Context, tid string) (bool, error) {
+	if rn.purging[tid] {
+		return false, nil
+	}
+	lt, err := rn.liveThreadState(ctx, tid)
+	if err != nil {
+		return false, err
+	}
+	return !lt.skip && !lt.hold, nil
 }
 
 // considerLive applies a policy to one live message: its thread must be
