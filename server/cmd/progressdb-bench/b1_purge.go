@@ -42,8 +42,10 @@ func runB1(ctx context.Context, b *bench) (*section, error) {
 			"concurrent conversations are. The seeded database is flushed and fully compacted, and every "+
 			"repetition of every variant starts from a checkpoint of it.",
 		"Variants: **(a) runner**: `retention.Runner.Run` with the production configuration "+
-			"(config.Load defaults: BATCH_SIZE=1000, BATCH_PAUSE=0), real audit file and real lease; "+
-			"the time is the whole run. **(b) naive**: for each eligible thread, one iterator over "+
+			"(config.Load defaults: BATCH_SIZE=1000, BATCH_PAUSE=0), real audit file and real lease, "+
+			"with the erase step off (`PROGRESSDB_RETENTION_ERASE=false`) so that it does the same work as (c) and (d); "+
+			"the time is the whole run. **(a+e)**: the same run with the production default, erase step on; "+
+			"its erase step (docs/erasure.md, measured on its own by B6) has no counterpart in the other variants. **(b) naive**: for each eligible thread, one iterator over "+
 			"`thread:<tid>:`, a nested iterator over `version:msg:<mid>:` per message, and every key "+
 			"deleted with its own synced write (`db.Delete(k, pebble.Sync)`); the thread list is given, "+
 			"so no discovery cost is counted. It is slow, so each repetition purges whole threads for "+
@@ -132,6 +134,7 @@ func b1Shape1(ctx context.Context, b *bench, sec *section, sh b1Shape) error {
 	reps := b.reps(5)
 	naiveReps := b.reps(3)
 	run := &b1Variant{name: "(a) runner"}
+	runErase := &b1Variant{name: "(a+e) runner, erase step on"}
 	naive := &b1Variant{name: "(b) naive (subset)"}
 	low := &b1Variant{name: "(c) lower bound"}
 	disc := &b1Variant{name: "(d) lower bound, keys discovered in the timing"}
@@ -151,7 +154,7 @@ func b1Shape1(ctx context.Context, b *bench, sec *section, sh b1Shape) error {
 			return err
 		}
 		n, el, cpu, err := onFork(sd, "a", func(f *fork) (int64, time.Duration, error) {
-			r, _, err := newRunner(f, pacing{})
+			r, _, err := newRunner(f, pacing{noErase: true})
 			if err != nil {
 				return 0, 0, err
 			}
@@ -167,6 +170,20 @@ func b1Shape1(ctx context.Context, b *bench, sec *section, sh b1Shape) error {
 		}
 		b.logf("%s: (a) runner rep %d/%d: %s keys in %s (CPU %s)", label, i+1, reps, count(n), fmtDur(el), fmtDur(cpu))
 		run.add(n, el, cpu)
+
+		n, el, cpu, err = onFork(sd, "ae", func(f *fork) (int64, time.Duration, error) {
+			r, _, err := newRunner(f, pacing{})
+			if err != nil {
+				return 0, 0, err
+			}
+			res, el, err := runOnce(ctx, r)
+			return res.KeysDeleted, el, err
+		})
+		if err != nil {
+			return err
+		}
+		b.logf("%s: (a+e) runner with erase rep %d/%d: %s keys in %s (CPU %s)", label, i+1, reps, count(n), fmtDur(el), fmtDur(cpu))
+		runErase.add(n, el, cpu)
 
 		n, el, _, err = onFork(sd, "c", func(f *fork) (int64, time.Duration, error) {
 			keys, err := threadKeySet(ctx, f.db(), eligible)
@@ -226,12 +243,16 @@ func b1Shape1(ctx context.Context, b *bench, sec *section, sh b1Shape) error {
 	for i := range run.keys {
 		run.keys[i] = removed
 	}
+	for i := range runErase.keys {
+		runErase.keys[i] = removed
+	}
 	t := table{
 		caption: fmt.Sprintf("**%s**: E=%d eligible threads, M=%d messages, V=%d versions; %s keys to purge, %s keys in all.",
 			sh.name, sh.threads, sh.messages, sh.versions, count(planKeys(ps, true)-planKeys(ps, false)), count(planKeys(ps, true))),
 		header: []string{"Variant", "Keys deleted", "Time", "CPU time", "Keys/s"},
 	}
 	run.row(&t)
+	runErase.row(&t)
 	naive.row(&t)
 	low.row(&t)
 	disc.row(&t)
@@ -258,7 +279,10 @@ func b1Shape1(ctx context.Context, b *bench, sec *section, sh b1Shape) error {
 	dOverC := float64(medianDur(disc.times)) / float64(medianDur(low.times))
 	discRate := median(disc.rates())
 	sec.notes = append(sec.notes, fmt.Sprintf("%s: the runner took %s the time of (d), the same point deletes with the keys "+
-		"found while the clock runs; (d) itself took %s the time of (c).", sh.name, fmtRatio(aOverD), fmtRatio(dOverC)))
+		"found while the clock runs (CPU %s); (d) itself took %s the time of (c). With the erase step on, the run took %s "+
+		"the time of (d) (CPU %s).", sh.name, fmtRatio(aOverD), fmtRatio(float64(medianDur(run.cpu))/float64(medianDur(disc.cpu))),
+		fmtRatio(dOverC), fmtRatio(float64(medianDur(runErase.times))/float64(medianDur(disc.times))),
+		fmtRatio(float64(medianDur(runErase.cpu))/float64(medianDur(disc.cpu)))))
 	if timeRatio > 1.5 {
 		sec.notes = append(sec.notes, fmt.Sprintf("Why (a) misses ≤ 1.5× of (c) on %s: (c) is handed its keys, a purge has to "+
 			"find them. A thread's messages are spread over the version keyspace (time-sortable IDs of concurrent "+
