@@ -67,8 +67,12 @@ func (s *server) instrument(next http.Handler) http.Handler {
 			method, route := methodLabel(r.Method), routeLabel(r)
 			s.metrics.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
 			s.metrics.duration.WithLabelValues(method, route).Observe(elapsed.Seconds())
-			s.log.LogAttrs(r.Context(), slog.LevelDebug, "http_request",
-				append(requestAttrs(r), slog.Int("status", status), slog.Duration("duration", elapsed))...)
+			// Checked first: building the attributes costs allocations and ID
+			// checks on every request, and the line is off unless debugging.
+			if s.log.Enabled(r.Context(), slog.LevelDebug) {
+				s.log.LogAttrs(r.Context(), slog.LevelDebug, "http_request",
+					append(requestAttrs(r), slog.Int("status", status), slog.Duration("duration", elapsed))...)
+			}
 			if p != nil {
 				panic(p) // http.ErrAbortHandler: net/http aborts the response quietly
 			}
