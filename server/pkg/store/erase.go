@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -301,30 +302,79 @@ func (s *Store) compactPaced(ctx context.Context, r keySpan, rate int64) error {
 }
 
 // mergeSpans sorts spans and joins neighbours with little data between
-// them (EstimateDiskUsage reads only table metadata).
+// them. The data between two spans is taken from the tables' metadata
+// alone: EstimateDiskUsage would read blocks of every table a gap cuts,
+// once per gap, which cost more than the compactions on a cold start.
 func (s *Store) mergeSpans(spans *EraseSpans) []keySpan {
 	if spans.Len() == 0 {
 		return nil
+	}
+	between, err := s.tableBytes()
+	if err != nil {
+		// Spans compacted one by one are as erased, only slower.
+		between = func(a, b []byte) uint64 { return eraseGapMerge }
 	}
 	in := slices.Clone(spans.spans)
 	slices.SortFunc(in, func(a, b keySpan) int { return bytes.Compare(a.start, b.start) })
 	out := []keySpan{in[0]}
 	for _, sp := range in[1:] {
 		last := &out[len(out)-1]
-		if bytes.Compare(sp.start, last.end) <= 0 {
+		if bytes.Compare(sp.start, last.end) <= 0 || between(last.end, sp.start) < eraseGapMerge {
 			if bytes.Compare(sp.end, last.end) > 0 {
 				last.end = sp.end
 			}
 			continue
 		}
-		gap, err := s.db.EstimateDiskUsage(last.end, sp.start)
-		if err == nil && gap < eraseGapMerge {
-			last.end = sp.end
-			continue
-		}
 		out = append(out, sp)
 	}
 	return out
+}
+
+// tableBytes returns a function that sums the sizes of the tables lying
+// wholly in [a, b), from the LSM's metadata (no block is read). Tables of
+// levels below L0 do not overlap within their level, so each level is
+// searched in O(log tables).
+func (s *Store) tableBytes() (func(a, b []byte) uint64, error) {
+	levels, err := s.db.SSTables()
+	if err != nil {
+		return nil, fmt.Errorf("list tables: %w", err)
+	}
+	type table struct {
+		lo, hi []byte
+		cum    uint64 // sizes of this level's tables up to this one
+	}
+	sorted := make([][]table, len(levels))
+	for l, infos := range levels {
+		var cum uint64
+		for _, t := range infos {
+			cum += t.Size
+			sorted[l] = append(sorted[l], table{t.Smallest.UserKey, t.Largest.UserKey, cum})
+		}
+	}
+	return func(a, b []byte) uint64 {
+		var n uint64
+		for l, lvl := range sorted {
+			if l == 0 {
+				var prev uint64
+				for _, t := range lvl {
+					if bytes.Compare(t.lo, a) >= 0 && bytes.Compare(t.hi, b) < 0 {
+						n += t.cum - prev
+					}
+					prev = t.cum
+				}
+				continue
+			}
+			i := sort.Search(len(lvl), func(i int) bool { return bytes.Compare(lvl[i].lo, a) >= 0 })
+			j := sort.Search(len(lvl), func(i int) bool { return bytes.Compare(lvl[i].hi, b) >= 0 })
+			if j > i {
+				n += lvl[j-1].cum
+				if i > 0 {
+					n -= lvl[i-1].cum
+				}
+			}
+		}
+		return n
+	}, nil
 }
 
 // dbFiles are the names of the tables and logs in the directory.

@@ -1,8 +1,12 @@
 package store
 
 import (
+	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // Past maxEraseSpans, spans collapse into one per namespace that still
@@ -52,5 +56,40 @@ func TestMergeSpans(t *testing.T) {
 	}
 	if s.mergeSpans(nil) != nil || s.mergeSpans(&EraseSpans{}) != nil {
 		t.Fatal("no spans must give no ranges")
+	}
+}
+
+// Spans with a table's worth of data between them stay apart: merging them
+// would rewrite that data for nothing.
+func TestMergeSpansKeepsApartAcrossData(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Random values: compression must not shrink the data in between.
+	rng := rand.New(rand.NewPCG(1, 2))
+	value := make([]byte, 4<<10)
+	b := s.db.NewBatch()
+	for i := range (2 * eraseGapMerge) / len(value) {
+		for j := range value {
+			value[j] = byte(rng.Uint32())
+		}
+		_ = b.Set([]byte(fmt.Sprintf("thread:m%07d:meta", i)), value, nil)
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Compact(context.Background(), []byte("thread:"), []byte("thread;"), false); err != nil {
+		t.Fatal(err)
+	}
+	var e EraseSpans
+	e.addThread("a")
+	e.addThread("b")
+	e.addThread("z")
+	got := s.mergeSpans(&e)
+	if len(got) != 2 || string(got[0].start) != "thread:a:" || string(got[0].end) != "thread:b;" ||
+		string(got[1].start) != "thread:z:" {
+		t.Fatalf("merged = %q, want a..b and z apart", got)
 	}
 }
