@@ -106,7 +106,11 @@ func TestFaultPolicyRunKilled(t *testing.T) {
 			}
 			t.Logf("%d kills before the completing run", kills)
 
-			purged := map[string]int{}
+			// A kill between an item's audit record and the clearing of its
+			// purge marker makes the next run write the record again, marked
+			// recovered (as in the crash suite): each due message needs a
+			// record, and at most one not marked recovered.
+			purged, first := map[string]int{}, map[string]int{}
 			for _, f := range readAudit(t, s.audit) {
 				if !f.sealed {
 					t.Fatalf("%s left in progress", f.path)
@@ -119,6 +123,9 @@ func TestFaultPolicyRunKilled(t *testing.T) {
 						continue
 					}
 					purged[it.ItemID]++
+					if !it.Recovered {
+						first[it.ItemID]++
+					}
 					if due[it.ItemID] != it.Cause {
 						t.Errorf("%s purged with cause %q, want %q", it.ItemID, it.Cause, due[it.ItemID])
 					}
@@ -131,8 +138,8 @@ func TestFaultPolicyRunKilled(t *testing.T) {
 			defer st.Close()
 			ctx := context.Background()
 			for mid := range due {
-				if purged[mid] != 1 {
-					t.Errorf("%s has %d purged records, want 1", mid, purged[mid])
+				if purged[mid] == 0 || first[mid] > 1 {
+					t.Errorf("%s has %d purged records, %d not marked recovered; want at least 1, at most 1 not recovered", mid, purged[mid], first[mid])
 				}
 				if ok, _ := st.ItemExists(ctx, store.KindMessage, mid); ok {
 					t.Errorf("due message %s still exists", mid)
