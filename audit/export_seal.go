@@ -27,26 +27,7 @@ import (
 // sealed.
 func SealAbandonedExports(root string, skip ...string) ([]string, error) {
 	paths, err := ExportsInProgress(root)
-	skipped := make(map[string]bool, len(skip))
-	for _, p := range skip {
-		skipped[pathKey(p)] = true
-	}
-	var sealed []string
-	errs := []error{err}
-	for _, path := range paths {
-		if skipped[pathKey(path)] {
-			continue
-		}
-		final, err := sealExport(path)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if final != "" {
-			sealed = append(sealed, final)
-		}
-	}
-	return sealed, errors.Join(errs...)
+	return sealEach(paths, err, skip, sealExport)
 }
 
 // ExportsInProgress lists the export files under root still named

@@ -40,22 +40,34 @@ func SealAbandoned(root string, now time.Time, skip ...string) ([]string, error)
 // aborted footers it writes are signed.
 func SealAbandonedWith(root string, now time.Time, o Options, skip ...string) ([]string, error) {
 	paths, err := InProgress(root)
+	return sealEach(paths, err, skip, func(path string) (string, error) {
+		return sealFile(path, now, o.SigningKey)
+	})
+}
+
+// sealEach seals every path of an in-progress listing (listErr is the
+// listing's own error) but those in skip, and returns the final paths of
+// those sealed; seal returns "" for a file it removed. One file that
+// cannot be sealed does not keep the others in progress.
+func sealEach(paths []string, listErr error, skip []string, seal func(path string) (string, error)) ([]string, error) {
 	skipped := make(map[string]bool, len(skip))
 	for _, p := range skip {
 		skipped[pathKey(p)] = true
 	}
 	var sealed []string
-	errs := []error{err}
+	errs := []error{listErr}
 	for _, path := range paths {
 		if skipped[pathKey(path)] {
 			continue
 		}
-		final, err := sealFile(path, now, o.SigningKey)
+		final, err := seal(path)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		sealed = append(sealed, final)
+		if final != "" {
+			sealed = append(sealed, final)
+		}
 	}
 	return sealed, errors.Join(errs...)
 }
