@@ -105,10 +105,11 @@ func (c *adminClient) do(ctx context.Context, method, path string, in, out any) 
 	return nil
 }
 
-// onDatabaseOrServer runs local on the database when no server holds it,
-// and remote through the server's admin API when one does (spec §9).
-func (e env) onDatabaseOrServer(cfg config.Config, name string,
-	local func(st *store.Store) error, remote func(c *adminClient) error) int {
+// onRetention runs local on the retention service over the database when
+// no server holds it, and remote through the server's admin API when one
+// does (spec §9).
+func (e env) onRetention(cfg config.Config, logger *slog.Logger, name string,
+	local func(m *retention.Manager) error, remote func(c *adminClient) error) int {
 	st, err := store.Open(cfg.DBPath, store.Options{})
 	switch {
 	case errors.Is(err, store.ErrDatabaseLocked):
@@ -120,7 +121,7 @@ func (e env) onDatabaseOrServer(cfg config.Config, name string,
 		err = remote(c)
 	case err != nil:
 	default:
-		err = errors.Join(local(st), st.Close())
+		err = errors.Join(onLocalRetention(st, cfg, logger, local), st.Close())
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "progressdb %s: %v\n", name, err)
@@ -129,9 +130,14 @@ func (e env) onDatabaseOrServer(cfg config.Config, name string,
 	return exitOK
 }
 
-// localRetention builds the retention service over an open store, for
-// commands that act on the database directly.
-func localRetention(st *store.Store, cfg config.Config, logger *slog.Logger) (*retention.Manager, error) {
-	// These commands write no audit file: no signing key is needed.
-	return app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, nil)
+// onLocalRetention builds the retention service over an open store and
+// runs fn on it. These commands write no audit file: no signing key is
+// needed.
+func onLocalRetention(st *store.Store, cfg config.Config, logger *slog.Logger, fn func(m *retention.Manager) error) error {
+	m, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, nil)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	return fn(m)
 }

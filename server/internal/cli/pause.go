@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
-	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // retentionPause pauses (pause=true) or resumes retention: through the
@@ -35,14 +34,9 @@ func (e env) retentionPause(ctx context.Context, args []string, pause bool) int 
 	defer closer.Close()
 
 	var st retention.PauseState
-	code := e.onDatabaseOrServer(cfg, name,
-		func(db *store.Store) error {
-			svc, err := localRetention(db, cfg, logger)
-			if err != nil {
-				return err
-			}
-			defer svc.Close()
-			st, err = svc.SetPause(ctx, pause, *reason)
+	code := e.onRetention(cfg, logger, name,
+		func(m *retention.Manager) (err error) {
+			st, err = m.SetPause(ctx, pause, *reason)
 			return err
 		},
 		func(c *adminClient) error {

@@ -70,21 +70,16 @@ func (e env) retentionPolicy(ctx context.Context, action string, args []string) 
 
 	var p retention.ThreadPolicy
 	path := "/admin/threads/" + tid + "/retention"
-	code := e.onDatabaseOrServer(cfg, fs.Name(),
-		func(db *store.Store) error {
-			svc, err := localRetention(db, cfg, logger)
-			if err != nil {
-				return err
-			}
-			defer svc.Close()
+	code := e.onRetention(cfg, logger, fs.Name(),
+		func(m *retention.Manager) (err error) {
 			switch action {
 			case "get":
-				p, err = svc.ThreadPolicy(ctx, tid)
+				p, err = m.ThreadPolicy(ctx, tid)
 			case "set":
-				p, err = svc.SetThreadPolicy(ctx, tid, o)
+				p, err = m.SetThreadPolicy(ctx, tid, o)
 			default:
-				if err = svc.ClearThreadPolicy(ctx, tid); err == nil {
-					p, err = svc.ThreadPolicy(ctx, tid)
+				if err = m.ClearThreadPolicy(ctx, tid); err == nil {
+					p, err = m.ThreadPolicy(ctx, tid)
 				}
 			}
 			return err
