@@ -79,53 +79,16 @@ func TestPausedRunsAreSkippedButDryRunsWork(t *testing.T) {
 }
 
 func TestPauseStopsARunAtTheNextBatchBoundary(t *testing.T) {
-	e := newEnv(t)
-	e.cfg.BatchSize = 3
-	mids := e.thread("t1", 4, 3)
-	e.thread("t2", 1, 1)
-	e.deleteThread("t1")
-	e.deleteThread("t2")
-	e.at(31 * day)
-	r := e.runner()
 	ctx := context.Background()
-	r.hooks.beforeBatch = func(ctx context.Context, b batchPoint) {
-		if b.N == 2 {
-			if _, err := r.SetPause(ctx, true, "maintenance"); err != nil {
-				t.Error(err)
-			}
+	stopAtSecondBatch(t, ctx, func(r *Runner) {
+		if _, err := r.SetPause(ctx, true, "maintenance"); err != nil {
+			t.Error(err)
 		}
-	}
-	res, err := r.Run(ctx, RunRequest{Trigger: TriggerSchedule})
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	ra := e.audit(res)
-	if ra.Footer.Status != audit.RunInterrupted || ra.Footer.Reason != reasonPaused {
-		t.Fatalf("footer %+v", ra.Footer)
-	}
-	if it := ra.item(t, "t1"); it.Status != audit.StatusFailed || it.Reason != reasonInterrupted {
-		t.Fatalf("record %+v", it)
-	}
-	ra.noItem(t, "t2")
-	if len(e.threadKeys("t1", mids)) == 0 || !e.exists(store.KindThread, "t2") {
-		t.Fatal("the run went on after the pause")
-	}
-	if got := counterValue(t, e.metrics.Runs.WithLabelValues(resultInterrupted)); got != 1 {
-		t.Fatalf("runs_total{interrupted} = %v", got)
-	}
-
-	// Resumed, the next run finishes the purge the pause cut short.
-	r.hooks.beforeBatch = nil
-	if _, err := r.SetPause(ctx, false, ""); err != nil {
-		t.Fatal(err)
-	}
-	_, ra = e.run(r, RunRequest{Trigger: TriggerSchedule})
-	if it := ra.item(t, "t1"); it.Status != audit.StatusPurged || !it.Recovered {
-		t.Fatalf("next run: %+v", it)
-	}
-	if it := ra.item(t, "t2"); it.Status != audit.StatusPurged {
-		t.Fatalf("next run: %+v", it)
-	}
+	}, func(reason string) bool { return reason == reasonPaused }, func(r *Runner) {
+		if _, err := r.SetPause(ctx, false, ""); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func TestRepeatedPauseKeepsItsFirstTime(t *testing.T) {

@@ -725,6 +725,19 @@ func TestLeaseLostMidRunStopsDeleting(t *testing.T) {
 }
 
 func TestCancelledRunStopsAtABatchBoundary(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	stopAtSecondBatch(t, ctx, func(*Runner) { cancel() }, func(reason string) bool {
+		return strings.HasPrefix(reason, reasonShutdown)
+	}, nil)
+}
+
+// stopAtSecondBatch runs over two deleted threads, calls stop before the
+// second batch of the first, and checks that the run stopped there: footer
+// interrupted with a reason wantReason accepts, the cut thread failed and
+// kept, the other untouched. After resume (when not nil) the next run
+// finishes both, the cut thread's record marked recovered.
+func stopAtSecondBatch(t *testing.T, ctx context.Context, stop func(r *Runner), wantReason func(string) bool, resume func(r *Runner)) {
+	t.Helper()
 	e := newEnv(t)
 	e.cfg.BatchSize = 3
 	mids := e.thread("t1", 4, 3)
@@ -733,10 +746,9 @@ func TestCancelledRunStopsAtABatchBoundary(t *testing.T) {
 	e.deleteThread("t2")
 	e.at(31 * day)
 	r := e.runner()
-	ctx, cancel := context.WithCancel(context.Background())
 	r.hooks.beforeBatch = func(_ context.Context, b batchPoint) {
 		if b.N == 2 {
-			cancel()
+			stop(r)
 		}
 	}
 	res, err := r.Run(ctx, RunRequest{Trigger: TriggerSchedule})
@@ -744,7 +756,7 @@ func TestCancelledRunStopsAtABatchBoundary(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	ra := e.audit(res)
-	if ra.Footer.Status != audit.RunInterrupted || !strings.HasPrefix(ra.Footer.Reason, reasonShutdown) {
+	if ra.Footer.Status != audit.RunInterrupted || !wantReason(ra.Footer.Reason) {
 		t.Fatalf("footer %+v", ra.Footer)
 	}
 	if it := ra.item(t, "t1"); it.Status != audit.StatusFailed || it.Reason != reasonInterrupted {
@@ -752,13 +764,16 @@ func TestCancelledRunStopsAtABatchBoundary(t *testing.T) {
 	}
 	ra.noItem(t, "t2")
 	if len(e.threadKeys("t1", mids)) == 0 || !e.exists(store.KindThread, "t2") {
-		t.Fatal("the run went on after its context was cancelled")
+		t.Fatal("the run went on after it was stopped")
 	}
 	if got := counterValue(t, e.metrics.Runs.WithLabelValues(resultInterrupted)); got != 1 {
 		t.Fatalf("runs_total{interrupted} = %v", got)
 	}
 	// The lease is free again and the next run finishes the purge.
 	r.hooks.beforeBatch = nil
+	if resume != nil {
+		resume(r)
+	}
 	_, ra = e.run(r, RunRequest{Trigger: TriggerSchedule})
 	if it := ra.item(t, "t1"); it.Status != audit.StatusPurged || !it.Recovered {
 		t.Fatalf("next run: %+v", it)
