@@ -172,19 +172,29 @@ func b9Raw(ctx context.Context, dir string, c *b9Cell, dur time.Duration, maxOps
 	})
 }
 
+// b9OpenWithThreads opens a store in dir and creates n threads in it.
+func b9OpenWithThreads(ctx context.Context, dir string, n int) (*store.Store, []string, error) {
+	st, err := store.Open(dir, store.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	tids := b9Threads(n)
+	for _, tid := range tids {
+		if _, err := st.CreateThread(ctx, store.Thread{ID: tid, Title: "bench", Author: "writer"}); err != nil {
+			st.Close()
+			return nil, nil, err
+		}
+	}
+	return st, tids, nil
+}
+
 // b9Store appends through the store itself, at c.writers concurrency.
 func b9Store(ctx context.Context, dir string, c *b9Cell, dur time.Duration, maxOps int64) (b9Load, error) {
-	st, err := store.Open(dir, store.Options{})
+	st, tids, err := b9OpenWithThreads(ctx, dir, c.threads)
 	if err != nil {
 		return b9Load{}, err
 	}
 	defer st.Close()
-	tids := b9Threads(c.threads)
-	for _, tid := range tids {
-		if _, err := st.CreateThread(ctx, store.Thread{ID: tid, Title: "bench", Author: "writer"}); err != nil {
-			return b9Load{}, err
-		}
-	}
 	body := json.RawMessage(`{"text":"a message of about sixty bytes, like a short chat line"}`)
 	return b9Drive(ctx, c.writers, dur, maxOps, func(w, k int) error {
 		_, err := st.AppendMessage(ctx, tids[(w+k*c.writers)%len(tids)], store.Message{Author: "writer", Body: body})
@@ -194,17 +204,11 @@ func b9Store(ctx context.Context, dir string, c *b9Cell, dur time.Duration, maxO
 
 // b9API runs the real server on loopback and appends through it.
 func b9API(ctx context.Context, dir string, c *b9Cell, dur time.Duration, maxOps int64) (b9Load, error) {
-	st, err := store.Open(dir, store.Options{})
+	st, tids, err := b9OpenWithThreads(ctx, dir, c.threads)
 	if err != nil {
 		return b9Load{}, err
 	}
 	defer st.Close()
-	tids := b9Threads(c.threads)
-	for _, tid := range tids {
-		if _, err := st.CreateThread(ctx, store.Thread{ID: tid, Title: "bench", Author: "writer"}); err != nil {
-			return b9Load{}, err
-		}
-	}
 	url, client, stop, err := b9Serve(ctx, st, c.writers)
 	if err != nil {
 		return b9Load{}, err
