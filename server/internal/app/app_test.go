@@ -22,6 +22,24 @@ import (
 )
 
 // get answers the body of a 200 response.
+// waitAnswering waits until the server at addr answers /healthz, for at
+// most 20 seconds, and returns the status it answered.
+func waitAnswering(t *testing.T, addr string) int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not answer: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func get(t *testing.T, url string) string {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -64,20 +82,8 @@ func TestServeStartsAndShutsDownCleanly(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
 
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("healthz: %d", resp.StatusCode)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not answer: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if code := waitAnswering(t, addr); code != http.StatusOK {
+		t.Fatalf("healthz: %d", code)
 	}
 
 	cancel()
@@ -122,18 +128,7 @@ func TestServeRestoresLastSuccessAndNamesTheBuild(t *testing.T) {
 			t.Errorf("Serve: %v", err)
 		}
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not answer: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitAnswering(t, addr)
 
 	metrics := get(t, "http://"+addr+"/metrics")
 	for _, want := range []string{
@@ -241,18 +236,7 @@ func TestServeSealsAbandonedFilesWithRetentionDisabled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not answer: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitAnswering(t, addr)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Serve: %v", err)
