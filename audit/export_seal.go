@@ -41,13 +41,9 @@ func ExportsInProgress(root string) ([]string, error) {
 // sealExport seals one abandoned export and returns its final path, or ""
 // when it held no complete record and was removed.
 func sealExport(path string) (string, error) {
-	final := strings.TrimSuffix(path, suffixInProgress)
-	if _, err := os.Lstat(final); err == nil {
-		return "", fmt.Errorf("audit: seal %s: %s already exists", path, final)
-	}
-	f, err := openRegular(path, os.O_RDWR)
+	final, f, err := openToSeal(path)
 	if err != nil {
-		return "", fmt.Errorf("audit: seal %s: %w", path, err)
+		return "", err
 	}
 	m, err := scanMembers(f)
 	if err != nil {

@@ -80,15 +80,25 @@ func pathKey(p string) string {
 	return filepath.Clean(p)
 }
 
+// openToSeal opens an abandoned .inprogress file (audit or export) for
+// sealing and returns the name it is sealed under, refusing to seal over
+// an existing file.
+func openToSeal(path string) (final string, f *os.File, err error) {
+	final = strings.TrimSuffix(path, suffixInProgress)
+	if _, err := os.Lstat(final); err == nil {
+		return "", nil, fmt.Errorf("audit: seal %s: %s already exists", path, final)
+	}
+	if f, err = openRegular(path, os.O_RDWR); err != nil {
+		return "", nil, fmt.Errorf("audit: seal %s: %w", path, err)
+	}
+	return final, f, nil
+}
+
 // sealFile seals one abandoned file and returns its final path.
 func sealFile(path string, now time.Time, key ed25519.PrivateKey) (string, error) {
-	final := strings.TrimSuffix(path, suffixInProgress)
-	if _, err := os.Lstat(final); err == nil {
-		return "", fmt.Errorf("audit: seal %s: %s already exists", path, final)
-	}
-	f, err := openRegular(path, os.O_RDWR)
+	final, f, err := openToSeal(path)
 	if err != nil {
-		return "", fmt.Errorf("audit: seal %s: %w", path, err)
+		return "", err
 	}
 	s, err := scanPrefix(f, path)
 	if err == nil && (s.chain.header == nil || s.bad != nil && !s.badIsLast) {
