@@ -37,7 +37,7 @@ type run struct {
 	id      string
 	trigger string
 	dry     bool
-	lease   *Lease
+	lease   *leaseSession
 	release func() // stops the heartbeat, releases the lease and the slot
 
 	w   *audit.Writer
@@ -147,7 +147,7 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	if err != nil {
 		return rn.failedToStart(res, stageScan, "read retention overrides", err)
 	}
-	info := rn.lease.Info()
+	info := rn.lease.info()
 	w, err := audit.CreateWith(r.cfg.AuditPath, rn.id, audit.Header{
 		StartedAt:       rn.at,
 		DryRun:          rn.dry,
@@ -533,7 +533,7 @@ func (rn *run) purge(ctx context.Context, m store.PurgeMarker) (int, error) {
 func (rn *run) beforeBatch(ctx context.Context) error {
 	rn.batches++
 	if h := rn.r.hooks.beforeBatch; h != nil {
-		h(ctx, batchPoint{RunID: rn.id, Lease: rn.lease, Audit: rn.w, N: rn.batches})
+		h(ctx, batchPoint{RunID: rn.id, Lease: rn.lease.lease, Audit: rn.w, N: rn.batches})
 	}
 	if err := rn.checkpoint(ctx); err != nil {
 		return err
@@ -548,10 +548,7 @@ func (rn *run) checkpoint(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := rn.lease.Check(); err != nil {
-		if !errors.Is(err, ErrLeaseLost) {
-			err = fmt.Errorf("%w: %w", ErrLeaseLost, err)
-		}
+	if err := rn.lease.check(); err != nil {
 		return err
 	}
 	if !rn.dry {

@@ -51,6 +51,9 @@ type RunnerOptions struct {
 	// SigningKey, when set, signs every audit footer the runner writes,
 	// the aborted ones it seals included (PROGRESSDB_AUDIT_SIGNING_KEY).
 	SigningKey ed25519.PrivateKey
+	// Coordinator hands out the run lease; the file lease at the
+	// configuration's lease path when nil.
+	Coordinator Coordinator
 }
 
 // Runner performs retention runs against one store. It never runs two at
@@ -69,6 +72,7 @@ type Runner struct {
 	version   string
 	auditOpts audit.Options // how audit files are written (signing)
 	owner     string        // lease owner: host/pid/random, unique per runner
+	coord     Coordinator   // the run lease
 
 	slot   chan struct{}             // holds a token while a run is going
 	active atomic.Pointer[LeaseInfo] // lease of the run going, for refusals
@@ -88,7 +92,7 @@ type runnerHooks struct {
 // batchPoint describes a batch boundary to the test hook.
 type batchPoint struct {
 	RunID string
-	Lease *Lease
+	Lease HeldLease
 	Audit *audit.Writer
 	N     int // boundaries reached so far in this run, from 1
 }
@@ -136,6 +140,10 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 		r.pid = os.Getpid()
 	}
 	r.owner = fmt.Sprintf("%s/%d/%s", r.host, r.pid, randomHex(4))
+	r.coord = o.Coordinator
+	if r.coord == nil {
+		r.coord = FileCoordinator{Config: r.leaseConfig()}
+	}
 	return r, nil
 }
 
@@ -239,7 +247,7 @@ func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error
 		return nil, Result{}, &LeaseHeldError{Holder: holder}
 	}
 
-	lease, err := AcquireLease(ctx, r.leaseConfig())
+	lease, err := openSession(ctx, r.coord)
 	if err != nil {
 		<-r.slot
 		var held *LeaseHeldError
@@ -258,18 +266,9 @@ func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error
 		r.log.Error("retention_run_failed", "trigger", req.Trigger, "stage", stageLease, "err", err)
 		return nil, res, fmt.Errorf("acquire lease: %w", err)
 	}
-	info := lease.Info()
+	info := lease.info()
 	r.active.Store(&info)
 	r.metrics.LeaseHeld.Set(1)
-
-	// The heartbeat outlives the run's context: after a shutdown the run
-	// still writes its footer under a valid lease.
-	hbCtx, stopHB := context.WithCancel(context.WithoutCancel(ctx))
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		lease.Heartbeat(hbCtx)
-	}()
 
 	rn := &run{
 		r:       r,
@@ -287,9 +286,7 @@ func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error
 	}
 	rn.pace = newPacer(r.cfg.BatchPause, writes)
 	rn.release = func() {
-		stopHB()
-		<-hbDone
-		if err := lease.Release(); err != nil {
+		if err := lease.Close(); err != nil {
 			r.metrics.countError(stageLease)
 			r.log.Warn("retention_lease_release_failed", "run_id", rn.id, "err", err)
 		}
@@ -332,7 +329,7 @@ func (r *Runner) Recover(ctx context.Context) ([]string, error) {
 		return nil, nil
 	}
 	defer func() { <-r.slot }()
-	lease, err := AcquireLease(ctx, r.leaseConfig())
+	lease, err := r.coord.Acquire(ctx)
 	if errors.Is(err, ErrLeaseHeld) {
 		return nil, nil
 	}

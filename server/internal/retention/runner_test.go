@@ -695,7 +695,7 @@ func TestLeaseLostMidRunStopsDeleting(t *testing.T) {
 		if err := os.WriteFile(e.cfg.LeasePath, data, 0o640); err != nil {
 			t.Errorf("rewrite lease: %v", err)
 		}
-		if err := b.Lease.Renew(ctx); !errors.Is(err, ErrLeaseLost) {
+		if err := b.Lease.(*Lease).Renew(ctx); !errors.Is(err, ErrLeaseLost) {
 			t.Errorf("renew after take-over: %v, want ErrLeaseLost", err)
 		}
 		countAtLoss = len(e.threadKeys("t1", mids))

@@ -1,0 +1,95 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Coordinator hands out the run lease (spec §4): at most one run at a time
+// over everything that shares it. FileCoordinator is the default; a
+// cluster gives each shard one of its own.
+type Coordinator interface {
+	// Acquire takes the lease or fails at once, never queueing: a lease
+	// held elsewhere answers a *LeaseHeldError (wrapping ErrLeaseHeld).
+	Acquire(ctx context.Context) (HeldLease, error)
+}
+
+// HeldLease is a lease this process holds. Info and Check are safe to
+// call from any goroutine while Heartbeat runs.
+type HeldLease interface {
+	// Info describes the holder; its Epoch is the fencing token, which
+	// grows with every acquisition.
+	Info() LeaseInfo
+	// Check returns nil while the lease is safely held: ours, and not
+	// within a safety margin of its expiry. It wraps ErrLeaseLost after.
+	Check() error
+	// Heartbeat keeps the lease alive until ctx ends, the lease is
+	// released or it is lost.
+	Heartbeat(ctx context.Context)
+	// Release gives the lease up; calling it again does nothing.
+	Release() error
+}
+
+// FileCoordinator is the file lease at Config.Path (lease.go).
+type FileCoordinator struct{ Config LeaseConfig }
+
+// Acquire takes the file lease.
+func (c FileCoordinator) Acquire(ctx context.Context) (HeldLease, error) {
+	l, err := AcquireLease(ctx, c.Config)
+	if err != nil {
+		return nil, err // a nil *Lease must not pose as a HeldLease
+	}
+	return l, nil
+}
+
+var (
+	_ Coordinator = FileCoordinator{}
+	_ HeldLease   = (*Lease)(nil)
+)
+
+// leaseSession keeps a run's lease alive, like etcd's concurrency.Session:
+// it renews the lease until Close, and check says whether the run may
+// still write.
+type leaseSession struct {
+	lease HeldLease
+	stop  context.CancelFunc // ends the heartbeat
+	done  chan struct{}      // closed when the heartbeat has returned
+}
+
+// openSession acquires a lease from c and starts its heartbeat. The
+// heartbeat outlives ctx: after a shutdown the run still writes its footer
+// under a valid lease; Close ends it.
+func openSession(ctx context.Context, c Coordinator) (*leaseSession, error) {
+	l, err := c.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hbCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s := &leaseSession{lease: l, stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		l.Heartbeat(hbCtx)
+	}()
+	return s, nil
+}
+
+// info describes the lease: owner and epoch (the fencing token).
+func (s *leaseSession) info() LeaseInfo { return s.lease.Info() }
+
+// check returns nil while the lease is safely ours; any failure wraps
+// ErrLeaseLost, so a run stops rather than deletes on a doubtful lease.
+func (s *leaseSession) check() error {
+	err := s.lease.Check()
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
+		err = fmt.Errorf("%w: %w", ErrLeaseLost, err)
+	}
+	return err
+}
+
+// Close ends the heartbeat and releases the lease.
+func (s *leaseSession) Close() error {
+	s.stop()
+	<-s.done
+	return s.lease.Release()
+}
