@@ -259,6 +259,7 @@ func (e *RecordEncoder) value(raw []byte) {
 type ExportWriter struct {
 	mu      sync.Mutex
 	root    string
+	outside []string // folders root must not lie in (CheckExportFolder)
 	runID   string
 	start   time.Time
 	dir     string
@@ -281,16 +282,21 @@ type ExportWriter struct {
 
 // NewExportWriter prepares the export of run runID that started at start;
 // nothing is created on disk until the first record.
-func NewExportWriter(root, runID string, start time.Time) (*ExportWriter, error) {
+// The folder is checked now and again when the file is made
+// (CheckExportFolder with outside).
+func NewExportWriter(root, runID string, start time.Time, outside ...string) (*ExportWriter, error) {
 	if !validRunID(runID) {
 		return nil, fmt.Errorf("audit: %w: %q", ErrInvalidRunID, runID)
 	}
 	if root == "" {
 		return nil, fmt.Errorf("audit: %w: no export folder configured", ErrExportUnwritable)
 	}
+	if err := CheckExportFolder(root, outside...); err != nil {
+		return nil, err
+	}
 	start = start.UTC()
 	dir := filepath.Join(root, start.Format(monthLayout))
-	return &ExportWriter{root: root, runID: runID, start: start, dir: dir,
+	return &ExportWriter{root: root, outside: outside, runID: runID, start: start, dir: dir,
 		path: filepath.Join(dir, exportName(start, runID)) + suffixInProgress}, nil
 }
 
@@ -336,10 +342,16 @@ func (w *ExportWriter) Begin(h ExportHead) (*ExportItem, error) {
 // create makes the month folder (0750) and the file (0640) and syncs their
 // entries, so that a synced record is found after a crash.
 func (w *ExportWriter) create() error {
+	if err := CheckExportFolder(w.root, w.outside...); err != nil {
+		return err
+	}
 	created, err := makeDirs(w.dir)
 	if err != nil {
 		removeDirs(created)
 		return fmt.Errorf("audit: %w: create %s: %w", ErrExportUnwritable, w.dir, err)
+	}
+	if info, err := os.Lstat(w.dir); err != nil || !info.IsDir() {
+		return fmt.Errorf("audit: %w: %s is not a folder", ErrExportFolder, w.dir) // a link to one included
 	}
 	final := strings.TrimSuffix(w.path, suffixInProgress)
 	if _, err := os.Lstat(final); err == nil {

@@ -99,3 +99,34 @@ func TestThreadRetentionPolicyRefusals(t *testing.T) {
 		none.expect(t, m, "/admin/threads/t1/retention", `{"max_messages":1}`, http.StatusServiceUnavailable)
 	}
 }
+
+// Once a message's purge claim is confirmed (its deletes may begin), a
+// legal hold or an override of its thread answers 409 naming it: it can no
+// longer be given back whole. Before the confirmation both answer 200.
+func TestHoldAndOverrideRefusedWhileAMessageIsBeingPurged(t *testing.T) {
+	e := retentionEnv(t, true)
+	ctx := t.Context()
+	e.createThread(t, "t1")
+	e.appendMessage(t, "t1", "m1", `1`)
+	e.expect(t, "DELETE", "/v1/threads/t1/messages/m1", "", http.StatusNoContent)
+	tomb, err := e.store.GetMessage(ctx, "t1", "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := store.PurgeMarker{Kind: store.KindMessage, ID: "m1", ThreadID: "t1", DeletedTS: tomb.DeletedTS, RunID: "r1"}
+	if err := e.store.BeginPurge(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	e.expect(t, "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":false}`, http.StatusOK)
+	if _, err := e.store.ConfirmPurge(ctx, m, func(store.ClaimState) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct{ path, body string }{
+		{"/admin/threads/t1/legal_hold", `{"legal_hold":true}`},
+		{"/admin/threads/t1/retention", `{"max_messages":1}`},
+	} {
+		if msg := e.expect(t, "PUT", r.path, r.body, http.StatusConflict).errorText(t); !strings.Contains(msg, "m1") {
+			t.Errorf("PUT %s: 409 %q does not name the message being purged", r.path, msg)
+		}
+	}
+}

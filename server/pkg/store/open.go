@@ -311,3 +311,6 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.fatal.stop(fmt.Sprintf(format, args...))
 }
+
+// Path is the database folder.
+func (s *Store) Path() string { return s.path }

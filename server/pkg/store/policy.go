@@ -95,7 +95,8 @@ func decodeOverride(tid string, v []byte) (RetentionOverride, error) {
 // SetRetentionOverride stores thread tid's override, replacing any earlier
 // one; an override that sets nothing removes it. The record and its index
 // entry are one synced batch, written under the thread's lock. A thread
-// whose purge has begun answers ErrPurgeInProgress.
+// whose purge has begun, or one of whose messages is past its claim's
+// re-check (claims.go), answers ErrPurgeInProgress.
 func (s *Store) SetRetentionOverride(ctx context.Context, tid string, o RetentionOverride) error {
 	if err := o.check(); err != nil {
 		return err
@@ -117,10 +118,10 @@ func (s *Store) writeOverride(ctx context.Context, tid string, o *RetentionOverr
 		return err
 	}
 	defer s.locks.lock(tid)()
-	if started, err := s.purgeStarted(KindThread, tid); err != nil {
-		return err
-	} else if started {
-		return fmt.Errorf("retention override of thread %s: %w", tid, ErrPurgeInProgress)
+	for _, refuse := range []func(context.Context, string, string) error{s.refusePurging, s.refuseConfirmed} {
+		if err := refuse(ctx, tid, "retention override of thread"); err != nil {
+			return err
+		}
 	}
 	if _, err := s.readThread(tid); err != nil && !errors.Is(err, ErrMalformed) {
 		return err

@@ -102,6 +102,9 @@ type PurgeMarker struct {
 	// that a record written on recovery names it too; empty in markers
 	// written before policies, which were all "deleted".
 	Cause string `json:"cause,omitempty"`
+	// Confirmed is set once the claim was re-checked under the thread's
+	// lock and the item's deletes may begin (ConfirmPurge, claims.go).
+	Confirmed bool `json:"confirmed,omitempty"`
 }
 
 // StampMarker is written in the same synced batch as a stamp (the start of

@@ -43,6 +43,16 @@ func (s *Store) readThread(tid string) (Thread, error) {
 	return decodeThread(tid, v)
 }
 
+// refusePurging answers ErrPurgeInProgress once thread tid's purge has begun.
+func (s *Store) refusePurging(_ context.Context, tid, op string) error {
+	if started, err := s.purgeStarted(KindThread, tid); err != nil {
+		return err
+	} else if started {
+		return fmt.Errorf("%s %s: %w", op, tid, ErrPurgeInProgress)
+	}
+	return nil
+}
+
 // purgeStarted reports whether a purge marker exists for the item.
 func (s *Store) purgeStarted(kind ItemKind, id string) (bool, error) {
 	return s.has(purgeKey(kind, id))
@@ -110,7 +120,7 @@ func (s *Store) GetThread(ctx context.Context, tid string) (Thread, error) {
 // The metadata, the deletion index entry and the removal of the live-thread
 // index entry are written in one batch.
 func (s *Store) DeleteThread(ctx context.Context, tid string) (Thread, error) {
-	return s.updateThread(ctx, tid, "delete thread", false, func(t *Thread, b *pebble.Batch) bool {
+	return s.updateThread(ctx, tid, "delete thread", nil, func(t *Thread, b *pebble.Batch) bool {
 		if t.Deleted {
 			return false
 		}
@@ -125,7 +135,7 @@ func (s *Store) DeleteThread(ctx context.Context, tid string) (Thread, error) {
 // RestoreThread undoes a soft delete; ErrPurgeInProgress once a purge began.
 // The metadata and the moves between the indexes are one batch.
 func (s *Store) RestoreThread(ctx context.Context, tid string) (Thread, error) {
-	return s.updateThread(ctx, tid, "restore thread", true, func(t *Thread, b *pebble.Batch) bool {
+	return s.updateThread(ctx, tid, "restore thread", s.refusePurging, func(t *Thread, b *pebble.Batch) bool {
 		if !t.Deleted {
 			return false
 		}
@@ -137,9 +147,16 @@ func (s *Store) RestoreThread(ctx context.Context, tid string) (Thread, error) {
 }
 
 // SetLegalHold sets or clears the legal hold flag. A thread whose purge has
-// begun can no longer be held: ErrPurgeInProgress.
+// begun, or one of whose messages is past its claim's re-check (claims.go),
+// can no longer be held: ErrPurgeInProgress.
 func (s *Store) SetLegalHold(ctx context.Context, tid string, hold bool) (Thread, error) {
-	return s.updateThread(ctx, tid, "legal hold on thread", true, func(t *Thread, _ *pebble.Batch) bool {
+	refuse := func(ctx context.Context, tid, op string) error {
+		if err := s.refusePurging(ctx, tid, op); err != nil || !hold {
+			return err
+		}
+		return s.refuseConfirmed(ctx, tid, op)
+	}
+	return s.updateThread(ctx, tid, "legal hold on thread", refuse, func(t *Thread, _ *pebble.Batch) bool {
 		if t.LegalHold == hold {
 			return false
 		}
@@ -150,9 +167,10 @@ func (s *Store) SetLegalHold(ctx context.Context, tid string, hold bool) (Thread
 
 // updateThread is the read-check-write of a thread's metadata, under the
 // thread's lock. change edits t, may add to the batch, and answers false
-// when there is nothing to write (t is returned as it is). With
-// refusePurging, a thread whose purge has begun answers ErrPurgeInProgress.
-func (s *Store) updateThread(ctx context.Context, tid, op string, refusePurging bool, change func(t *Thread, b *pebble.Batch) bool) (Thread, error) {
+// when there is nothing to write (t is returned as it is). refuse, when
+// set, may refuse the change first (under the lock).
+func (s *Store) updateThread(ctx context.Context, tid, op string, refuse func(ctx context.Context, tid, op string) error,
+	change func(t *Thread, b *pebble.Batch) bool) (Thread, error) {
 	if err := ctx.Err(); err != nil {
 		return Thread{}, err
 	}
@@ -162,11 +180,9 @@ func (s *Store) updateThread(ctx context.Context, tid, op string, refusePurging 
 	h := s.locks.hold(tid)
 	defer h.release()
 
-	if refusePurging {
-		if started, err := s.purgeStarted(KindThread, tid); err != nil {
+	if refuse != nil {
+		if err := refuse(ctx, tid, op); err != nil {
 			return Thread{}, err
-		} else if started {
-			return Thread{}, fmt.Errorf("%s %s: %w", op, tid, ErrPurgeInProgress)
 		}
 	}
 	t, err := s.readThread(tid)

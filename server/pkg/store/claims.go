@@ -1,0 +1,161 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// A purge claim (its marker) goes through two states. Claimed: the item is
+// taken by a run, but nothing of it is deleted or exported yet, so a legal
+// hold or an override of its thread may still win; the run re-checks the
+// claim before anything irreversible (ConfirmPurge) and gives it back if
+// they do. Confirmed: the re-check passed and deletes may begin; from then
+// on a hold or override of the thread answers ErrPurgeInProgress, because
+// the item can no longer be given back whole. A thread's own claim refuses
+// holds and overrides from the start (restore rules, spec §3).
+
+// ErrClaimReleased is returned by ConfirmPurge when the re-check gave the
+// claim back: the marker is gone and nothing was deleted. It wraps the
+// re-check's reason.
+var ErrClaimReleased = errors.New("claim given back")
+
+// ClaimState is what a claim is re-checked against, read under the
+// thread's lock: the thread's hold and override as they are now.
+type ClaimState struct {
+	ThreadFound bool
+	LegalHold   bool
+	Override    RetentionOverride
+	HasOverride bool
+	OverrideErr error // the override cannot be read (wraps ErrMalformed)
+	// For a message: its creation time and its thread's live count (which
+	// leaves out the messages claimed by policies).
+	Created   int64
+	LiveCount int64
+}
+
+// ConfirmPurge re-checks a claim under its thread's lock. keep returns nil
+// when the item may still be purged, or the reason it may not. On nil the
+// marker is confirmed and returned; otherwise the claim is given back (the
+// marker removed, a policy claim's message counted live again) and the
+// error wraps ErrClaimReleased and keep's reason. A marker confirmed
+// earlier (a resumed purge) is not re-checked: nothing could change since.
+func (s *Store) ConfirmPurge(ctx context.Context, m PurgeMarker, keep func(ClaimState) error) (PurgeMarker, error) {
+	if err := ctx.Err(); err != nil {
+		return m, err
+	}
+	if err := checkKind(m.Kind); err != nil {
+		return m, err
+	}
+	if err := validateIDs(m.ID, m.ThreadID); err != nil {
+		return m, err
+	}
+	defer s.locks.lock(m.ThreadID)()
+
+	stored, err := s.readMarker(m.Kind, m.ID)
+	if err != nil {
+		return m, fmt.Errorf("confirm purge of %s %s: %w", m.Kind, m.ID, err)
+	}
+	if stored.Confirmed {
+		return stored, nil
+	}
+	st, err := s.claimState(m)
+	if err != nil {
+		return m, fmt.Errorf("confirm purge of %s %s: %w", m.Kind, m.ID, err)
+	}
+	if why := keep(st); why != nil {
+		if err := s.releaseClaim(m, st); err != nil {
+			return m, fmt.Errorf("give back purge claim of %s %s: %w", m.Kind, m.ID, err)
+		}
+		return m, fmt.Errorf("%w: %w", ErrClaimReleased, why)
+	}
+	if m.Kind == KindThread {
+		return m, nil // its claim already refuses holds and overrides
+	}
+	m.Confirmed = true
+	v, err := encode(m)
+	if err != nil {
+		return m, err
+	}
+	// Not synced on its own: the deletes that follow are later in the log.
+	if err := s.db.Set(purgeKey(m.Kind, m.ID), v, pebble.NoSync); err != nil {
+		return m, fmt.Errorf("confirm purge of %s %s: %w", m.Kind, m.ID, err)
+	}
+	return m, nil
+}
+
+// readMarker reads an item's purge marker; ErrNotFound when there is none.
+func (s *Store) readMarker(kind ItemKind, id string) (PurgeMarker, error) {
+	v, err := s.get(purgeKey(kind, id))
+	if err != nil {
+		return PurgeMarker{}, err
+	}
+	var m PurgeMarker
+	if err := json.Unmarshal(v, &m); err != nil {
+		return PurgeMarker{}, fmt.Errorf("purge marker of %s: %w: %w", id, ErrMalformed, err)
+	}
+	return m, nil
+}
+
+// claimState reads what a claim is re-checked against; the caller holds
+// the thread's lock.
+func (s *Store) claimState(m PurgeMarker) (ClaimState, error) {
+	var st ClaimState
+	t, err := s.readThread(m.ThreadID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+	case err != nil && !errors.Is(err, ErrMalformed):
+		return st, err
+	case err == nil:
+		st.ThreadFound, st.LegalHold = true, t.LegalHold
+	}
+	st.Override, st.HasOverride, st.OverrideErr = s.readOverride(m.ThreadID)
+	if st.OverrideErr != nil && !errors.Is(st.OverrideErr, ErrMalformed) {
+		return st, st.OverrideErr
+	}
+	if m.Kind == KindMessage {
+		if st.Created, err = s.createdTS(m.ID); err != nil && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrNotFound) {
+			return st, err
+		}
+		if st.LiveCount, err = liveCount(s.db, m.ThreadID); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// releaseClaim removes a claim nothing was deleted under, in one batch:
+// the marker and, for a policy claim, the live-index change its claim made.
+func (s *Store) releaseClaim(m PurgeMarker, st ClaimState) error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Delete(purgeKey(m.Kind, m.ID), nil)
+	if m.Kind == KindMessage && policyCause(m.Cause) && st.Created != 0 {
+		if err := s.addLive(b, m.ThreadID, m.ID, st.Created, +1); err != nil {
+			return err
+		}
+	}
+	// Not synced: lost in a crash, the claim is back and re-checked again.
+	return b.Commit(pebble.NoSync)
+}
+
+// refuseConfirmed answers ErrPurgeInProgress when a confirmed claim holds a
+// message of thread tid: a hold or override set now could not be honoured
+// for it. The caller holds the thread's lock. Claims are few (a run's
+// export group and the purge under way), so listing them is cheap.
+func (s *Store) refuseConfirmed(ctx context.Context, tid, op string) error {
+	ms, err := s.PendingPurges(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.Kind == KindMessage && m.ThreadID == tid && m.Confirmed {
+			return fmt.Errorf("%s %s: %w: message %s is being purged by run %s; retry once it has finished",
+				op, tid, ErrPurgeInProgress, m.ID, m.RunID)
+		}
+	}
+	return nil
+}
