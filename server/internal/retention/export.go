@@ -2,7 +2,9 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -13,13 +15,15 @@ import (
 // them is exported in this order, which keeps spec §3.3 true through a
 // kill at any instant:
 //
-//  1. store sync: the purge markers are durable before any of their
+//  1. every claim re-checked (claims.confirm): one that a hold or an
+//     override now wins is given back, neither exported nor deleted;
+//  2. store sync: the purge markers are durable before any of their
 //     export records can reach the file, so a record found after a crash
 //     always has a marker, and the next run's re-export says "recovered";
-//  2. one record per item, streamed from one snapshot of the store taken
+//  3. one record per item, streamed from one snapshot of the store taken
 //     after that sync (bounded memory);
-//  3. export file sync: no delete happens before its record is durable;
-//  4. the deletes, then the audit records as without export.
+//  4. export file sync: no delete happens before its record is durable;
+//  5. the deletes, then the audit records as without export.
 //
 // Grouping shares the two syncs among up to exportGroup items; on their own
 // they would cost more than purging a small item.
@@ -35,93 +39,61 @@ type queuedPurge struct {
 // because its export failed.
 const reasonExportFailed = "not deleted: export failed: "
 
-// purgeItem deletes an item whose purge has begun (its marker is written),
-// or, when exporting, queues it for the next export group.
-func (rn *run) purgeItem(ctx context.Context, m store.PurgeMarker, it audit.Item) {
-	if rn.exp != nil {
-		rn.queue = append(rn.queue, queuedPurge{marker: m, item: it})
-		if len(rn.queue) >= exportGroup {
-			rn.drainExports(ctx)
-		}
-		return
-	}
-	keys, err := rn.purge(ctx, m)
-	if err != nil {
-		rn.purgeFailed(it, keys, err)
-		return
-	}
-	rn.finished(ctx, m, it, keys)
+// exportError is an export failure and the item it failed on.
+type exportError struct {
+	item audit.Item
+	err  error
 }
 
-// drainExports exports the queued items, then purges them once their
-// records are durable. Items not purged keep their markers: the next run
-// exports them again ("recovered") and purges them.
-func (rn *run) drainExports(ctx context.Context) {
-	q := rn.queue
-	rn.queue = nil
-	if len(q) == 0 || rn.auditErr != nil || rn.stop != nil && rn.stop.status != audit.RunCompleted {
-		return
-	}
-	if err := rn.checkpoint(ctx); err != nil {
-		rn.halt(err)
-		return
-	}
-	if err := rn.r.st.Sync(ctx); err != nil {
-		rn.fail(ctx, stageSync, "sync store", err)
-		return
-	}
-	// A failed export drops the group's records with it (they share one
-	// gzip member): none of the group is deleted.
-	cr, err := rn.r.st.NewContentReader() // after the sync: the markers hold the items still
+func (e *exportError) Error() string {
+	return "export " + e.item.ItemType + " " + e.item.ItemID + ": " + e.err.Error()
+}
+func (e *exportError) Unwrap() error { return e.err }
+
+// openExport prepares the run's export file; the folder is checked again
+// here, and when the file is made, since it may have been replaced since
+// the server started (a link into the database folder, a file).
+func (d *deleter) openExport(runID string, at time.Time) error {
+	cfg := d.r.cfg
+	exp, err := audit.NewExportWriter(cfg.ExportPath, runID, at, d.r.st.Path(), cfg.AuditPath)
 	if err != nil {
-		rn.exportFailed(ctx, q[0].item, err)
-		return
+		return err
 	}
-	for i, p := range q {
-		if err := rn.export(ctx, cr, p); err != nil {
-			_ = cr.Close()
-			rn.exportFailed(ctx, p.item, err)
-			if rn.stop.status == audit.RunFailed { // not a shutdown: say why they stay
-				for _, o := range q[:i] {
-					rn.notExported(o.item, err)
-				}
-			}
-			return
-		}
+	d.exp = exp
+	return nil
+}
+
+// exportGroup writes the export records of a group of confirmed claims and
+// makes them durable.
+func (d *deleter) exportGroup(ctx context.Context, q []queuedPurge) error {
+	if err := d.r.st.Sync(ctx); err != nil {
+		return atStage(stageSync, fmt.Errorf("sync store: %w", err))
 	}
-	_ = cr.Close() // a read-only snapshot: nothing to lose
-	if err := rn.exp.Sync(); err != nil {
-		rn.exportFailed(ctx, q[0].item, err)
-		if rn.stop.status == audit.RunFailed {
-			for _, p := range q[1:] {
-				rn.notExported(p.item, err)
-			}
-		}
-		return
+	cr, err := d.r.st.NewContentReader() // after the sync: the markers hold the items still
+	if err != nil {
+		return &exportError{q[0].item, err}
 	}
-	rn.r.metrics.ExportedItems.Add(float64(len(q)))
+	defer cr.Close() // a read-only snapshot: nothing to lose
 	for _, p := range q {
-		keys, err := rn.purge(ctx, p.marker)
-		if err != nil {
-			rn.purgeFailed(p.item, keys, err)
-			return
-		}
-		rn.finished(ctx, p.marker, p.item, keys)
-		if rn.stop != nil && rn.stop.status != audit.RunCompleted {
-			return
+		if err := d.export(ctx, cr, p); err != nil {
+			return &exportError{p.item, err}
 		}
 	}
+	if err := d.exp.Sync(); err != nil {
+		return &exportError{q[0].item, err}
+	}
+	return nil
 }
 
 // export writes one item's record; it is durable at the next exp.Sync.
-func (rn *run) export(ctx context.Context, cr *store.ContentReader, p queuedPurge) error {
+func (d *deleter) export(ctx context.Context, cr *store.ContentReader, p queuedPurge) error {
 	m := p.marker
-	rec, err := rn.exp.Begin(audit.ExportHead{
+	rec, err := d.exp.Begin(audit.ExportHead{
 		ItemType:   string(m.Kind),
 		ItemID:     m.ID,
 		ThreadID:   m.ThreadID,
 		Cause:      exportCause(p.item),
-		ExportedAt: rn.r.now().UTC(),
+		ExportedAt: d.r.now().UTC(),
 		Recovered:  p.item.Recovered,
 	})
 	if err != nil {
@@ -151,30 +123,93 @@ func exportCause(it audit.Item) string {
 	return it.Cause
 }
 
-// exportFailed stops the run without deleting the item: a shutdown or a
-// lost lease interrupts it, anything else fails it (fail closed).
-func (rn *run) exportFailed(ctx context.Context, it audit.Item, err error) {
-	if rn.stop != nil && rn.stop.status == audit.RunCompleted {
-		rn.stop = nil // a run stopped at MAX_ITEMS whose export failed has failed
+// closeExport seals this run's export file and fills in the footer's
+// export fields; an error leaves the file in progress for the next start.
+func (d *deleter) closeExport(f *audit.Footer) error {
+	if d.exp == nil {
+		return nil
 	}
-	if isStop(err) || ctx.Err() != nil {
+	sum, err := d.exp.Close()
+	if err != nil {
+		return err
+	}
+	n := sum.Records
+	f.Exported = &n
+	f.ExportFile = sum.Path
+	f.ExportSHA256 = sum.SHA256
+	return nil
+}
+
+// queueExport queues a claimed item for the next export group.
+func (rn *run) queueExport(ctx context.Context, m store.PurgeMarker, it audit.Item) {
+	rn.del.queue = append(rn.del.queue, queuedPurge{marker: m, item: it})
+	if len(rn.del.queue) >= exportGroup {
+		rn.drainExports(ctx)
+	}
+}
+
+// drainExports confirms the queued claims, exports them, then purges them
+// once their records are durable. Items not purged keep their markers:
+// the next run exports them again ("recovered") and purges them.
+func (rn *run) drainExports(ctx context.Context) {
+	q := rn.del.queue
+	rn.del.queue = nil
+	if len(q) == 0 || rn.stop != nil {
+		return
+	}
+	if err := rn.checkpoint(ctx); err != nil {
 		rn.halt(err)
 		return
 	}
-	rn.r.metrics.countError(stageExport)
-	rn.r.log.Error("retention_export_failed", "run_id", rn.id, "item_type", it.ItemType, "item_id", it.ItemID,
-		"export_file", rn.exp.Path(), "err", err)
-	rn.notExported(it, err)
-	rn.setStop(&stopCause{status: audit.RunFailed, reason: "export " + it.ItemType + " " + it.ItemID + ": " + err.Error(),
-		err: fmt.Errorf("export %s %s: %w", it.ItemType, it.ItemID, err)})
+	kept := q[:0]
+	for _, p := range q {
+		m, ok := rn.confirm(ctx, p.marker, p.item)
+		if rn.stop != nil {
+			return
+		}
+		if ok {
+			p.marker = m
+			kept = append(kept, p)
+		}
+	}
+	if len(kept) == 0 {
+		return
+	}
+	if err := rn.del.exportGroup(ctx, kept); err != nil {
+		rn.exportFailed(ctx, kept, err)
+		return
+	}
+	rn.r.metrics.ExportedItems.Add(float64(len(kept)))
+	for _, p := range kept {
+		rn.deleteItem(ctx, p.marker, p.item)
+		if rn.stop != nil {
+			return
+		}
+	}
 }
 
-// notExported records an item left undeleted by an export failure (its
-// own or its group's). Its marker stays: the next run exports and purges it.
-func (rn *run) notExported(it audit.Item, err error) {
-	it.Status = audit.StatusFailed
-	it.Reason = reasonExportFailed + err.Error()
-	rn.record(it)
+// exportFailed stops the run without deleting the group: a shutdown or a
+// lost lease interrupts it, anything else fails it (fail closed), and then
+// every item of the group is recorded failed: its marker stays, and the
+// next run exports and purges it.
+func (rn *run) exportFailed(ctx context.Context, q []queuedPurge, err error) {
+	var ee *exportError
+	if !errors.As(err, &ee) || isStop(err) || ctx.Err() != nil {
+		rn.fail(ctx, stageExport, "", err)
+		return
+	}
+	rn.r.metrics.countError(stageExport)
+	rn.r.log.Error("retention_export_failed", "run_id", rn.id, "item_type", ee.item.ItemType, "item_id", ee.item.ItemID,
+		"export_file", rn.del.exp.Path(), "group", len(q), "err", ee.err)
+	for _, p := range q {
+		it := p.item
+		it.Status = audit.StatusFailed
+		it.Reason = reasonExportFailed + ee.err.Error()
+		if !rn.record(it) {
+			break
+		}
+	}
+	rn.setStop(&stopCause{status: audit.RunFailed, reason: ee.Error(), err: ee})
 }
 
 // sealExports seals export files left in progress by crashed runs; the
@@ -191,25 +226,4 @@ func (r *Runner) sealExports(runID string) {
 	for _, p := range sealed {
 		r.log.Info("retention_export_sealed", "run_id", runID, "file", p)
 	}
-}
-
-// closeExport seals this run's export file and fills in the footer's
-// export fields; an error leaves the file in progress for the next start.
-func (rn *run) closeExport(f *audit.Footer) error {
-	if rn.exp == nil {
-		return nil
-	}
-	sum, err := rn.exp.Close()
-	if err != nil {
-		if rn.stop == nil || rn.stop.status != audit.RunFailed {
-			rn.r.metrics.countError(stageExport) // else counted with the failure that caused it
-		}
-		rn.r.log.Error("retention_export_close_failed", "run_id", rn.id, "export_file", rn.exp.Path(), "err", err)
-		return err
-	}
-	n := sum.Records
-	f.Exported = &n
-	f.ExportFile = sum.Path
-	f.ExportSHA256 = sum.SHA256
-	return nil
 }

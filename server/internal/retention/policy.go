@@ -2,8 +2,10 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
@@ -169,7 +171,8 @@ func (r *Runner) ThreadPolicy(ctx context.Context, tid string) (ThreadPolicy, er
 }
 
 // SetThreadPolicy replaces a thread's override after checking it. It
-// takes effect at the next run; a dry run previews it.
+// governs every item whose purge has not been confirmed yet, the run going
+// included (claims.go); a dry run previews it.
 func (r *Runner) SetThreadPolicy(ctx context.Context, tid string, po PolicyOverride) (ThreadPolicy, error) {
 	o, err := r.parseOverride(po)
 	if err != nil {
@@ -190,4 +193,96 @@ func (r *Runner) ClearThreadPolicy(ctx context.Context, tid string) error {
 	}
 	r.log.Info("retention_policy_cleared", "tid", tid)
 	return nil
+}
+
+// policySnapshot is the policy a run applies: the global policy, the
+// overrides read once at its start (from the override index:
+// O(overrides)), those that could not be read, and what the run learnt of
+// the threads whose live messages it looked at. A claim is re-checked
+// against the overrides as they are later (claims.go).
+type policySnapshot struct {
+	global    policy
+	overrides map[string]store.RetentionOverride
+	bad       map[string]string // thread → why its override cannot be read
+	threads   map[string]*liveThread
+}
+
+// loadPolicy reads the overrides; it returns the snapshot and the number
+// of threads with an override, for the audit header.
+func loadPolicy(ctx context.Context, st *store.Store, global policy) (*policySnapshot, int, error) {
+	p := &policySnapshot{global: global, overrides: make(map[string]store.RetentionOverride),
+		bad: make(map[string]string), threads: make(map[string]*liveThread)}
+	n := 0
+	err := st.ScanRetentionOverrides(ctx, func(e store.OverrideEntry) error {
+		n++
+		if e.Err != nil {
+			// An override that cannot be read might have been longer than
+			// the global policy: nothing of the thread is purged.
+			p.bad[e.ThreadID] = e.Err.Error()
+			return nil
+		}
+		p.overrides[e.ThreadID] = e.Override
+		return nil
+	})
+	return p, n, err
+}
+
+// of is the policy in force for thread tid in this run.
+func (p *policySnapshot) of(tid string) policy { return p.global.with(p.overrides[tid]) }
+
+// overridden lists the threads whose override sets the field pick reads,
+// in ID order (a run is reproducible).
+func (p *policySnapshot) overridden(pick func(store.RetentionOverride) bool) []string {
+	var out []string
+	for tid, o := range p.overrides {
+		if pick(o) {
+			out = append(out, tid)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ownsField reports whether tid's override sets the field pick reads.
+func (p *policySnapshot) ownsField(tid string, pick func(store.RetentionOverride) bool) bool {
+	o, ok := p.overrides[tid]
+	return ok && pick(o)
+}
+
+// Fields of an override, for overridden and ownsField.
+func setsPeriods(o store.RetentionOverride) bool     { return o.Period != nil || o.MessagePeriod != nil }
+func setsMaxAge(o store.RetentionOverride) bool      { return o.MaxAge != nil }
+func setsMaxMessages(o store.RetentionOverride) bool { return o.MaxMessages != nil }
+
+// liveThread is what a run knows of a thread whose live messages a policy
+// may purge; read once per run.
+type liveThread struct {
+	skip   bool            // gone, deleted (kept whole for its restore window) or unreadable
+	hold   bool            // on legal hold: loses nothing
+	held   map[string]bool // causes for which the hold was recorded
+	reason string          // why an unreadable thread is skipped
+}
+
+// liveThread reads (once) what policies need of thread tid.
+func (p *policySnapshot) liveThread(ctx context.Context, st *store.Store, tid string) (*liveThread, error) {
+	if lt, ok := p.threads[tid]; ok {
+		return lt, nil
+	}
+	lt := &liveThread{}
+	t, err := st.GetThread(ctx, tid)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		lt.skip = true
+	case errors.Is(err, store.ErrMalformed):
+		lt.skip, lt.reason = true, "malformed thread record: "+err.Error()
+	case err != nil:
+		return nil, err
+	default:
+		lt.skip, lt.hold = t.Deleted, t.LegalHold
+	}
+	if why, bad := p.bad[tid]; bad {
+		lt.skip, lt.reason = true, "malformed retention override: "+why
+	}
+	p.threads[tid] = lt
+	return lt, nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math"
 	"strings"
 	"time"
@@ -31,80 +30,48 @@ const (
 	reasonRecoveredStamp = "stamped by run %s; audit record written on recovery"
 )
 
-// run is one retention run, from the lease to the footer.
+// run is one retention run, from the lease to the footer. Its parts own
+// their state: the lease session (session.go), the policy snapshot
+// (policy.go), the claims (claims.go), the journal (journal.go), the
+// deleter (deleter.go, export.go) and the meter (progress.go). The run
+// itself holds what ties them together: which sources feed it and why it
+// stopped.
 type run struct {
 	r       *Runner
 	id      string
 	trigger string
 	dry     bool
+	at      time.Time // the run's reference time: cutoffs, due checks, stamps
 	lease   *leaseSession
-	release func() // stops the heartbeat, releases the lease and the slot
+	release func() // closes the lease session and frees the run slot
 
-	w   *audit.Writer
-	exp *audit.ExportWriter // nil unless exporting (never in a dry run)
-	at  time.Time           // the run's reference time: cutoffs, due checks, stamps
+	sources []source
+	policy  *policySnapshot
+	claims  *claims
+	journal *journal
+	del     *deleter
+	meter   *meter
 
-	// purging holds the threads purged (or, in a dry run, that would be
-	// purged) by this run or by an unfinished earlier one: their messages
-	// go with them and are not looked at on their own.
-	purging map[string]bool
-
-	// Policies (sources.go): the overrides read at the start, those that
-	// could not be read, what the run knows of threads whose live messages
-	// it looked at, and the live messages it took (per message, and per
-	// thread for a dry run's max_messages).
-	overrides   map[string]store.RetentionOverride
-	badOverride map[string]string
-	threads     map[string]*liveThread
-	takenLive   map[string]bool
-	liveTaken   map[string]int64
-
-	queue     []queuedPurge   // purge begun, export due (export.go)
-	group     []finishedPurge // purged, audit record not yet durable
-	groupKeys int
-
-	pace    *pacer
-	taken   int // items purged (or dry_run) by the scan, for MAX_ITEMS
-	batches int // batch boundaries reached
-
-	stop     *stopCause
-	auditErr error
-
-	scanned, eligible, purged, failed, skipped, stamped, keys int64
-	byCause                                                   map[string]CauseCounts
-
-	// due is the number of index entries due when the run started (-1:
-	// not counted), seen those the scans have looked at; dueBy and seenBy
-	// split them by cause, the cause of the source scanning now.
-	due, seen     int64
-	dueBy, seenBy map[string]int64
-	cause         string
-	report        func(Progress) // RunRequest.Progress
-
-	// erase collects the spans this run purged; owed is set once the run
-	// has recorded, before its first delete, that an erase is owed.
-	erase    *store.EraseSpans
-	owed     bool
-	eraseAll bool // purges before this run's may not have been erased
-
-	lastProgress time.Time
-	lastReport   time.Time
+	stop *stopCause // why the run stopped before the end; the first cause wins
 }
 
-// finishedPurge is a purged (or stamped) item whose audit record waits for
-// the next durable group write; its marker goes once the record is synced.
-type finishedPurge struct {
-	marker store.PurgeMarker
-	stamp  *store.StampMarker // set for a stamp instead of a purge
-	item   audit.Item
-}
-
-// stopCause records why a run stopped before the end; the first one wins.
+// stopCause records why a run stopped before the end.
 type stopCause struct {
-	status string // footer status: completed, failed or interrupted
+	status string // footer status: failed or interrupted
 	reason string
 	err    error // for failed runs: what Run returns
 }
+
+// stageError is a failure of one stage of a run, for the errors metric.
+type stageError struct {
+	stage string
+	err   error
+}
+
+func (e *stageError) Error() string { return e.err.Error() }
+func (e *stageError) Unwrap() error { return e.err }
+
+func atStage(stage string, err error) error { return &stageError{stage: stage, err: err} }
 
 // candidate is what the run needs of a thread or message record.
 type candidate struct {
@@ -122,7 +89,9 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	defer rn.release()
 	r := rn.r
 	rn.at = r.now().UTC()
-	rn.lastProgress = rn.at
+	rn.meter.begin(rn.at)
+	rn.del = newDeleter(r, rn.checkpoint, rn.batchHook)
+	rn.journal = &journal{st: r.st, metrics: r.metrics, flushKeys: flushKeysFactor * r.cfg.BatchSize}
 	res := Result{RunID: rn.id, StartedAt: rn.at, DryRun: rn.dry}
 
 	// Files left .inprogress by a crashed run are sealed first, and only
@@ -137,16 +106,13 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	}
 	r.sealExports(rn.id)
 
-	// The header records the policies in force; the overrides are read
-	// once, from the override index: O(overrides).
-	rn.badOverride = make(map[string]string)
-	rn.threads = make(map[string]*liveThread)
-	rn.takenLive = make(map[string]bool)
-	rn.liveTaken = make(map[string]int64)
-	overrides, err := rn.loadOverrides(ctx)
+	// The header records the policies in force.
+	policy, overrides, err := loadPolicy(ctx, r.st, r.globalPolicy())
 	if err != nil {
 		return rn.failedToStart(res, stageScan, "read retention overrides", err)
 	}
+	rn.policy = policy
+	rn.claims = newClaims(r, rn.id, rn.dry, rn.at, policy)
 	info := rn.lease.info()
 	w, err := audit.CreateWith(r.cfg.AuditPath, rn.id, audit.Header{
 		StartedAt:       rn.at,
@@ -168,11 +134,11 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 		// Fail closed: without a durable header nothing is deleted.
 		return rn.failedToStart(res, stageAudit, "create audit file", err)
 	}
-	rn.w = w
+	rn.journal.w = w
 	if r.cfg.ExportPath != "" && !rn.dry {
 		// The file is made with the first record: a run that purges
 		// nothing leaves none.
-		if rn.exp, err = audit.NewExportWriter(r.cfg.ExportPath, rn.id, rn.at); err != nil {
+		if err := rn.del.openExport(rn.id, rn.at); err != nil {
 			r.metrics.countError(stageExport)
 			rn.setStop(&stopCause{status: audit.RunFailed, reason: "export: " + err.Error(), err: fmt.Errorf("export: %w", err)})
 			return rn.finish(ctx, res)
@@ -189,17 +155,30 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	if rn.stop == nil {
 		rn.countDue(ctx)
 	}
-	for _, src := range rn.sources() {
-		if rn.stop != nil {
+	for _, src := range rn.sources {
+		if rn.done() {
 			break
 		}
-		rn.cause = src.cause
-		src.scan(ctx)
+		rn.meter.cause = src.cause()
+		if err := src.scan(ctx, rn); err != nil && rn.stop == nil {
+			rn.fail(ctx, stageScan, "", err)
+		}
 	}
 	// The last report shows where the scans ended, not where the last
 	// timed report left them.
 	rn.reportProgress(r.now())
 	return rn.finish(ctx, res)
+}
+
+// done reports whether the sources should stop: the run stopped, or it
+// claimed MAX_ITEMS items.
+func (rn *run) done() bool { return rn.stop != nil || rn.claims.full() }
+
+// batchHook shows a batch boundary to the tests' hook, if any.
+func (rn *run) batchHook(ctx context.Context, n int) {
+	if h := rn.r.hooks.beforeBatch; h != nil {
+		h(ctx, batchPoint{RunID: rn.id, Lease: rn.lease.lease, Audit: rn.journal.w, N: n})
+	}
 }
 
 // failedToStart reports a run that failed before its audit header was
@@ -217,146 +196,66 @@ func (rn *run) failedToStart(res Result, stage, what string, err error) (Result,
 	return res, fmt.Errorf("%s: %w", what, err)
 }
 
-// recoverPending finishes what earlier runs left: a purge marker means a
-// purge began and its audit record may be missing. Dry runs only learn
-// which threads are affected.
-func (rn *run) recoverPending(ctx context.Context) {
-	r := rn.r
-	markers, err := r.st.PendingPurges(ctx)
-	if err != nil {
-		rn.fail(ctx, stageRecovery, "list pending purges", err)
-		return
-	}
-	for _, m := range markers {
-		if m.Kind == store.KindThread {
-			rn.purging[m.ID] = true
-		}
-	}
-	if rn.dry || len(markers) == 0 {
-		return
-	}
-	r.log.Info("retention_recovery", "run_id", rn.id, "pending", len(markers))
-	for _, m := range markers {
-		if err := rn.checkpoint(ctx); err != nil {
-			rn.halt(err)
-			return
-		}
-		rn.scanned++
-		it := audit.Item{
-			ItemType:  string(m.Kind),
-			ItemID:    m.ID,
-			ThreadID:  m.ThreadID,
-			DeletedAt: unixTime(m.DeletedTS),
-			Cause:     m.Cause, // empty (deleted) for markers written before policies
-		}
-		exists, err := r.st.ItemExists(ctx, m.Kind, m.ID)
+// countDue counts, per source, the entries the scans will look at, so
+// progress can say how much is left of each cause. A failure only leaves
+// the count unknown.
+func (rn *run) countDue(ctx context.Context) {
+	var n int64
+	by := make(map[string]int64)
+	for _, src := range rn.sources {
+		c, err := src.count(ctx, rn)
 		if err != nil {
-			rn.fail(ctx, stageRecovery, "check pending purge", err)
+			rn.r.log.Warn("retention_count_due_failed", "run_id", rn.id, "cause", src.cause(), "err", err)
+			rn.meter.counted(-1, nil)
 			return
 		}
-		it.Recovered = true
-		if exists {
-			// Exported again (when exporting), recovered: the crashed run
-			// may have exported it already.
-			it.Reason = fmt.Sprintf(reasonRecoveredAgain, m.RunID, rn.id)
-			rn.purgeItem(ctx, m, it)
-		} else {
-			it.Reason = fmt.Sprintf(reasonRecoveredGone, m.RunID)
-			rn.finished(ctx, m, it, 0)
-		}
-		if rn.stop != nil {
-			return
+		n += c
+		if c > 0 {
+			by[src.cause()] += c
 		}
 	}
-	rn.drainExports(ctx)
-	rn.flush(ctx)
+	rn.meter.counted(n, by)
+	rn.r.log.Info("retention_run_due", "run_id", rn.id, "due", n, "due_by_cause", countLog(by))
+	rn.reportProgress(rn.r.now())
 }
 
-// recoverStamps writes the audit records of stamps that an earlier run
-// made but did not record durably (it stopped in between).
-func (rn *run) recoverStamps(ctx context.Context) {
-	if rn.dry {
-		return
-	}
-	markers, err := rn.r.st.PendingStamps(ctx)
-	if err != nil {
-		rn.fail(ctx, stageRecovery, "list pending stamps", err)
-		return
-	}
-	for _, m := range markers {
-		m := m
-		rn.group = append(rn.group, finishedPurge{stamp: &m, item: audit.Item{
-			ItemType:  string(m.Kind),
-			ItemID:    m.ID,
-			ThreadID:  m.ThreadID,
-			DeletedAt: unixTime(m.DeletedTS),
-			Status:    audit.StatusStamped,
-			Reason:    fmt.Sprintf(reasonRecoveredStamp, m.RunID),
-			Recovered: true,
-		}})
-	}
-	rn.flush(ctx)
-}
-
-// scan walks the deletion index of kind: the entries due for period, then
-// those stamped in the future, which are reported as clock skew.
-func (rn *run) scan(ctx context.Context, kind store.ItemKind, period time.Duration) {
-	for _, rg := range rn.scanRanges(period) {
-		err := rn.r.st.ScanDeletionIndex(ctx, kind, rg[0], rg[1], func(e store.DeletionEntry) error {
-			rn.consider(ctx, e)
-			rn.seen1()
-			rn.progress()
-			if rn.stop != nil {
-				return store.ErrStopScan
-			}
-			return nil
-		})
-		if err != nil && rn.stop == nil {
-			rn.fail(ctx, stageScan, "scan deletion index", err)
-		}
-		if rn.stop != nil {
-			return
-		}
-	}
-}
-
-// consider applies the rules of spec §3 to one index entry, with the
-// periods in force for its thread. The index only finds candidates: every
-// decision is taken on the record as it is now.
+// consider applies the rules of spec §3 to one deletion-index entry, with
+// the periods in force for its thread. The index only finds candidates:
+// every decision is taken on the record as it is now.
 func (rn *run) consider(ctx context.Context, e store.DeletionEntry) {
 	if err := ctx.Err(); err != nil {
 		rn.halt(err)
 		return
 	}
-	if e.Kind == store.KindMessage && rn.purging[e.ThreadID] {
+	if e.Kind == store.KindMessage && rn.claims.purging(e.ThreadID) {
 		return // the thread's purge takes the message with it
 	}
 	tid := e.ThreadID
 	if e.Kind == store.KindThread {
 		tid = e.ID
 	}
-	if why, bad := rn.badOverride[tid]; bad {
-		rn.scanned++
+	if why, bad := rn.policy.bad[tid]; bad {
+		rn.journal.scanned++
 		rn.record(skippedItem(e, "malformed retention override: "+why))
 		return
 	}
-	period := rn.policyOf(tid).period
+	period := rn.policy.of(tid).period
 	if e.Kind == store.KindMessage {
-		period = rn.policyOf(tid).messagePeriod
+		period = rn.policy.of(tid).messagePeriod
 	}
 	c, err := rn.load(ctx, e)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return // a stale entry, or purged with its thread
 	case errors.Is(err, store.ErrMalformed):
-		rn.scanned++
+		rn.journal.scanned++
 		rn.record(skippedItem(e, reasonMalformed+err.Error()))
 		return
 	case err != nil:
 		rn.fail(ctx, stageScan, "read "+string(e.Kind), err)
 		return
 	}
-	rn.scanned++
+	rn.journal.scanned++
 	switch {
 	case !c.deleted:
 		return // restored since it was indexed
@@ -416,6 +315,59 @@ func (rn *run) threadOnHold(ctx context.Context, tid string) (bool, error) {
 	return t.LegalHold, err
 }
 
+// losesLive reports whether live messages of tid can be taken at all in
+// this run: not when the thread is on hold, deleted, gone or unreadable.
+func (rn *run) losesLive(ctx context.Context, tid string) (bool, error) {
+	if rn.claims.purging(tid) {
+		return false, nil
+	}
+	lt, err := rn.policy.liveThread(ctx, rn.r.st, tid)
+	if err != nil {
+		return false, err
+	}
+	return !lt.skip && !lt.hold, nil
+}
+
+// considerLive applies a policy to one live message: its thread must be
+// live and not on hold, and the message not taken already by this run
+// (an item purged for one cause is recorded once). It reports false when
+// nothing of the thread can be taken for cause.
+func (rn *run) considerLive(ctx context.Context, e store.AgeEntry, cause string, check store.PolicyCheck) bool {
+	if err := ctx.Err(); err != nil {
+		rn.halt(err)
+		return false
+	}
+	if rn.claims.purging(e.ThreadID) || rn.claims.live[e.MessageID] {
+		return true
+	}
+	lt, err := rn.policy.liveThread(ctx, rn.r.st, e.ThreadID)
+	if err != nil {
+		rn.fail(ctx, stageScan, "read thread", err)
+		return false
+	}
+	if lt.skip || lt.hold {
+		// Recorded once per thread and cause, not per message: a thread on
+		// hold may hold many.
+		reason := lt.reason
+		if lt.hold {
+			reason = reasonLegalHold
+		}
+		if reason != "" && !lt.held[cause] {
+			if lt.held == nil {
+				lt.held = make(map[string]bool)
+			}
+			lt.held[cause] = true
+			rn.journal.scanned++
+			rn.record(audit.Item{ItemType: audit.ItemThread, ItemID: e.ThreadID, ThreadID: e.ThreadID,
+				Status: audit.StatusSkipped, Cause: cause, Reason: reason})
+		}
+		return false
+	}
+	rn.journal.scanned++
+	rn.take(ctx, candidate{kind: store.KindMessage, id: e.MessageID, tid: e.ThreadID, cause: cause, check: check})
+	return true
+}
+
 // stamp starts the retention clock of a legacy record: it is never purged
 // on sight, only a full period after this run.
 func (rn *run) stamp(ctx context.Context, e store.DeletionEntry, c candidate) {
@@ -440,106 +392,73 @@ func (rn *run) stamp(ctx context.Context, e store.DeletionEntry, c candidate) {
 	// Like a purge: the record joins the next durable group write, and the
 	// stamp's marker stays until that write is synced.
 	m := store.StampMarker{Kind: c.kind, ID: c.id, ThreadID: c.tid, DeletedTS: c.deletedTS, RunID: rn.id}
-	rn.group = append(rn.group, finishedPurge{stamp: &m, item: c.item(audit.StatusStamped, reasonStamped)})
-	if len(rn.group) >= flushItems {
+	if rn.journal.add(finishedPurge{stamp: &m, item: c.item(audit.StatusStamped, reasonStamped)}, 0) {
 		rn.flush(ctx)
 	}
 }
 
-// take purges an eligible item (or records it in a dry run), whatever
-// source found it.
+// take claims an eligible item and purges it (or records it in a dry
+// run), whatever source found it.
 func (rn *run) take(ctx context.Context, c candidate) {
-	r := rn.r
-	rn.taken++
-	if c.kind == store.KindThread {
-		rn.purging[c.id] = true
-	}
-	live := c.cause != audit.CauseDeleted
-	if live {
-		rn.takenLive[c.id] = true
-		rn.liveTaken[c.tid]++
-	}
 	if rn.dry {
+		rn.claims.take(ctx, c)
 		rn.record(c.item(audit.StatusDryRun, ""))
-	} else {
-		if err := rn.checkpoint(ctx); err != nil {
-			rn.halt(err)
-			return
-		}
-		m := store.PurgeMarker{
-			Kind:      c.kind,
-			ID:        c.id,
-			ThreadID:  c.tid,
-			DeletedTS: c.deletedTS,
-			RunID:     rn.id,
-			StartedAt: r.now().UnixNano(),
-			Cause:     c.cause,
-		}
-		var err error
-		if live {
-			err = r.st.BeginPolicyPurge(ctx, m, c.check)
-		} else {
-			err = r.st.BeginPurge(ctx, m)
-		}
-		switch {
-		case errors.Is(err, store.ErrNotEligible):
-			rn.taken--
-			delete(rn.purging, c.id)
-			if live {
-				rn.liveTaken[c.tid]--
-			}
-			return // a restore, delete, edit race or hold won
-		case err != nil:
-			rn.fail(ctx, stagePurge, "begin purge", err)
-			return
-		}
-		rn.purgeItem(ctx, m, c.item("", ""))
-	}
-	if r.cfg.MaxItems > 0 && rn.taken >= r.cfg.MaxItems && rn.stop == nil {
-		rn.stop = &stopCause{status: audit.RunCompleted, reason: reasonMaxItems}
-	}
-}
-
-// purge deletes an item's keys in batches, checking before every batch.
-func (rn *run) purge(ctx context.Context, m store.PurgeMarker) (int, error) {
-	if !rn.owed {
-		// Whether earlier purges were all erased is read before this run's
-		// first purge says they are not.
-		erased, err := rn.r.st.Erased(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if err := rn.r.st.OweErase(ctx); err != nil {
-			return 0, err
-		}
-		rn.owed, rn.eraseAll = true, !erased
-	}
-	opts := store.PurgeOptions{BatchSize: rn.r.cfg.BatchSize, BeforeBatch: rn.beforeBatch, BatchLimit: rn.pace.batchLimit,
-		Erase: rn.erase}
-	var keys int
-	var err error
-	if m.Kind == store.KindThread {
-		keys, err = rn.r.st.PurgeThread(ctx, m.ID, opts)
-	} else {
-		keys, err = rn.r.st.PurgeMessage(ctx, m.ThreadID, m.ID, opts)
-	}
-	rn.r.metrics.KeysDeleted.Add(float64(keys))
-	return keys, err
-}
-
-// beforeBatch runs before every delete batch: it stops the purge on
-// shutdown or when the lease is no longer safely ours, then paces,
-// yielding to user writes (pace.go).
-func (rn *run) beforeBatch(ctx context.Context) error {
-	rn.batches++
-	if h := rn.r.hooks.beforeBatch; h != nil {
-		h(ctx, batchPoint{RunID: rn.id, Lease: rn.lease.lease, Audit: rn.w, N: rn.batches})
+		return
 	}
 	if err := rn.checkpoint(ctx); err != nil {
-		return err
+		rn.halt(err)
+		return
 	}
-	rn.pace.observe(rn.r.clock.Now())
-	return sleep(ctx, rn.r.clock, jitter(rn.pace.pause()))
+	m, taken, err := rn.claims.take(ctx, c)
+	switch {
+	case err != nil:
+		rn.fail(ctx, stagePurge, "", err)
+	case taken:
+		rn.purgeItem(ctx, m, c.item("", ""))
+	}
+}
+
+// purgeItem deletes a claimed item, or, when exporting, queues it for the
+// next export group (export.go).
+func (rn *run) purgeItem(ctx context.Context, m store.PurgeMarker, it audit.Item) {
+	if rn.del.exp != nil {
+		rn.queueExport(ctx, m, it)
+		return
+	}
+	if m, ok := rn.confirm(ctx, m, it); ok {
+		rn.deleteItem(ctx, m, it)
+	}
+}
+
+// confirm re-checks a claim before anything irreversible (claims.confirm);
+// a claim given back is recorded as skipped, with the reason.
+func (rn *run) confirm(ctx context.Context, m store.PurgeMarker, it audit.Item) (store.PurgeMarker, bool) {
+	if h := rn.r.hooks.beforeConfirm; h != nil {
+		h(ctx, m)
+	}
+	confirmed, why, err := rn.claims.confirm(ctx, m)
+	switch {
+	case err != nil:
+		rn.fail(ctx, stagePurge, "", err)
+		return m, false
+	case why != "":
+		rn.r.log.Info("retention_claim_given_back", "run_id", rn.id, "item_type", it.ItemType, "item_id", it.ItemID,
+			"reason", why)
+		it.Status, it.Reason = audit.StatusSkipped, why
+		rn.record(it)
+		return m, false
+	}
+	return confirmed, true
+}
+
+// deleteItem deletes a confirmed item's keys and queues its record.
+func (rn *run) deleteItem(ctx context.Context, m store.PurgeMarker, it audit.Item) {
+	keys, err := rn.del.purge(ctx, m)
+	if err != nil {
+		rn.purgeFailed(it, keys, err)
+		return
+	}
+	rn.finished(ctx, m, it, keys)
 }
 
 // checkpoint is the check before any write: not shut down, lease still
@@ -586,115 +505,52 @@ func (rn *run) finished(ctx context.Context, m store.PurgeMarker, it audit.Item,
 	it.Status = audit.StatusPurged
 	it.KeysDeleted = int64(keys)
 	it.PurgedAt = &at
-	rn.group = append(rn.group, finishedPurge{marker: m, item: it})
-	rn.groupKeys += keys
-	if len(rn.group) >= flushItems || rn.groupKeys >= flushKeysFactor*rn.r.cfg.BatchSize {
+	if rn.journal.add(finishedPurge{marker: m, item: it}, keys) {
 		rn.flush(ctx)
 	}
 }
 
-// flush makes a group of purges durable, in the order that keeps spec §5
-// true through a crash at any instant: deletes synced before any "purged"
-// record is written, records synced before any marker is cleared.
+// flush makes the journal's group durable (journal.flush).
 func (rn *run) flush(ctx context.Context) {
-	if len(rn.group) == 0 || rn.auditErr != nil {
-		return
+	if err := rn.journal.flush(ctx); err != nil {
+		rn.fail(ctx, stageSync, "", err)
 	}
-	// Once deletes have happened their records are owed, shutdown or not.
-	ctx = context.WithoutCancel(ctx)
-	r := rn.r
-	if err := r.st.Sync(ctx); err != nil {
-		rn.fail(ctx, stageSync, "sync store", err)
-		return // markers stay: the next run writes the records
-	}
-	markers := make([]store.PurgeMarker, 0, len(rn.group))
-	var stamps []store.StampMarker
-	for _, p := range rn.group {
-		if !rn.record(p.item) {
-			return
-		}
-		if p.stamp != nil {
-			stamps = append(stamps, *p.stamp)
-		} else {
-			markers = append(markers, p.marker)
-		}
-	}
-	if err := rn.w.Sync(); err != nil {
-		rn.auditFailed(err)
-		return
-	}
-	if err := r.st.ClearPurges(ctx, markers); err != nil {
-		rn.fail(ctx, stageSync, "clear purge markers", err)
-		return
-	}
-	if err := r.st.ClearStamps(ctx, stamps); err != nil {
-		rn.fail(ctx, stageSync, "clear stamp markers", err)
-		return
-	}
-	rn.group = rn.group[:0]
-	rn.groupKeys = 0
 }
 
-// record appends an item record and counts it. After an audit write error
-// nothing more is written or deleted.
+// record appends an item record; after an audit write error nothing more
+// is written or deleted.
 func (rn *run) record(it audit.Item) bool {
-	if rn.auditErr != nil {
+	if err := rn.journal.record(it); err != nil {
+		rn.fail(context.Background(), stageAudit, "", err)
 		return false
 	}
-	if err := rn.w.Item(it); err != nil {
-		rn.auditFailed(err)
-		return false
-	}
-	if it.Cause == "" {
-		it.Cause = audit.CauseDeleted // as the writer wrote it
-	}
-	cc := rn.byCause[it.Cause]
-	switch it.Status {
-	case audit.StatusPurged:
-		rn.purged++
-		rn.eligible++
-		cc.Purged++
-		cc.Eligible++
-		rn.r.metrics.ItemsPurged.WithLabelValues(it.ItemType, it.Cause).Inc()
-	case audit.StatusFailed:
-		rn.failed++
-		rn.eligible++
-		cc.Failed++
-		cc.Eligible++
-	case audit.StatusDryRun:
-		rn.eligible++
-		cc.Eligible++
-	case audit.StatusSkipped:
-		rn.skipped++
-		cc.Skipped++
-	case audit.StatusStamped:
-		rn.stamped++
-	}
-	if rn.byCause == nil {
-		rn.byCause = make(map[string]CauseCounts)
-	}
-	rn.byCause[it.Cause] = cc
-	rn.keys += it.KeysDeleted
 	return true
 }
 
-func (rn *run) auditFailed(err error) {
-	rn.auditErr = err
-	rn.r.metrics.countError(stageAudit)
-	rn.r.log.Error("retention_audit_write_failed", "run_id", rn.id, "err", err)
-	rn.stop = &stopCause{status: audit.RunFailed, reason: "audit write: " + err.Error(), err: fmt.Errorf("audit write: %w", err)}
-}
-
-// fail stops the run on an error of stage; a shutdown or lost lease
-// showing through the error interrupts it instead.
+// fail stops the run on an error of stage: an audit write error fails it;
+// a shutdown, lost lease or pause showing through the error interrupts it;
+// anything else fails it. what, when set, says what failed.
 func (rn *run) fail(ctx context.Context, stage, what string, err error) {
+	var ae *auditError
+	if errors.As(err, &ae) {
+		if rn.stop == nil {
+			rn.r.metrics.countError(stageAudit)
+			rn.r.log.Error("retention_audit_write_failed", "run_id", rn.id, "err", ae.err)
+		}
+		rn.setStop(&stopCause{status: audit.RunFailed, reason: ae.Error(), err: ae})
+		return
+	}
 	if isStop(err) || ctx.Err() != nil {
 		rn.halt(err)
 		return
 	}
+	var se *stageError
+	if errors.As(err, &se) {
+		stage = se.stage
+	}
 	rn.r.metrics.countError(stage)
 	rn.r.log.Error("retention_run_error", "run_id", rn.id, "stage", stage, "err", err)
-	if what != "" { // empty when err already says what failed
+	if what != "" {
 		err = fmt.Errorf("%s: %w", what, err)
 	}
 	rn.setStop(&stopCause{status: audit.RunFailed, reason: err.Error(), err: err})
@@ -716,6 +572,7 @@ func (rn *run) halt(err error) {
 	rn.setStop(&stopCause{status: audit.RunInterrupted, reason: reason})
 }
 
+// setStop records why the run stops; the first cause wins.
 func (rn *run) setStop(c *stopCause) {
 	if rn.stop == nil {
 		rn.stop = c
@@ -742,22 +599,33 @@ func (rn *run) scanRanges(period time.Duration) [][2]int64 {
 	return out
 }
 
+// looked counts one entry a source looked at, reports progress, and says
+// whether the source should go on.
+func (rn *run) looked() error {
+	rn.meter.seen1()
+	rn.progress()
+	if rn.done() {
+		return store.ErrStopScan
+	}
+	return nil
+}
+
 // progress logs how a long run is going, about every progressEvery, and
 // reports it to the caller's Progress more often.
 func (rn *run) progress() {
 	now := rn.r.now()
-	if rn.report != nil && now.Sub(rn.lastReport) >= progressReportEvery {
+	if rn.meter.reportDue(now) {
 		rn.reportProgress(now)
 	}
-	if now.Sub(rn.lastProgress) < progressEvery {
+	if !rn.meter.logDue(now) {
 		return
 	}
-	rn.lastProgress = now
-	p := rn.progressAt(now)
+	p := rn.meter.at(now, int64(rn.claims.taken))
+	t := rn.journal.tally()
 	attrs := []any{"run_id", rn.id, "done", p.Done, "due", p.Due, "done_by_cause", countLog(p.DoneByCause),
 		"due_by_cause", countLog(p.DueByCause), "items_done", p.Purged,
-		"scanned", rn.scanned, "keys_deleted", rn.keys, "rate_per_sec", math.Round(p.Rate*10) / 10,
-		"by_cause", causeLog(rn.byCause)}
+		"scanned", t.Scanned, "keys_deleted", t.KeysDeleted, "rate_per_sec", math.Round(p.Rate*10) / 10,
+		"by_cause", causeLog(rn.journal.byCause)}
 	if p.Left > 0 {
 		attrs = append(attrs, "time_left", p.Left.Round(time.Second).String())
 	}
@@ -765,27 +633,7 @@ func (rn *run) progress() {
 }
 
 func (rn *run) reportProgress(now time.Time) {
-	if rn.report == nil {
-		return
-	}
-	rn.lastReport = now
-	rn.report(rn.progressAt(now))
-}
-
-// progressAt is the run's progress at now: entries looked at of those
-// due, their rate, and the time left at that rate.
-func (rn *run) progressAt(now time.Time) Progress {
-	p := Progress{Done: rn.seen, Due: rn.due, Purged: int64(rn.taken)}
-	if rn.due >= 0 {
-		p.DueByCause, p.DoneByCause = maps.Clone(rn.dueBy), maps.Clone(rn.seenBy)
-	}
-	if elapsed := now.Sub(rn.at).Seconds(); elapsed > 0 {
-		p.Rate = float64(rn.seen) / elapsed
-	}
-	if p.Rate > 0 && p.Due > p.Done {
-		p.Left = time.Duration(float64(p.Due-p.Done) / p.Rate * float64(time.Second))
-	}
-	return p
+	rn.meter.send(now, rn.meter.at(now, int64(rn.claims.taken)))
 }
 
 // finish flushes, erases, writes the footer, and reports the run.
@@ -794,30 +642,47 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 	rn.drainExports(ctx)
 	rn.flush(ctx)
 	var footer audit.Footer
-	if err := rn.closeExport(&footer); err != nil && (rn.stop == nil || rn.stop.status == audit.RunCompleted) {
-		rn.stop = &stopCause{status: audit.RunFailed, reason: "close export file: " + err.Error(),
-			err: fmt.Errorf("close export file: %w", err)}
+	if err := rn.del.closeExport(&footer); err != nil {
+		if rn.stop == nil {
+			r.metrics.countError(stageExport) // else counted with the failure that caused it
+		}
+		r.log.Error("retention_export_close_failed", "run_id", rn.id, "export_file", rn.del.exp.Path(), "err", err)
+		rn.setStop(&stopCause{status: audit.RunFailed, reason: "close export file: " + err.Error(),
+			err: fmt.Errorf("close export file: %w", err)})
 	}
-	erased, eraseMS := rn.eraseStep(ctx)
+	var erased bool
+	var eraseMS int64
+	if !rn.dry && r.cfg.Erase && rn.journal.err == nil && ctx.Err() == nil {
+		// A failed erase fails the run; a shutdown skips it and the next
+		// run erases everything.
+		var err error
+		if erased, eraseMS, err = rn.del.eraseStep(ctx, rn.id); err != nil {
+			rn.fail(ctx, stageErase, "", err)
+		}
+	}
 	status, reason := audit.RunCompleted, ""
 	var runErr error
-	if rn.stop != nil {
+	switch {
+	case rn.stop != nil:
 		status, reason = rn.stop.status, rn.stop.reason
 		if status == audit.RunFailed {
 			runErr = fmt.Errorf("retention run %s: %w", rn.id, rn.stop.err)
 		}
+	case rn.claims.full():
+		reason = reasonMaxItems
 	}
 	finished := r.now().UTC()
+	t := rn.journal.tally()
 	footer.FinishedAt, footer.Status, footer.Reason = finished, status, reason
-	footer.Scanned, footer.Eligible, footer.Purged = rn.scanned, rn.eligible, rn.purged
-	footer.Failed, footer.Skipped, footer.Stamped = rn.failed, rn.skipped, rn.stamped
-	footer.KeysDeleted, footer.DurationMS = rn.keys, finished.Sub(rn.at).Milliseconds()
+	footer.Scanned, footer.Eligible, footer.Purged = t.Scanned, t.Eligible, t.Purged
+	footer.Failed, footer.Skipped, footer.Stamped = t.Failed, t.Skipped, t.Stamped
+	footer.KeysDeleted, footer.DurationMS = t.KeysDeleted, finished.Sub(rn.at).Milliseconds()
 	footer.Erased, footer.EraseMS = erased, eraseMS
-	path, err := rn.w.Close(footer)
+	path, err := rn.journal.w.Close(footer)
 	if err != nil {
 		r.metrics.countError(stageAudit)
 		r.log.Error("retention_audit_close_failed", "run_id", rn.id, "err", err)
-		path = rn.w.Path()
+		path = rn.journal.w.Path()
 		if status != audit.RunFailed {
 			status, reason = audit.RunFailed, "close audit file: "+err.Error()
 		}
@@ -828,13 +693,13 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 
 	res.FinishedAt = finished
 	res.Status = status
-	res.Scanned, res.Eligible, res.Purged = rn.scanned, rn.eligible, rn.purged
-	res.Failed, res.Skipped, res.Stamped, res.KeysDeleted = rn.failed, rn.skipped, rn.stamped, rn.keys
+	res.Scanned, res.Eligible, res.Purged = t.Scanned, t.Eligible, t.Purged
+	res.Failed, res.Skipped, res.Stamped, res.KeysDeleted = t.Failed, t.Skipped, t.Stamped, t.KeysDeleted
 	res.AuditFile = path
 	if footer.Exported != nil {
 		res.Exported, res.ExportFile = *footer.Exported, footer.ExportFile
 	}
-	res.ByCause = rn.byCause
+	res.ByCause = rn.journal.byCause
 	if status != audit.RunCompleted {
 		res.Error = reason
 	}
@@ -845,7 +710,7 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 	}
 	r.metrics.Runs.WithLabelValues(label).Inc()
 	r.metrics.RunDuration.Observe(finished.Sub(rn.at).Seconds())
-	r.metrics.EligibleItems.Set(float64(rn.eligible))
+	r.metrics.EligibleItems.Set(float64(t.Eligible))
 	// A dry run purges nothing, so it is no success for the alert that
 	// watches for runs that do their job.
 	if status == audit.RunCompleted && !rn.dry {
@@ -858,57 +723,12 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 		level = slog.LevelWarn
 	}
 	r.log.Log(ctx, level, "retention_run_finished", "run_id", rn.id, "trigger", rn.trigger, "dry_run", rn.dry,
-		"status", status, "reason", reason, "scanned", rn.scanned, "eligible", rn.eligible, "purged", rn.purged,
-		"failed", rn.failed, "skipped", rn.skipped, "stamped", rn.stamped, "keys_deleted", rn.keys,
-		"by_cause", causeLog(rn.byCause), "batches", rn.batches, "batches_yielded", rn.pace.yielded,
+		"status", status, "reason", reason, "scanned", t.Scanned, "eligible", t.Eligible, "purged", t.Purged,
+		"failed", t.Failed, "skipped", t.Skipped, "stamped", t.Stamped, "keys_deleted", t.KeysDeleted,
+		"by_cause", causeLog(rn.journal.byCause), "batches", rn.del.batches, "batches_yielded", rn.del.pace.yielded,
 		"erased", erased, "erase_ms", eraseMS,
 		"duration_ms", finished.Sub(rn.at).Milliseconds(), "audit_file", path, "export_file", footer.ExportFile)
 	return res, runErr
-}
-
-// eraseStep makes what was purged unrecoverable from the data directory
-// before the footer says so (docs/erasure.md). It runs after non-dry runs
-// with ERASE on when this run purged something, or when purges of an
-// earlier version or of a run that did not erase may have left content
-// (then over the whole key space, once). A failed erase fails the run; a
-// shutdown skips it and the next run erases everything.
-func (rn *run) eraseStep(ctx context.Context) (bool, int64) {
-	r := rn.r
-	if rn.dry || !r.cfg.Erase || rn.auditErr != nil || ctx.Err() != nil {
-		return false, 0
-	}
-	full := rn.eraseAll
-	if !rn.owed {
-		erased, err := r.st.Erased(ctx)
-		if err != nil {
-			rn.fail(ctx, stageErase, "erase", err)
-			return false, 0
-		}
-		if erased {
-			return false, 0 // nothing purged, nothing left over
-		}
-		full = true
-	}
-	start := time.Now()
-	er, err := r.st.Erase(ctx, rn.erase, store.EraseOptions{Rate: int64(r.cfg.EraseRate) << 20, Full: full})
-	took := time.Since(start)
-	r.metrics.EraseDuration.Observe(took.Seconds())
-	if err != nil {
-		if rn.stop != nil && rn.stop.status == audit.RunCompleted {
-			rn.stop = nil // a completed run (max_items) that did not erase has failed
-		}
-		rn.fail(ctx, stageErase, "", err) // the store's errors start with "erase: "
-		return false, took.Milliseconds()
-	}
-	if er.Full {
-		r.log.Info("retention_erase_full", "run_id", rn.id,
-			"why", "content purged before erasure existed, or by a run that did not erase, may remain: whole key space erased once",
-			"tables_removed", er.TablesRemoved, "logs_removed", er.LogsRemoved, "erase_ms", took.Milliseconds())
-	} else {
-		r.log.Info("retention_erased", "run_id", rn.id, "ranges", er.Ranges,
-			"tables_removed", er.TablesRemoved, "logs_removed", er.LogsRemoved, "erase_ms", took.Milliseconds())
-	}
-	return true, took.Milliseconds()
 }
 
 // item builds the audit record of a candidate.

@@ -87,6 +87,8 @@ type runnerHooks struct {
 	// beforeBatch runs at every batch boundary of a purge, before the
 	// context, lease and pause checks.
 	beforeBatch func(ctx context.Context, b batchPoint)
+	// beforeConfirm runs before a claim's re-check (claims.confirm).
+	beforeConfirm func(ctx context.Context, m store.PurgeMarker)
 }
 
 // batchPoint describes a batch boundary to the test hook.
@@ -276,15 +278,9 @@ func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error
 		trigger: req.Trigger,
 		dry:     dry,
 		lease:   lease,
-		purging: make(map[string]bool),
-		report:  req.Progress,
-		erase:   &store.EraseSpans{},
+		sources: policySources(),
+		meter:   newMeter(req.Progress),
 	}
-	var writes func() uint64
-	if r.cfg.YieldToWrites {
-		writes = r.st.UserWrites
-	}
-	rn.pace = newPacer(r.cfg.BatchPause, writes)
 	rn.release = func() {
 		if err := lease.Close(); err != nil {
 			r.metrics.countError(stageLease)
