@@ -10,6 +10,7 @@ import (
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/logging"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // progressBar draws a run's progress on the last line of a terminal
@@ -112,7 +113,16 @@ func renderProgress(p retention.Progress) string {
 			}
 		}
 	}
-	fmt.Fprintf(&sb, "  %d purged  %.0f/s", p.Purged, p.Rate)
+	fmt.Fprintf(&sb, "  %d purged", p.Purged)
+	if e := p.Erase; e != nil {
+		// The scans are over: what is left is the erase step.
+		fmt.Fprintf(&sb, "  erasing: %s", e.Step)
+		if e.Step == store.EraseCompact {
+			fmt.Fprintf(&sb, " %d/%d ranges", e.Done, e.Total)
+		}
+		return sb.String()
+	}
+	fmt.Fprintf(&sb, "  %.0f/s", p.Rate)
 	if p.Left > 0 {
 		fmt.Fprintf(&sb, "  %s left", p.Left.Round(time.Second))
 	}

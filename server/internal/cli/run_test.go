@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // runJSON runs `retention run --json` and decodes what it printed.
@@ -101,6 +102,12 @@ func TestProgressBarAroundLogLines(t *testing.T) {
 	}
 	if got := renderProgress(retention.Progress{Done: 3, Due: -1}); got != "3 looked at  0 purged  0/s" {
 		t.Fatalf("unknown due: %q", got)
+	}
+	// Through the erase step the line says where the erase is, not a rate.
+	erasing := retention.Progress{Done: 10, Due: 10, Purged: 10, Rate: 3,
+		Erase: &store.EraseProgress{Step: store.EraseCompact, Done: 2, Total: 5}}
+	if got := renderProgress(erasing); got != "[##############################] 10/10  10 purged  erasing: compacting 2/5 ranges" {
+		t.Fatalf("erasing: %q", got)
 	}
 	var nilBar *progressBar
 	nilBar.clear() // a run without a terminal has no bar

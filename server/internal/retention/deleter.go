@@ -86,8 +86,9 @@ func (d *deleter) beforeBatch(ctx context.Context) error {
 // with ERASE on when this run purged something, or when purges of an
 // earlier version or of a run that did not erase may have left content
 // (then over the whole key space, once). It reports whether it erased and
-// how long it took; the store's errors start with "erase: ".
-func (d *deleter) eraseStep(ctx context.Context, runID string) (bool, int64, error) {
+// how long it took; the store's errors start with "erase: ". progress is
+// told where the erase is.
+func (d *deleter) eraseStep(ctx context.Context, runID string, progress func(store.EraseProgress)) (bool, int64, error) {
 	r := d.r
 	full := d.eraseAll
 	if !d.owed {
@@ -101,7 +102,8 @@ func (d *deleter) eraseStep(ctx context.Context, runID string) (bool, int64, err
 		full = true
 	}
 	start := time.Now()
-	er, err := r.st.Erase(ctx, d.erase, store.EraseOptions{Rate: int64(r.cfg.EraseRate) << 20, Full: full})
+	er, err := r.st.Erase(ctx, d.erase, store.EraseOptions{Rate: int64(r.cfg.EraseRate) << 20, Full: full,
+		Progress: progress})
 	took := time.Since(start)
 	r.metrics.EraseDuration.Observe(took.Seconds())
 	if err != nil {

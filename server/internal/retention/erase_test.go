@@ -3,7 +3,9 @@ package retention
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -206,4 +208,37 @@ func TestEraseFailureFailsRun(t *testing.T) {
 	}
 	storetest.RequireNone(t, dbDir, p.purged...)
 	storetest.RequireAll(t, dbDir, p.live...)
+}
+
+// The erase step reports where it is once the scans are over, step by
+// step, so a progress bar does not sit at due/due through it.
+func TestEraseStepReportsProgress(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.Erase = true
+	for i := range 3 {
+		e.thread(fmt.Sprintf("t%d", i), 2, 2)
+		e.deleteThread(fmt.Sprintf("t%d", i))
+	}
+	e.at(31 * day)
+	var steps []string
+	var last Progress
+	res, ra := e.run(e.runner(), RunRequest{Trigger: TriggerCLI, Progress: func(p Progress) {
+		last = p
+		if p.Erase != nil && (len(steps) == 0 || steps[len(steps)-1] != p.Erase.Step) {
+			steps = append(steps, p.Erase.Step)
+		}
+	}})
+	if res.Purged != 3 || !ra.Footer.Erased {
+		t.Fatalf("run %+v, footer %+v", res, ra.Footer)
+	}
+	want := []string{store.EraseWaitReaders, store.EraseCompact, store.EraseRotateLogs, store.EraseRemoveFiles}
+	if !slices.Equal(steps, want) {
+		t.Fatalf("erase steps reported %q, want %q", steps, want)
+	}
+	if last.Erase == nil || last.Done != 3 || last.Due != 3 {
+		t.Fatalf("last report %+v", last)
+	}
+	if !strings.Contains(e.logs.String(), `"msg":"retention_erase_progress"`) {
+		t.Error("the erase steps are not logged")
+	}
 }

@@ -632,6 +632,22 @@ func (rn *run) progress() {
 	rn.r.log.Info("retention_run_progress", attrs...)
 }
 
+// eraseProgress logs each step of the erase step and shows where it is to
+// the caller's Progress: once the scans are over the bar would otherwise sit
+// at due/due for as long as the erase takes.
+func (rn *run) eraseProgress(ep store.EraseProgress) {
+	now := rn.r.now()
+	newStep := ep.Step != store.EraseCompact || ep.Done == 0
+	if newStep {
+		rn.r.log.Info("retention_erase_progress", "run_id", rn.id, "step", ep.Step, "ranges_done", ep.Done, "ranges", ep.Total)
+	}
+	if newStep || rn.meter.reportDue(now) {
+		p := rn.meter.at(now, int64(rn.claims.taken))
+		p.Erase = &ep
+		rn.meter.send(now, p)
+	}
+}
+
 func (rn *run) reportProgress(now time.Time) {
 	rn.meter.send(now, rn.meter.at(now, int64(rn.claims.taken)))
 }
@@ -656,7 +672,7 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 		// A failed erase fails the run; a shutdown skips it and the next
 		// run erases everything.
 		var err error
-		if erased, eraseMS, err = rn.del.eraseStep(ctx, rn.id); err != nil {
+		if erased, eraseMS, err = rn.del.eraseStep(ctx, rn.id, rn.eraseProgress); err != nil {
 			rn.fail(ctx, stageErase, "", err)
 		}
 	}

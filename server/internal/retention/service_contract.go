@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // ErrDisabled: a non-dry run was asked for while retention is disabled.
@@ -41,6 +42,9 @@ type Progress struct {
 	Purged      int64            `json:"purged"` // items purged (in a dry run: that would be)
 	Rate        float64          `json:"rate"`   // entries a second
 	Left        time.Duration    `json:"left"`   // estimate; 0 when unknown
+	// Erase is set once the scans are over and the erase step (which may
+	// take minutes on a large database) has begun: where it is.
+	Erase *store.EraseProgress `json:"erase,omitempty"`
 }
 
 // Result summarises a run (spec §7 last_run).

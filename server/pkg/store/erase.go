@@ -125,7 +125,26 @@ type EraseOptions struct {
 	// found Erased false before its purges began, so purges that were not
 	// erased may have left content anywhere.
 	Full bool
+	// Progress, when set, is told of each step as it begins, and of each
+	// key range compacted: an erase can take minutes on a large database.
+	Progress func(EraseProgress)
 }
+
+// EraseProgress is where an erase is: its step (one of the Erase* steps)
+// and, while compacting, the key ranges done of Total.
+type EraseProgress struct {
+	Step  string `json:"step"`
+	Done  int    `json:"done"`
+	Total int    `json:"total"`
+}
+
+// The steps of an erase, in order.
+const (
+	EraseWaitReaders = "waiting for readers"
+	EraseCompact     = "compacting"
+	EraseRotateLogs  = "rotating logs"
+	EraseRemoveFiles = "removing old files"
+)
 
 // EraseResult describes what Erase did.
 type EraseResult struct {
@@ -181,10 +200,16 @@ func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions)
 	}
 	res.Ranges = len(ranges)
 
+	step := func(name string, done int) {
+		if opts.Progress != nil {
+			opts.Progress(EraseProgress{Step: name, Done: done, Total: len(ranges)})
+		}
+	}
 	before, err := s.files()
 	if err != nil {
 		return res, fmt.Errorf("erase: %w", err)
 	}
+	step(EraseWaitReaders, 0)
 	// A snapshot older than the purge makes compactions keep the values it
 	// can see. Snapshots opened later see the deletes and pin nothing.
 	if err := s.waitNoSnapshots(ctx); err != nil {
@@ -196,16 +221,19 @@ func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions)
 	if err := s.db.Flush(); err != nil {
 		return res, fmt.Errorf("erase: flush: %w", err)
 	}
-	for _, r := range ranges {
+	for i, r := range ranges {
+		step(EraseCompact, i)
 		if err := s.compactPaced(ctx, r, opts.Rate); err != nil {
 			return res, fmt.Errorf("erase: compact %s: %w", r.start, err)
 		}
 	}
+	step(EraseRotateLogs, len(ranges))
 	logs, err := s.rotateLogs(ctx, before)
 	res.LogsRemoved = logs
 	if err != nil {
 		return res, fmt.Errorf("erase: %w", err)
 	}
+	step(EraseRemoveFiles, len(ranges))
 	tables, err := s.waitTablesGone(ctx, before)
 	res.TablesRemoved = tables
 	if err != nil {
