@@ -53,28 +53,36 @@ func (c *claims) purging(tid string) bool { return c.threads[tid] }
 
 // take claims a candidate. In a real run the store writes the marker after
 // re-checking the item under the thread's lock; taken is false when it
-// refused (a restore, delete, edit or hold won meanwhile).
-func (c *claims) take(ctx context.Context, cand candidate) (m store.PurgeMarker, taken bool, err error) {
+// refused (a restore, delete, edit or hold won meanwhile), and why is set
+// when the refusal is to be recorded: a thread claim is re-checked against
+// the thread's override when it is made, since from then on the override
+// cannot change.
+func (c *claims) take(ctx context.Context, cand candidate) (m store.PurgeMarker, taken bool, why string, err error) {
 	c.note(cand.kind, cand.id, cand.tid, cand.cause, +1)
 	if c.dry {
-		return m, true, nil
+		return m, true, "", nil
 	}
 	m = store.PurgeMarker{Kind: cand.kind, ID: cand.id, ThreadID: cand.tid, DeletedTS: cand.deletedTS,
 		RunID: c.runID, StartedAt: c.now().UnixNano(), Cause: cand.cause}
-	if cand.cause != audit.CauseDeleted {
+	switch {
+	case cand.cause != audit.CauseDeleted:
 		err = c.st.BeginPolicyPurge(ctx, m, cand.check)
-	} else {
+	case cand.kind == store.KindThread:
+		err = c.st.BeginPurgeChecked(ctx, m, func(s store.ClaimState) error { return c.recheck(m, s) })
+	default:
 		err = c.st.BeginPurge(ctx, m)
 	}
-	switch {
-	case errors.Is(err, store.ErrNotEligible):
-		c.note(cand.kind, cand.id, cand.tid, cand.cause, -1)
-		return m, false, nil
-	case err != nil:
-		c.note(cand.kind, cand.id, cand.tid, cand.cause, -1)
-		return m, false, fmt.Errorf("begin purge: %w", err)
+	if err == nil {
+		return m, true, "", nil
 	}
-	return m, true, nil
+	c.note(cand.kind, cand.id, cand.tid, cand.cause, -1)
+	switch {
+	case errors.Is(err, store.ErrClaimReleased):
+		return m, false, reasonOf(err), nil
+	case errors.Is(err, store.ErrNotEligible):
+		return m, false, "", nil
+	}
+	return m, false, "", fmt.Errorf("begin purge: %w", err)
 }
 
 // note counts a claim made (+1) or given back (-1).
@@ -102,26 +110,37 @@ func (c *claims) resumed(ms []store.PurgeMarker) {
 	}
 }
 
-// confirm is the one re-check of a claim before anything irreversible,
-// under the thread's lock (store.ConfirmPurge): every stage that can still
-// delete goes through it. It returns the confirmed marker, or the reason
-// the claim was given back (marker cleared, nothing deleted). From a
-// confirmation on, a hold or override of the thread answers 409 until the
-// purge is recorded.
+// confirm is the one re-check of a message claim before anything
+// irreversible, under the thread's lock (store.ConfirmPurge): every stage
+// that can still delete goes through it. It returns the confirmed marker,
+// or the reason the claim was given back (marker cleared, nothing
+// deleted). From a confirmation on, a hold or override of the thread
+// answers 409 until the purge is recorded. A thread claim was re-checked
+// when it was made (take) and cannot be overtaken since.
 func (c *claims) confirm(ctx context.Context, m store.PurgeMarker) (store.PurgeMarker, string, error) {
+	if m.Kind == store.KindThread {
+		return m, "", nil
+	}
 	confirmed, err := c.st.ConfirmPurge(ctx, m, func(s store.ClaimState) error { return c.recheck(m, s) })
 	if errors.Is(err, store.ErrClaimReleased) {
 		if m.RunID == c.runID {
 			c.note(m.Kind, m.ID, m.ThreadID, causeOf(m), -1)
 		}
-		var why givenBack
-		errors.As(err, &why)
-		return m, string(why), nil
+		return m, reasonOf(err), nil
 	}
 	if err != nil {
 		return m, "", fmt.Errorf("confirm purge: %w", err)
 	}
 	return confirmed, "", nil
+}
+
+// reasonOf is the reason a re-check gave a claim back.
+func reasonOf(err error) string {
+	var why givenBack
+	if errors.As(err, &why) {
+		return string(why)
+	}
+	return err.Error()
 }
 
 // givenBack is why a re-check gives a claim back: the audit reason.
@@ -158,7 +177,11 @@ func (c *claims) recheck(m store.PurgeMarker, s store.ClaimState) error {
 		if now.maxAge <= 0 {
 			return givenBack(reasonOverride + "max_age is off")
 		}
-		if s.Created >= c.at.Add(-now.maxAge).UnixNano() {
+		created, err := s.Created()
+		if err != nil {
+			return givenBack(reasonOverride + "creation time unreadable: " + err.Error())
+		}
+		if created >= c.at.Add(-now.maxAge).UnixNano() {
 			return givenBack(reasonOverride + "younger than max_age " + config.FormatDuration(now.maxAge))
 		}
 	case cause == audit.CauseMaxMessages:
@@ -167,7 +190,11 @@ func (c *claims) recheck(m store.PurgeMarker, s store.ClaimState) error {
 		if now.maxMessages <= 0 {
 			return givenBack(reasonOverride + "max_messages is off")
 		}
-		if s.LiveCount < int64(now.maxMessages) {
+		live, err := s.LiveCount()
+		if err != nil {
+			return givenBack(reasonOverride + "live count unreadable: " + err.Error())
+		}
+		if live < int64(now.maxMessages) {
 			return givenBack(fmt.Sprintf("%swithin max_messages %d", reasonOverride, now.maxMessages))
 		}
 	}

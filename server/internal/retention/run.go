@@ -409,10 +409,12 @@ func (rn *run) take(ctx context.Context, c candidate) {
 		rn.halt(err)
 		return
 	}
-	m, taken, err := rn.claims.take(ctx, c)
+	m, taken, why, err := rn.claims.take(ctx, c)
 	switch {
 	case err != nil:
 		rn.fail(ctx, stagePurge, "", err)
+	case why != "":
+		rn.givenBack(c.item(audit.StatusSkipped, why))
 	case taken:
 		rn.purgeItem(ctx, m, c.item("", ""))
 	}
@@ -442,13 +444,18 @@ func (rn *run) confirm(ctx context.Context, m store.PurgeMarker, it audit.Item) 
 		rn.fail(ctx, stagePurge, "", err)
 		return m, false
 	case why != "":
-		rn.r.log.Info("retention_claim_given_back", "run_id", rn.id, "item_type", it.ItemType, "item_id", it.ItemID,
-			"reason", why)
 		it.Status, it.Reason = audit.StatusSkipped, why
-		rn.record(it)
+		rn.givenBack(it)
 		return m, false
 	}
 	return confirmed, true
+}
+
+// givenBack records a claim a hold or an override won.
+func (rn *run) givenBack(it audit.Item) {
+	rn.r.log.Info("retention_claim_given_back", "run_id", rn.id, "item_type", it.ItemType, "item_id", it.ItemID,
+		"reason", it.Reason)
+	rn.record(it)
 }
 
 // deleteItem deletes a confirmed item's keys and queues its record.

@@ -16,26 +16,34 @@ import (
 // they do. Confirmed: the re-check passed and deletes may begin; from then
 // on a hold or override of the thread answers ErrPurgeInProgress, because
 // the item can no longer be given back whole. A thread's own claim refuses
-// holds and overrides from the start (restore rules, spec §3).
+// holds and overrides from the start (restore rules, spec §3), so it is
+// re-checked when it is made (BeginPurgeChecked) and needs no confirmation.
 
-// ErrClaimReleased is returned by ConfirmPurge when the re-check gave the
-// claim back: the marker is gone and nothing was deleted. It wraps the
-// re-check's reason.
+// ErrClaimReleased is returned when a re-check gave a claim back (or, for a
+// thread, refused it): no marker is left and nothing was deleted. It wraps
+// the re-check's reason.
 var ErrClaimReleased = errors.New("claim given back")
 
 // ClaimState is what a claim is re-checked against, read under the
-// thread's lock: the thread's hold and override as they are now.
+// thread's lock: the thread's hold and override as they are now. What only
+// some re-checks need is read on demand, under the same lock.
 type ClaimState struct {
 	ThreadFound bool
 	LegalHold   bool
 	Override    RetentionOverride
 	HasOverride bool
 	OverrideErr error // the override cannot be read (wraps ErrMalformed)
-	// For a message: its creation time and its thread's live count (which
-	// leaves out the messages claimed by policies).
-	Created   int64
-	LiveCount int64
+
+	s *Store
+	m PurgeMarker
 }
+
+// Created is the claimed message's creation time (its first version's).
+func (c ClaimState) Created() (int64, error) { return c.s.createdTS(c.m.ID) }
+
+// LiveCount is the thread's live count, which leaves out the messages
+// claimed by policies.
+func (c ClaimState) LiveCount() (int64, error) { return liveCount(c.s.db, c.m.ThreadID) }
 
 // ConfirmPurge re-checks a claim under its thread's lock. keep returns nil
 // when the item may still be purged, or the reason it may not. On nil the
@@ -67,13 +75,10 @@ func (s *Store) ConfirmPurge(ctx context.Context, m PurgeMarker, keep func(Claim
 		return m, fmt.Errorf("confirm purge of %s %s: %w", m.Kind, m.ID, err)
 	}
 	if why := keep(st); why != nil {
-		if err := s.releaseClaim(m, st); err != nil {
+		if err := s.releaseClaim(m); err != nil {
 			return m, fmt.Errorf("give back purge claim of %s %s: %w", m.Kind, m.ID, err)
 		}
 		return m, fmt.Errorf("%w: %w", ErrClaimReleased, why)
-	}
-	if m.Kind == KindThread {
-		return m, nil // its claim already refuses holds and overrides
 	}
 	m.Confirmed = true
 	v, err := encode(m)
@@ -103,7 +108,7 @@ func (s *Store) readMarker(kind ItemKind, id string) (PurgeMarker, error) {
 // claimState reads what a claim is re-checked against; the caller holds
 // the thread's lock.
 func (s *Store) claimState(m PurgeMarker) (ClaimState, error) {
-	var st ClaimState
+	st := ClaimState{s: s, m: m}
 	t, err := s.readThread(m.ThreadID)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -116,26 +121,24 @@ func (s *Store) claimState(m PurgeMarker) (ClaimState, error) {
 	if st.OverrideErr != nil && !errors.Is(st.OverrideErr, ErrMalformed) {
 		return st, st.OverrideErr
 	}
-	if m.Kind == KindMessage {
-		if st.Created, err = s.createdTS(m.ID); err != nil && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrNotFound) {
-			return st, err
-		}
-		if st.LiveCount, err = liveCount(s.db, m.ThreadID); err != nil {
-			return st, err
-		}
-	}
 	return st, nil
 }
 
 // releaseClaim removes a claim nothing was deleted under, in one batch:
 // the marker and, for a policy claim, the live-index change its claim made.
-func (s *Store) releaseClaim(m PurgeMarker, st ClaimState) error {
+func (s *Store) releaseClaim(m PurgeMarker) error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	_ = b.Delete(purgeKey(m.Kind, m.ID), nil)
-	if m.Kind == KindMessage && policyCause(m.Cause) && st.Created != 0 {
-		if err := s.addLive(b, m.ThreadID, m.ID, st.Created, +1); err != nil {
+	if m.Kind == KindMessage && policyCause(m.Cause) {
+		created, err := s.createdTS(m.ID)
+		if err != nil && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrNotFound) {
 			return err
+		}
+		if err == nil {
+			if err := s.addLive(b, m.ThreadID, m.ID, created, +1); err != nil {
+				return err
+			}
 		}
 	}
 	// Not synced: lost in a crash, the claim is back and re-checked again.

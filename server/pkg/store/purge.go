@@ -393,6 +393,16 @@ func decodeHead(data []byte) (versionHead, bool) {
 // durable. One sync per item was the largest cost of purging many small
 // threads.
 func (s *Store) BeginPurge(ctx context.Context, m PurgeMarker) error {
+	return s.BeginPurgeChecked(ctx, m, nil)
+}
+
+// BeginPurgeChecked is BeginPurge with the caller's re-check of a thread
+// claim (claims.go): keep, when set, is given the thread's override under
+// the same lock, and a reason it returns refuses the claim with
+// ErrClaimReleased, no marker written. A thread claim needs no later
+// confirmation: from its marker on, holds and overrides of the thread are
+// refused.
+func (s *Store) BeginPurgeChecked(ctx context.Context, m PurgeMarker, keep func(ClaimState) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -418,6 +428,15 @@ func (s *Store) BeginPurge(ctx context.Context, m PurgeMarker) error {
 
 	if err := s.stillEligible(m); err != nil {
 		return fmt.Errorf("begin purge of %s %s: %w", m.Kind, m.ID, err)
+	}
+	if keep != nil {
+		st, err := s.claimState(m)
+		if err != nil {
+			return fmt.Errorf("begin purge of %s %s: %w", m.Kind, m.ID, err)
+		}
+		if why := keep(st); why != nil {
+			return fmt.Errorf("%w: %w", ErrClaimReleased, why)
+		}
 	}
 	if m.StartedAt == 0 {
 		m.StartedAt = s.now().UnixNano()
