@@ -94,7 +94,7 @@ func Validate(cfg config.Config) error {
 			check = checkPrivateDir
 		}
 		if f.noLink {
-			if err := checkNotLink(f.dir); err != nil {
+			if err := audit.CheckExportFolder(f.dir); err != nil {
 				return &StartupError{Var: f.Var, Value: f.Value, Rule: f.Rule, Err: err}
 			}
 		}
@@ -118,7 +118,7 @@ func Check(cfg config.Config) error {
 	}
 	for _, f := range folders(cfg) {
 		if f.noLink {
-			if err := checkNotLink(f.dir); err != nil {
+			if err := audit.CheckExportFolder(f.dir); err != nil {
 				return &StartupError{Var: f.Var, Value: f.Value, Rule: f.Rule, Err: err}
 			}
 		}
@@ -130,23 +130,6 @@ func Check(cfg config.Config) error {
 		if err := probeFile(path); err != nil {
 			return &StartupError{Var: config.VarLogSink, Value: cfg.LogSink, Rule: "must be stderr or a writable file:<path>", Err: err}
 		}
-	}
-	return nil
-}
-
-// checkNotLink refuses a folder that is a symbolic link (the export root:
-// exports could be sent anywhere by whoever can change it) or, when it
-// exists, anything but a folder.
-func checkNotLink(dir string) error {
-	info, err := os.Lstat(dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return err
-	case info.Mode()&fs.ModeSymlink != 0:
-		return errors.New("is a symbolic link")
-	case !info.IsDir():
-		return fmt.Errorf("is not a folder (%s)", info.Mode().Type())
 	}
 	return nil
 }
