@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/progressdb/progressdb/server/internal/buildinfo"
+	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
 // unitSettings reads the [Service] settings of a unit file (a key may
@@ -205,6 +207,10 @@ func TestKubernetesManifests(t *testing.T) {
 			Name  string `yaml:"name"`
 			Value string `yaml:"value"`
 		} `yaml:"env"`
+		EnvFrom []struct {
+			ConfigMapRef *envSource `yaml:"configMapRef"`
+			SecretRef    *envSource `yaml:"secretRef"`
+		} `yaml:"envFrom"`
 		VolumeMounts []struct {
 			Name      string `yaml:"name"`
 			MountPath string `yaml:"mountPath"`
@@ -220,6 +226,7 @@ func TestKubernetesManifests(t *testing.T) {
 		Metadata struct {
 			Name string `yaml:"name"`
 		} `yaml:"metadata"`
+		Data map[string]string `yaml:"data"` // a ConfigMap's
 		Spec struct {
 			Replicas    *int   `yaml:"replicas"`
 			ServiceName string `yaml:"serviceName"`
@@ -285,9 +292,46 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Fatalf("%d containers, want 1", len(sts.Spec.Template.Spec.Containers))
 	}
 	c := sts.Spec.Template.Spec.Containers[0]
-	env := map[string]string{}
+	// A variable under env: wins over every envFrom source, so the secret
+	// could not change it: settings come from envFrom alone.
 	for _, e := range c.Env {
-		env[e.Name] = e.Value
+		t.Errorf("env: sets %s: env: wins over envFrom, so the secret cannot override it; put it in the ConfigMap", e.Name)
+	}
+	// The ConfigMap's defaults come first and the secret last (a later
+	// source wins), and the secret is required: a pod without it would
+	// serve /v1 with no API key to the whole cluster.
+	env := map[string]string{}
+	var sources []string
+	for _, from := range c.EnvFrom {
+		switch {
+		case from.ConfigMapRef != nil:
+			sources = append(sources, "configMap")
+			cm, ok := objects["ConfigMap/"+from.ConfigMapRef.Name]
+			if !ok {
+				t.Errorf("envFrom names ConfigMap %q, which the kustomization does not create", from.ConfigMapRef.Name)
+			}
+			for k, v := range cm.Data {
+				env[k] = v
+			}
+		case from.SecretRef != nil:
+			sources = append(sources, "secret")
+			if o := from.SecretRef.Optional; o != nil && *o {
+				t.Errorf("secret %q is optional: a pod without it serves /v1 with no API key", from.SecretRef.Name)
+			}
+		}
+	}
+	if want := []string{"configMap", "secret"}; !slices.Equal(sources, want) {
+		t.Errorf("envFrom sources %v, want %v: the secret last, so it overrides the defaults", sources, want)
+	}
+	var environ []string
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	if _, err := config.Load(environ); err != nil {
+		t.Errorf("the ConfigMap's settings do not load: %v", err)
+	}
+	if env["PROGRESSDB_RETENTION_ENABLED"] == "true" {
+		t.Error("the ConfigMap turns retention on: everywhere else it is off unless the operator turns it on (in the secret)")
 	}
 	claims := map[string]bool{}
 	for _, v := range sts.Spec.VolumeClaimTemplates {
@@ -319,6 +363,22 @@ func TestKubernetesManifests(t *testing.T) {
 	if a := c.SecurityContext.AllowPrivilegeEscalation; a == nil || *a {
 		t.Error("container allows privilege escalation")
 	}
+
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl not found: kustomization not rendered")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, kubectl, "kustomize", dir).CombinedOutput(); err != nil {
+		t.Errorf("kubectl kustomize %s: %v\n%s", dir, err, out)
+	}
+}
+
+// envSource is an envFrom entry's reference to a ConfigMap or a secret.
+type envSource struct {
+	Name     string `yaml:"name"`
+	Optional *bool  `yaml:"optional"`
 }
 
 // checkDockerignore makes sure .dockerignore keeps every file the build
