@@ -19,8 +19,11 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) $(PKG)
 
 # Starts the server on an embedded database in ./data (Ctrl-C to stop).
+# exec: the server replaces the recipe's shell, so the SIGTERM make passes
+# to its child when killed (`make run &`, then `kill %1` or `kill $$!`)
+# stops the server instead of orphaning it with the port and the lock.
 run: build
-	PROGRESSDB_DB_PATH=$${PROGRESSDB_DB_PATH:-./data} ./$(BIN) serve
+	PROGRESSDB_DB_PATH=$${PROGRESSDB_DB_PATH:-./data} exec ./$(BIN) serve
 
 # Seeds a temporary database, runs a dry run and a real run, prints the
 # summaries and audit files, and verifies them.
