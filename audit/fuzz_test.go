@@ -37,7 +37,7 @@ func FuzzReader(f *testing.F) {
 				t.Fatalf("record at line %d carries %d decoded kinds, %d raw bytes", rec.Line, kinds, len(rec.Raw))
 			}
 		}
-		if err := verify(NewReader(bytes.NewReader(data), "fuzz"), "fuzz", nil); err != nil {
+		if _, err := verify(NewReader(bytes.NewReader(data), "fuzz"), "fuzz", nil); err != nil {
 			assertFuzzProblem(t, err, lines)
 		}
 
@@ -72,7 +72,7 @@ func FuzzVerify(f *testing.F) {
 		data[at] = value
 		data = data[:len(data)-int(cut%uint32(len(data)))]
 
-		err := verify(NewReader(bytes.NewReader(data), "fuzz"), "fuzz", nil)
+		_, err := verify(NewReader(bytes.NewReader(data), "fuzz"), "fuzz", nil)
 		if err != nil {
 			assertFuzzProblem(t, err, bytes.Count(data, []byte("\n"))+1)
 		}

@@ -30,6 +30,7 @@ type link struct {
 	runID    string
 	header   *Header // nil when the first line is not a valid header
 	lastHash string  // hex SHA-256 of the last complete line; "" when there is none
+	lastLine int     // number of the last line, when the verifier read the file whole; else 0
 }
 
 // prevFile is the header's prev_file, or nil (legacy file or no header).

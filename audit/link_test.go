@@ -264,6 +264,36 @@ func TestVerifyDetectsTamperingAcrossFiles(t *testing.T) {
 	}
 }
 
+// An older file's footer edited in an unsigned tree: its own lines still
+// chain, so only the link from the next file shows the change. The report
+// names the edited file itself, at its footer, as well as the next file,
+// and counts neither as verified.
+func TestVerifyNamesTheFileWhoseFooterWasEdited(t *testing.T) {
+	for edited := range 2 {
+		t.Run(fmt.Sprintf("file %d of 3", edited+1), func(t *testing.T) {
+			root := t.TempDir()
+			runs := threeRuns(t, root, Options{})
+			verifyClean(t, root, VerifyOptions{})
+			mutate(t, runs[edited], replaceIn(7, `"status":"completed"`, `"status":"failed"`))
+			rep, err := VerifyDirWith(root, VerifyOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hasProblem(t, rep, runs[edited], "last line changed")
+			hasProblem(t, rep, runs[edited+1], "matches no sealed file")
+			for _, p := range rep.Problems {
+				if p.File == runs[edited] && p.Line != 7 {
+					t.Errorf("problem on the edited file at line %d, want 7 (its footer): %s", p.Line, p.Reason)
+				}
+			}
+			if len(rep.Problems) != 2 || rep.Files != 3 || rep.Verified != 1 {
+				t.Errorf("files %d, verified %d, problems %+v; want 3 files, 1 verified, 2 problems",
+					rep.Files, rep.Verified, rep.Problems)
+			}
+		})
+	}
+}
+
 func newKey(t testing.TB) (ed25519.PublicKey, ed25519.PrivateKey) {
 	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)

@@ -15,12 +15,12 @@ import (
 
 // Report is the result of VerifyDir.
 type Report struct {
-	Files       int      `json:"files"`          // sealed files checked
-	Verified    int      `json:"verified"`       // sealed files that verify
-	InProgress  []string `json:"in_progress"`    // .inprogress files, the live one included
-	Live        string   `json:"live,omitempty"` // the in-progress file of the run holding the lease
-	Quarantined []string `json:"quarantined"`    // .corrupt files SealAbandoned set aside
-	Other       []string `json:"other"`          // files that are not audit files
+	Files       int      `json:"files"`       // sealed files checked
+	Verified    int      `json:"verified"`    // sealed files that verify
+	InProgress  []string `json:"in_progress"` // .inprogress files, the live one included
+	Live        string   `json:"live"`        // the in-progress file of the run holding the lease; "" when none
+	Quarantined []string `json:"quarantined"` // .corrupt files SealAbandoned set aside
+	Other       []string `json:"other"`       // files that are not audit files
 	// Exports, when the caller checks an export folder too
 	// (VerifyExportDir): its files and their problems.
 	Exports *ExportReport `json:"exports,omitempty"`
@@ -57,34 +57,35 @@ type VerifyOptions struct {
 // next line chains on correctly to its own successor, the change is blamed
 // on the earlier line; otherwise on the line whose prev is wrong.
 func VerifyFile(path string) error {
-	return verifyFile(path, nil)
+	_, err := verifyFile(path, nil)
+	return err
 }
 
 // verifyFile is VerifyFile that also checks the footer's signature when
-// pub is set.
-func verifyFile(path string, pub ed25519.PublicKey) error {
+// pub is set. It returns the number of the last line read, which is the
+// footer's when the file verifies.
+func verifyFile(path string, pub ed25519.PublicKey) (int, error) {
 	r, err := Open(path)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer r.Close()
 	return verify(r, path, pub)
 }
 
-func verify(r *Reader, name string, pub ed25519.PublicKey) error {
+func verify(r *Reader, name string, pub ed25519.PublicKey) (last int, _ error) {
 	var c chain
 	var broken *Record // a line whose prev does not match the line before
-	var last int
 	for {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if broken != nil {
-			return blame(name, broken, rec, err)
+			return last, blame(name, broken, rec, err)
 		}
 		if err != nil {
-			return err
+			return last, err
 		}
 		last = rec.Line
 		if f := c.accept(&rec); f != nil {
@@ -92,31 +93,31 @@ func verify(r *Reader, name string, pub ed25519.PublicKey) error {
 				broken = &rec // which line changed shows on the next one
 				continue
 			}
-			return &Problem{File: name, Line: rec.Line, Reason: f.reason}
+			return last, &Problem{File: name, Line: rec.Line, Reason: f.reason}
 		}
 		if rec.Footer != nil {
 			if reason := c.tally.mismatch(rec.Footer); reason != "" {
-				return &Problem{File: name, Line: rec.Line, Reason: reason}
+				return last, &Problem{File: name, Line: rec.Line, Reason: reason}
 			}
 			if err := verifyFooterExport(name, rec.Line, rec.Footer); err != nil {
-				return err
+				return last, err
 			}
 			if pub != nil {
 				if reason := checkSignature(pub, &rec); reason != "" {
-					return &Problem{File: name, Line: rec.Line, Reason: reason}
+					return last, &Problem{File: name, Line: rec.Line, Reason: reason}
 				}
 			}
 		}
 	}
 	switch {
 	case broken != nil:
-		return blame(name, broken, Record{}, io.EOF)
+		return last, blame(name, broken, Record{}, io.EOF)
 	case c.records == 0:
-		return &Problem{File: name, Reason: "empty file"}
+		return last, &Problem{File: name, Reason: "empty file"}
 	case c.footer == nil:
-		return &Problem{File: name, Line: last, Reason: "no footer: the run's file is incomplete"}
+		return last, &Problem{File: name, Line: last, Reason: "no footer: the run's file is incomplete"}
 	}
-	return nil
+	return last, nil
 }
 
 // verifyFooterExport checks the export file a footer names: it exists,
@@ -216,11 +217,10 @@ func VerifyDirWith(root string, o VerifyOptions) (Report, error) {
 	var nodes []*link // files that take part in the chain between files
 	for _, path := range sealed {
 		rep.Files++
-		err := verifyFile(path, o.PublicKey)
+		lines, err := verifyFile(path, o.PublicKey)
 		var p *Problem
 		switch {
 		case err == nil:
-			rep.Verified++
 		case errors.As(err, &p):
 			rep.Problems = append(rep.Problems, *p)
 		default:
@@ -232,6 +232,7 @@ func VerifyDirWith(root string, o VerifyOptions) (Report, error) {
 			problem(path, 0, err.Error())
 			continue
 		}
+		l.lastLine = lines
 		if reason := nameProblem(&l, extSealed); reason != "" {
 			problem(path, 1, reason)
 		}
@@ -261,6 +262,19 @@ func VerifyDirWith(root string, o VerifyOptions) (Report, error) {
 		problem(path, 0, "in progress, but no live run holds the lease: left by a crashed run (the next start or run seals it), or a sealed file renamed")
 	}
 	rep.Problems = append(rep.Problems, chainProblems(nodes, aside, rep.Live)...)
+	// A sealed file verifies when no problem names it: its own lines, its
+	// name and its links to the files around it. A file whose own lines
+	// chain but whose footer no longer matches what the next file recorded
+	// was changed too, and must not count as verified.
+	failed := make(map[string]bool, len(rep.Problems))
+	for _, p := range rep.Problems {
+		failed[p.File] = true
+	}
+	for _, path := range sealed {
+		if !failed[path] {
+			rep.Verified++
+		}
+	}
 	slices.SortStableFunc(rep.Problems, func(a, b Problem) int {
 		if c := strings.Compare(a.File, b.File); c != 0 {
 			return c
@@ -305,6 +319,17 @@ func nameProblem(l *link, ext string) string {
 	return ""
 }
 
+// unfollowedBefore returns the newest of nodes (sorted by start time) that
+// is sealed and that no file follows, or nil.
+func unfollowedBefore(nodes []*link, followed map[string]bool, live string) *link {
+	for _, l := range slices.Backward(nodes) {
+		if l.path != live && l.lastHash != "" && !followed[l.lastHash] {
+			return l
+		}
+	}
+	return nil
+}
+
 // chainProblems checks the links between files. nodes are the sealed files
 // and the live one; aside maps last-line hashes of files that are not
 // sealed to their paths, to name them when a link points there.
@@ -334,6 +359,15 @@ func chainProblems(nodes []*link, aside map[string]string, live string) []Proble
 		byHash[l.lastHash] = l
 	}
 	anyLegacy := slices.ContainsFunc(nodes, func(l *link) bool { return l.header != nil && l.prevFile() == nil })
+	// followed holds every prev_file some file names: a sealed file no
+	// other file follows is the newest, or one whose last line changed
+	// after the next file recorded it.
+	followed := make(map[string]bool, len(nodes))
+	for _, l := range nodes {
+		if p := l.prevFile(); p != nil && *p != "" {
+			followed[*p] = true
+		}
+	}
 	var legacy []*link
 	var firstChained, root *link
 	followedBy := make(map[string]*link)
@@ -371,6 +405,13 @@ func chainProblems(nodes []*link, aside map[string]string, live string) []Proble
 			add(l, "prev_file names the last line of %s, which is not a sealed file", aside[*prev])
 		case !ok:
 			add(l, "prev_file matches no sealed file's last line: the file before it (by start time: %s) was changed, or a file was deleted", before)
+			// The file that lost its follower is the one changed: name it,
+			// at its last line, so that the edited file itself is reported
+			// and not only the one after it.
+			if p := unfollowedBefore(nodes[:i], followed, live); p != nil {
+				out = append(out, Problem{File: p.path, Line: p.lastLine, Reason: fmt.Sprintf(
+					"last line changed: its SHA-256 is no file's prev_file, while %s, which starts after it, names a last line no sealed file has (or a file between them was deleted)", l.path)})
+			}
 		case pred == l:
 			add(l, "prev_file names the file itself")
 		case followedBy[*prev] != nil:

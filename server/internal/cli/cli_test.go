@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -209,6 +210,54 @@ func TestAuditVerifyFailsOnATamperedFileNamingFileAndLine(t *testing.T) {
 	code, out, _ := h.run("audit", "verify", filepath.Join(h.dbPath, "purge_audit"), "--json")
 	if code != exitFailed || !strings.Contains(out, filepath.Base(res.AuditFile)) || !strings.Contains(out, `"line": 2`) {
 		t.Fatalf("exit %d, output %s", code, out)
+	}
+}
+
+// An older footer edited (completed → failed) in an unsigned tree: the
+// report names the edited file at its footer line, and the summary does not
+// say every file verifies. --json carries every key docs/audit.md lists,
+// live included.
+func TestAuditVerifyNamesAnEditedOlderFooter(t *testing.T) {
+	h := newHarness(t)
+	var files []string
+	for i := range 2 {
+		if i > 0 {
+			time.Sleep(1100 * time.Millisecond) // file names hold the start to the second
+		}
+		var res retention.Result
+		if err := json.Unmarshal([]byte(h.mustRun("retention", "run", "--json")), &res); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, res.AuditFile)
+	}
+	audits := filepath.Join(h.dbPath, "purge_audit")
+	_, out, _ := h.run("audit", "verify", audits, "--json")
+	var rep map[string]any
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	for _, k := range []string{"files", "verified", "in_progress", "live", "quarantined", "other", "problems"} {
+		if _, ok := rep[k]; !ok {
+			t.Errorf("--json lacks %q: %s", k, out)
+		}
+	}
+
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.SplitAfter(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
+	footer := len(lines)
+	lines[footer-1] = bytes.Replace(lines[footer-1], []byte(`"status":"completed"`), []byte(`"status":"failed"`), 1)
+	if err := os.WriteFile(files[0], append(bytes.Join(lines, nil), '\n'), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := h.run("audit", "verify", audits)
+	if want := fmt.Sprintf("FAIL %s:%d: last line changed", files[0], footer); code != exitFailed || !strings.Contains(out, want) {
+		t.Errorf("exit %d, want 1 and a line starting %q:\n%s", code, want, out)
+	}
+	if strings.Contains(out, "2 of 2 sealed audit files verify") {
+		t.Errorf("the summary says every file verifies:\n%s", out)
 	}
 }
 
