@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // retentionStatus answers GET /admin/retention.
@@ -163,4 +164,37 @@ func (s *server) clearThreadPolicy(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	return noContent(w)
+}
+
+// adminThread answers GET /admin/threads/{tid}: the thread whether deleted
+// or not, with its hold, for operators (who have the admin token, not
+// necessarily the API key) looking at a thread /v1 may hide.
+func (s *server) adminThread(w http.ResponseWriter, r *http.Request) error {
+	tid, err := pathID(r, "tid", "thread id")
+	if err != nil {
+		return err
+	}
+	t, err := s.store.GetThread(r.Context(), tid)
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(w, r, http.StatusOK, t)
+}
+
+// heldThreads is the answer of GET /admin/legal_holds.
+type heldThreads struct {
+	Threads []store.Thread `json:"threads"`
+}
+
+// legalHolds answers GET /admin/legal_holds: every thread on legal hold,
+// deleted or not, in ID order.
+func (s *server) legalHolds(w http.ResponseWriter, r *http.Request) error {
+	threads, err := s.store.LegalHolds(r.Context())
+	if err != nil {
+		return err
+	}
+	if threads == nil {
+		threads = []store.Thread{}
+	}
+	return s.writeJSON(w, r, http.StatusOK, heldThreads{Threads: threads})
 }

@@ -144,6 +144,8 @@ func (s *server) routes() []route {
 		{http.MethodGet, "/admin/retention", accessAdmin, s.retentionStatus},
 		{http.MethodPost, "/admin/retention/run", accessAdmin, s.retentionRun},
 		{http.MethodPut, "/admin/retention/pause", accessAdmin, s.setRetentionPause},
+		{http.MethodGet, "/admin/legal_holds", accessAdmin, s.legalHolds},
+		{http.MethodGet, "/admin/threads/{tid}", accessAdmin, s.adminThread},
 		{http.MethodPut, "/admin/threads/{tid}/legal_hold", accessAdmin, s.setLegalHold},
 		{http.MethodGet, "/admin/threads/{tid}/retention", accessAdmin, s.threadPolicy},
 		{http.MethodPut, "/admin/threads/{tid}/retention", accessAdmin, s.setThreadPolicy},

@@ -179,3 +179,39 @@ func TestLegalHold(t *testing.T) {
 	e.bearer = ""
 	e.expect(t, "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":true}`, http.StatusUnauthorized)
 }
+
+// The admin view of a thread shows it deleted too (with its hold), and
+// the hold list names held threads, deleted or not.
+func TestAdminThreadAndLegalHolds(t *testing.T) {
+	e := newEnv(t, Options{AdminToken: "adm"})
+	for _, id := range []string{"t1", "t2", "t3"} {
+		e.createThread(t, id)
+	}
+	e.expect(t, "DELETE", "/v1/threads/t2", "", http.StatusNoContent)
+	e.bearer = "adm"
+	e.expect(t, "PUT", "/admin/threads/t2/legal_hold", `{"legal_hold":true}`, http.StatusOK)
+	e.expect(t, "PUT", "/admin/threads/t3/legal_hold", `{"legal_hold":true}`, http.StatusOK)
+
+	var th store.Thread
+	e.expect(t, "GET", "/admin/threads/t2", "", http.StatusOK).decode(t, &th)
+	if th.ID != "t2" || !th.Deleted || !th.LegalHold {
+		t.Fatalf("admin thread: %+v", th)
+	}
+	var held struct {
+		Threads []store.Thread `json:"threads"`
+	}
+	e.expect(t, "GET", "/admin/legal_holds", "", http.StatusOK).decode(t, &held)
+	if len(held.Threads) != 2 || held.Threads[0].ID != "t2" || held.Threads[1].ID != "t3" {
+		t.Fatalf("legal holds: %+v", held)
+	}
+	e.expect(t, "GET", "/admin/threads/nope", "", http.StatusNotFound)
+	e.expect(t, "GET", "/admin/threads/a:b", "", http.StatusBadRequest)
+
+	e.bearer = ""
+	e.expect(t, "GET", "/admin/threads/t1", "", http.StatusUnauthorized)
+	e.expect(t, "GET", "/admin/legal_holds", "", http.StatusUnauthorized)
+
+	off := newEnv(t, Options{})
+	off.expect(t, "GET", "/admin/threads/t1", "", http.StatusForbidden)
+	off.expect(t, "GET", "/admin/legal_holds", "", http.StatusForbidden)
+}

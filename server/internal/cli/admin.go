@@ -110,6 +110,15 @@ func (c *adminClient) do(ctx context.Context, method, path string, in, out any) 
 // does (spec §9).
 func (e env) onRetention(cfg config.Config, logger *slog.Logger, name string,
 	local func(m *retention.Manager) error, remote func(c *adminClient) error) int {
+	return e.onDatabase(cfg, name, func(st *store.Store) error {
+		return onLocalRetention(st, cfg, logger, local)
+	}, remote)
+}
+
+// onDatabase runs local on the database when no server holds it, and
+// remote through the server's admin API when one does, so that a running
+// server's view stays the truth.
+func (e env) onDatabase(cfg config.Config, name string, local func(st *store.Store) error, remote func(c *adminClient) error) int {
 	st, err := store.Open(cfg.DBPath, store.Options{})
 	switch {
 	case errors.Is(err, store.ErrDatabaseLocked):
@@ -121,7 +130,7 @@ func (e env) onRetention(cfg config.Config, logger *slog.Logger, name string,
 		err = remote(c)
 	case err != nil:
 	default:
-		err = errors.Join(onLocalRetention(st, cfg, logger, local), st.Close())
+		err = errors.Join(local(st), st.Close())
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "progressdb %s: %v\n", name, err)

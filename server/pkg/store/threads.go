@@ -337,3 +337,37 @@ func listedThread(it *pebble.Iterator, tid string) (Thread, bool) {
 	}
 	return t, true
 }
+
+// LegalHolds returns every thread on legal hold, deleted or not, in thread
+// ID order. Holds are rare and set by hand, so there is no index of them:
+// this reads every thread's metadata once (one seek per thread), which is
+// an operator's question, not a request path.
+func (s *Store) LegalHolds(ctx context.Context) ([]Thread, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte(threadNS),
+		UpperBound: upperBound([]byte(threadNS)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list legal holds: %w", err)
+	}
+	defer it.Close()
+	var out []Thread
+	for pos := it.First(); pos; {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		tid, _, ok := parseThreadKey(it.Key())
+		if !ok {
+			pos = it.Next()
+			continue
+		}
+		if t, ok := listedThread(it, tid); ok && t.LegalHold {
+			out = append(out, t)
+		}
+		pos = it.SeekGE(threadEnd(tid))
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("list legal holds: %w", err)
+	}
+	return out, nil
+}

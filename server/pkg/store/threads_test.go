@@ -222,3 +222,37 @@ func TestListThreadsSkipsMalformedMetadata(t *testing.T) {
 	_, err = s.GetThread(ctx, "b")
 	wantErr(t, err, store.ErrMalformed)
 }
+
+// LegalHolds finds held threads, deleted or not, among threads with
+// messages (whose keys lie between thread metadata), and not released ones.
+func TestLegalHoldsListsHeldThreads(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, newClock())
+	for _, id := range []string{"a", "a-1", "b", "c", "d"} {
+		createThread(t, s, id)
+		appendMessage(t, s, id, "m-"+id, "hello")
+	}
+	for _, id := range []string{"a-1", "b", "d"} {
+		if _, err := s.SetLegalHold(ctx, id, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleteThread(t, s, "b")
+	if _, err := s.SetLegalHold(ctx, "d", false); err != nil {
+		t.Fatal(err)
+	}
+	held, err := s.LegalHolds(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, th := range held {
+		ids = append(ids, th.ID)
+	}
+	if got := strings.Join(ids, ","); got != "a-1,b" {
+		t.Fatalf("LegalHolds = %s, want a-1,b", got)
+	}
+	if !held[1].Deleted {
+		t.Fatal("held deleted thread listed as live")
+	}
+}

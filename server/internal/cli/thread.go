@@ -1,0 +1,279 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// threadInfo is a thread as these commands print it. It decodes the
+// server's answer whether its timestamps are Unix nanoseconds or RFC 3339
+// strings, and prints RFC 3339 (spec §2: I-JSON on the wire).
+type threadInfo struct {
+	ID        string   `json:"id"`
+	Title     string   `json:"title"`
+	Author    string   `json:"author"`
+	CreatedTS wireTime `json:"created_ts"`
+	UpdatedTS wireTime `json:"updated_ts"`
+	Deleted   bool     `json:"deleted"`
+	DeletedTS wireTime `json:"deleted_ts"`
+	LegalHold bool     `json:"legal_hold"`
+}
+
+func threadInfoOf(t store.Thread) threadInfo {
+	return threadInfo{
+		ID: t.ID, Title: t.Title, Author: t.Author,
+		CreatedTS: nanosTime(t.CreatedTS), UpdatedTS: nanosTime(t.UpdatedTS),
+		Deleted: t.Deleted, DeletedTS: nanosTime(t.DeletedTS), LegalHold: t.LegalHold,
+	}
+}
+
+// wireTime is a timestamp; zero is "none" (null).
+type wireTime struct{ time.Time }
+
+func nanosTime(ns int64) wireTime {
+	if ns == 0 {
+		return wireTime{}
+	}
+	return wireTime{time.Unix(0, ns).UTC()}
+}
+
+func (t wireTime) MarshalJSON() ([]byte, error) {
+	if t.IsZero() {
+		return []byte("null"), nil
+	}
+	return json.Marshal(t.UTC().Format(time.RFC3339Nano))
+}
+
+func (t *wireTime) UnmarshalJSON(b []byte) error {
+	switch {
+	case bytes.Equal(b, []byte("null")):
+		*t = wireTime{}
+		return nil
+	case len(b) > 0 && b[0] == '"':
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		if s == "" {
+			*t = wireTime{}
+			return nil
+		}
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return err
+		}
+		if v.UnixNano() == 0 {
+			v = time.Time{}
+		}
+		*t = wireTime{v}
+		return nil
+	default:
+		ns, err := strconv.ParseInt(string(b), 10, 64)
+		if err != nil {
+			return fmt.Errorf("timestamp %s: %w", b, err)
+		}
+		*t = nanosTime(ns)
+		return nil
+	}
+}
+
+func (t wireTime) String() string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// threadReport is `thread get`'s answer: the thread with its hold, and its
+// retention override with the policy in force.
+type threadReport struct {
+	Thread    threadInfo             `json:"thread"`
+	Retention retention.ThreadPolicy `json:"retention"`
+}
+
+// threadArg parses a command that takes one thread ID and --json.
+func (e env) threadArg(name string, args []string) (tid string, asJSON bool, ok bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	j := fs.Bool("json", false, "print JSON")
+	if !e.parseFlags(fs, args, true) {
+		return "", false, false
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintf(e.stderr, "progressdb %s: give one thread ID\n", name)
+		return "", false, false
+	}
+	if err := store.ValidateID(fs.Arg(0)); err != nil {
+		fmt.Fprintf(e.stderr, "progressdb %s: %v\n", name, err)
+		return "", false, false
+	}
+	return fs.Arg(0), *j, true
+}
+
+// threadGet prints a thread, deleted or not, with its legal hold, its
+// retention override and the policy in force for it: through the admin
+// API when a server runs, from the database directly otherwise.
+func (e env) threadGet(ctx context.Context, args []string) int {
+	const name = "thread get"
+	tid, asJSON, ok := e.threadArg(name, args)
+	if !ok {
+		return exitUsage
+	}
+	cfg, logger, closer, ok := e.configAndLogger()
+	if !ok {
+		return exitUsage
+	}
+	defer closer.Close()
+
+	var rep threadReport
+	code := e.onDatabase(cfg, name,
+		func(st *store.Store) error {
+			t, err := st.GetThread(ctx, tid)
+			if err != nil {
+				return err
+			}
+			rep.Thread = threadInfoOf(t)
+			return onLocalRetention(st, cfg, logger, func(m *retention.Manager) (err error) {
+				rep.Retention, err = m.ThreadPolicy(ctx, tid)
+				return err
+			})
+		},
+		func(c *adminClient) error {
+			if err := c.do(ctx, http.MethodGet, "/admin/threads/"+tid, nil, &rep.Thread); err != nil {
+				return err
+			}
+			return c.do(ctx, http.MethodGet, "/admin/threads/"+tid+"/retention", nil, &rep.Retention)
+		})
+	if code != exitOK {
+		return code
+	}
+	if asJSON {
+		writeJSON(e.stdout, rep)
+		return exitOK
+	}
+	printThread(e.stdout, rep.Thread)
+	printPolicy(e.stdout, rep.Retention)
+	return exitOK
+}
+
+func printThread(w io.Writer, t threadInfo) {
+	yesNo := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	}
+	fmt.Fprintf(w, "%-16s %s\n", "thread:", t.ID)
+	fmt.Fprintf(w, "%-16s %s\n", "title:", t.Title)
+	fmt.Fprintf(w, "%-16s %s\n", "author:", t.Author)
+	fmt.Fprintf(w, "%-16s %s\n", "created:", t.CreatedTS)
+	fmt.Fprintf(w, "%-16s %s\n", "updated:", t.UpdatedTS)
+	deleted := "no"
+	if t.Deleted {
+		deleted = "yes, at " + t.DeletedTS.String()
+	}
+	fmt.Fprintf(w, "%-16s %s\n", "deleted:", deleted)
+	fmt.Fprintf(w, "%-16s %s\n", "legal hold:", yesNo(t.LegalHold))
+}
+
+// legalHoldSet puts a thread under legal hold (hold=true) or releases it.
+func (e env) legalHoldSet(ctx context.Context, args []string, hold bool) int {
+	name := "legal-hold clear"
+	if hold {
+		name = "legal-hold set"
+	}
+	tid, asJSON, ok := e.threadArg(name, args)
+	if !ok {
+		return exitUsage
+	}
+	cfg, _, closer, ok := e.configAndLogger()
+	if !ok {
+		return exitUsage
+	}
+	defer closer.Close()
+
+	var t threadInfo
+	code := e.onDatabase(cfg, name,
+		func(st *store.Store) error {
+			th, err := st.SetLegalHold(ctx, tid, hold)
+			t = threadInfoOf(th)
+			return err
+		},
+		func(c *adminClient) error {
+			return c.do(ctx, http.MethodPut, "/admin/threads/"+tid+"/legal_hold", map[string]bool{"legal_hold": hold}, &t)
+		})
+	if code != exitOK {
+		return code
+	}
+	if asJSON {
+		writeJSON(e.stdout, t)
+		return exitOK
+	}
+	printThread(e.stdout, t)
+	return exitOK
+}
+
+// legalHoldList prints every thread on legal hold, deleted or not.
+func (e env) legalHoldList(ctx context.Context, args []string) int {
+	const name = "legal-hold list"
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if !e.parseFlags(fs, args, false) {
+		return exitUsage
+	}
+	cfg, _, closer, ok := e.configAndLogger()
+	if !ok {
+		return exitUsage
+	}
+	defer closer.Close()
+
+	var held struct {
+		Threads []threadInfo `json:"threads"`
+	}
+	code := e.onDatabase(cfg, name,
+		func(st *store.Store) error {
+			threads, err := st.LegalHolds(ctx)
+			for _, t := range threads {
+				held.Threads = append(held.Threads, threadInfoOf(t))
+			}
+			return err
+		},
+		func(c *adminClient) error {
+			return c.do(ctx, http.MethodGet, "/admin/legal_holds", nil, &held)
+		})
+	if code != exitOK {
+		return code
+	}
+	if held.Threads == nil {
+		held.Threads = []threadInfo{}
+	}
+	if *asJSON {
+		writeJSON(e.stdout, held)
+		return exitOK
+	}
+	if len(held.Threads) == 0 {
+		fmt.Fprintln(e.stdout, "no thread is on legal hold")
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "THREAD\tDELETED\tUPDATED")
+	for _, t := range held.Threads {
+		deleted := "no"
+		if t.Deleted {
+			deleted = t.DeletedTS.String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", t.ID, deleted, t.UpdatedTS)
+	}
+	tw.Flush()
+	return exitOK
+}
