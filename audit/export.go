@@ -126,7 +126,7 @@ func NewRecordEncoder(w io.Writer, h ExportHead) (*RecordEncoder, error) {
 	b = append(b, `,"cause":`...)
 	b = appendString(b, h.Cause)
 	b = append(b, `,"exported_at":"`...)
-	b = h.ExportedAt.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = AppendTime(b, h.ExportedAt)
 	b = append(b, '"')
 	if h.Recovered {
 		b = append(b, `,"recovered":true`...)

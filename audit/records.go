@@ -191,7 +191,7 @@ func encodeLine(msg string, at time.Time, runID string, seq int64, prev string, 
 	b = append(b, `{"msg":`...)
 	b = appendString(b, msg)
 	b = append(b, `,"time":"`...)
-	b = at.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = AppendTime(b, at)
 	b = append(b, `","run_id":`...)
 	b = appendString(b, runID)
 	b = append(b, `,"seq":`...)
@@ -207,6 +207,28 @@ func encodeLine(msg string, at time.Time, runID string, seq int64, prev string, 
 		return nil, fmt.Errorf("%w: %s line is %d bytes, longer than %d", ErrInvalidRecord, msg, len(b), MaxLineSize)
 	}
 	return b, nil
+}
+
+// AppendTime appends t as audit files write every time: RFC 3339 in UTC
+// ("Z"), with nanoseconds (trailing zeros dropped), e.g.
+// 2026-11-24T16:40:19.123456789Z. The HTTP API and the command line's
+// --json output write times the same way (spec §2).
+func AppendTime(b []byte, t time.Time) []byte {
+	return t.UTC().AppendFormat(b, time.RFC3339Nano)
+}
+
+// ErrTimeFormat is returned by ParseTime for text that is not an RFC 3339
+// UTC time.
+var ErrTimeFormat = errors.New(`not an RFC 3339 UTC time (like "2026-11-24T16:40:19.123456789Z")`)
+
+// ParseTime reads a time written by AppendTime: RFC 3339 ending in "Z",
+// fractional seconds optional.
+func ParseTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || !strings.HasSuffix(s, "Z") {
+		return time.Time{}, fmt.Errorf("%q: %w", s, ErrTimeFormat)
+	}
+	return t.UTC(), nil
 }
 
 // appendString appends s as a JSON string, escaped the way encoding/json
@@ -250,8 +272,8 @@ func parseLine(raw []byte) (Record, string) {
 	if !ok {
 		return rec, "time is not a string"
 	}
-	t, err := time.Parse(time.RFC3339Nano, stamp)
-	if err != nil || !strings.HasSuffix(stamp, "Z") {
+	t, err := ParseTime(stamp)
+	if err != nil {
 		return rec, fmt.Sprintf("time %q is not RFC 3339 UTC", stamp)
 	}
 	rec.Time = t

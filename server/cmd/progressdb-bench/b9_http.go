@@ -18,6 +18,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/progressdb/progressdb/server/internal/api"
+	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -395,7 +396,7 @@ func b9ListOnce(ctx context.Context, b *bench, n int, frac float64, pages int) (
 			return 0, err
 		}
 		var out struct {
-			Threads []store.Thread `json:"threads"`
+			Threads []wire.Thread `json:"threads"`
 		}
 		err = json.NewDecoder(resp.Body).Decode(&out)
 		resp.Body.Close()

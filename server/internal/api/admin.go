@@ -5,7 +5,7 @@ import (
 	"net/http"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
-	"github.com/progressdb/progressdb/server/pkg/store"
+	"github.com/progressdb/progressdb/server/internal/wire"
 )
 
 // retentionStatus answers GET /admin/retention.
@@ -84,7 +84,7 @@ func (s *server) setLegalHold(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.log.InfoContext(r.Context(), "legal_hold_set", "tid", tid, "legal_hold", *req.LegalHold)
-	return s.writeJSON(w, r, http.StatusOK, t)
+	return s.writeJSON(w, r, http.StatusOK, wire.ThreadOf(t))
 }
 
 // setRetentionPause answers PUT /admin/retention/pause {paused, reason?}.
@@ -178,12 +178,12 @@ func (s *server) adminThread(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(w, r, http.StatusOK, t)
+	return s.writeJSON(w, r, http.StatusOK, wire.ThreadOf(t))
 }
 
 // heldThreads is the answer of GET /admin/legal_holds.
 type heldThreads struct {
-	Threads []store.Thread `json:"threads"`
+	Threads []wire.Thread `json:"threads"`
 }
 
 // legalHolds answers GET /admin/legal_holds: every thread on legal hold,
@@ -193,8 +193,5 @@ func (s *server) legalHolds(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if threads == nil {
-		threads = []store.Thread{}
-	}
-	return s.writeJSON(w, r, http.StatusOK, heldThreads{Threads: threads})
+	return s.writeJSON(w, r, http.StatusOK, heldThreads{Threads: wire.Threads(threads)})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/internal/wire"
 )
 
 // fakeRetention stands in for the retention service (not the store): it
@@ -56,7 +57,7 @@ func (f *fakeRetention) lastRequest(t *testing.T) retention.RunRequest {
 func TestRetentionStatus(t *testing.T) {
 	next := time.Date(2030, 1, 2, 2, 0, 0, 0, time.UTC)
 	fake := &fakeRetention{status: retention.Status{
-		Enabled: true, Period: "720h0m0s", MessagePeriod: "24h0m0s", Cron: "0 2 * * *", NextRun: &next,
+		Enabled: true, Period: "720h0m0s", MessagePeriod: "24h0m0s", Cron: "0 2 * * *", NextRun: wire.At(next),
 		Lease:   retention.LeaseStatus{Owner: "host-a/42", Held: true},
 		LastRun: &retention.Result{RunID: "r1", Status: "completed", Purged: 3, AuditFile: "2030-01/retention-x.jsonl"},
 	}}
@@ -121,7 +122,7 @@ func TestRetentionRun(t *testing.T) {
 
 func TestRetentionRunRefused(t *testing.T) {
 	holder := retention.LeaseInfo{Owner: "host-b/7", Host: "host-b", PID: 7, Epoch: 12,
-		Expires: time.Date(2030, 1, 1, 0, 5, 0, 0, time.UTC)}
+		Expires: wire.At(time.Date(2030, 1, 1, 0, 5, 0, 0, time.UTC))}
 
 	for _, wait := range []string{"", "?wait=false"} {
 		t.Run("lease held"+wait, func(t *testing.T) {

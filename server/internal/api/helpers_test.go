@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -119,16 +120,16 @@ func (r response) errorText(t *testing.T) string {
 	return body.Error
 }
 
-func (e *testEnv) createThread(t *testing.T, id string) store.Thread {
+func (e *testEnv) createThread(t *testing.T, id string) wire.Thread {
 	t.Helper()
-	var th store.Thread
+	var th wire.Thread
 	e.expect(t, "POST", "/v1/threads", `{"id":"`+id+`","title":"a title","author":"ann"}`, http.StatusCreated).decode(t, &th)
 	return th
 }
 
-func (e *testEnv) appendMessage(t *testing.T, tid, mid, body string) store.Message {
+func (e *testEnv) appendMessage(t *testing.T, tid, mid, body string) wire.Message {
 	t.Helper()
-	var m store.Message
+	var m wire.Message
 	e.expect(t, "POST", "/v1/threads/"+tid+"/messages", `{"id":"`+mid+`","author":"bob","body":`+body+`}`, http.StatusCreated).decode(t, &m)
 	return m
 }

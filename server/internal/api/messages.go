@@ -6,17 +6,18 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 type messageList struct {
-	Messages   []store.Message `json:"messages"`
-	NextCursor string          `json:"next_cursor"`
+	Messages   []wire.Message `json:"messages"`
+	NextCursor string         `json:"next_cursor"`
 }
 
 type versionList struct {
-	Versions   []store.Message `json:"versions"`
-	NextCursor string          `json:"next_cursor"`
+	Versions   []wire.Message `json:"versions"`
+	NextCursor string         `json:"next_cursor"`
 }
 
 // threadAndMessage returns the validated {tid} and {mid} path IDs.
@@ -28,6 +29,19 @@ func threadAndMessage(r *http.Request) (tid, mid string, err error) {
 		return "", "", err
 	}
 	return tid, mid, nil
+}
+
+// checkBody refuses a missing message body and one that is not I-JSON:
+// every reader of the thread gets the body back, and the answers must be
+// I-JSON (spec §2).
+func checkBody(body json.RawMessage) error {
+	if len(body) == 0 {
+		return badRequest("body is required")
+	}
+	if err := wire.CheckIJSON(body); err != nil {
+		return badRequest("body: %v", err)
+	}
+	return nil
 }
 
 func (s *server) appendMessage(w http.ResponseWriter, r *http.Request) error {
@@ -49,15 +63,15 @@ func (s *server) appendMessage(w http.ResponseWriter, r *http.Request) error {
 	if err := textField("author", req.Author, maxAuthorBytes); err != nil {
 		return err
 	}
-	if len(req.Body) == 0 {
-		return badRequest("body is required")
+	if err := checkBody(req.Body); err != nil {
+		return err
 	}
 	m, err := s.store.AppendMessage(r.Context(), tid, store.Message{ID: req.ID, Author: req.Author, Body: req.Body})
 	if err != nil {
 		return err
 	}
 	w.Header().Set("Location", "/v1/threads/"+tid+"/messages/"+m.ID)
-	return s.writeJSON(w, r, http.StatusCreated, m)
+	return s.writeJSON(w, r, http.StatusCreated, wire.MessageOf(m))
 }
 
 func (s *server) listMessages(w http.ResponseWriter, r *http.Request) error {
@@ -76,10 +90,7 @@ func (s *server) listMessages(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if msgs == nil {
-		msgs = []store.Message{}
-	}
-	return s.writeJSON(w, r, http.StatusOK, messageList{Messages: msgs, NextCursor: next})
+	return s.writeJSON(w, r, http.StatusOK, messageList{Messages: wire.Messages(msgs), NextCursor: next})
 }
 
 // messageRead reads the IDs and include_deleted of a request for one
@@ -109,7 +120,7 @@ func (s *server) getMessage(w http.ResponseWriter, r *http.Request) error {
 	if m.Deleted && !inc {
 		return messageNotFound(tid, mid)
 	}
-	return s.writeJSON(w, r, http.StatusOK, m)
+	return s.writeJSON(w, r, http.StatusOK, wire.MessageOf(m))
 }
 
 func (s *server) editMessage(w http.ResponseWriter, r *http.Request) error {
@@ -123,8 +134,8 @@ func (s *server) editMessage(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decodeBody(w, r, &req, false); err != nil {
 		return err
 	}
-	if len(req.Body) == 0 {
-		return badRequest("body is required")
+	if err := checkBody(req.Body); err != nil {
+		return err
 	}
 	// Like appending, editing needs a live thread.
 	if _, err := s.visibleThread(r.Context(), tid, false); err != nil {
@@ -134,7 +145,7 @@ func (s *server) editMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(w, r, http.StatusOK, m)
+	return s.writeJSON(w, r, http.StatusOK, wire.MessageOf(m))
 }
 
 func (s *server) deleteMessage(w http.ResponseWriter, r *http.Request) error {
@@ -157,7 +168,7 @@ func (s *server) restoreMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(w, r, http.StatusOK, m)
+	return s.writeJSON(w, r, http.StatusOK, wire.MessageOf(m))
 }
 
 // listVersions answers GET .../versions?limit=&cursor=, a page of the
@@ -176,7 +187,7 @@ func (s *server) listVersions(w http.ResponseWriter, r *http.Request) error {
 	}
 	var out *bufio.Writer
 	next, err := s.store.ScanVersions(r.Context(), tid, mid, o, func(m store.Message) error {
-		b, err := json.Marshal(m)
+		b, err := json.Marshal(wire.MessageOf(m))
 		if err != nil {
 			return err
 		}
@@ -205,7 +216,7 @@ func (s *server) listVersions(w http.ResponseWriter, r *http.Request) error {
 	case out == nil:
 		// A page after the last version (an old cursor): empty, not 404,
 		// since the message has versions (ScanVersions checked).
-		return s.writeJSON(w, r, http.StatusOK, versionList{Versions: []store.Message{}})
+		return s.writeJSON(w, r, http.StatusOK, versionList{Versions: []wire.Message{}})
 	}
 	tail, _ := json.Marshal(next)
 	_, _ = out.WriteString(`],"next_cursor":`)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -16,7 +17,7 @@ func TestMessageLifecycle(t *testing.T) {
 	e.createThread(t, "t1")
 
 	r := e.expect(t, "POST", "/v1/threads/t1/messages", `{"id":"m1","author":"bob","body":{"text":"hi"}}`, http.StatusCreated)
-	var m store.Message
+	var m wire.Message
 	r.decode(t, &m)
 	if m.ID != "m1" || m.Thread != "t1" || m.Author != "bob" || m.Version != 1 || m.Deleted || !jsonEqual(m.Body, `{"text":"hi"}`) {
 		t.Fatalf("appended %+v (body %s)", m, m.Body)
@@ -37,12 +38,12 @@ func TestMessageLifecycle(t *testing.T) {
 	e.appendMessage(t, "t1", "m2", `"plain string"`)
 	e.appendMessage(t, "t1", "m3", `[1,2,3]`)
 
-	var edited store.Message
+	var edited wire.Message
 	e.expect(t, "PUT", "/v1/threads/t1/messages/m1", `{"body":{"text":"hi, edited"}}`, http.StatusOK).decode(t, &edited)
 	if edited.Version != 2 || !jsonEqual(edited.Body, `{"text":"hi, edited"}`) {
 		t.Fatalf("edited %+v (body %s)", edited, edited.Body)
 	}
-	var latest store.Message
+	var latest wire.Message
 	e.expect(t, "GET", "/v1/threads/t1/messages/m1", "", http.StatusOK).decode(t, &latest)
 	if latest.Version != 2 || !jsonEqual(latest.Body, `{"text":"hi, edited"}`) {
 		t.Fatalf("latest %+v", latest)
@@ -58,9 +59,9 @@ func TestMessageLifecycle(t *testing.T) {
 	e.expect(t, "DELETE", "/v1/threads/t1/messages/nope", "", http.StatusNotFound).errorText(t)
 	e.expect(t, "DELETE", "/v1/threads/t1/messages/m1", "", http.StatusNoContent)
 	e.expect(t, "GET", "/v1/threads/t1/messages/m1", "", http.StatusNotFound).errorText(t)
-	var tomb store.Message
+	var tomb wire.Message
 	e.expect(t, "GET", "/v1/threads/t1/messages/m1?include_deleted=true", "", http.StatusOK).decode(t, &tomb)
-	if !tomb.Deleted || tomb.DeletedTS == 0 || tomb.Version != 3 {
+	if !tomb.Deleted || tomb.DeletedTS.IsZero() || tomb.Version != 3 {
 		t.Fatalf("tombstone %+v", tomb)
 	}
 	e.expect(t, "PUT", "/v1/threads/t1/messages/m1", `{"body":1}`, http.StatusNotFound)
@@ -85,7 +86,7 @@ func TestMessageLifecycle(t *testing.T) {
 		t.Errorf("last version is not the tombstone: %+v", versions.Versions[2])
 	}
 
-	var restored store.Message
+	var restored wire.Message
 	e.expect(t, "POST", "/v1/threads/t1/messages/m1/restore", "", http.StatusOK).decode(t, &restored)
 	if restored.Deleted || !jsonEqual(restored.Body, `{"text":"hi, edited"}`) {
 		t.Fatalf("restored %+v (body %s)", restored, restored.Body)

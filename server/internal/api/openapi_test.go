@@ -21,7 +21,7 @@ import (
 
 	apispec "github.com/progressdb/progressdb/api"
 	"github.com/progressdb/progressdb/server/internal/retention"
-	"github.com/progressdb/progressdb/server/pkg/store"
+	"github.com/progressdb/progressdb/server/internal/wire"
 )
 
 // The description (api/openapi.yaml) and the server are held in step two
@@ -384,8 +384,8 @@ func TestOpenAPISchemasMatchTheTypes(t *testing.T) {
 		t.Fatalf("%s: %v", specFile, err)
 	}
 	for name, typ := range map[string]reflect.Type{
-		"Thread":          reflect.TypeFor[store.Thread](),
-		"Message":         reflect.TypeFor[store.Message](),
+		"Thread":          reflect.TypeFor[wire.Thread](),
+		"Message":         reflect.TypeFor[wire.Message](),
 		"Error":           reflect.TypeFor[errorBody](),
 		"LeaseInfo":       reflect.TypeFor[retention.LeaseInfo](),
 		"RunResult":       reflect.TypeFor[retention.Result](),

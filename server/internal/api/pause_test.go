@@ -57,7 +57,7 @@ func TestRetentionPause(t *testing.T) {
 
 	var st retention.PauseState
 	e.expect(t, "PUT", "/admin/retention/pause", `{"paused":true,"reason":"incident 42"}`, http.StatusOK).decode(t, &st)
-	if !st.Paused || st.Reason != "incident 42" || st.PausedAt == nil {
+	if !st.Paused || st.Reason != "incident 42" || st.PausedAt.IsZero() {
 		t.Fatalf("pause answer %+v", st)
 	}
 	var status struct {
@@ -90,7 +90,7 @@ func TestRetentionPause(t *testing.T) {
 	}
 
 	e.expect(t, "PUT", "/admin/retention/pause", `{"paused":false}`, http.StatusOK).decode(t, &st)
-	if st.Paused || st.PausedAt != nil {
+	if st.Paused || !st.PausedAt.IsZero() {
 		t.Fatalf("resume answer %+v", st)
 	}
 	e.expect(t, "POST", "/admin/retention/run", "", http.StatusOK)

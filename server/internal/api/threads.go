@@ -4,12 +4,13 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 type threadList struct {
-	Threads    []store.Thread `json:"threads"`
-	NextCursor string         `json:"next_cursor"`
+	Threads    []wire.Thread `json:"threads"`
+	NextCursor string        `json:"next_cursor"`
 }
 
 func (s *server) createThread(w http.ResponseWriter, r *http.Request) error {
@@ -35,7 +36,7 @@ func (s *server) createThread(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Location", "/v1/threads/"+t.ID)
-	return s.writeJSON(w, r, http.StatusCreated, t)
+	return s.writeJSON(w, r, http.StatusCreated, wire.ThreadOf(t))
 }
 
 func (s *server) listThreads(w http.ResponseWriter, r *http.Request) error {
@@ -47,10 +48,7 @@ func (s *server) listThreads(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if threads == nil {
-		threads = []store.Thread{} // "threads": [] rather than null
-	}
-	return s.writeJSON(w, r, http.StatusOK, threadList{Threads: threads, NextCursor: next})
+	return s.writeJSON(w, r, http.StatusOK, threadList{Threads: wire.Threads(threads), NextCursor: next})
 }
 
 func (s *server) getThread(w http.ResponseWriter, r *http.Request) error {
@@ -66,7 +64,7 @@ func (s *server) getThread(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(w, r, http.StatusOK, t)
+	return s.writeJSON(w, r, http.StatusOK, wire.ThreadOf(t))
 }
 
 func (s *server) deleteThread(w http.ResponseWriter, r *http.Request) error {
@@ -89,7 +87,7 @@ func (s *server) restoreThread(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(w, r, http.StatusOK, t)
+	return s.writeJSON(w, r, http.StatusOK, wire.ThreadOf(t))
 }
 
 // visibleThread returns the thread unless it is absent or soft-deleted; a

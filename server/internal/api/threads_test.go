@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -14,9 +15,9 @@ func TestThreadLifecycle(t *testing.T) {
 	e := newEnv(t, Options{})
 
 	r := e.expect(t, "POST", "/v1/threads", `{"id":"t1","title":"Plans","author":"ann"}`, http.StatusCreated)
-	var th store.Thread
+	var th wire.Thread
 	r.decode(t, &th)
-	if th.ID != "t1" || th.Title != "Plans" || th.Author != "ann" || th.CreatedTS == 0 || th.Deleted || th.LegalHold {
+	if th.ID != "t1" || th.Title != "Plans" || th.Author != "ann" || th.CreatedTS.IsZero() || th.Deleted || th.LegalHold {
 		t.Fatalf("created thread %+v", th)
 	}
 	if loc := r.header.Get("Location"); loc != "/v1/threads/t1" {
@@ -24,7 +25,7 @@ func TestThreadLifecycle(t *testing.T) {
 	}
 	e.expect(t, "POST", "/v1/threads", `{"id":"t1","title":"again","author":"ann"}`, http.StatusConflict)
 
-	var got store.Thread
+	var got wire.Thread
 	e.expect(t, "GET", "/v1/threads/t1", "", http.StatusOK).decode(t, &got)
 	if got != th {
 		t.Fatalf("get %+v, want %+v", got, th)
@@ -40,9 +41,9 @@ func TestThreadLifecycle(t *testing.T) {
 	e.expect(t, "GET", "/v1/threads/t1", "", http.StatusNotFound).errorText(t)
 	e.expect(t, "GET", "/v1/threads/t1?include_deleted=false", "", http.StatusNotFound)
 	e.expect(t, "GET", "/v1/threads/t1?include_deleted=yes-please", "", http.StatusBadRequest)
-	var deleted store.Thread
+	var deleted wire.Thread
 	e.expect(t, "GET", "/v1/threads/t1?include_deleted=true", "", http.StatusOK).decode(t, &deleted)
-	if !deleted.Deleted || deleted.DeletedTS == 0 {
+	if !deleted.Deleted || deleted.DeletedTS.IsZero() {
 		t.Fatalf("deleted thread %+v", deleted)
 	}
 	var list threadList
@@ -51,7 +52,7 @@ func TestThreadLifecycle(t *testing.T) {
 		t.Fatalf("live list holds a deleted thread: %+v", list.Threads)
 	}
 
-	var restored store.Thread
+	var restored wire.Thread
 	e.expect(t, "POST", "/v1/threads/t1/restore", "", http.StatusOK).decode(t, &restored)
 	if restored.Deleted {
 		t.Fatalf("restored thread %+v", restored)
@@ -64,7 +65,7 @@ func TestThreadLifecycle(t *testing.T) {
 
 func TestCreateThreadGeneratesID(t *testing.T) {
 	e := newEnv(t, Options{})
-	var th store.Thread
+	var th wire.Thread
 	e.expect(t, "POST", "/v1/threads", `{"title":"x","author":"ann"}`, http.StatusCreated).decode(t, &th)
 	if err := store.ValidateID(th.ID); err != nil {
 		t.Fatalf("generated ID %q: %v", th.ID, err)
@@ -155,7 +156,7 @@ func TestLegalHold(t *testing.T) {
 	e.createThread(t, "t1")
 	e.bearer = "adm"
 
-	var th store.Thread
+	var th wire.Thread
 	e.expect(t, "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":true}`, http.StatusOK).decode(t, &th)
 	if !th.LegalHold {
 		t.Fatalf("hold not set: %+v", th)
@@ -192,13 +193,13 @@ func TestAdminThreadAndLegalHolds(t *testing.T) {
 	e.expect(t, "PUT", "/admin/threads/t2/legal_hold", `{"legal_hold":true}`, http.StatusOK)
 	e.expect(t, "PUT", "/admin/threads/t3/legal_hold", `{"legal_hold":true}`, http.StatusOK)
 
-	var th store.Thread
+	var th wire.Thread
 	e.expect(t, "GET", "/admin/threads/t2", "", http.StatusOK).decode(t, &th)
 	if th.ID != "t2" || !th.Deleted || !th.LegalHold {
 		t.Fatalf("admin thread: %+v", th)
 	}
 	var held struct {
-		Threads []store.Thread `json:"threads"`
+		Threads []wire.Thread `json:"threads"`
 	}
 	e.expect(t, "GET", "/admin/legal_holds", "", http.StatusOK).decode(t, &held)
 	if len(held.Threads) != 2 || held.Threads[0].ID != "t2" || held.Threads[1].ID != "t3" {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/progressdb/progressdb/server/pkg/store"
+	"github.com/progressdb/progressdb/server/internal/wire"
 )
 
 func TestVersionsArePaged(t *testing.T) {
@@ -18,8 +18,8 @@ func TestVersionsArePaged(t *testing.T) {
 		e.expect(t, "PUT", "/v1/threads/t1/messages/m1", `{"body":"v`+string(rune('0'+i))+`"}`, http.StatusOK)
 	}
 	type page struct {
-		Versions   []store.Message `json:"versions"`
-		NextCursor string          `json:"next_cursor"`
+		Versions   []wire.Message `json:"versions"`
+		NextCursor string         `json:"next_cursor"`
 	}
 	var got []int64
 	cursor, pages := "", 0

@@ -63,7 +63,7 @@ func printPause(w io.Writer, st retention.PauseState) {
 		return
 	}
 	line := "paused:          yes"
-	if st.PausedAt != nil {
+	if !st.PausedAt.IsZero() {
 		line += " since " + st.PausedAt.Format(time.RFC3339)
 	}
 	if st.Reason != "" {

@@ -23,7 +23,7 @@ func TestRetentionPauseOnTheDatabase(t *testing.T) {
 	if err := json.Unmarshal([]byte(h.mustRun("retention", "pause", "--reason", "legal review", "--json")), &st); err != nil {
 		t.Fatal(err)
 	}
-	if !st.Paused || st.Reason != "legal review" || st.PausedAt == nil {
+	if !st.Paused || st.Reason != "legal review" || st.PausedAt.IsZero() {
 		t.Fatalf("pause %+v", st)
 	}
 	if out := h.mustRun("retention", "status"); !strings.Contains(out, "paused:          yes since") || !strings.Contains(out, "legal review") {

@@ -260,7 +260,7 @@ func printStatus(w io.Writer, rep *statusReport) {
 		fmt.Fprintf(w, "schedule:        %s (UTC)\n", st.Cron)
 		printPause(w, st.PauseState)
 		switch {
-		case st.NextRun != nil:
+		case !st.NextRun.IsZero():
 			fmt.Fprintf(w, "next run:        %s\n", st.NextRun.Format(time.RFC3339))
 		case rep.Source == statusFromDatabase:
 			fmt.Fprintln(w, "next run:        none (no server is running)")
@@ -286,7 +286,7 @@ func printResult(w io.Writer, r retention.Result) {
 	fmt.Fprintf(w, "  status:        %s (dry_run=%t)\n", r.Status, r.DryRun)
 	fmt.Fprintf(w, "  started_at:    %s\n", r.StartedAt.Format(time.RFC3339))
 	if !r.FinishedAt.IsZero() {
-		fmt.Fprintf(w, "  finished_at:   %s (%s)\n", r.FinishedAt.Format(time.RFC3339), r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond))
+		fmt.Fprintf(w, "  finished_at:   %s (%s)\n", r.FinishedAt.Format(time.RFC3339), r.FinishedAt.Sub(r.StartedAt.Time).Round(time.Millisecond))
 	}
 	fmt.Fprintf(w, "  scanned=%d eligible=%d purged=%d failed=%d skipped=%d stamped=%d keys_deleted=%d\n",
 		r.Scanned, r.Eligible, r.Purged, r.Failed, r.Skipped, r.Stamped, r.KeysDeleted)

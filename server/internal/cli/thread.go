@@ -1,94 +1,22 @@
 package cli
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
-// threadInfo is a thread as these commands print it. It decodes the
-// server's answer whether its timestamps are Unix nanoseconds or RFC 3339
-// strings, and prints RFC 3339 (spec §2: I-JSON on the wire).
-type threadInfo struct {
-	ID        string   `json:"id"`
-	Title     string   `json:"title"`
-	Author    string   `json:"author"`
-	CreatedTS wireTime `json:"created_ts"`
-	UpdatedTS wireTime `json:"updated_ts"`
-	Deleted   bool     `json:"deleted"`
-	DeletedTS wireTime `json:"deleted_ts"`
-	LegalHold bool     `json:"legal_hold"`
-}
-
-func threadInfoOf(t store.Thread) threadInfo {
-	return threadInfo{
-		ID: t.ID, Title: t.Title, Author: t.Author,
-		CreatedTS: nanosTime(t.CreatedTS), UpdatedTS: nanosTime(t.UpdatedTS),
-		Deleted: t.Deleted, DeletedTS: nanosTime(t.DeletedTS), LegalHold: t.LegalHold,
-	}
-}
-
-// wireTime is a timestamp; zero is "none" (null).
-type wireTime struct{ time.Time }
-
-func nanosTime(ns int64) wireTime {
-	if ns == 0 {
-		return wireTime{}
-	}
-	return wireTime{time.Unix(0, ns).UTC()}
-}
-
-func (t wireTime) MarshalJSON() ([]byte, error) {
-	if t.IsZero() {
-		return []byte("null"), nil
-	}
-	return json.Marshal(t.UTC().Format(time.RFC3339Nano))
-}
-
-func (t *wireTime) UnmarshalJSON(b []byte) error {
-	switch {
-	case bytes.Equal(b, []byte("null")):
-		*t = wireTime{}
-		return nil
-	case len(b) > 0 && b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		if s == "" {
-			*t = wireTime{}
-			return nil
-		}
-		v, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return err
-		}
-		if v.UnixNano() == 0 {
-			v = time.Time{}
-		}
-		*t = wireTime{v}
-		return nil
-	default:
-		ns, err := strconv.ParseInt(string(b), 10, 64)
-		if err != nil {
-			return fmt.Errorf("timestamp %s: %w", b, err)
-		}
-		*t = nanosTime(ns)
-		return nil
-	}
-}
-
-func (t wireTime) String() string {
+// shownTime prints a wire time for people: RFC 3339 to the second, "-"
+// when unset.
+func shownTime(t wire.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
@@ -98,7 +26,7 @@ func (t wireTime) String() string {
 // threadReport is `thread get`'s answer: the thread with its hold, and its
 // retention override with the policy in force.
 type threadReport struct {
-	Thread    threadInfo             `json:"thread"`
+	Thread    wire.Thread            `json:"thread"`
 	Retention retention.ThreadPolicy `json:"retention"`
 }
 
@@ -142,7 +70,7 @@ func (e env) threadGet(ctx context.Context, args []string) int {
 			if err != nil {
 				return err
 			}
-			rep.Thread = threadInfoOf(t)
+			rep.Thread = wire.ThreadOf(t)
 			return onLocalRetention(st, cfg, logger, func(m *retention.Manager) (err error) {
 				rep.Retention, err = m.ThreadPolicy(ctx, tid)
 				return err
@@ -166,7 +94,7 @@ func (e env) threadGet(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-func printThread(w io.Writer, t threadInfo) {
+func printThread(w io.Writer, t wire.Thread) {
 	yesNo := func(b bool) string {
 		if b {
 			return "yes"
@@ -176,11 +104,11 @@ func printThread(w io.Writer, t threadInfo) {
 	fmt.Fprintf(w, "%-16s %s\n", "thread:", t.ID)
 	fmt.Fprintf(w, "%-16s %s\n", "title:", t.Title)
 	fmt.Fprintf(w, "%-16s %s\n", "author:", t.Author)
-	fmt.Fprintf(w, "%-16s %s\n", "created:", t.CreatedTS)
-	fmt.Fprintf(w, "%-16s %s\n", "updated:", t.UpdatedTS)
+	fmt.Fprintf(w, "%-16s %s\n", "created:", shownTime(t.CreatedTS))
+	fmt.Fprintf(w, "%-16s %s\n", "updated:", shownTime(t.UpdatedTS))
 	deleted := "no"
 	if t.Deleted {
-		deleted = "yes, at " + t.DeletedTS.String()
+		deleted = "yes, at " + shownTime(t.DeletedTS)
 	}
 	fmt.Fprintf(w, "%-16s %s\n", "deleted:", deleted)
 	fmt.Fprintf(w, "%-16s %s\n", "legal hold:", yesNo(t.LegalHold))
@@ -202,11 +130,11 @@ func (e env) legalHoldSet(ctx context.Context, args []string, hold bool) int {
 	}
 	defer closer.Close()
 
-	var t threadInfo
+	var t wire.Thread
 	code := e.onDatabase(cfg, name,
 		func(st *store.Store) error {
 			th, err := st.SetLegalHold(ctx, tid, hold)
-			t = threadInfoOf(th)
+			t = wire.ThreadOf(th)
 			return err
 		},
 		func(c *adminClient) error {
@@ -238,13 +166,13 @@ func (e env) legalHoldList(ctx context.Context, args []string) int {
 	defer closer.Close()
 
 	var held struct {
-		Threads []threadInfo `json:"threads"`
+		Threads []wire.Thread `json:"threads"`
 	}
 	code := e.onDatabase(cfg, name,
 		func(st *store.Store) error {
 			threads, err := st.LegalHolds(ctx)
 			for _, t := range threads {
-				held.Threads = append(held.Threads, threadInfoOf(t))
+				held.Threads = append(held.Threads, wire.ThreadOf(t))
 			}
 			return err
 		},
@@ -255,7 +183,7 @@ func (e env) legalHoldList(ctx context.Context, args []string) int {
 		return code
 	}
 	if held.Threads == nil {
-		held.Threads = []threadInfo{}
+		held.Threads = []wire.Thread{}
 	}
 	if *asJSON {
 		writeJSON(e.stdout, held)
@@ -270,9 +198,9 @@ func (e env) legalHoldList(ctx context.Context, args []string) int {
 	for _, t := range held.Threads {
 		deleted := "no"
 		if t.Deleted {
-			deleted = t.DeletedTS.String()
+			deleted = shownTime(t.DeletedTS)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", t.ID, deleted, t.UpdatedTS)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", t.ID, deleted, shownTime(t.UpdatedTS))
 	}
 	tw.Flush()
 	return exitOK

@@ -10,6 +10,7 @@ import (
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/internal/wire"
 )
 
 // leaseTTL is the shortest lease the configuration allows; it is renewed
@@ -118,7 +119,7 @@ func takeLeaseOver(t *testing.T, s site) {
 	}
 	now := time.Now().UTC()
 	intruder := retention.LeaseInfo{Owner: cur.Host + "/1/intruder", Host: cur.Host, PID: 1, Epoch: cur.Epoch + 1,
-		AcquiredAt: now, RenewedAt: now, Expires: now.Add(leaseTTL)}
+		AcquiredAt: wire.At(now), RenewedAt: wire.At(now), Expires: wire.At(now.Add(leaseTTL))}
 	data, err := json.Marshal(intruder)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -123,7 +124,7 @@ func write(ctx context.Context, url string, w int, l *writeLog) {
 		if status != http.StatusCreated {
 			continue
 		}
-		var m store.Message
+		var m wire.Message
 		if json.Unmarshal(body, &m) != nil {
 			continue
 		}

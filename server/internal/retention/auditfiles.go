@@ -14,7 +14,7 @@ import (
 // Nil when nobody holds it.
 func LiveRun(leasePath string, now time.Time) func(audit.Header) bool {
 	info, err := ReadLease(leasePath)
-	if err != nil || !now.Before(info.Expires) {
+	if err != nil || !now.Before(info.Expires.Time) {
 		return nil
 	}
 	return func(h audit.Header) bool { return h.Owner == info.Owner && h.Epoch == info.Epoch }

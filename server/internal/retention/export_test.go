@@ -129,7 +129,7 @@ func TestExportBeforePurge(t *testing.T) {
 	}
 	f := ra.Footer
 	if f.Exported == nil || *f.Exported != 2 || len(f.ExportSHA256) != 64 ||
-		f.ExportFile != audit.ExportFileName(root, res.StartedAt, res.RunID) {
+		f.ExportFile != audit.ExportFileName(root, res.StartedAt.Time, res.RunID) {
 		t.Fatalf("footer export fields: exported %v, file %q, sha %q", f.Exported, f.ExportFile, f.ExportSHA256)
 	}
 	if strings.TrimSuffix(filepath.Base(f.ExportFile), ".jsonl.gz") != "export"+strings.TrimPrefix(strings.TrimSuffix(filepath.Base(res.AuditFile), ".jsonl"), "retention") {

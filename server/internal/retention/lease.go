@@ -39,6 +39,8 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+
+	"github.com/progressdb/progressdb/server/internal/wire"
 )
 
 // Lease errors callers act on.
@@ -68,9 +70,9 @@ type LeaseInfo struct {
 	Host       string    `json:"host"`
 	PID        int       `json:"pid"`
 	Epoch      int64     `json:"epoch"`
-	AcquiredAt time.Time `json:"acquired_at"`
-	RenewedAt  time.Time `json:"renewed_at"`
-	Expires    time.Time `json:"expires"`
+	AcquiredAt wire.Time `json:"acquired_at"`
+	RenewedAt  wire.Time `json:"renewed_at"`
+	Expires    wire.Time `json:"expires"`
 }
 
 // LeaseHeldError is returned (wrapping ErrLeaseHeld) with the holder. When
@@ -210,10 +212,10 @@ func takeOver(cfg LeaseConfig, lock *flock.Flock) (*Lease, error) {
 			return nil, fmt.Errorf("lease: %w", err)
 		}
 		if until := st.ModTime().Add(cfg.TTL); now.Before(until) {
-			return nil, &LeaseHeldError{Holder: LeaseInfo{Expires: until.UTC()}}
+			return nil, &LeaseHeldError{Holder: LeaseInfo{Expires: wire.At(until.UTC())}}
 		}
 		prevEpoch = -1 // unknown
-	case prev.Host != cfg.Host && now.Before(prev.Expires):
+	case prev.Host != cfg.Host && now.Before(prev.Expires.Time):
 		return nil, &LeaseHeldError{Holder: prev}
 	}
 	// Otherwise: expired, or left by this host, whose holder must be gone
@@ -235,9 +237,9 @@ func takeOver(cfg LeaseConfig, lock *flock.Flock) (*Lease, error) {
 		Host:       cfg.Host,
 		PID:        cfg.PID,
 		Epoch:      epoch,
-		AcquiredAt: at,
-		RenewedAt:  at,
-		Expires:    at.Add(cfg.TTL),
+		AcquiredAt: wire.At(at),
+		RenewedAt:  wire.At(at),
+		Expires:    wire.At(at.Add(cfg.TTL)),
 	}
 	if err := writeLease(cfg.Path, info); err != nil {
 		return nil, err
@@ -320,8 +322,8 @@ func (l *Lease) Renew(ctx context.Context) error {
 	}
 
 	next := info
-	next.RenewedAt = now.UTC()
-	next.Expires = next.RenewedAt.Add(l.cfg.TTL)
+	next.RenewedAt = wire.At(now.UTC())
+	next.Expires = wire.At(next.RenewedAt.Add(l.cfg.TTL))
 	if err := writeLease(l.cfg.Path, next); err != nil {
 		return l.lose(fmt.Errorf("write failed: %w", err))
 	}
@@ -405,7 +407,7 @@ func (l *Lease) Release() error {
 	var werr error
 	if stillOurs {
 		if cur, err := ReadLease(l.cfg.Path); err == nil && cur.Owner == info.Owner && cur.Epoch == info.Epoch {
-			info.Expires = l.cfg.Now().UTC()
+			info.Expires = wire.At(l.cfg.Now().UTC())
 			werr = writeLease(l.cfg.Path, info)
 		}
 	}

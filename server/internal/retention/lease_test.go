@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/progressdb/progressdb/server/internal/wire"
 )
 
 // Environment of the helper process the subprocess tests start.
@@ -124,7 +126,7 @@ func TestLeaseAcquireReleaseReacquire(t *testing.T) {
 		now := clk.Now()
 		want := LeaseInfo{
 			Owner: owner, Host: "host-" + owner, PID: 4242, Epoch: int64(i + 1),
-			AcquiredAt: now, RenewedAt: now, Expires: now.Add(time.Minute),
+			AcquiredAt: wire.At(now), RenewedAt: wire.At(now), Expires: wire.At(now.Add(time.Minute)),
 		}
 		if got := l.Info(); got != want {
 			t.Fatalf("Info() = %+v, want %+v", got, want)
@@ -236,11 +238,11 @@ func TestLeaseOtherHostWaitsForExpiry(t *testing.T) {
 	}
 	expires := first.Info().Expires
 
-	clk.Set(expires.Add(-time.Millisecond))
+	clk.Set(expires.Time.Add(-time.Millisecond))
 	_, err := AcquireLease(context.Background(), leaseConfig(path, "second", "host-b", clk.Now))
 	requireHeldBy(t, err, "first")
 
-	clk.Set(expires)
+	clk.Set(expires.Time)
 	second := mustAcquireLease(t, leaseConfig(path, "second", "host-b", clk.Now))
 	if got := second.Info().Epoch; got != 2 {
 		t.Fatalf("epoch = %d, want 2", got)
@@ -267,7 +269,7 @@ func TestLeaseRenew(t *testing.T) {
 	}
 	want := LeaseInfo{
 		Owner: "me", Host: "host-a", PID: 4242, Epoch: 1,
-		AcquiredAt: acquired, RenewedAt: clk.Now(), Expires: clk.Now().Add(time.Minute),
+		AcquiredAt: wire.At(acquired), RenewedAt: wire.At(clk.Now()), Expires: wire.At(clk.Now().Add(time.Minute)),
 	}
 	if got != want || l.Info() != want {
 		t.Fatalf("after Renew file %+v, Info %+v, want %+v", got, l.Info(), want)
@@ -396,7 +398,7 @@ func TestLeaseHeartbeat(t *testing.T) {
 
 	// Check is called concurrently with renewals; -race watches.
 	deadline := time.Now().Add(5 * time.Second)
-	for !l.Info().RenewedAt.After(first) {
+	for !l.Info().RenewedAt.After(first.Time) {
 		if err := l.Check(); err != nil {
 			t.Fatalf("Check while heartbeating: %v", err)
 		}
@@ -571,7 +573,7 @@ func TestLeaseCorruptFile(t *testing.T) {
 		if err := os.WriteFile(path+".epoch", []byte("3\n"), 0o640); err != nil {
 			t.Fatal(err)
 		}
-		info := LeaseInfo{Owner: "old", Host: "host-a", Epoch: 9, Expires: clk.Now()}
+		info := LeaseInfo{Owner: "old", Host: "host-a", Epoch: 9, Expires: wire.At(clk.Now())}
 		if err := writeLease(path, info); err != nil {
 			t.Fatal(err)
 		}
@@ -732,7 +734,7 @@ func TestLeaseSubprocessCrashSameHost(t *testing.T) {
 	if got := l.Info().Epoch; got != 2 {
 		t.Fatalf("epoch = %d, want 2", got)
 	}
-	if time.Now().After(held.Holder.Expires) {
+	if time.Now().After(held.Holder.Expires.Time) {
 		t.Fatal("test too slow to show an immediate takeover")
 	}
 }
@@ -752,7 +754,7 @@ func TestLeaseSubprocessCrashOtherHost(t *testing.T) {
 	_, err = AcquireLease(context.Background(), cfg)
 	requireHeldBy(t, err, held.Holder.Owner)
 
-	clk.Set(held.Holder.Expires)
+	clk.Set(held.Holder.Expires.Time)
 	l := mustAcquireLease(t, cfg)
 	if got := l.Info().Epoch; got != 2 {
 		t.Fatalf("epoch = %d, want 2", got)

@@ -136,7 +136,7 @@ func TestLastSuccessRestoredAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	at, err := svc.RestoreLastSuccess()
-	if err != nil || !at.Equal(done.FinishedAt) {
+	if err != nil || !at.Equal(done.FinishedAt.Time) {
 		t.Fatalf("restored %v, %v; want the real run's finish %v", at, err, done.FinishedAt)
 	}
 	if got, want := counterValue(t, e.metrics.LastSuccess), float64(done.FinishedAt.UnixNano())/1e9; got != want {

@@ -3,8 +3,8 @@ package retention
 import (
 	"context"
 	"fmt"
-	"time"
 
+	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -17,17 +17,16 @@ const reasonPaused = "paused"
 
 // PauseState is the pause switch as the API and CLI show it.
 type PauseState struct {
-	Paused   bool       `json:"paused"`
-	Reason   string     `json:"paused_reason"`
-	PausedAt *time.Time `json:"paused_at"`
+	Paused   bool      `json:"paused"`
+	Reason   string    `json:"paused_reason"`
+	PausedAt wire.Time `json:"paused_at"` // null unless paused
 }
 
 // PauseStateOf shows a stored pause switch.
 func PauseStateOf(p store.RetentionPause) PauseState {
 	st := PauseState{Paused: p.Paused, Reason: p.Reason}
-	if p.Paused && p.PausedAt > 0 {
-		at := time.Unix(0, p.PausedAt).UTC()
-		st.PausedAt = &at
+	if p.Paused {
+		st.PausedAt = wire.Nanos(p.PausedAt)
 	}
 	return st
 }

@@ -22,7 +22,7 @@ func TestPausedRunsAreSkippedButDryRunsWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !st.Paused || st.Reason != "incident 42" || st.PausedAt == nil || !st.PausedAt.Equal(e.clock.Now()) {
+	if !st.Paused || st.Reason != "incident 42" || st.PausedAt.IsZero() || !st.PausedAt.Equal(e.clock.Now()) {
 		t.Fatalf("pause state %+v", st)
 	}
 	if got := counterValue(t, e.metrics.Paused); got != 1 {
@@ -58,7 +58,7 @@ func TestPausedRunsAreSkippedButDryRunsWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !status.Paused || status.Reason != "incident 42" || status.PausedAt == nil {
+	if !status.Paused || status.Reason != "incident 42" || status.PausedAt.IsZero() {
 		t.Fatalf("status after reopen %+v", status)
 	}
 	if _, err := r.Run(ctx, RunRequest{Trigger: TriggerSchedule}); !errors.Is(err, ErrPaused) {
@@ -66,7 +66,7 @@ func TestPausedRunsAreSkippedButDryRunsWork(t *testing.T) {
 	}
 
 	st, err = r.SetPause(ctx, false, "")
-	if err != nil || st.Paused || st.PausedAt != nil || st.Reason != "" {
+	if err != nil || st.Paused || !st.PausedAt.IsZero() || st.Reason != "" {
 		t.Fatalf("resume: %+v %v", st, err)
 	}
 	if got := counterValue(t, e.metrics.Paused); got != 0 {
@@ -104,7 +104,7 @@ func TestRepeatedPauseKeepsItsFirstTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !again.PausedAt.Equal(*first.PausedAt) || again.Reason != "b" {
+	if !again.PausedAt.Equal(first.PausedAt.Time) || again.Reason != "b" {
 		t.Fatalf("first %+v, again %+v", first, again)
 	}
 	if _, err := r.SetPause(ctx, true, string(make([]byte, store.MaxPauseReason+1))); !errors.Is(err, store.ErrInvalidArgument) {

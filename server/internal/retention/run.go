@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -92,7 +93,7 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	rn.meter.begin(rn.at)
 	rn.del = newDeleter(r, rn.checkpoint, rn.batchHook)
 	rn.journal = &journal{st: r.st, metrics: r.metrics, flushKeys: flushKeysFactor * r.cfg.BatchSize}
-	res := Result{RunID: rn.id, StartedAt: rn.at, DryRun: rn.dry}
+	res := Result{RunID: rn.id, StartedAt: wire.At(rn.at), DryRun: rn.dry}
 
 	// Files left .inprogress by a crashed run are sealed first, and only
 	// while holding the lease, so a live run's file is never sealed.
@@ -187,10 +188,10 @@ func (rn *run) failedToStart(res Result, stage, what string, err error) (Result,
 	r := rn.r
 	r.metrics.countError(stage)
 	r.metrics.Runs.WithLabelValues(resultFailed).Inc()
-	res.FinishedAt = r.now().UTC()
+	res.FinishedAt = wire.At(r.now().UTC())
 	res.Status = audit.RunFailed
 	res.Error = what + ": " + err.Error()
-	r.metrics.RunDuration.Observe(res.FinishedAt.Sub(res.StartedAt).Seconds())
+	r.metrics.RunDuration.Observe(res.FinishedAt.Sub(res.StartedAt.Time).Seconds())
 	r.last.Store(&res)
 	r.log.Error("retention_run_failed", "run_id", rn.id, "trigger", rn.trigger, "stage", stage, "err", err)
 	return res, fmt.Errorf("%s: %w", what, err)
@@ -714,7 +715,7 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 		}
 	}
 
-	res.FinishedAt = finished
+	res.FinishedAt = wire.At(finished)
 	res.Status = status
 	res.Scanned, res.Eligible, res.Purged = t.Scanned, t.Eligible, t.Purged
 	res.Failed, res.Skipped, res.Stamped, res.KeysDeleted = t.Failed, t.Skipped, t.Stamped, t.KeysDeleted

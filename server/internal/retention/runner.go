@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -256,13 +257,13 @@ func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error
 		if errors.As(err, &held) {
 			r.metrics.Runs.WithLabelValues(resultSkippedLease).Inc()
 			r.log.Info("retention_run_skipped", "trigger", req.Trigger, "reason", "lease held elsewhere",
-				"holder", held.Holder.Owner, "holder_expires", held.Holder.Expires)
+				"holder", held.Holder.Owner, "holder_expires", held.Holder.Expires.Time)
 			return nil, Result{}, err
 		}
 		r.metrics.countError(stageLease)
 		r.metrics.Runs.WithLabelValues(resultFailed).Inc()
 		now := r.now().UTC()
-		res := Result{StartedAt: now, FinishedAt: now, Status: resultFailed, DryRun: dry,
+		res := Result{StartedAt: wire.At(now), FinishedAt: wire.At(now), Status: resultFailed, DryRun: dry,
 			Error: "acquire lease: " + err.Error()}
 		r.last.Store(&res)
 		r.log.Error("retention_run_failed", "trigger", req.Trigger, "stage", stageLease, "err", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
@@ -166,10 +167,9 @@ func (m *Manager) Start(ctx context.Context, req RunRequest) (string, error) {
 
 // Status reports configuration, next run, lease and last run.
 func (m *Manager) Status(ctx context.Context) (Status, error) {
-	var next *time.Time
+	var next wire.Time
 	if m.sched != nil && m.runner.cfg.Enabled {
-		n := m.sched.Next()
-		next = &n
+		next = wire.At(m.sched.Next())
 	}
 	st, err := status(m.runner.cfg, m.now(), next)
 	if err != nil {
@@ -196,7 +196,7 @@ func ReadStatus(cfg config.Retention, now time.Time) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	st, err := status(cfg, now, nil)
+	st, err := status(cfg, now, wire.Time{})
 	if err != nil {
 		return st, err
 	}
@@ -205,7 +205,7 @@ func ReadStatus(cfg config.Retention, now time.Time) (Status, error) {
 }
 
 // status fills the configuration and lease parts of Status.
-func status(cfg config.Retention, now time.Time, next *time.Time) (Status, error) {
+func status(cfg config.Retention, now time.Time, next wire.Time) (Status, error) {
 	st := Status{
 		Enabled:       cfg.Enabled,
 		DryRun:        cfg.DryRun,
@@ -223,7 +223,7 @@ func status(cfg config.Retention, now time.Time, next *time.Time) (Status, error
 	case err != nil:
 		return st, fmt.Errorf("read lease: %w", err)
 	default:
-		st.Lease = LeaseStatus{Owner: info.Owner, Expires: info.Expires, Held: now.Before(info.Expires)}
+		st.Lease = LeaseStatus{Owner: info.Owner, Expires: info.Expires, Held: now.Before(info.Expires.Time)}
 	}
 	return st, nil
 }
@@ -250,14 +250,14 @@ func lastRunFromAudit(cfg config.Retention, now time.Time) (*Result, error) {
 		return nil, nil
 	case errors.As(err, &problem):
 		res := &Result{Status: statusDamaged, AuditFile: problem.File, Error: problem.Error()}
-		res.StartedAt, res.RunID, _ = audit.ParseName(problem.File)
+		res.StartedAt.Time, res.RunID, _ = audit.ParseName(problem.File)
 		return res, nil
 	case err != nil || sum == nil:
 		return nil, err
 	}
 	res := &Result{
 		RunID:     sum.RunID,
-		StartedAt: sum.Header.StartedAt,
+		StartedAt: wire.At(sum.Header.StartedAt),
 		DryRun:    sum.Header.DryRun,
 		Status:    statusRunning,
 		AuditFile: sum.Path,
@@ -268,7 +268,7 @@ func lastRunFromAudit(cfg config.Retention, now time.Time) (*Result, error) {
 		res.ByCause = bc
 	}
 	if f := sum.Footer; f != nil {
-		res.FinishedAt = f.FinishedAt
+		res.FinishedAt = wire.At(f.FinishedAt)
 		res.Status = f.Status
 		res.Scanned, res.Eligible, res.Purged = f.Scanned, f.Eligible, f.Purged
 		res.Failed, res.Skipped, res.Stamped, res.KeysDeleted = f.Failed, f.Skipped, f.Stamped, f.KeysDeleted

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -50,9 +51,9 @@ type Progress struct {
 // Result summarises a run (spec §7 last_run).
 type Result struct {
 	RunID       string    `json:"run_id"`
-	StartedAt   time.Time `json:"started_at"`
-	FinishedAt  time.Time `json:"finished_at"`
-	Status      string    `json:"status"` // completed|failed|interrupted|aborted
+	StartedAt   wire.Time `json:"started_at"`
+	FinishedAt  wire.Time `json:"finished_at"` // null while the run goes
+	Status      string    `json:"status"`      // completed|failed|interrupted|aborted
 	DryRun      bool      `json:"dry_run"`
 	Scanned     int64     `json:"scanned"`
 	Eligible    int64     `json:"eligible"`
@@ -79,7 +80,7 @@ type CauseCounts = audit.CauseCount
 // LeaseStatus is the lease part of Status.
 type LeaseStatus struct {
 	Owner   string    `json:"owner"`
-	Expires time.Time `json:"expires"`
+	Expires wire.Time `json:"expires"`
 	Held    bool      `json:"held"` // held by anybody and not expired
 }
 
@@ -92,7 +93,7 @@ type Status struct {
 	Cron          string      `json:"cron"`
 	MaxAge        string      `json:"max_age"`      // "0": off
 	MaxMessages   int         `json:"max_messages"` // 0: off
-	NextRun       *time.Time  `json:"next_run"`
+	NextRun       wire.Time   `json:"next_run"`     // null when none is scheduled
 	Lease         LeaseStatus `json:"lease"`
 	LastRun       *Result     `json:"last_run"`
 	PauseState

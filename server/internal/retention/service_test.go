@@ -44,7 +44,7 @@ func TestServiceRunAndStatus(t *testing.T) {
 	if !st.Enabled || st.DryRun || st.Period != "30d" || st.MessagePeriod != "1d12h" || st.Cron != "0 2 * * *" {
 		t.Fatalf("status config %+v", st)
 	}
-	if st.NextRun == nil || !st.NextRun.Equal(time.Date(2025, 3, 2, 2, 0, 0, 0, time.UTC)) {
+	if st.NextRun.IsZero() || !st.NextRun.Equal(time.Date(2025, 3, 2, 2, 0, 0, 0, time.UTC)) {
 		t.Fatalf("next run %v", st.NextRun)
 	}
 	if st.Lease.Owner != r.owner || st.Lease.Held {
@@ -70,7 +70,7 @@ func TestServiceRefusesRealRunsWhileDisabled(t *testing.T) {
 		t.Fatalf("dry run: %+v %v", res, err)
 	}
 	st, err := svc.Status(ctx)
-	if err != nil || st.Enabled || st.NextRun != nil || st.LastRun == nil || !st.LastRun.DryRun {
+	if err != nil || st.Enabled || !st.NextRun.IsZero() || st.LastRun == nil || !st.LastRun.DryRun {
 		t.Fatalf("status %+v %v", st, err)
 	}
 }
@@ -171,7 +171,7 @@ func TestStatusFromDiskAlone(t *testing.T) {
 	for name, s := range map[string]Status{"service": st, "ReadStatus": cli} {
 		lr := s.LastRun
 		if lr == nil || lr.RunID != res.RunID || lr.Status != audit.RunCompleted || lr.Purged != 1 ||
-			lr.KeysDeleted != res.KeysDeleted || lr.AuditFile != res.AuditFile || !lr.StartedAt.Equal(res.StartedAt) {
+			lr.KeysDeleted != res.KeysDeleted || lr.AuditFile != res.AuditFile || !lr.StartedAt.Equal(res.StartedAt.Time) {
 			t.Fatalf("%s last run %+v, want %+v", name, lr, res)
 		}
 		// Rebuilt from the audit file's items after a restart.
@@ -180,7 +180,7 @@ func TestStatusFromDiskAlone(t *testing.T) {
 		}
 	}
 	// No scheduler runs for ReadStatus, so it names no next run.
-	if cli.NextRun != nil {
+	if !cli.NextRun.IsZero() {
 		t.Fatalf("ReadStatus next run %v", cli.NextRun)
 	}
 }
