@@ -231,9 +231,9 @@ func (e env) loadConfig() (config.Config, bool) {
 }
 
 // configAndLogger reads the environment and builds the configured logger,
-// which the command closes when done. On error it prints the one-line
+// whose sink the command closes when done. On error it prints the one-line
 // message and returns false (the caller exits 2).
-func (e env) configAndLogger() (config.Config, *slog.Logger, io.Closer, bool) {
+func (e env) configAndLogger() (config.Config, *slog.Logger, *logging.Sink, bool) {
 	cfg, ok := e.loadConfig()
 	if !ok {
 		return cfg, nil, nil, false
@@ -251,7 +251,7 @@ func (e env) configAndLogger() (config.Config, *slog.Logger, io.Closer, bool) {
 // around log lines). config.Load has checked the level, the format and
 // the sink's syntax, so what can still fail is opening the sink's file,
 // reported as a *config.Error.
-func (e env) logger(cfg config.Config, stderr io.Writer) (*slog.Logger, io.Closer, error) {
+func (e env) logger(cfg config.Config, stderr io.Writer) (*slog.Logger, *logging.Sink, error) {
 	if stderr == nil {
 		stderr = e.stderr
 	}

@@ -27,23 +27,26 @@ type Options struct {
 	Stderr io.Writer
 }
 
-// New returns the logger and a Closer for its sink (a no-op for stderr).
-// Record times are written in UTC.
-func New(opts Options) (*slog.Logger, io.Closer, error) {
+// New returns the logger and its sink, which the caller closes when done
+// (a no-op for stderr) and reopens after a log rotation. Record times are
+// written in UTC.
+func New(opts Options) (*slog.Logger, *Sink, error) {
 	level, err := ParseLevel(opts.Level)
 	if err != nil {
 		return nil, nil, err
 	}
-	w, closer, err := openSink(opts.Sink, opts.Stderr)
+	sink, err := openSink(opts.Sink, opts.Stderr)
 	if err != nil {
 		return nil, nil, err
 	}
-	h, err := newHandler(opts.Format, w, level)
+	// The format follows what the sink writes to first: a terminal, or
+	// not. A file opened again by Reopen is never one.
+	h, err := newHandler(opts.Format, sink, IsTerminal(sink.w), level)
 	if err != nil {
-		closer.Close()
+		sink.Close()
 		return nil, nil, err
 	}
-	return slog.New(h), closer, nil
+	return slog.New(h), sink, nil
 }
 
 // ParseLevel reads debug, info, warn or error (any case); "" is info.
@@ -61,8 +64,7 @@ func ParseLevel(s string) (slog.Level, error) {
 	return 0, fmt.Errorf("%w: level %q: must be debug, info, warn or error", ErrInvalidOption, s)
 }
 
-func newHandler(format string, w io.Writer, level slog.Level) (slog.Handler, error) {
-	tty := IsTerminal(w)
+func newHandler(format string, w io.Writer, tty bool, level slog.Level) (slog.Handler, error) {
 	switch format {
 	case "", "auto":
 		if tty {

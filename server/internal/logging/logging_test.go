@@ -101,6 +101,43 @@ func TestFileSink(t *testing.T) {
 	}
 }
 
+// After a rotation renamed the file, Reopen makes the logger write to a new
+// file at the configured path; the renamed one keeps what came before.
+func TestFileSinkReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "progressdb.log")
+	log, sink, err := New(Options{Format: "json", Sink: "file:" + path, Stderr: failWriter{t}})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer sink.Close()
+	log.Info("before_rotation")
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	log.Info("renamed_not_reopened")
+	if err := sink.Reopen(); err != nil {
+		t.Fatalf("Reopen: %v", err)
+	}
+	log.Info("after_reopen")
+	for file, want := range map[string]string{path + ".1": "before_rotation,renamed_not_reopened", path: "after_reopen"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(messages(t, data), ","); got != want {
+			t.Errorf("%s holds %s, want %s", filepath.Base(file), got, want)
+		}
+	}
+	// stderr has nothing to reopen.
+	_, errSink, err := New(Options{Format: "json", Stderr: failWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errSink.Reopen(); err != nil || errSink.IsFile() {
+		t.Errorf("stderr sink: Reopen %v, IsFile %t", err, errSink.IsFile())
+	}
+}
+
 func TestAutoPicksJSONForNonTerminal(t *testing.T) {
 	t.Run("buffer", func(t *testing.T) {
 		var buf bytes.Buffer
