@@ -9,6 +9,29 @@ import (
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
+// A max_messages beyond 2^53−1 is refused: accepted, the policy answers
+// would carry a number JavaScript clients read as another one (spec §2).
+// The largest number every client reads exactly is accepted and echoed.
+func TestThreadPolicyMaxMessagesBeyond2p53(t *testing.T) {
+	e := retentionEnv(t, true)
+	e.createThread(t, "t1")
+	for _, n := range []string{"9007199254740992", "9007199254740993", "9223372036854775807"} {
+		r := e.expect(t, "PUT", "/admin/threads/t1/retention", `{"max_messages":`+n+`}`, http.StatusBadRequest)
+		if msg := r.errorText(t); !strings.Contains(msg, "max_messages") || !strings.Contains(msg, "at most 9007199254740991 (2^53−1)") {
+			t.Errorf("max_messages %s: %q does not name the rule", n, msg)
+		}
+	}
+	var p retention.ThreadPolicy
+	e.expect(t, "GET", "/admin/threads/t1/retention", "", http.StatusOK).decode(t, &p)
+	if p.Override.MaxMessages != nil {
+		t.Fatalf("a refused PUT set max_messages %d", *p.Override.MaxMessages)
+	}
+	e.expect(t, "PUT", "/admin/threads/t1/retention", `{"max_messages":9007199254740991}`, http.StatusOK).decode(t, &p)
+	if p.Effective.MaxMessages != 1<<53-1 {
+		t.Fatalf("effective max_messages %d", p.Effective.MaxMessages)
+	}
+}
+
 func TestThreadRetentionPolicy(t *testing.T) {
 	e := retentionEnv(t, true)
 	e.createThread(t, "t1")

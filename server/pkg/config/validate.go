@@ -136,10 +136,17 @@ func (r Retention) PeriodRule(d time.Duration, offAllowed bool) string {
 	return ""
 }
 
+// maxWireInt is the largest integer the HTTP API and --json output carry
+// (spec §2: I-JSON, 2^53−1); a value shown there must not exceed it.
+const maxWireInt = 1<<53 - 1
+
 // MaxMessagesRule returns the rule n breaks as a per-thread message cap, or "".
 func MaxMessagesRule(n int) string {
-	if n < 0 {
+	switch {
+	case n < 0:
 		return "must be 0 (off) or more"
+	case n > maxWireInt:
+		return "must be at most 9007199254740991 (2^53−1), the largest number every JSON client reads exactly"
 	}
 	return ""
 }
