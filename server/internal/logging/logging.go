@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/lmittmann/tint"
 	"github.com/mattn/go-isatty"
@@ -77,23 +78,40 @@ func newHandler(format string, w io.Writer, tty bool, level slog.Level) (slog.Ha
 		return nil, fmt.Errorf("%w: format %q: must be text, json or auto", ErrInvalidOption, format)
 	}
 	if format == "json" {
-		return slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: utcTime}), nil
+		return slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: replaceAttr}), nil
 	}
 	return tint.NewTextHandler(w, &tint.Options{
 		Level:       level,
-		ReplaceAttr: utcTime,
+		ReplaceAttr: replaceAttr,
 		TimeFormat:  "2006-01-02T15:04:05.000Z07:00",
 		NoColor:     !tty, // escape codes only where a person reads them
 	}), nil
 }
 
-// utcTime rewrites the record time to UTC so every sink agrees with the
-// audit files and the API, whatever the machine's zone.
-func utcTime(groups []string, a slog.Attr) slog.Attr {
-	if len(groups) == 0 && a.Key == slog.TimeKey && a.Value.Kind() == slog.KindTime {
+// replaceAttr writes the record time in UTC, so every sink agrees with the
+// audit files and the API whatever the machine's zone, and every duration
+// as milliseconds (see durationMS).
+func replaceAttr(groups []string, a slog.Attr) slog.Attr {
+	switch {
+	case len(groups) == 0 && a.Key == slog.TimeKey && a.Value.Kind() == slog.KindTime:
 		return slog.Time(slog.TimeKey, a.Value.Time().UTC())
+	case a.Value.Kind() == slog.KindDuration:
+		return durationMS(a.Key, a.Value.Duration())
 	}
 	return a
+}
+
+// durationMS is how every log line gives a duration: a number of
+// milliseconds (to the microsecond) under the key with "_ms" added, as the
+// audit footer's duration_ms and erase_ms and the lines that log them do.
+// slog's own JSON form, bare nanoseconds under the plain key, reads as
+// neither a duration nor a unit, and a string like "1.5s" cannot be
+// compared or summed by log tooling.
+func durationMS(key string, d time.Duration) slog.Attr {
+	if !strings.HasSuffix(key, "_ms") {
+		key += "_ms"
+	}
+	return slog.Float64(key, float64(d.Round(time.Microsecond))/float64(time.Millisecond))
 }
 
 // IsTerminal reports whether w is a terminal: an *os.File, or a writer

@@ -138,6 +138,41 @@ func TestFileSinkReopen(t *testing.T) {
 	}
 }
 
+// Every duration, however it reaches the logger (slog.Duration, a
+// time.Duration value, With, a group), is written as milliseconds under
+// "<key>_ms", in both formats; never slog's bare nanoseconds.
+func TestDurationsInMilliseconds(t *testing.T) {
+	var buf bytes.Buffer
+	log := mustNew(t, Options{Format: "json", Stderr: &buf})
+	log.With("timeout", 15*time.Second).Info("d",
+		slog.Duration("duration", 38548*time.Nanosecond), "time_left", 90*time.Second,
+		"erase_ms", 1500*time.Millisecond, slog.Group("g", "wait", time.Millisecond))
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, buf.String())
+	}
+	for k, want := range map[string]float64{"timeout_ms": 15000, "duration_ms": 0.039, "time_left_ms": 90000, "erase_ms": 1500} {
+		if rec[k] != want {
+			t.Errorf("%s = %v, want %v: %s", k, rec[k], want, buf.String())
+		}
+	}
+	if g, _ := rec["g"].(map[string]any); g["wait_ms"] != float64(1) {
+		t.Errorf("group: %v", rec["g"])
+	}
+	for _, k := range []string{"timeout", "duration", "time_left"} {
+		if _, ok := rec[k]; ok {
+			t.Errorf("%s is still there: %s", k, buf.String())
+		}
+	}
+
+	buf.Reset()
+	text := mustNew(t, Options{Format: "text", Stderr: &buf})
+	text.Info("d", "duration", 1500*time.Millisecond)
+	if !strings.Contains(buf.String(), "duration_ms=1500") {
+		t.Errorf("text: %q", buf.String())
+	}
+}
+
 func TestAutoPicksJSONForNonTerminal(t *testing.T) {
 	t.Run("buffer", func(t *testing.T) {
 		var buf bytes.Buffer

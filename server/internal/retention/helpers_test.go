@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/logging"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -79,7 +80,13 @@ func newEnv(t *testing.T) *env {
 		logs: &syncBuffer{},
 	}
 	e.metrics = NewMetrics(e.reg)
-	e.logger = slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// The server's own JSON logger, so that tests read lines as operators do.
+	logger, sink, err := logging.New(logging.Options{Level: "debug", Format: "json", Stderr: e.logs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close() })
+	e.logger = logger
 	return e
 }
 

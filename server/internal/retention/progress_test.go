@@ -67,7 +67,7 @@ func TestRunReportsProgressAgainstWhatIsDue(t *testing.T) {
 	}
 	// Ten seconds apart: lines carry done/due and the time left.
 	if !strings.Contains(logs, fmt.Sprintf(`"msg":"retention_run_progress","run_id":"%s","done":`, res.RunID)) ||
-		!strings.Contains(logs, fmt.Sprintf(`"due":%d`, due)) || !strings.Contains(logs, `"time_left":"`) {
+		!strings.Contains(logs, fmt.Sprintf(`"due":%d`, due)) || !strings.Contains(logs, `"time_left_ms":`) {
 		t.Fatalf("progress lines lack done, due or time left:\n%s", logs)
 	}
 }

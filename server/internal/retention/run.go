@@ -635,7 +635,7 @@ func (rn *run) progress() {
 		"scanned", t.Scanned, "keys_deleted", t.KeysDeleted, "rate_per_sec", math.Round(p.Rate*10) / 10,
 		"by_cause", causeLog(rn.journal.byCause)}
 	if p.Left > 0 {
-		attrs = append(attrs, "time_left", p.Left.Round(time.Second).String())
+		attrs = append(attrs, "time_left", p.Left.Round(time.Second))
 	}
 	rn.r.log.Info("retention_run_progress", attrs...)
 }

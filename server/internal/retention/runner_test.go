@@ -972,7 +972,7 @@ func TestLongRunsLogProgress(t *testing.T) {
 		t.Fatalf("no progress line in a run of %s:\n%s", 4*6*time.Second, e.logs.String())
 	}
 	p := lines[0]
-	if p["items_done"] == nil || p["rate_per_sec"] == nil || p["time_left"] == nil {
+	if p["items_done"] == nil || p["rate_per_sec"] == nil || p["time_left_ms"] == nil {
 		t.Fatalf("progress line %v lacks items_done, rate_per_sec or time_left", p)
 	}
 }
