@@ -119,7 +119,7 @@ func (e env) onRetention(cfg config.Config, logger *slog.Logger, name string,
 // remote through the server's admin API when one does, so that a running
 // server's view stays the truth.
 func (e env) onDatabase(cfg config.Config, name string, local func(st *store.Store) error, remote func(c *adminClient) error) int {
-	st, err := store.Open(cfg.DBPath, store.Options{})
+	st, err := openStore(cfg, nil, mustExist)
 	switch {
 	case errors.Is(err, store.ErrDatabaseLocked):
 		c, cerr := newAdminClient(cfg)

@@ -51,6 +51,19 @@ func (h *harness) mustRun(args ...string) string {
 	return out
 }
 
+// createDB creates an empty database at the harness's path: only serve
+// and seed create one, every other command needs one there.
+func (h *harness) createDB() {
+	h.t.Helper()
+	st, err := store.Open(h.dbPath, store.Options{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 // seedDue writes threads deleted 40 days ago (due under the default 30d).
 func (h *harness) seedDue() {
 	h.mustRun("seed", "--threads", "20", "--messages", "5", "--versions", "2", "--deleted", "0.5", "--deleted-age", "40d")
@@ -85,6 +98,7 @@ func TestRetentionRunPurgesAndPrintsJSON(t *testing.T) {
 
 func TestRetentionRunRefusedWhileDisabled(t *testing.T) {
 	h := newHarness(t, "PROGRESSDB_RETENTION_ENABLED=false")
+	h.createDB()
 	code, _, errOut := h.run("retention", "run")
 	if code != exitFailed || !strings.Contains(errOut, "PROGRESSDB_RETENTION_ENABLED") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -273,6 +287,7 @@ func TestUnknownCommandIsAUsageError(t *testing.T) {
 // damaged newest file and names it.
 func TestAuditVerifyReportsHiddenAndDeletedFiles(t *testing.T) {
 	h := newHarness(t)
+	h.createDB()
 	var files []string
 	for range 3 {
 		var res retention.Result

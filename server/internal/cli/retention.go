@@ -25,8 +25,8 @@ type runReport struct {
 	*retention.Result
 	ExitCode int `json:"exit_code"`
 	// Reason names the exit path: completed, failed, interrupted,
-	// lease_held, database_busy, disabled, paused, invalid_configuration
-	// or error.
+	// lease_held, database_busy, no_database, disabled, paused,
+	// invalid_configuration or error.
 	Reason string               `json:"reason"`
 	Error  string               `json:"error,omitempty"`
 	Holder *retention.LeaseInfo `json:"holder,omitempty"`
@@ -78,7 +78,10 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 		return done(runReport{ExitCode: exitUsage, Reason: "invalid_configuration", Error: err.Error()}, "")
 	}
 
-	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger})
+	st, err := openStore(cfg, logger, mustExist)
+	if errors.Is(err, store.ErrNoDatabase) {
+		return done(runReport{ExitCode: exitFailed, Reason: "no_database"}, err.Error())
+	}
 	if errors.Is(err, store.ErrDatabaseLocked) {
 		return done(runReport{ExitCode: exitFailed, Reason: "database_busy"}, fmt.Sprintf(
 			"the database at %s is open in a running server; ask that server instead: "+
@@ -194,7 +197,7 @@ func (e env) readStatus(ctx context.Context, cfg config.Config) (*statusReport, 
 		fmt.Fprintf(e.stderr, "progressdb retention status: %v\n", err)
 		return nil, exitFailed
 	}
-	db, err := store.Open(cfg.DBPath, store.Options{})
+	db, err := openStore(cfg, nil, mustExist)
 	switch {
 	case errors.Is(err, store.ErrDatabaseLocked):
 		// A server runs on this database: its view, not this shell's.

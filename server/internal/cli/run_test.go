@@ -43,6 +43,7 @@ func TestRetentionRunJSONOnEveryExitPath(t *testing.T) {
 	})
 	t.Run("lease held", func(t *testing.T) {
 		h := newHarness(t)
+		h.createDB()
 		lease, err := retention.AcquireLease(context.Background(), retention.LeaseConfig{
 			Path: filepath.Join(h.dbPath, "purge_audit", "retention.lock"), TTL: time.Minute,
 			Owner: "elsewhere/1/x", Host: "elsewhere", PID: 1,
@@ -59,6 +60,7 @@ func TestRetentionRunJSONOnEveryExitPath(t *testing.T) {
 	})
 	t.Run("disabled", func(t *testing.T) {
 		h := newHarness(t, "PROGRESSDB_RETENTION_ENABLED=false")
+		h.createDB()
 		code, rep, _ := runJSON(t, h)
 		if code != exitFailed || rep.Reason != "disabled" || !strings.Contains(rep.Error, "PROGRESSDB_RETENTION_ENABLED") {
 			t.Fatalf("exit %d, %+v", code, rep)
@@ -70,6 +72,13 @@ func TestRetentionRunJSONOnEveryExitPath(t *testing.T) {
 		if code != exitUsage || rep.Reason != "invalid_configuration" || !strings.Contains(rep.Error, "PROGRESSDB_RETENTION_PERIOD") ||
 			strings.Count(errOut, "\n") != 1 {
 			t.Fatalf("exit %d, %+v, stderr %q", code, rep, errOut)
+		}
+	})
+	t.Run("no database", func(t *testing.T) {
+		h := newHarness(t)
+		code, rep, _ := runJSON(t, h)
+		if code != exitFailed || rep.Reason != "no_database" || !strings.Contains(rep.Error, h.dbPath) {
+			t.Fatalf("exit %d, %+v", code, rep)
 		}
 	})
 	// database_busy is checked with a real holder process in

@@ -37,7 +37,7 @@ func (e env) seed(ctx context.Context, args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	st, err := store.Open(cfg.DBPath, store.Options{})
+	st, err := openStore(cfg, nil, mayCreate)
 	if errors.Is(err, store.ErrDatabaseLocked) {
 		fmt.Fprintf(e.stderr, "progressdb seed: the database at %s is open in a running server; stop it first\n", cfg.DBPath)
 		return exitFailed

@@ -155,6 +155,7 @@ func TestRetentionStatusAsksTheRunningServer(t *testing.T) {
 // shell's and that nothing is scheduled.
 func TestRetentionStatusWithoutAServer(t *testing.T) {
 	h := newHarness(t, "PROGRESSDB_RETENTION_CRON=@every 1h")
+	h.createDB()
 	out := h.mustRun("retention", "status")
 	if !strings.Contains(out, "source:          database") || !strings.Contains(out, "this shell's configuration") ||
 		!strings.Contains(out, "next run:        none (no server is running)") {

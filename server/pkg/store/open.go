@@ -54,14 +54,23 @@ func Open(path string, opts Options) (*Store, error) {
 		now = time.Now
 	}
 	fatal := &fatalHandler{fn: opts.Fatal, log: opts.Logger}
+	if opts.MustExist {
+		if err := mustExist(path); err != nil {
+			return nil, err
+		}
+	}
 	warnIfOpen(opts.Logger, path)
 	db, err := pebble.Open(path, &pebble.Options{
-		Logger:       pebbleLogger{opts.Logger, fatal},
-		FS:           noRecycleFS{privateFS{vfs.Default}},
-		MemTableSize: memTableSize,
-		CacheSize:    cacheSize,
+		Logger:           pebbleLogger{opts.Logger, fatal},
+		FS:               noRecycleFS{privateFS{vfs.Default}},
+		MemTableSize:     memTableSize,
+		CacheSize:        cacheSize,
+		ErrorIfNotExists: opts.MustExist,
 	})
 	if err != nil {
+		if errors.Is(err, pebble.ErrDBDoesNotExist) {
+			return nil, fmt.Errorf("open store %q: %w", path, ErrNoDatabase)
+		}
 		if isLockHeld(err) {
 			return nil, fmt.Errorf("open store %q: %w (is a progressdb server running on it?): %w", path, ErrDatabaseLocked, err)
 		}
@@ -77,6 +86,20 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %q: %w", path, err)
 	}
 	return s, nil
+}
+
+// mustExist returns ErrNoDatabase unless path holds a Pebble database. It
+// only reads: Pebble's ErrorIfNotExists alone would first create the
+// folder and its lock file.
+func mustExist(path string) error {
+	desc, err := pebble.Peek(path, vfs.Default)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || (err == nil && !desc.Exists):
+		return fmt.Errorf("open store %q: %w", path, ErrNoDatabase)
+	case err != nil:
+		return fmt.Errorf("open store %q: %w", path, err)
+	}
+	return nil
 }
 
 // isLockHeld tells Pebble's "directory lock is taken" from other open

@@ -127,3 +127,52 @@ func TestDataSurvivesReopen(t *testing.T) {
 		t.Fatalf("index after reopen = %+v", got)
 	}
 }
+
+// With MustExist, a path without a database is refused and left as it
+// was: no folder, no lock file in an empty folder, nothing beside a file.
+func TestOpenMustExistCreatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	empty := dir + "/empty"
+	if err := os.Mkdir(empty, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	file := dir + "/file"
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{dir + "/typo", dir + "/typo/deeper", empty} {
+		_, err := store.Open(path, store.Options{MustExist: true})
+		if !errors.Is(err, store.ErrNoDatabase) || !strings.Contains(err.Error(), path) {
+			t.Errorf("Open(%s, MustExist) = %v, want ErrNoDatabase naming the path", path, err)
+		}
+	}
+	if _, err := store.Open(file, store.Options{MustExist: true}); err == nil {
+		t.Errorf("Open(a file, MustExist) succeeded")
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 {
+		t.Errorf("the folder holds %d entries after the refused opens, want 2 (empty, file)", len(entries))
+	}
+	if entries, _ := os.ReadDir(empty); len(entries) != 0 {
+		t.Errorf("the empty folder got %d entries", len(entries))
+	}
+
+	db := dir + "/db"
+	s, err := store.Open(db, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = store.Open(db, store.Options{MustExist: true})
+	if err != nil {
+		t.Fatalf("Open(an existing database, MustExist) = %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

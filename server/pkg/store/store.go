@@ -41,6 +41,9 @@ var (
 	ErrClosed          = errors.New("store closed")
 	ErrStorageFailed   = errors.New("storage failed")
 
+	// ErrNoDatabase: Options.MustExist was set and no database is there.
+	ErrNoDatabase = errors.New("no database")
+
 	// ErrIDUnavailable refuses a client-chosen message ID that is taken.
 	// Message IDs are unique across all threads, so the text says so and
 	// nothing more: not whether, or in which thread, the ID is in use.
@@ -153,4 +156,8 @@ type Options struct {
 	// EraseWait bounds how long Erase waits for snapshots and iterators
 	// that pin purged data (30s when zero).
 	EraseWait time.Duration
+	// MustExist opens only a database that is already there: Open creates
+	// nothing (no folder, no lock file) and returns ErrNoDatabase instead,
+	// so a mistyped path is not taken for an empty, healthy database.
+	MustExist bool
 }
