@@ -233,6 +233,7 @@ func TestAuditVerifyFailsOnATamperedFileNamingFileAndLine(t *testing.T) {
 // live included.
 func TestAuditVerifyNamesAnEditedOlderFooter(t *testing.T) {
 	h := newHarness(t)
+	h.createDB()
 	var files []string
 	for i := range 2 {
 		if i > 0 {

@@ -23,6 +23,10 @@ func TestCommandsCreateNoDatabase(t *testing.T) {
 		{"retention", "policy", "clear", "t1"},
 		{"retention", "pause"},
 		{"retention", "resume"},
+		{"thread", "get", "t1"},
+		{"legal-hold", "list"},
+		{"legal-hold", "set", "t1"},
+		{"legal-hold", "clear", "t1"},
 	}
 	parent := t.TempDir()
 	empty := filepath.Join(parent, "empty")
