@@ -139,16 +139,17 @@ func (c LeaseConfig) withDefaults() (LeaseConfig, error) {
 // Lease is a held coordinator lease. Check and Info are safe to call from
 // any goroutine while Heartbeat runs.
 type Lease struct {
-	cfg  LeaseConfig
-	lock *flock.Flock
-	done chan struct{} // closed by Release; stops Heartbeat
+	cfg   LeaseConfig
+	lock  *flock.Flock
+	done  chan struct{} // closed by Release; stops Heartbeat
+	lostc chan struct{} // closed once lost is set: the lost signal (Done)
 
 	io sync.Mutex // serialises file updates (Renew, Release)
 
 	mu       sync.Mutex // guards the fields below; never held during I/O
 	info     LeaseInfo
 	renewed  time.Time // clock reading of the last renewal, monotonic when available
-	lost     error     // non-nil once the lease is lost or released
+	lost     error     // non-nil once the lease is lost or released; set by setLostLocked
 	released bool
 }
 
@@ -259,6 +260,7 @@ func takeOver(cfg LeaseConfig, lock *flock.Flock) (*Lease, error) {
 		cfg:     cfg,
 		lock:    lock,
 		done:    make(chan struct{}),
+		lostc:   make(chan struct{}),
 		info:    info,
 		renewed: now,
 	}, nil
@@ -338,11 +340,20 @@ func (l *Lease) Renew(ctx context.Context) error {
 func (l *Lease) lose(reason error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lost == nil {
-		l.lost = fmt.Errorf("%w: %w", ErrLeaseLost, reason)
-	}
+	l.setLostLocked(fmt.Errorf("%w: %w", ErrLeaseLost, reason))
 	return l.lost
 }
+
+// setLostLocked records the first loss and closes the lost signal.
+func (l *Lease) setLostLocked(err error) {
+	if l.lost == nil {
+		l.lost = err
+		close(l.lostc)
+	}
+}
+
+// Done is closed once the lease is lost (seen by Renew or Check) or released.
+func (l *Lease) Done() <-chan struct{} { return l.lostc }
 
 // Check returns nil while the lease is safely held: ours, and not within a
 // safety margin of its expiry. Callers check before every delete batch.
@@ -358,8 +369,10 @@ func (l *Lease) checkLocked() error {
 	}
 	deadline := l.renewed.Add(l.cfg.renewDeadline())
 	if !l.cfg.Now().Before(deadline) {
-		return fmt.Errorf("%w: renew deadline %s passed", ErrLeaseLost,
-			deadline.UTC().Format(time.RFC3339Nano))
+		// Lost for good: a late renewal must not revive it.
+		l.setLostLocked(fmt.Errorf("%w: expired: renew deadline %s passed", ErrLeaseLost,
+			deadline.UTC().Format(time.RFC3339Nano)))
+		return l.lost
 	}
 	return nil
 }
@@ -398,9 +411,7 @@ func (l *Lease) Release() error {
 	}
 	info, stillOurs := l.info, l.checkLocked() == nil
 	l.released = true
-	if l.lost == nil {
-		l.lost = fmt.Errorf("%w: released", ErrLeaseLost)
-	}
+	l.setLostLocked(fmt.Errorf("%w: released", ErrLeaseLost))
 	close(l.done)
 	l.mu.Unlock()
 

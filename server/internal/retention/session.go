@@ -15,18 +15,31 @@ type Coordinator interface {
 	Acquire(ctx context.Context) (HeldLease, error)
 }
 
-// HeldLease is a lease this process holds. Info and Check are safe to
-// call from any goroutine while Heartbeat runs.
+// HeldLease is a lease this process holds. Every method is safe to call
+// from any goroutine while Heartbeat runs.
+//
+// The holder may act only while Check returns nil. Check turns to
+// ErrLeaseLost at the renew deadline, a margin before anybody else could
+// take the lease over, so a holder that cannot renew stops in time; Done
+// tells a holder that does not poll. Since a paused process can still act
+// late, storage that must not take a deposed holder's writes compares
+// Info().Epoch, the fencing token, with the newest it has seen.
 type HeldLease interface {
 	// Info describes the holder; its Epoch is the fencing token, which
-	// grows with every acquisition.
+	// grows with every acquisition, whoever the owner.
 	Info() LeaseInfo
-	// Check returns nil while the lease is safely held: ours, and not
-	// within a safety margin of its expiry. It wraps ErrLeaseLost after.
+	// Check returns nil while the lease is safely held: ours, and its
+	// renew deadline not passed. It wraps ErrLeaseLost after.
 	Check() error
-	// Heartbeat keeps the lease alive until ctx ends, the lease is
+	// Renew extends the lease after checking it is still ours. An error
+	// wrapping ErrLeaseLost is final; any other (a backend that did not
+	// answer) may be retried until the renew deadline.
+	Renew(ctx context.Context) error
+	// Heartbeat renews the lease every TTL/3 until ctx ends, the lease is
 	// released or it is lost.
 	Heartbeat(ctx context.Context)
+	// Done is closed once the lease is lost or released: the lost signal.
+	Done() <-chan struct{}
 	// Release gives the lease up; calling it again does nothing.
 	Release() error
 }
