@@ -66,7 +66,7 @@ func commands() []command {
 		{"export read", "FILE [--item ID]", "print the records of an export file as JSON lines (all, or one item's)", env.exportRead},
 		{"seed", "[--threads N --messages M ...]", "fill a database with realistic data, deletions back-dated, for demos", env.seed},
 		{"version", "[--json]", "print version, commit, Go and Pebble versions", env.version},
-		{"completion", "bash", "print a bash completion script: source <(progressdb completion bash)", env.completion},
+		{"completion", "bash|zsh|fish", "print a shell completion script (bash, zsh or fish; see README)", env.completion},
 	}
 }
 
