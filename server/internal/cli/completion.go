@@ -135,7 +135,7 @@ _progressdb() {
 }
 
 // shellQuote quotes s for a POSIX-like shell (zsh, fish): single quotes,
-// with a quote inside written '\'' (zsh) or \' (fish).
+// with a quote inside written '\” (zsh) or \' (fish).
 func shellQuote(s, quote string) string {
 	return "'" + strings.ReplaceAll(s, "'", quote) + "'"
 }
