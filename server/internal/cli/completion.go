@@ -134,8 +134,9 @@ _progressdb() {
 	return b.String()
 }
 
-// shellQuote quotes s for a POSIX-like shell (zsh, fish): single quotes,
-// with a quote inside written '\” (zsh) or \' (fish).
+// shellQuote quotes s in single quotes for zsh or fish; quote is how a
+// single quote inside is written (zsh ends the string, escapes one and
+// starts again; fish escapes it with a backslash).
 func shellQuote(s, quote string) string {
 	return "'" + strings.ReplaceAll(s, "'", quote) + "'"
 }
