@@ -23,6 +23,9 @@ type testEnv struct {
 	store  *store.Store
 	reg    *prometheus.Registry
 	bearer string // sent as "Authorization: Bearer <bearer>" when set
+	// seen, when set, records the operations the env's answers exercised
+	// (conformance_test.go checks every answer either way).
+	seen *exercised
 }
 
 func newEnv(t *testing.T, opts Options) *testEnv {
@@ -58,6 +61,7 @@ type response struct {
 }
 
 // send makes one request; auth is the whole Authorization header ("" = none).
+// The answer is checked against api/openapi.yaml (checkAnswer).
 func (e *testEnv) send(t *testing.T, method, path, body, auth string) response {
 	t.Helper()
 	var rd io.Reader
@@ -80,7 +84,9 @@ func (e *testEnv) send(t *testing.T, method, path, body, auth string) response {
 	if err != nil {
 		t.Fatalf("%s %s: read body: %v", method, path, err)
 	}
-	return response{status: res.StatusCode, header: res.Header, body: b}
+	r := response{status: res.StatusCode, header: res.Header, body: b}
+	checkAnswer(t, e.seen, req, []byte(body), r)
+	return r
 }
 
 // expect sends with the env's bearer and checks the status.
