@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/retention"
@@ -34,30 +33,32 @@ func (e *StartupError) Unwrap() error { return e.Err }
 type folder struct {
 	Var, Value, Rule string
 	dir              string
-	writable         bool // must be writable, not only a folder
-	noLink           bool // must not be a symbolic link
-	private          bool // created 0700: it holds chat content
+	perm             os.FileMode // the mode it is created with when missing
+	writable         bool        // must be writable, not only a folder
+	noLink           bool        // must not be a symbolic link
 }
 
-// folders lists what the server needs on disk: the database path must be
-// a folder (or creatable as one); with retention enabled, the audit
-// folder must be creatable and writable, because a run that cannot write
-// its audit deletes nothing (better to refuse at startup than to fail
-// every run).
+// folders lists what the server needs on disk: the database folder must
+// be a folder it can write (Pebble writes its lock file there; created
+// 0700: it holds chat content); with retention enabled, the audit folder
+// must be creatable and writable, because a run that cannot write its
+// audit deletes nothing (better to refuse at startup than to fail every
+// run).
 func folders(cfg config.Config) []folder {
-	out := []folder{{Var: config.VarDBPath, Value: cfg.DBPath, Rule: "must be a folder", dir: cfg.DBPath, private: true}}
+	out := []folder{{Var: config.VarDBPath, Value: cfg.DBPath, Rule: "must be a writable folder",
+		dir: cfg.DBPath, perm: 0o700, writable: true}}
 	if !cfg.Retention.Enabled {
 		return out
 	}
 	out = append(out,
 		folder{Var: config.VarAuditPath, Value: cfg.Retention.AuditPath, Rule: "must be a writable folder",
-			dir: cfg.Retention.AuditPath, writable: true},
+			dir: cfg.Retention.AuditPath, perm: 0o750, writable: true},
 		folder{Var: config.VarLeasePath, Value: cfg.Retention.LeasePath, Rule: "its folder must be writable",
-			dir: filepath.Dir(cfg.Retention.LeasePath), writable: true},
+			dir: filepath.Dir(cfg.Retention.LeasePath), perm: 0o750, writable: true},
 	)
 	if p := cfg.Retention.ExportPath; p != "" {
 		out = append(out, folder{Var: config.VarExportPath, Value: p,
-			Rule: "must be a writable folder, not a symbolic link", dir: p, writable: true, noLink: true})
+			Rule: "must be a writable folder, not a symbolic link", dir: p, perm: 0o750, writable: true, noLink: true})
 	}
 	return out
 }
@@ -76,40 +77,27 @@ func checkLeaseFile(cfg config.Config) error {
 	return nil
 }
 
-// Validate checks what config.Load cannot, creating the folders the
-// server needs when they are missing.
-func Validate(cfg config.Config) error {
-	if err := checkLeaseFile(cfg); err != nil {
-		return err
-	}
-	if _, err := SigningKey(cfg); err != nil {
-		return err
-	}
-	for _, f := range folders(cfg) {
-		check := checkDir
-		switch {
-		case f.writable:
-			check = checkWritableDir
-		case f.private:
-			check = checkPrivateDir
-		}
-		if f.noLink {
-			if err := audit.CheckExportFolder(f.dir); err != nil {
-				return &StartupError{Var: f.Var, Value: f.Value, Rule: f.Rule, Err: err}
-			}
-		}
-		if err := check(f.dir); err != nil {
-			return &StartupError{Var: f.Var, Value: f.Value, Rule: f.Rule, Err: err}
-		}
-	}
-	return nil
-}
+// Validate checks what config.Load cannot, creating the folders (and the
+// log file) the server needs when they are missing. serve calls it before
+// it opens the store.
+func Validate(cfg config.Config) error { return validate(cfg, true) }
 
-// Check is Validate without side effects, for `progressdb config check`:
-// it creates nothing. A missing folder passes when its nearest existing
-// parent is a folder this process may write, since serve creates it
-// there. It also checks the log sink's file the same way.
-func Check(cfg config.Config) error {
+// Check is Validate for `progressdb config check`: the same checks, made
+// the same way (creating a missing folder is the only sure test that it
+// can be created), after which it removes what they created, so that it
+// refuses exactly what serve refuses and leaves nothing behind.
+func Check(cfg config.Config) error { return validate(cfg, false) }
+
+// validate is the one validation of serve and config check; keep says
+// whether what it created stays (serve) or is removed again (check). A
+// refused configuration leaves nothing behind either way.
+func validate(cfg config.Config, keep bool) (err error) {
+	var c created
+	defer func() {
+		if !keep || err != nil {
+			c.remove()
+		}
+	}()
 	if err := checkLeaseFile(cfg); err != nil {
 		return err
 	}
@@ -122,34 +110,77 @@ func Check(cfg config.Config) error {
 				return &StartupError{Var: f.Var, Value: f.Value, Rule: f.Rule, Err: err}
 			}
 		}
-		if err := probeDir(f.dir, f.writable); err != nil {
+		err := c.mkdirAll(f.dir, f.perm)
+		if err == nil && f.writable {
+			err = checkWritable(f.dir)
+		}
+		if err != nil {
 			return &StartupError{Var: f.Var, Value: f.Value, Rule: f.Rule, Err: err}
 		}
 	}
+	// serve has opened the log file already (the logger comes first); the
+	// same open tells config check whether it could.
 	if path, ok := strings.CutPrefix(cfg.LogSink, "file:"); ok {
-		if err := probeFile(path); err != nil {
+		err := c.mkdirAll(filepath.Dir(path), 0o750)
+		if err == nil {
+			err = c.openFile(path)
+		}
+		if err != nil {
 			return &StartupError{Var: config.VarLogSink, Value: cfg.LogSink, Rule: "must be stderr or a writable file:<path>", Err: err}
 		}
 	}
 	return nil
 }
 
-// checkDir makes sure dir is a folder, creating it when missing.
-func checkDir(dir string) error {
-	return os.MkdirAll(dir, 0o750)
+// created records the paths validate created, in order, so that Check
+// can remove them again.
+type created []string
+
+// mkdirAll is os.MkdirAll, recording the folders it created.
+func (c *created) mkdirAll(dir string, perm os.FileMode) error {
+	var missing []string
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		missing = append(missing, p)
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	err := os.MkdirAll(dir, perm)
+	for i := len(missing) - 1; i >= 0; i-- {
+		if _, serr := os.Lstat(missing[i]); serr == nil {
+			*c = append(*c, missing[i])
+		}
+	}
+	return err
 }
 
-// checkPrivateDir makes sure dir is a folder, creating it 0700 when
-// missing; an existing folder keeps its mode (the store warns when others
-// can read it).
-func checkPrivateDir(dir string) error {
-	return os.MkdirAll(dir, 0o700)
-}
-
-func checkWritableDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+// openFile opens path for appending, as the log sink does, creating it
+// when missing (and recording that).
+func (c *created) openFile(path string) error {
+	_, statErr := os.Lstat(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
 		return err
 	}
+	if errors.Is(statErr, fs.ErrNotExist) {
+		*c = append(*c, path)
+	}
+	return f.Close()
+}
+
+// remove removes what was recorded, newest first; a folder something
+// else has put a file in meanwhile stays.
+func (c created) remove() {
+	for i := len(c) - 1; i >= 0; i-- {
+		_ = os.Remove(c[i])
+	}
+}
+
+// checkWritable writes and removes a file in dir.
+func checkWritable(dir string) error {
 	f, err := os.CreateTemp(dir, ".write-check-*")
 	if err != nil {
 		return err
@@ -160,73 +191,6 @@ func checkWritableDir(dir string) error {
 		return err
 	}
 	return cerr
-}
-
-// errNotDir: a path that must be a folder is something else.
-var errNotDir = errors.New("not a folder")
-
-// probeDir checks, creating nothing, that dir is a folder (writable when
-// asked) or could be created as one.
-func probeDir(dir string, writable bool) error {
-	fi, err := os.Stat(dir)
-	switch {
-	case err == nil && !fi.IsDir():
-		return fmt.Errorf("%s: %w", dir, errNotDir)
-	case err == nil && writable:
-		return access(dir)
-	case err == nil:
-		return nil
-	case errors.Is(err, fs.ErrNotExist):
-		return probeCreatable(dir)
-	default:
-		return err
-	}
-}
-
-// probeFile checks, creating nothing, that path is a writable file or
-// could be created as one.
-func probeFile(path string) error {
-	fi, err := os.Stat(path)
-	switch {
-	case err == nil && fi.IsDir():
-		return fmt.Errorf("%s: is a folder", path)
-	case err == nil:
-		return access(path)
-	case errors.Is(err, fs.ErrNotExist):
-		return probeCreatable(path)
-	default:
-		return err
-	}
-}
-
-// probeCreatable checks that the nearest existing parent of path is a
-// folder this process may write, so path can be created.
-func probeCreatable(path string) error {
-	for p := filepath.Dir(filepath.Clean(path)); ; p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if errors.Is(err, fs.ErrNotExist) && p != filepath.Dir(p) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if !fi.IsDir() {
-			return fmt.Errorf("%s: %w", p, errNotDir)
-		}
-		if err := access(p); err != nil {
-			return fmt.Errorf("cannot create %s: %w", path, err)
-		}
-		return nil
-	}
-}
-
-// access asks the kernel whether this process may write path, without
-// writing.
-func access(path string) error {
-	if err := syscall.Access(path, 2 /* W_OK */); err != nil {
-		return &fs.PathError{Op: "access", Path: path, Err: err}
-	}
-	return nil
 }
 
 // SigningKey loads the audit signing key named by

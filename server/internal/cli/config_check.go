@@ -13,10 +13,11 @@ import (
 )
 
 // configCheck validates the environment and prints the effective
-// configuration with secrets redacted. It refuses what serve would refuse
-// at startup, with the same one-line message and exit status 2, but
-// creates nothing: folders and the log file are checked where serve would
-// create them. PROGRESSDB_* variables that no setting reads are warned
+// configuration with secrets redacted. It refuses exactly what serve
+// refuses at startup (app.Check makes serve's checks, app.Validate), with
+// the same one-line message and exit status 2, and leaves nothing behind:
+// the folders and log file those checks create are removed again.
+// PROGRESSDB_* variables that no setting reads are warned
 // about (exit status unchanged): a typo would leave a default in force.
 func (e env) configCheck(_ context.Context, args []string) int {
 	if !e.parseFlags(flag.NewFlagSet("config check", flag.ContinueOnError), args, false) {
