@@ -441,7 +441,8 @@ func jsonFields(t reflect.Type) map[string]bool {
 		if name == "" {
 			name = f.Name
 		}
-		fields[name] = !slices.Contains(strings.Split(opts, ","), "omitempty")
+		o := strings.Split(opts, ",")
+		fields[name] = !slices.Contains(o, "omitempty") && !slices.Contains(o, "omitzero")
 	}
 	return fields
 }

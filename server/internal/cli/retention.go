@@ -271,17 +271,29 @@ func printStatus(w io.Writer, rep *statusReport) {
 			fmt.Fprintln(w, "next run:        none (retention disabled)")
 		}
 	}
-	if lease.Owner == "" {
-		fmt.Fprintln(w, "lease:           never taken")
-	} else {
-		fmt.Fprintf(w, "lease:           held=%t owner=%s expires=%s\n", lease.Held, lease.Owner, lease.Expires.Format(time.RFC3339))
-	}
+	printLease(w, lease)
 	if last == nil {
 		fmt.Fprintln(w, "last run:        none")
 		return
 	}
 	fmt.Fprintln(w, "last run:")
 	printResult(w, *last)
+}
+
+// printLease says whether the lease is held, and by whom until when; a
+// lease given up or left to expire is free, and its time is shown as when
+// that happened, never as an expiry in the past.
+func printLease(w io.Writer, l retention.LeaseStatus) {
+	switch {
+	case l.Owner == "":
+		fmt.Fprintln(w, "lease:           never taken")
+	case l.Held:
+		fmt.Fprintf(w, "lease:           held by %s until %s\n", l.Owner, l.Expires.Format(time.RFC3339))
+	case l.State == retention.LeaseReleased:
+		fmt.Fprintf(w, "lease:           free (released by %s at %s)\n", l.Owner, l.ReleasedAt.Format(time.RFC3339))
+	default:
+		fmt.Fprintf(w, "lease:           free (expired at %s: %s stopped renewing it)\n", l.Expires.Format(time.RFC3339), l.Owner)
+	}
 }
 
 func printResult(w io.Writer, r retention.Result) {

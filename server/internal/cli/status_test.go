@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -160,5 +162,53 @@ func TestRetentionStatusWithoutAServer(t *testing.T) {
 	if !strings.Contains(out, "source:          database") || !strings.Contains(out, "this shell's configuration") ||
 		!strings.Contains(out, "next run:        none (no server is running)") {
 		t.Fatalf("status:\n%s", out)
+	}
+}
+
+// After a run the lease is released: status shows it free and when it was
+// released, in text and in --json (state "released"), never as an expiry
+// in the past. A lease its holder stopped renewing shows as expired.
+func TestRetentionStatusShowsAReleasedLease(t *testing.T) {
+	h := newHarness(t)
+	h.mustRun("retention", "run")
+	out := h.mustRun("retention", "status")
+	if !strings.Contains(out, "lease:           free (released by ") || strings.Contains(out, "expires=") {
+		t.Errorf("text status of a released lease:\n%s", out)
+	}
+	var rep struct {
+		Lease map[string]any `json:"lease"`
+	}
+	if err := json.Unmarshal([]byte(h.mustRun("retention", "status", "--json")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if l := rep.Lease; l["state"] != "released" || l["held"] != false || l["released_at"] == nil || l["owner"] == "" {
+		t.Errorf("--json lease of a released lease: %v", l)
+	}
+
+	// The holder died: the file still says what it last renewed, with no
+	// released_at, and that time has passed.
+	leasePath := filepath.Join(h.dbPath, "purge_audit", "retention.lock")
+	data, err := os.ReadFile(leasePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lease map[string]any
+	if err := json.Unmarshal(data, &lease); err != nil {
+		t.Fatal(err)
+	}
+	delete(lease, "released_at")
+	data, _ = json.Marshal(lease)
+	if err := os.WriteFile(leasePath, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	out = h.mustRun("retention", "status")
+	if !strings.Contains(out, "lease:           free (expired at ") {
+		t.Errorf("text status of an expired lease:\n%s", out)
+	}
+	if err := json.Unmarshal([]byte(h.mustRun("retention", "status", "--json")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if l := rep.Lease; l["state"] != "expired" || l["held"] != false {
+		t.Errorf("--json lease of an expired lease: %v", l)
 	}
 }

@@ -73,6 +73,10 @@ type LeaseInfo struct {
 	AcquiredAt wire.Time `json:"acquired_at"`
 	RenewedAt  wire.Time `json:"renewed_at"`
 	Expires    wire.Time `json:"expires"`
+	// ReleasedAt is when the holder gave the lease up (Release), which also
+	// sets Expires to that time; absent while held and after a crash, so
+	// that a status tells a lease released from one left to expire.
+	ReleasedAt wire.Time `json:"released_at,omitzero"`
 }
 
 // LeaseHeldError is returned (wrapping ErrLeaseHeld) with the holder. When
@@ -418,7 +422,8 @@ func (l *Lease) Release() error {
 	var werr error
 	if stillOurs {
 		if cur, err := ReadLease(l.cfg.Path); err == nil && cur.Owner == info.Owner && cur.Epoch == info.Epoch {
-			info.Expires = wire.At(l.cfg.Now().UTC())
+			now := wire.At(l.cfg.Now().UTC())
+			info.Expires, info.ReleasedAt = now, now
 			werr = writeLease(l.cfg.Path, info)
 		}
 	}

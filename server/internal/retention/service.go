@@ -219,11 +219,11 @@ func status(cfg config.Retention, now time.Time, next wire.Time) (Status, error)
 	info, err := ReadLease(cfg.LeasePath)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		// Never taken: no lease to report.
+		st.Lease.State = LeaseNone // never taken
 	case err != nil:
 		return st, fmt.Errorf("read lease: %w", err)
 	default:
-		st.Lease = LeaseStatus{Owner: info.Owner, Expires: info.Expires, Held: now.Before(info.Expires.Time)}
+		st.Lease = leaseStatus(info, now)
 	}
 	return st, nil
 }

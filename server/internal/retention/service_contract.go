@@ -79,9 +79,36 @@ type CauseCounts = audit.CauseCount
 
 // LeaseStatus is the lease part of Status.
 type LeaseStatus struct {
-	Owner   string    `json:"owner"`
-	Expires wire.Time `json:"expires"`
-	Held    bool      `json:"held"` // held by anybody and not expired
+	Owner   string    `json:"owner"`   // the holder, or the last one
+	Expires wire.Time `json:"expires"` // null when the lease was never taken
+	Held    bool      `json:"held"`    // held by anybody and not expired
+	// State is LeaseHeld, LeaseReleased (the last holder gave it up at
+	// ReleasedAt, when Expires was set to), LeaseExpired (the holder
+	// stopped renewing it: it crashed or lost its storage) or LeaseNone.
+	State      string    `json:"state"`
+	ReleasedAt wire.Time `json:"released_at,omitzero"`
+}
+
+// States of LeaseStatus.
+const (
+	LeaseNone     = "none" // never taken
+	LeaseHeld     = "held"
+	LeaseReleased = "released"
+	LeaseExpired  = "expired"
+)
+
+// leaseStatus describes a lease file's content at now.
+func leaseStatus(info LeaseInfo, now time.Time) LeaseStatus {
+	st := LeaseStatus{Owner: info.Owner, Expires: info.Expires, ReleasedAt: info.ReleasedAt}
+	switch {
+	case !info.ReleasedAt.IsZero():
+		st.State = LeaseReleased
+	case now.Before(info.Expires.Time):
+		st.State, st.Held = LeaseHeld, true
+	default:
+		st.State = LeaseExpired
+	}
+	return st
 }
 
 // Status answers GET /admin/retention and `retention status`.
