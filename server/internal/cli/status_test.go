@@ -170,6 +170,7 @@ func TestRetentionStatusWithoutAServer(t *testing.T) {
 // in the past. A lease its holder stopped renewing shows as expired.
 func TestRetentionStatusShowsAReleasedLease(t *testing.T) {
 	h := newHarness(t)
+	h.createDB()
 	h.mustRun("retention", "run")
 	out := h.mustRun("retention", "status")
 	if !strings.Contains(out, "lease:           free (released by ") || strings.Contains(out, "expires=") {
