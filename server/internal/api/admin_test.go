@@ -41,7 +41,11 @@ func (f *fakeRetention) Start(ctx context.Context, req retention.RunRequest) (st
 }
 
 func (f *fakeRetention) Status(ctx context.Context) (retention.Status, error) {
-	return f.status, nil
+	st := f.status
+	if st.Lease.State == "" {
+		st.Lease.State = retention.LeaseNone // the real status always says
+	}
+	return st, nil
 }
 
 func (f *fakeRetention) lastRequest(t *testing.T) retention.RunRequest {
@@ -58,7 +62,7 @@ func TestRetentionStatus(t *testing.T) {
 	next := time.Date(2030, 1, 2, 2, 0, 0, 0, time.UTC)
 	fake := &fakeRetention{status: retention.Status{
 		Enabled: true, Period: "720h0m0s", MessagePeriod: "24h0m0s", Cron: "0 2 * * *", NextRun: wire.At(next),
-		Lease:   retention.LeaseStatus{Owner: "host-a/42", Held: true},
+		Lease:   retention.LeaseStatus{Owner: "host-a/42", Held: true, State: retention.LeaseHeld},
 		LastRun: &retention.Result{RunID: "r1", Status: "completed", Purged: 3, AuditFile: "2030-01/retention-x.jsonl"},
 	}}
 	e := newEnv(t, Options{AdminToken: "adm", Retention: fake})
