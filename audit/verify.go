@@ -16,7 +16,7 @@ import (
 // Report is the result of VerifyDir.
 type Report struct {
 	Files       int      `json:"files"`       // sealed files checked
-	Verified    int      `json:"verified"`    // sealed files that verify
+	Verified    int      `json:"verified"`    // sealed files no problem names (lines, name and links)
 	InProgress  []string `json:"in_progress"` // .inprogress files, the live one included
 	Live        string   `json:"live"`        // the in-progress file of the run holding the lease; "" when none
 	Quarantined []string `json:"quarantined"` // .corrupt files SealAbandoned set aside
