@@ -31,6 +31,7 @@ type link struct {
 	header   *Header // nil when the first line is not a valid header
 	lastHash string  // hex SHA-256 of the last complete line; "" when there is none
 	lastLine int     // number of the last line, when the verifier read the file whole; else 0
+	footer   *Footer // the last line, when it is a footer
 }
 
 // prevFile is the header's prev_file, or nil (legacy file or no header).
@@ -79,6 +80,9 @@ func readLink(path string) (link, error) {
 	}
 	if last != nil {
 		l.lastHash = lineHash(last)
+		if rec, reason := parseLine(last); reason == "" && rec.Footer != nil {
+			l.footer = rec.Footer
+		}
 	}
 	return l, nil
 }
@@ -115,9 +119,19 @@ func parseName(name string) (time.Time, string, bool) {
 // the same file meanwhile. A sealed file that cannot be read is an error:
 // the new file could not name its predecessor.
 func previousFile(root string) (string, error) {
+	tail, err := tailLink(root)
+	if err != nil || tail == nil {
+		return "", err
+	}
+	return tail.lastHash, nil
+}
+
+// tailLink returns the newest sealed file that no other file follows (see
+// previousFile), nil when root holds none.
+func tailLink(root string) (*link, error) {
 	months, err := monthDirs(root)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	var links []link
 	var lastStamp string // the start second of the last file taken
@@ -130,7 +144,7 @@ func previousFile(root string) (string, error) {
 		dir := filepath.Join(root, months[i])
 		entries, err := os.ReadDir(dir)
 		if err != nil {
-			return "", fmt.Errorf("audit: list %s: %w", dir, err)
+			return nil, fmt.Errorf("audit: list %s: %w", dir, err)
 		}
 		for _, e := range slices.Backward(entries) { // ReadDir sorts by name
 			if !e.Type().IsRegular() || !isAuditName(e.Name(), extSealed) {
@@ -142,7 +156,7 @@ func previousFile(root string) (string, error) {
 			lastStamp = stampOf(e.Name())
 			l, err := readLink(filepath.Join(dir, e.Name()))
 			if err != nil {
-				return "", fmt.Errorf("audit: previous file: %w", err)
+				return nil, fmt.Errorf("audit: previous file: %w", err)
 			}
 			if l.lastHash != "" {
 				links = append(links, l)
@@ -165,10 +179,7 @@ func previousFile(root string) (string, error) {
 	if tail == nil && len(links) > 0 { // every one is followed: a loop, which only tampering makes
 		tail = &links[0]
 	}
-	if tail == nil {
-		return "", nil
-	}
-	return tail.lastHash, nil
+	return tail, nil
 }
 
 // ParseName returns the start time (to the second) and run ID that an audit

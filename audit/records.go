@@ -29,6 +29,16 @@ const (
 	StatusStamped = "stamped"
 )
 
+// Triggers of replay runs (Header.Trigger).
+const (
+	TriggerRestore = "restore"
+	TriggerStart   = "start"
+)
+
+// ReasonAbsent is the reason of a replayed item the restored database
+// never held (or no longer held): nothing to purge.
+const ReasonAbsent = "absent"
+
 // Item causes: why an item was purged (or would be, or was looked at).
 const (
 	CauseDeleted     = "deleted"      // soft-deleted and past its period
@@ -81,6 +91,14 @@ type Header struct {
 	// previous sealed file in run order, "" for the first file. Create
 	// sets it; nil only in files written before the field existed.
 	PrevFile *string `json:"prev_file,omitempty"`
+	// Replays of purges after a restore (spec §10): trigger "restore"
+	// (progressdb restore) or "start" (a database copied back by hand,
+	// caught at start), the backup restored, and whether the run went on
+	// over an audit trail that does not verify after the backup's head.
+	// Absent in other runs.
+	Trigger           string `json:"trigger,omitempty"`
+	BackupID          string `json:"backup_id,omitempty"`
+	AcceptBrokenAudit bool   `json:"accept_broken_audit,omitempty"`
 }
 
 // Item records what happened to one thread or message. It holds IDs and
@@ -96,6 +114,9 @@ type Item struct {
 	PurgedAt    *time.Time `json:"purged_at,omitempty"` // only when purged
 	Reason      string     `json:"reason,omitempty"`    // when skipped, failed or stamped
 	Recovered   bool       `json:"recovered,omitempty"` // written by a later run
+	// Replayed marks a purge repeated on a restored database: the item
+	// was purged before, by the run an earlier record names (spec §10).
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 // Footer closes a run's file.

@@ -57,6 +57,29 @@ func sign(key ed25519.PrivateKey, unsigned []byte) string {
 	return base64.StdEncoding.EncodeToString(ed25519.Sign(key, []byte(lineHash(unsigned))))
 }
 
+// SignJSON signs a one-line JSON object that carries no signature yet and
+// returns the value of the `"signature"` member to append as its last
+// member: the same scheme as footers (SignatureMessage), for other signed
+// documents such as a backup's manifest.
+func SignJSON(key ed25519.PrivateKey, unsigned []byte) string { return sign(key, unsigned) }
+
+// CheckJSONSignature reports why a one-line JSON object does not carry a
+// valid signature member by pub, or "" when it does.
+func CheckJSONSignature(pub ed25519.PublicKey, line []byte, signature string) string {
+	if signature == "" {
+		return "not signed"
+	}
+	raw, err := base64.StdEncoding.DecodeString(signature)
+	if err != nil || len(raw) != ed25519.SignatureSize {
+		return "signature is not a base64 ed25519 signature"
+	}
+	msg, ok := SignatureMessage(line, signature)
+	if !ok || !ed25519.Verify(pub, msg, raw) {
+		return "signature does not verify with the public key"
+	}
+	return ""
+}
+
 // checkSignature reports why a footer does not carry a valid signature by
 // pub, or "" when it does.
 func checkSignature(pub ed25519.PublicKey, rec *Record) string {

@@ -21,6 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	apispec "github.com/progressdb/progressdb/api"
+	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/config"
@@ -196,7 +197,8 @@ func TestOpenAPIConformance(t *testing.T) {
 	ahead := func() time.Time { return time.Now().Add(40 * 24 * time.Hour).In(zone) }
 
 	late := &lateService{}
-	e := newEnv(t, Options{APIKey: "key", AdminToken: "adm", Retention: late})
+	lateB := &lateBackups{}
+	e := newEnv(t, Options{APIKey: "key", AdminToken: "adm", Retention: late, Backups: lateB})
 	e.seen = seen
 	cfg := config.Retention{Enabled: true, Period: 30 * 24 * time.Hour, MessagePeriod: 30 * 24 * time.Hour,
 		MinPeriod: time.Hour, Cron: "0 2 * * *", AuditPath: filepath.Join(t.TempDir(), "audit")}
@@ -217,6 +219,10 @@ func TestOpenAPIConformance(t *testing.T) {
 	}
 	t.Cleanup(svc.Close)
 	late.Service = svc
+	lateB.Creator, err = backup.NewCreator(backup.Options{Store: e.store, Hold: svc, Path: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// A second server without an admin token: every admin route is 403.
 	closed := newEnv(t, Options{APIKey: "key", Retention: late})
@@ -350,6 +356,14 @@ func TestOpenAPIConformance(t *testing.T) {
 	send(e, "POST", "/admin/retention/run", `{}`, admin, 409)
 	send(e, "PUT", "/admin/retention/pause", `{"paused":false,"reason":"done"}`, admin, 400)
 	send(e, "PUT", "/admin/retention/pause", `{"paused":false}`, admin, 200)
+
+	// Backups.
+	send(e, "POST", "/admin/backups", "", admin, 201)
+	send(e, "POST", "/admin/backups", "", none, 401)
+	send(e, "POST", "/admin/backups/stream", "", admin, 200)
+	send(e, "POST", "/admin/backups/stream?compress=zstd", "", admin, 200)
+	send(e, "POST", "/admin/backups/stream?compress=gzip", "", admin, 400)
+	send(e, "POST", "/admin/backups/stream", "", none, 401)
 	send(e, "POST", "/admin/retention/run", `{"dry_run":true}`, admin, 200)
 	var res retention.Result
 	send(e, "POST", "/admin/retention/run", "", admin, 200).decode(t, &res)

@@ -31,6 +31,8 @@ type Options struct {
 	Store *store.Store
 	// Retention serves the admin retention routes; nil makes them answer 503.
 	Retention retention.Service
+	// Backups serves the admin backup routes; nil makes them answer 503.
+	Backups Backups
 	// Logger receives request and error events; nothing is logged when nil.
 	Logger *slog.Logger
 	// APIKey, when set, is the bearer token /v1 requires.
@@ -48,6 +50,7 @@ type Options struct {
 type server struct {
 	store      *store.Store
 	retention  retention.Service
+	backups    Backups
 	log        *slog.Logger
 	apiKey     *secret // nil: /v1 is open
 	adminToken *secret // nil: /admin is disabled
@@ -68,6 +71,7 @@ func New(opts Options) (http.Handler, error) {
 	s := &server{
 		store:      opts.Store,
 		retention:  opts.Retention,
+		backups:    opts.Backups,
 		log:        opts.Logger,
 		apiKey:     newSecret(opts.APIKey),
 		adminToken: newSecret(opts.AdminToken),
@@ -150,6 +154,8 @@ func (s *server) routes() []route {
 		{http.MethodGet, "/admin/threads/{tid}/retention", accessAdmin, s.threadPolicy},
 		{http.MethodPut, "/admin/threads/{tid}/retention", accessAdmin, s.setThreadPolicy},
 		{http.MethodDelete, "/admin/threads/{tid}/retention", accessAdmin, s.clearThreadPolicy},
+		{http.MethodPost, "/admin/backups", accessAdmin, s.createBackup},
+		{http.MethodPost, "/admin/backups/stream", accessAdmin, s.streamBackup},
 	}
 }
 

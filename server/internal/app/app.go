@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/progressdb/progressdb/server/internal/api"
+	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/buildinfo"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
@@ -75,9 +76,14 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	defer svc.Close()
 	defer context.AfterFunc(ctx, svc.Close)()
 
+	backups, err := NewBackups(st, cfg, svc, logger, reg, key)
+	if err != nil {
+		return err
+	}
 	h, err := api.New(api.Options{
 		Store:      st,
 		Retention:  svc,
+		Backups:    backups,
 		Logger:     logger,
 		APIKey:     cfg.APIKey,
 		AdminToken: cfg.AdminToken,
@@ -99,6 +105,21 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		err = nil
 	}
 	return err
+}
+
+// NewBackups builds the backup creator over an open store; svc keeps
+// retention runs from purging while a checkpoint is taken. reg, when not
+// nil, receives the backup metrics.
+func NewBackups(st *store.Store, cfg config.Config, svc *retention.Manager, logger *slog.Logger, reg prometheus.Registerer, signingKey ed25519.PrivateKey) (*backup.Creator, error) {
+	return backup.NewCreator(backup.Options{
+		Store:      st,
+		Hold:       svc,
+		SigningKey: signingKey,
+		Version:    buildinfo.Read().Version,
+		Path:       cfg.Backup.Path,
+		Logger:     logger,
+		Metrics:    backup.NewMetrics(reg),
+	})
 }
 
 // hostname names this machine in leases and audit headers.

@@ -105,6 +105,35 @@ func (c *adminClient) do(ctx context.Context, method, path string, in, out any) 
 	return nil
 }
 
+// stream sends a request without a body and returns the answer's body,
+// for answers too long for the client's timeout (a backup): ctx bounds
+// it instead. A non-2xx answer is an *adminError.
+func (c *adminClient) stream(ctx context.Context, method, path string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	hc := *c.hc
+	hc.Timeout = 0
+	res, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reach the server at %s: %w", c.base, err)
+	}
+	if res.StatusCode/100 != 2 {
+		defer res.Body.Close()
+		data, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(data, &e) != nil || e.Error == "" {
+			e.Error = http.StatusText(res.StatusCode)
+		}
+		return nil, &adminError{Status: res.StatusCode, Msg: e.Error}
+	}
+	return res.Body, nil
+}
+
 // onRetention runs local on the retention service over the database when
 // no server holds it, and remote through the server's admin API when one
 // does (spec §9).

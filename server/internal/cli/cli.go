@@ -63,6 +63,7 @@ func commands() []command {
 		{"audit verify", "[DIR] [--json] [--public-key FILE] [--exports DIR]", "check every audit file (chain, seq, footer, counts, name), the chain between files, signatures with a key, each export a footer names, every export file, and report any other file in the tree", env.auditVerify},
 		{"audit show", "FILE [--status S]", "print one audit file for people: the run, its items, the footer, and whether the file verifies", env.auditShow},
 		{"audit find", "ID [DIR] [--json]", "was this thread or message purged, when, why, and which audit file proves it: every record of it in the trail", env.auditFind},
+		{"backup create", "[--out FILE|-] [--zstd] [--json]", "make an online backup (through the running server when there is one): a Pebble checkpoint and manifest.json in one tar file", env.backupCreate},
 		{"export read", "FILE [--item ID]", "print the records of an export file as JSON lines (all, or one item's)", env.exportRead},
 		{"seed", "[--threads N --messages M ...]", "fill a database with realistic data, deletions back-dated, for demos", env.seed},
 		{"version", "[--json]", "print version, commit, Go and Pebble versions", env.version},

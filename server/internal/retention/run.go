@@ -713,6 +713,8 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 		if runErr == nil {
 			runErr = fmt.Errorf("retention run %s: close audit file: %w", rn.id, err)
 		}
+	} else {
+		r.advanceHead(ctx, rn.id, rn.journal.w, path, rn.dry, false)
 	}
 
 	res.FinishedAt = wire.At(finished)

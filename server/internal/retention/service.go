@@ -280,3 +280,8 @@ func lastRunFromAudit(cfg config.Retention, now time.Time) (*Result, error) {
 	}
 	return res, nil
 }
+
+// Hold waits until no run is going and keeps runs from starting until
+// release is called (Runner.Hold): a backup takes its checkpoint in
+// between.
+func (m *Manager) Hold(ctx context.Context) (audit.Head, func(), error) { return m.runner.Hold(ctx) }

@@ -27,6 +27,20 @@ type Config struct {
 	// that signs every audit footer; unset: footers are not signed.
 	AuditSigningKey string    `env:"PROGRESSDB_AUDIT_SIGNING_KEY"`
 	Retention       Retention `envPrefix:"PROGRESSDB_RETENTION_"`
+	Backup          Backup    `envPrefix:"PROGRESSDB_BACKUP_"`
+}
+
+// Backup is the PROGRESSDB_BACKUP_* group (spec §10).
+type Backup struct {
+	// Path is where scheduled backups (and POST /admin/backups) are
+	// written; unset: no scheduled backups.
+	Path string `env:"PATH"`
+	// Schedule is the backup cron (UTC), like the retention cron. (Not
+	// named Cron: field names map to variables, and Retention has one.)
+	Schedule string `env:"CRON" envDefault:"0 3 * * *"`
+	// Keep is how long a scheduled backup is kept: this bounds how long
+	// purged content lives on in this server's own backups.
+	Keep time.Duration `env:"KEEP" envDefault:"30d"`
 }
 
 // Retention is the PROGRESSDB_RETENTION_* group.
@@ -94,6 +108,9 @@ const (
 	VarExportPath       = "PROGRESSDB_RETENTION_EXPORT_PATH"
 	VarErase            = "PROGRESSDB_RETENTION_ERASE"
 	VarEraseRate        = "PROGRESSDB_RETENTION_ERASE_RATE"
+	VarBackupPath       = "PROGRESSDB_BACKUP_PATH"
+	VarBackupCron       = "PROGRESSDB_BACKUP_CRON"
+	VarBackupKeep       = "PROGRESSDB_BACKUP_KEEP"
 )
 
 // Error is a configuration error naming the variable, the value and the rule.
@@ -249,6 +266,9 @@ func (c Config) Redacted() [][2]string {
 		{VarErase, strconv.FormatBool(r.Erase)},
 		{VarEraseRate, strconv.Itoa(r.EraseRate)},
 		{VarAuditSigningKey, unsetIfEmpty(c.AuditSigningKey)},
+		{VarBackupPath, unsetIfEmpty(c.Backup.Path)},
+		{VarBackupCron, c.Backup.Schedule},
+		{VarBackupKeep, FormatDuration(c.Backup.Keep)},
 	}
 }
 

@@ -33,6 +33,7 @@ func TestLoadDefaults(t *testing.T) {
 			Erase:         true,
 			EraseRate:     32,
 		},
+		Backup: Backup{Schedule: "0 3 * * *", Keep: 30 * day},
 	}
 	if c != want {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
@@ -107,6 +108,9 @@ func TestLoadEveryVariable(t *testing.T) {
 		"PROGRESSDB_RETENTION_YIELD_TO_WRITES=false",
 		"PROGRESSDB_RETENTION_ERASE=false",
 		"PROGRESSDB_RETENTION_ERASE_RATE=8",
+		"PROGRESSDB_BACKUP_PATH=/backup/progressdb",
+		"PROGRESSDB_BACKUP_CRON=@every 6h",
+		"PROGRESSDB_BACKUP_KEEP=7d",
 	)
 	want := Config{
 		DBPath:     "/var/lib/progressdb",
@@ -133,6 +137,7 @@ func TestLoadEveryVariable(t *testing.T) {
 			RunMissed:        false,
 			EraseRate:        8,
 		},
+		Backup: Backup{Path: "/backup/progressdb", Schedule: "@every 6h", Keep: 7 * day},
 	}
 	if c != want {
 		t.Errorf("\n got %+v\nwant %+v", c, want)
@@ -194,6 +199,10 @@ func TestLoadInvalid(t *testing.T) {
 		{"PROGRESSDB_RETENTION_ERASE=yes please", "true or false", nil},
 		{"PROGRESSDB_RETENTION_ERASE_RATE=-1", "0 (unbounded) or more", nil},
 		{"PROGRESSDB_RETENTION_ERASE_RATE=fast", "whole number", nil},
+		{"PROGRESSDB_BACKUP_CRON=nightly", "cron", nil},
+		{"PROGRESSDB_BACKUP_CRON=TZ=UTC 0 3 * * *", "UTC", nil},
+		{"PROGRESSDB_BACKUP_KEEP=0", "positive", nil},
+		{"PROGRESSDB_BACKUP_KEEP=a month", "duration", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.env, func(t *testing.T) {
@@ -220,10 +229,10 @@ func TestLoadInvalid(t *testing.T) {
 // the free-form strings (paths and secrets).
 func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 	freeForm := map[string]bool{VarDBPath: true, VarAdminToken: true, VarAPIKey: true, VarAuditPath: true, VarLeasePath: true,
-		VarExportPath: true, VarAuditSigningKey: true}
+		VarExportPath: true, VarAuditSigningKey: true, VarBackupPath: true}
 	vars := fieldVars()
-	if len(vars) != 28 {
-		t.Fatalf("fieldVars has %d variables, want the 26 of the spec, YIELD_TO_WRITES and ERASE_RATE", len(vars))
+	if len(vars) != 31 {
+		t.Fatalf("fieldVars has %d variables, want the 29 of the spec, YIELD_TO_WRITES and ERASE_RATE", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -348,7 +357,7 @@ func TestRedacted(t *testing.T) {
 		VarEnabled, VarPeriod, VarMessagePeriod, VarCron, VarMinPeriod, VarAllowShortPeriod, VarDryRun,
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
 		VarYieldToWrites, VarMaxAge, VarMaxMessages, VarExportPath,
-		VarErase, VarEraseRate, VarAuditSigningKey,
+		VarErase, VarEraseRate, VarAuditSigningKey, VarBackupPath, VarBackupCron, VarBackupKeep,
 	}
 	if strings.Join(names, ",") != strings.Join(wantOrder, ",") {
 		t.Errorf("order:\n got %v\nwant %v", names, wantOrder)

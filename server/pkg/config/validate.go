@@ -28,11 +28,26 @@ func (c Config) validate(vars map[string]string) error {
 		c.Retention.validateCron,
 		c.Retention.validateBatches,
 		c.validateExportPath,
+		c.Backup.validate,
 	}
 	for _, check := range checks {
 		if err := check(vars); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// validate checks the backup schedule and how long backups are kept.
+func (b Backup) validate(vars map[string]string) *Error {
+	if strings.HasPrefix(b.Schedule, "TZ=") || strings.HasPrefix(b.Schedule, "CRON_TZ=") {
+		return &Error{VarBackupCron, b.Schedule, "schedules are UTC; a time zone prefix is not allowed"}
+	}
+	if _, err := cron.ParseStandard(b.Schedule); err != nil {
+		return &Error{VarBackupCron, b.Schedule, "must be a 5-field cron expression or a descriptor such as @daily or @every 1h: " + err.Error()}
+	}
+	if b.Keep <= 0 {
+		return &Error{VarBackupKeep, vars[VarBackupKeep], "must be positive, such as 30d: backups older than it are deleted"}
 	}
 	return nil
 }

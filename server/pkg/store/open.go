@@ -76,6 +76,12 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store %q: %w", path, err)
 	}
+	// Only the process holding Pebble's lock may remove staging folders:
+	// another one's backup may be reading its own.
+	if err := removeStaleCheckpoints(path); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open store %q: remove a backup's staging checkpoint left by a killed process: %w", path, err)
+	}
 	eraseWait := opts.EraseWait
 	if eraseWait <= 0 {
 		eraseWait = defaultEraseWait

@@ -1,0 +1,233 @@
+package audit
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+)
+
+// Head names a point in the audit trail: a sealed file, by its run, its
+// path under the audit root and the hex SHA-256 of its footer line (what
+// the next file's prev_file holds, spec §10 audit_head). The zero Head is
+// the point before the first file.
+type Head struct {
+	RunID  string `json:"run_id"`
+	File   string `json:"file"`
+	SHA256 string `json:"sha256"`
+}
+
+// IsZero reports whether h is the point before the first file.
+func (h Head) IsZero() bool { return h.SHA256 == "" }
+
+// HeadOf returns the Head naming a sealed file under root.
+func HeadOf(root, path, runID, footerHash string) Head {
+	rel, err := filepath.Rel(root, path)
+	if err != nil {
+		rel = path
+	}
+	return Head{RunID: runID, File: filepath.ToSlash(rel), SHA256: footerHash}
+}
+
+// CurrentHead returns the newest sealed file of the trail, the one the
+// next run's file will follow; the zero Head when root holds none. The
+// caller holds the retention lease, so no run seals a file meanwhile.
+func CurrentHead(root string) (Head, error) {
+	tail, err := tailLink(root)
+	if err != nil || tail == nil {
+		return Head{}, err
+	}
+	return HeadOf(root, tail.path, tail.runID, tail.lastHash), nil
+}
+
+// TrailFile is one sealed file after a Head.
+type TrailFile struct {
+	Path   string
+	RunID  string
+	Header Header
+}
+
+// Trail is what After finds: the sealed files that follow the head, in
+// chain order, and what keeps the part after the head from verifying.
+type Trail struct {
+	Files    []TrailFile
+	Problems []Problem
+}
+
+// ErrHeadNotFound: the trail holds no sealed file whose footer matches
+// the head (the file was deleted or changed).
+var ErrHeadNotFound = errors.New("audit head not found in the trail")
+
+// After follows the chain of files from head (prev_file links, spec §5)
+// and returns every sealed file after it, each verified (with pub, when
+// set, its footer's signature too). A missing head file, a broken link
+// (a file after the head that the chain does not reach: a file between
+// was deleted or changed) and a file that does not verify are Problems;
+// the files the chain reaches are returned all the same, so that a caller
+// told to go on over a broken trail can. It reads each file's first and
+// last lines, and every line of the files after the head.
+func After(root string, head Head, pub ed25519.PublicKey) (Trail, error) {
+	var tr Trail
+	links, err := sealedLinks(root)
+	if err != nil {
+		return tr, err
+	}
+	chain, problems := chainAfter(root, links, head)
+	tr.Problems = problems
+	for _, l := range chain {
+		tf := TrailFile{Path: l.path, RunID: l.runID}
+		if l.header != nil {
+			tf.Header = *l.header
+		}
+		tr.Files = append(tr.Files, tf)
+		if _, err := verifyFile(l.path, pub); err != nil {
+			var p *Problem
+			if !errors.As(err, &p) {
+				p = &Problem{File: l.path, Reason: err.Error()}
+			}
+			tr.Problems = append(tr.Problems, *p)
+		}
+	}
+	return tr, nil
+}
+
+// Pending counts the purged records of the sealed files after head, by
+// their footers, passing over the run skip and replays (trigger restore
+// or start: their items were recorded purged before, by the runs they
+// replay). ok is false when the chain from head does not reach every
+// sealed file after it. It reads each file's first and last lines only.
+func Pending(root string, head Head, skip string) (purged int64, ok bool, err error) {
+	links, err := sealedLinks(root)
+	if err != nil {
+		return 0, false, err
+	}
+	chain, problems := chainAfter(root, links, head)
+	for _, l := range chain {
+		if l.runID == skip || IsReplay(l.header) {
+			continue
+		}
+		if l.footer == nil {
+			return purged, false, nil
+		}
+		purged += l.footer.Purged
+	}
+	return purged, len(problems) == 0, nil
+}
+
+// IsReplay reports whether a header is a replay run's.
+func IsReplay(h *Header) bool {
+	return h != nil && (h.Trigger == TriggerRestore || h.Trigger == TriggerStart)
+}
+
+// chainAfter follows prev_file links from head and returns the files
+// after it in chain order, with the problems that keep the part after the
+// head from being whole: a head file that is gone or changed, or a sealed
+// file after the head that the chain does not reach.
+func chainAfter(root string, links []*link, head Head) ([]*link, []Problem) {
+	var problems []Problem
+	byHash := make(map[string]*link, len(links))
+	followedBy := make(map[string]*link, len(links))
+	var first *link
+	for _, l := range links {
+		if l.lastHash != "" {
+			byHash[l.lastHash] = l
+		}
+		p := l.prevFile()
+		switch {
+		case p == nil:
+		case *p == "":
+			if first == nil {
+				first = l
+			}
+		case followedBy[*p] == nil:
+			followedBy[*p] = l
+		}
+	}
+	var start *link // the head file; nil for the zero head
+	if !head.IsZero() {
+		start = byHash[head.SHA256]
+		if start == nil {
+			return nil, []Problem{{File: filepath.Join(root, filepath.FromSlash(head.File)),
+				Reason: fmt.Sprintf("%v: no sealed file ends with the footer of run %s (deleted or changed)", ErrHeadNotFound, head.RunID)}}
+		}
+	}
+	reached := make(map[*link]bool)
+	next := first
+	if start != nil {
+		reached[start] = true
+		next = followedBy[start.lastHash]
+	}
+	var chain []*link
+	for l := next; l != nil && !reached[l]; l = followedBy[l.lastHash] {
+		reached[l] = true
+		chain = append(chain, l)
+		if l.lastHash == "" {
+			break
+		}
+	}
+	for _, l := range links {
+		if reached[l] || start != nil && (!start.before(l) || l.prevFile() == nil) {
+			continue
+		}
+		problems = append(problems, Problem{File: l.path, Line: 1,
+			Reason: "not linked from the head by prev_file: a file before it was deleted or changed"})
+	}
+	return chain, problems
+}
+
+// sealedLinks reads the first and last lines of every sealed file under
+// root, in start order.
+func sealedLinks(root string) ([]*link, error) {
+	paths, err := monthFiles(root, func(name string) bool { return isAuditName(name, extSealed) })
+	if err != nil {
+		return nil, err
+	}
+	links := make([]*link, 0, len(paths))
+	for _, p := range paths {
+		l, err := readLink(p)
+		if err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		links = append(links, &l)
+	}
+	slices.SortFunc(links, func(a, b *link) int {
+		switch {
+		case a.before(b):
+			return -1
+		case b.before(a):
+			return 1
+		}
+		return 0
+	})
+	return links, nil
+}
+
+// Purged calls fn with every item record of status purged in the file at
+// path, in order. Lines that do not parse record nothing and are passed
+// over (After reports them).
+func Purged(path string, fn func(Item) error) error {
+	r, err := Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	for {
+		rec, err := r.Next()
+		var p *Problem
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case errors.As(err, &p):
+			continue
+		case err != nil:
+			return err
+		}
+		if it := rec.Item; it != nil && it.Status == StatusPurged {
+			if err := fn(*it); err != nil {
+				return err
+			}
+		}
+	}
+}

@@ -1,0 +1,55 @@
+package backup
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the backup metrics of spec §10.
+type Metrics struct {
+	Total       *prometheus.CounterVec // result: success | failed
+	Duration    prometheus.Histogram
+	Bytes       prometheus.Gauge // the last successful backup's size
+	LastSuccess prometheus.Gauge
+	Replayed    prometheus.Counter // progressdb_restore_replayed_items_total
+}
+
+// NewMetrics makes the metrics and registers them with reg when not nil.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "progressdb_backup_total", Help: "Backups made, by result (success, failed).",
+		}, []string{"result"}),
+		Duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "progressdb_backup_duration_seconds", Help: "How long a backup took.",
+			Buckets: prometheus.ExponentialBuckets(0.1, 4, 9),
+		}),
+		Bytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "progressdb_backup_bytes", Help: "Size of the last successful backup, in bytes.",
+		}),
+		LastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "progressdb_backup_last_success_timestamp_seconds", Help: "When the last successful backup finished (Unix time).",
+		}),
+		Replayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "progressdb_restore_replayed_items_total", Help: "Purges replayed over restored databases.",
+		}),
+	}
+	m.Total.WithLabelValues("success")
+	m.Total.WithLabelValues("failed")
+	if reg != nil {
+		reg.MustRegister(m.Total, m.Duration, m.Bytes, m.LastSuccess, m.Replayed)
+	}
+	return m
+}
+
+func (m *Metrics) observe(err error, took time.Duration, bytes int64, now time.Time) {
+	if err != nil {
+		m.Total.WithLabelValues("failed").Inc()
+		return
+	}
+	m.Total.WithLabelValues("success").Inc()
+	m.Duration.Observe(took.Seconds())
+	m.Bytes.Set(float64(bytes))
+	m.LastSuccess.Set(float64(now.UnixNano()) / 1e9)
+}

@@ -1,0 +1,255 @@
+package cli
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/progressdb/progressdb/server/internal/app"
+	"github.com/progressdb/progressdb/server/internal/backup"
+	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// backupReport is what `backup create --json` prints.
+type backupReport struct {
+	File     string          `json:"file,omitempty"` // absent for --out -
+	Manifest backup.Manifest `json:"manifest"`
+}
+
+// backupCreate makes a backup (spec §10): through the running server's
+// admin API when one holds the database, directly otherwise.
+func (e env) backupCreate(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("backup create", flag.ContinueOnError)
+	out := fs.String("out", "", "write the backup to FILE (compressed when it ends .tar.zst), or to standard output with -; default: PROGRESSDB_BACKUP_PATH, or the current folder, under its own name")
+	zst := fs.Bool("zstd", false, "compress with zstd (implied by an --out name ending .tar.zst)")
+	asJSON := fs.Bool("json", false, "print the file and its manifest as JSON")
+	if !e.parseFlags(fs, args, false) {
+		return exitUsage
+	}
+	cfg, logger, closer, ok := e.configAndLogger()
+	if !ok {
+		return exitUsage
+	}
+	defer closer.Close()
+	key, err := app.SigningKey(cfg)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
+		return exitUsage
+	}
+	compress := *zst || backup.Compressed(*out)
+	fail := func(err error) int {
+		fmt.Fprintf(e.stderr, "progressdb backup create: %v\n", err)
+		return exitFailed
+	}
+
+	var rep backupReport
+	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger})
+	switch {
+	case errors.Is(err, store.ErrDatabaseLocked):
+		c, cerr := newAdminClient(cfg)
+		if cerr != nil {
+			return fail(fmt.Errorf("the database at %s is open in a running server; %w", cfg.DBPath, cerr))
+		}
+		rep, err = e.remoteBackup(ctx, c, cfg, *out, compress)
+	case err != nil:
+		return fail(err)
+	default:
+		rep, err = e.localBackup(ctx, st, cfg, logger, key, *out, compress)
+		if cerr := st.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	switch {
+	case *out == "-":
+		fmt.Fprintf(e.stderr, "progressdb backup create: backup %s written to standard output (audit head %s)\n",
+			rep.Manifest.BackupID, headName(rep.Manifest))
+	case *asJSON:
+		writeJSON(e.stdout, rep)
+	default:
+		printBackup(e.stdout, rep)
+	}
+	return exitOK
+}
+
+// localBackup makes the backup on a database no server holds.
+func (e env) localBackup(ctx context.Context, st *store.Store, cfg config.Config, logger *slog.Logger, key ed25519.PrivateKey, out string, compress bool) (backupReport, error) {
+	svc, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key)
+	if err != nil {
+		return backupReport{}, err
+	}
+	defer svc.Close()
+	c, err := app.NewBackups(st, cfg, svc, logger, nil, key)
+	if err != nil {
+		return backupReport{}, err
+	}
+	if out == "-" {
+		bw := bufio.NewWriterSize(e.stdout, 1<<20)
+		m, err := c.Write(ctx, bw, compress)
+		if err == nil {
+			err = bw.Flush()
+		}
+		return backupReport{Manifest: m}, err
+	}
+	m, path, err := c.CreateFile(ctx, target(cfg, out))
+	return backupReport{File: path, Manifest: m}, err
+}
+
+// remoteBackup asks the running server: into its BACKUP_PATH when no
+// --out is given and it has one, else as a stream written here.
+func (e env) remoteBackup(ctx context.Context, c *adminClient, cfg config.Config, out string, compress bool) (backupReport, error) {
+	var rep backupReport
+	if out == "" && cfg.Backup.Path != "" {
+		// A backup takes longer than one admin call may: ctx bounds it.
+		long := *c
+		hc := *c.hc
+		hc.Timeout = 0
+		long.hc = &hc
+		err := long.do(ctx, http.MethodPost, "/admin/backups", nil, &rep.Manifest)
+		rep.File = filepath.Join(cfg.Backup.Path, backup.FileName(rep.Manifest.CreatedAt, rep.Manifest.BackupID))
+		return rep, err
+	}
+	path := "/admin/backups/stream"
+	if compress {
+		path += "?compress=zstd"
+	}
+	body, err := c.stream(ctx, http.MethodPost, path)
+	if err != nil {
+		return rep, err
+	}
+	defer body.Close()
+	if out == "-" {
+		// The manifest comes first; read it on the way through.
+		mr := &manifestPeek{}
+		_, err := io.Copy(e.stdout, io.TeeReader(body, mr.writer()))
+		rep.Manifest = mr.done()
+		return rep, err
+	}
+	dest := target(cfg, out)
+	named := true
+	if info, err := os.Stat(dest); err == nil && info.IsDir() {
+		// The name holds the backup's ID, known once the stream is read.
+		dest, named = filepath.Join(dest, "progressdb-backup-incoming.tar"), false
+	}
+	err = backup.WriteAtomic(dest, func(w io.Writer) error {
+		_, err := io.Copy(w, body)
+		return err
+	})
+	if err != nil {
+		return rep, fmt.Errorf("receive the backup: %w", err)
+	}
+	if rep.Manifest, err = readManifest(dest); err != nil {
+		return rep, err
+	}
+	rep.File = dest
+	if !named {
+		name := backup.FileName(rep.Manifest.CreatedAt, rep.Manifest.BackupID)
+		if compress {
+			name += ".zst"
+		}
+		rep.File = filepath.Join(filepath.Dir(dest), name)
+		if err := os.Rename(dest, rep.File); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// target is where a backup goes: --out, or BACKUP_PATH or the current
+// folder (the creator names the file there).
+func target(cfg config.Config, out string) string {
+	switch {
+	case out != "":
+		return out
+	case cfg.Backup.Path != "":
+		_ = os.MkdirAll(cfg.Backup.Path, 0o700)
+		return cfg.Backup.Path
+	}
+	return "."
+}
+
+// readManifest reads the manifest of a backup file.
+func readManifest(path string) (backup.Manifest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return backup.Manifest{}, err
+	}
+	defer f.Close()
+	return manifestOf(f)
+}
+
+func manifestOf(r io.Reader) (backup.Manifest, error) {
+	var m backup.Manifest
+	br := bufio.NewReader(r)
+	var src io.Reader = br
+	if head, _ := br.Peek(4); len(head) == 4 && head[0] == 0x28 && head[1] == 0xb5 && head[2] == 0x2f && head[3] == 0xfd {
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return m, err
+		}
+		defer zr.Close()
+		src = zr
+	}
+	tr := tar.NewReader(src)
+	hdr, err := tr.Next()
+	if err != nil || hdr.Name != backup.ManifestName {
+		return m, fmt.Errorf("not a progressdb backup: first entry is not %s", backup.ManifestName)
+	}
+	if err := json.NewDecoder(io.LimitReader(tr, 64<<20)).Decode(&m); err != nil {
+		return m, fmt.Errorf("read %s: %w", backup.ManifestName, err)
+	}
+	return m, nil
+}
+
+// manifestPeek keeps the first bytes of a stream, enough to hold the
+// manifest, and decodes it at the end.
+type manifestPeek struct{ buf []byte }
+
+func (p *manifestPeek) writer() io.Writer { return p }
+
+func (p *manifestPeek) Write(b []byte) (int, error) {
+	if room := 64<<20 - len(p.buf); room > 0 {
+		p.buf = append(p.buf, b[:min(len(b), room)]...)
+	}
+	return len(b), nil
+}
+
+func (p *manifestPeek) done() backup.Manifest {
+	m, _ := manifestOf(bytes.NewReader(p.buf))
+	return m
+}
+
+func headName(m backup.Manifest) string {
+	if m.AuditHead.RunID == "" {
+		return "none (before the first retention run)"
+	}
+	return "run " + m.AuditHead.RunID
+}
+
+func printBackup(w io.Writer, rep backupReport) {
+	m := rep.Manifest
+	fmt.Fprintf(w, "backup:      %s\n", rep.File)
+	fmt.Fprintf(w, "backup_id:   %s\n", m.BackupID)
+	fmt.Fprintf(w, "created_at:  %s\n", m.CreatedAt.Format(time.RFC3339))
+	fmt.Fprintf(w, "contents:    %d threads, %d messages, %d files\n", m.Threads, m.Messages, len(m.Files))
+	fmt.Fprintf(w, "audit_head:  %s\n", headName(m))
+	fmt.Fprintf(w, "signed:      %t\n", m.Signature != "")
+}

@@ -1,0 +1,161 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/server/internal/backup"
+)
+
+// verifyBackup fails the test unless the archive at path verifies.
+func verifyBackup(t testing.TB, path string) backup.Report {
+	t.Helper()
+	rep, err := backup.Verify(context.Background(), path, nil, t.TempDir())
+	if err != nil || !rep.Valid {
+		t.Fatalf("backup %s does not verify: %v %v", path, err, rep.Problems)
+	}
+	return rep
+}
+
+// A backup taken through a running server, while writers keep writing,
+// holds every write acknowledged before it was asked for; --out - streams
+// the same archive to standard output.
+func TestFaultBackupThroughServer(t *testing.T) {
+	s := newSite(t.TempDir())
+	env := s.env().with("PROGRESSDB_ADMIN_TOKEN", adminToken)
+	srv := startServer(t, env)
+	env = env.with("PROGRESSDB_ADDR", strings.TrimPrefix(srv.url, "http://"))
+
+	var mu sync.Mutex
+	var acked []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	srv.mustCall(t, "POST", "/v1/threads", map[string]string{"id": "busy", "title": "t", "author": "a"}, "", http.StatusCreated, nil)
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("w%d-%d", g, i)
+				status, body := srv.call(t, "POST", "/v1/threads/busy/messages", map[string]any{"id": id, "author": "a", "body": id}, "")
+				if status != http.StatusCreated {
+					t.Errorf("write %s: %d %s", id, status, body)
+					return
+				}
+				mu.Lock()
+				acked = append(acked, id)
+				mu.Unlock()
+			}
+		}()
+	}
+	waitFor(t, time.Minute, "writes to be acknowledged", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) >= 50 })
+	mu.Lock()
+	before := append([]string(nil), acked...)
+	mu.Unlock()
+	out := filepath.Join(s.dir, "b.tar.zst")
+	p := runCLI(t, env, "backup", "create", "--out", out, "--json")
+	close(stop)
+	wg.Wait()
+	if p.code != 0 {
+		t.Fatalf("backup create: %d\n%s", p.code, p.output())
+	}
+	rep := verifyBackup(t, out)
+
+	// Restore the files by hand into a new folder and read them.
+	dir := filepath.Join(s.dir, "unpacked")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backup.Unpack(context.Background(), out, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	st := openStore(t, dir)
+	defer st.Close()
+	for _, id := range before {
+		if _, err := st.GetMessage(context.Background(), "busy", id); err != nil {
+			t.Fatalf("message %s, acknowledged before the backup, is not in it: %v", id, err)
+		}
+	}
+	if rep.Manifest.Threads != 1 {
+		t.Errorf("manifest threads %d, want 1", rep.Manifest.Threads)
+	}
+
+	// --out - writes the archive to standard output.
+	p = runCLI(t, env, "backup", "create", "--out", "-")
+	if p.code != 0 {
+		t.Fatalf("backup create --out -: %d\n%s", p.code, p.output())
+	}
+	streamed := filepath.Join(s.dir, "streamed.tar")
+	if err := os.WriteFile(streamed, []byte(p.stdout.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	verifyBackup(t, streamed)
+	srv.stop(t)
+}
+
+// A backup killed part way leaves no archive under its final name, and
+// its staging checkpoint (hard links to the live tables) is gone once the
+// database is opened again.
+func TestFaultBackupKilled(t *testing.T) {
+	s := newSite(t.TempDir())
+	env := s.env()
+	if p := runCLI(t, env, "seed", "--threads", "1000", "--messages", "40"); p.code != 0 {
+		t.Fatalf("seed: %d\n%s", p.code, p.output())
+	}
+	out := filepath.Join(s.dir, "b.tar")
+	caught := false
+	for attempt := 0; attempt < 10 && !caught; attempt++ {
+		p := start(t, env, "backup", "create", "--out", out)
+		waitFor(t, time.Minute, "the backup to start writing or end", func() bool {
+			// Killed while both the temporary archive and the staging
+			// checkpoint exist.
+			tmp, _ := filepath.Glob(filepath.Join(s.dir, ".b.tar.tmp-*"))
+			staging, _ := filepath.Glob(filepath.Join(s.db, ".backup-checkpoint-*"))
+			if len(tmp) > 0 && len(staging) > 0 {
+				p.kill()
+				caught = true
+				return true
+			}
+			return p.exited()
+		})
+		p.kill()
+		if !caught {
+			if p.code != 0 {
+				t.Fatalf("backup create: %d\n%s", p.code, p.output())
+			}
+			if err := os.Remove(out); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !caught {
+		t.Fatal("every backup ended before it could be killed")
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("a killed backup left %s (%v)", out, err)
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(s.dir, ".b.tar.tmp-*")); len(tmp) != 1 {
+		t.Fatalf("temporary archives %v, want the killed one", tmp)
+	}
+	openStore(t, s.db).Close()
+	if staging, _ := filepath.Glob(filepath.Join(s.db, ".backup-checkpoint-*")); len(staging) > 0 {
+		t.Fatalf("staging checkpoint left after reopening: %v", staging)
+	}
+	// The next backup works and verifies.
+	if p := runCLI(t, env, "backup", "create", "--out", out); p.code != 0 {
+		t.Fatalf("backup create: %d\n%s", p.code, p.output())
+	}
+	verifyBackup(t, out)
+}

@@ -1,0 +1,204 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// auditHeadKey holds the last audit run whose purges this database
+// reflects (spec §10). A backup copies it with the data, so a database
+// restored from a backup, or copied back by hand, knows which purges of
+// the audit trail it still lacks.
+const auditHeadKey = "sys:audit:head"
+
+// checkpointPrefix names the staging folders of backups inside the
+// database folder: on the same file system, so tables are hard-linked.
+const checkpointPrefix = ".backup-checkpoint-"
+
+// AuditHead names an audit file: its run, its path under the audit root
+// and the hex SHA-256 of its footer line (what the next file's prev_file
+// holds). The zero value is "before the first file".
+type AuditHead struct {
+	RunID  string `json:"run_id"`
+	File   string `json:"file"`
+	SHA256 string `json:"sha256"`
+}
+
+// AuditHead returns the recorded head; ok is false when the database has
+// none (written before heads existed).
+func (s *Store) AuditHead(ctx context.Context) (AuditHead, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return AuditHead{}, false, err
+	}
+	return readAuditHead(s.db)
+}
+
+func readAuditHead(r pebble.Reader) (AuditHead, bool, error) {
+	v, err := getFrom(r, []byte(auditHeadKey))
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return AuditHead{}, false, nil
+	case err != nil:
+		return AuditHead{}, false, err
+	}
+	var h AuditHead
+	if err := json.Unmarshal(v, &h); err != nil {
+		return AuditHead{}, false, fmt.Errorf("%w: audit head: %w", ErrMalformed, err)
+	}
+	return h, true, nil
+}
+
+// SetAuditHead records h, synced.
+func (s *Store) SetAuditHead(ctx context.Context, h AuditHead) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	v, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	if err := s.db.Set([]byte(auditHeadKey), v, pebble.Sync); err != nil {
+		return fmt.Errorf("record audit head: %w", err)
+	}
+	return nil
+}
+
+// Checkpoint writes a consistent copy of the database (Pebble checkpoint,
+// log synced first, so every write acknowledged before the call is in it)
+// into a new staging folder inside the database folder and returns its
+// path. Tables are hard-linked: the caller must remove the folder as soon
+// as it has read it (RemoveCheckpoint), or it keeps purged tables alive
+// after the next erase. Open removes folders a killed process left.
+func (s *Store) Checkpoint(ctx context.Context, name string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	if name == "" || strings.ContainsAny(name, `/\`) {
+		return "", fmt.Errorf("%w: checkpoint name %q", ErrInvalidArgument, name)
+	}
+	dir := filepath.Join(s.path, checkpointPrefix+name)
+	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	return dir, nil
+}
+
+// RemoveCheckpoint removes a staging folder made by Checkpoint.
+func (s *Store) RemoveCheckpoint(dir string) error {
+	if filepath.Dir(dir) != filepath.Clean(s.path) || !strings.HasPrefix(filepath.Base(dir), checkpointPrefix) {
+		return fmt.Errorf("%w: %s is not a checkpoint of %s", ErrInvalidArgument, dir, s.path)
+	}
+	return os.RemoveAll(dir)
+}
+
+// removeStaleCheckpoints removes the staging folders of backups that a
+// killed process left: their hard links would keep purged tables on disk.
+func removeStaleCheckpoints(path string) error {
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), checkpointPrefix) {
+			errs = append(errs, os.RemoveAll(filepath.Join(path, e.Name())))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DirStats is what Inspect finds in a database folder.
+type DirStats struct {
+	Threads  int64 // thread records, deleted ones included
+	Messages int64 // messages (entries of thread logs), deleted ones included
+	// Erased is the database's erase marker: nothing purged is left to
+	// erase (docs/erasure.md).
+	Erased bool
+	// Head is the last audit run whose purges the database reflects;
+	// HasHead is false when it records none.
+	Head    AuditHead
+	HasHead bool
+	// PebbleFormat is Pebble's format major version of the files.
+	PebbleFormat uint64
+}
+
+// Inspect opens the database at dir read-only (writing nothing but
+// Pebble's lock file), runs Pebble's consistency check over every level
+// (every block read and its checksum verified, keys in order, range
+// deletions well formed) and counts its threads and messages.
+func Inspect(ctx context.Context, dir string) (st DirStats, err error) {
+	defer func() {
+		// A damaged copy can make Pebble give up (inspectLogger.Fatalf):
+		// that is a finding about the copy, not a reason to stop.
+		if p := recover(); p != nil {
+			err = fmt.Errorf("inspect %s: %v", dir, p)
+		}
+	}()
+	db, err := pebble.Open(dir, &pebble.Options{
+		ReadOnly:         true,
+		FS:               vfs.Default,
+		Logger:           inspectLogger{},
+		ErrorIfNotExists: true,
+	})
+	if err != nil {
+		return st, fmt.Errorf("inspect %s: open: %w", dir, err)
+	}
+	defer db.Close()
+	st.PebbleFormat = uint64(db.FormatMajorVersion())
+	if err := db.CheckLevels(nil); err != nil {
+		return st, fmt.Errorf("inspect %s: consistency check: %w", dir, err)
+	}
+	if st.Erased, err = hasKey(db, []byte(eraseKey)); err != nil {
+		return st, fmt.Errorf("inspect %s: %w", dir, err)
+	}
+	if st.Head, st.HasHead, err = readAuditHead(db); err != nil {
+		return st, fmt.Errorf("inspect %s: %w", dir, err)
+	}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte(threadNS), UpperBound: upperBound([]byte(threadNS))})
+	if err != nil {
+		return st, fmt.Errorf("inspect %s: %w", dir, err)
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		if st.Threads&0xfff == 0 {
+			if err := ctx.Err(); err != nil {
+				return st, err
+			}
+		}
+		_, rest, ok := parseThreadKey(it.Key())
+		switch {
+		case !ok:
+		case bytes.Equal(rest, []byte(metaSuffix)):
+			st.Threads++
+		case bytes.HasPrefix(rest, []byte(logSuffix)):
+			st.Messages++
+		}
+	}
+	if err := it.Error(); err != nil {
+		return st, fmt.Errorf("inspect %s: %w", dir, err)
+	}
+	return st, nil
+}
+
+// inspectLogger drops Pebble's messages about a read-only copy; a fatal
+// one panics, and Inspect's caller reports the copy as damaged.
+type inspectLogger struct{}
+
+func (inspectLogger) Infof(string, ...any)  {}
+func (inspectLogger) Errorf(string, ...any) {}
+func (inspectLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("pebble: "+format, args...))
+}
