@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -140,54 +141,254 @@ var ErrNotIJSON = errors.New("not I-JSON (RFC 7493)")
 // client can be hurt: no number beyond ±MaxInt (a client would read
 // another number) and no object with a repeated name (clients keep
 // different ones). The error names the first problem and where it is, as
-// a JSON pointer.
+// a JSON pointer. Every message body goes through it, so it is one pass
+// over the bytes that allocates only for objects and for numbers it
+// cannot judge at a glance.
 func CheckIJSON(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var walk func(ptr string) error
-	walk = func(ptr string) error {
-		tok, err := dec.Token()
+	c := checker{data: data}
+	if err := c.value(); err != nil {
+		return err
+	}
+	if c.space(); c.i != len(c.data) {
+		return c.syntax()
+	}
+	return nil
+}
+
+// checker walks one JSON text; path is where it is, for errors.
+type checker struct {
+	data []byte
+	i    int
+	path []segment
+}
+
+type segment struct {
+	key []byte // nil: an array index
+	idx int
+}
+
+func (c *checker) space() {
+	for c.i < len(c.data) {
+		switch c.data[c.i] {
+		case ' ', '\t', '\n', '\r':
+			c.i++
+		default:
+			return
+		}
+	}
+}
+
+func (c *checker) syntax() error {
+	return fmt.Errorf("%w: invalid JSON at byte %d", ErrNotIJSON, c.i)
+}
+
+func (c *checker) fail(what string) error {
+	return fmt.Errorf("%w: %s: %s", ErrNotIJSON, c.where(), what)
+}
+
+// where is the current path as a JSON pointer (RFC 6901).
+func (c *checker) where() string {
+	if len(c.path) == 0 {
+		return "the value"
+	}
+	var b strings.Builder
+	for _, s := range c.path {
+		b.WriteByte('/')
+		if s.key == nil {
+			b.WriteString(strconv.Itoa(s.idx))
+		} else {
+			b.WriteString(escapePointer(string(s.key)))
+		}
+	}
+	return b.String()
+}
+
+func (c *checker) value() error {
+	c.space()
+	if c.i >= len(c.data) {
+		return c.syntax()
+	}
+	switch b := c.data[c.i]; {
+	case b == '{':
+		return c.object()
+	case b == '[':
+		return c.array()
+	case b == '"':
+		_, err := c.str()
+		return err
+	case b == '-' || '0' <= b && b <= '9':
+		return c.number()
+	case b == 't':
+		return c.literal("true")
+	case b == 'f':
+		return c.literal("false")
+	case b == 'n':
+		return c.literal("null")
+	}
+	return c.syntax()
+}
+
+func (c *checker) literal(lit string) error {
+	if !bytes.HasPrefix(c.data[c.i:], []byte(lit)) {
+		return c.syntax()
+	}
+	c.i += len(lit)
+	return nil
+}
+
+// str reads a string and returns its value: the raw bytes unless it has
+// escapes.
+func (c *checker) str() ([]byte, error) {
+	start := c.i
+	escaped := false
+	for c.i++; c.i < len(c.data); c.i++ {
+		switch c.data[c.i] {
+		case '\\':
+			escaped = true
+			c.i++
+		case '"':
+			c.i++
+			if !escaped {
+				return c.data[start+1 : c.i-1], nil
+			}
+			var s string
+			if err := json.Unmarshal(c.data[start:c.i], &s); err != nil {
+				return nil, c.syntax()
+			}
+			return []byte(s), nil
+		}
+	}
+	return nil, c.syntax()
+}
+
+// number checks one number. Without an exponent and with at most 15
+// digits before the point it is below 10^15 < 2^53; anything else is
+// parsed.
+func (c *checker) number() error {
+	start := c.i
+	digits, point, exp := 0, false, false
+scan:
+	for ; c.i < len(c.data); c.i++ {
+		switch b := c.data[c.i]; {
+		case '0' <= b && b <= '9':
+			if !point && !exp {
+				digits++
+			}
+		case b == '.':
+			point = true
+		case b == 'e' || b == 'E':
+			exp = true
+		case b == '-' || b == '+':
+		default:
+			break scan
+		}
+	}
+	if digits <= 15 && !exp {
+		return nil
+	}
+	n := json.Number(c.data[start:c.i])
+	if !inRange(n) {
+		return c.fail("the number " + string(n) + " is beyond ±(2^53−1)")
+	}
+	return nil
+}
+
+// object checks an object's members and that no name comes twice.
+func (c *checker) object() error {
+	c.i++ // '{'
+	var names [][]byte
+	var many map[string]bool // once there are too many names to compare
+	c.space()
+	if c.i < len(c.data) && c.data[c.i] == '}' {
+		c.i++
+		return nil
+	}
+	for {
+		c.space()
+		if c.i >= len(c.data) || c.data[c.i] != '"' {
+			return c.syntax()
+		}
+		name, err := c.str()
 		if err != nil {
 			return err
 		}
-		switch v := tok.(type) {
-		case json.Number:
-			if !inRange(v) {
-				return fmt.Errorf("%w: %s: the number %s is beyond ±(2^53−1)", ErrNotIJSON, where(ptr), v)
-			}
-		case json.Delim:
-			switch v {
-			case '{':
-				seen := make(map[string]bool)
-				for dec.More() {
-					k, err := dec.Token()
-					if err != nil {
-						return err
-					}
-					name, _ := k.(string)
-					if seen[name] {
-						return fmt.Errorf("%w: %s: the name %q is repeated", ErrNotIJSON, where(ptr), name)
-					}
-					seen[name] = true
-					if err := walk(ptr + "/" + escapePointer(name)); err != nil {
-						return err
-					}
-				}
-				_, err = dec.Token() // '}'
-				return err
-			case '[':
-				for i := 0; dec.More(); i++ {
-					if err := walk(fmt.Sprintf("%s/%d", ptr, i)); err != nil {
-						return err
-					}
-				}
-				_, err = dec.Token() // ']'
-				return err
-			}
+		if repeated(name, &names, &many) {
+			return c.fail(fmt.Sprintf("the name %q is repeated", name))
 		}
+		if c.space(); c.i >= len(c.data) || c.data[c.i] != ':' {
+			return c.syntax()
+		}
+		c.i++
+		c.path = append(c.path, segment{key: name})
+		if err := c.value(); err != nil {
+			return err
+		}
+		c.path = c.path[:len(c.path)-1]
+		if c.space(); c.i >= len(c.data) {
+			return c.syntax()
+		}
+		switch c.data[c.i] {
+		case ',':
+			c.i++
+		case '}':
+			c.i++
+			return nil
+		default:
+			return c.syntax()
+		}
+	}
+}
+
+// repeated records name and reports whether it was there already.
+func repeated(name []byte, names *[][]byte, many *map[string]bool) bool {
+	if *many != nil {
+		if (*many)[string(name)] {
+			return true
+		}
+		(*many)[string(name)] = true
+		return false
+	}
+	for _, n := range *names {
+		if bytes.Equal(n, name) {
+			return true
+		}
+	}
+	*names = append(*names, name)
+	if len(*names) > 16 {
+		*many = make(map[string]bool, 2*len(*names))
+		for _, n := range *names {
+			(*many)[string(n)] = true
+		}
+	}
+	return false
+}
+
+func (c *checker) array() error {
+	c.i++ // '['
+	c.space()
+	if c.i < len(c.data) && c.data[c.i] == ']' {
+		c.i++
 		return nil
 	}
-	return walk("")
+	for idx := 0; ; idx++ {
+		c.path = append(c.path, segment{idx: idx})
+		if err := c.value(); err != nil {
+			return err
+		}
+		c.path = c.path[:len(c.path)-1]
+		if c.space(); c.i >= len(c.data) {
+			return c.syntax()
+		}
+		switch c.data[c.i] {
+		case ',':
+			c.i++
+		case ']':
+			c.i++
+			return nil
+		default:
+			return c.syntax()
+		}
+	}
 }
 
 // inRange reports whether a JSON number's magnitude is at most MaxInt.
@@ -199,16 +400,9 @@ func inRange(n json.Number) bool {
 	}
 	f, err := n.Float64()
 	if err != nil {
-		return false // beyond the double range, or an integer beyond int64
+		return false // beyond the double range
 	}
 	return f >= -MaxInt && f <= MaxInt
-}
-
-func where(ptr string) string {
-	if ptr == "" {
-		return "the value"
-	}
-	return ptr
 }
 
 // escapePointer escapes a name for a JSON pointer (RFC 6901).

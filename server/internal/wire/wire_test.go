@@ -64,7 +64,9 @@ func TestThreadAndMessage(t *testing.T) {
 }
 
 func TestCheckIJSON(t *testing.T) {
-	for _, ok := range []string{`1`, `-9007199254740991`, `9007199254740991`, `{"a":[1.5,-2e10,"x",null,true]}`, `1e15`, `"9007199254740993"`} {
+	for _, ok := range []string{`1`, `-9007199254740991`, `9007199254740991`, `{"a":[1.5,-2e10,"x",null,true]}`, `1e15`,
+		`"9007199254740993"`, ` { "a" : [ ] , "b" : { } } `, `-0`, `0.0000000000000000000001`, `9007199254740991.0`,
+		`{"k\"ey":1,"k\\ey":2}`, `{"a":{"a":{"a":1}}}`, `[{"a":1},{"a":2}]`} {
 		if err := CheckIJSON([]byte(ok)); err != nil {
 			t.Errorf("CheckIJSON(%s): %v", ok, err)
 		}
@@ -76,13 +78,20 @@ func TestCheckIJSON(t *testing.T) {
 		`{"n":9.1e15}`:                        "/n",
 		`{"a":1,"a":2}`:                       "the value",
 		`{"x":{"a":1,"b":{},"a":2}}`:          "/x",
+		`{"a":1,"\u0061":2}`:                  "the value",
+		`[123456789012345678]`:                "/0",
+		`{"a":[{"b":1e16}]}`:                  "/a/0/b",
+		`{"k0":0,"k1":0,"k2":0,"k3":0,"k4":0,"k5":0,"k6":0,"k7":0,"k8":0,"k9":0,"k10":0,"k11":0,"k12":0,"k13":0,"k14":0,"k15":0,"k16":0,"k17":0,"k3":1}`: "the value",
+		`{"a":}`: "invalid JSON",
+		`[1,]`:   "invalid JSON",
+		`[1] 2`:  "invalid JSON",
 	} {
 		err := CheckIJSON([]byte(in))
 		if !errors.Is(err, ErrNotIJSON) {
 			t.Errorf("CheckIJSON(%s) = %v, want ErrNotIJSON", in, err)
 			continue
 		}
-		if got := err.Error(); !strings.Contains(got, where+":") {
+		if got := err.Error(); !strings.Contains(got, where) {
 			t.Errorf("CheckIJSON(%s) = %q, want it to name %s", in, got, where)
 		}
 	}
@@ -90,4 +99,33 @@ func TestCheckIJSON(t *testing.T) {
 
 func contains(s, sub string) bool {
 	return len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub))
+}
+
+// BenchmarkCheckIJSON: the check every message body goes through on
+// append and edit, on a typical chat body and on a large nested one.
+func BenchmarkCheckIJSON(b *testing.B) {
+	small := []byte(`{"text":"see you at the standup tomorrow, I'll bring the notes","mentions":["ann","bob"],"reply_to":null}`)
+	var sb strings.Builder
+	sb.WriteString(`{"rows":[`)
+	for i := range 5000 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`{"id":12345,"score":0.75,"tags":["a","b"],"text":"some words of text here"}`)
+	}
+	sb.WriteString(`]}`)
+	large := []byte(sb.String())
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{{"small", small}, {"large", large}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.body)))
+			for b.Loop() {
+				if err := CheckIJSON(c.body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
