@@ -37,6 +37,11 @@ func TestRetentionPolicyOnTheDatabase(t *testing.T) {
 	if code != exitFailed || !strings.Contains(errOut, "PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD=true") {
 		t.Fatalf("short max age: exit %d, stderr %q", code, errOut)
 	}
+	// Beyond 2^53−1 no JSON client reads the number exactly (spec §2).
+	code, _, errOut = h.run("retention", "policy", "set", tid, "--max-messages", "9007199254740993")
+	if code != exitFailed || !strings.Contains(errOut, "at most 9007199254740991 (2^53−1)") {
+		t.Fatalf("max messages beyond 2^53-1: exit %d, stderr %q", code, errOut)
+	}
 	code, _, errOut = h.run("retention", "policy", "get", "no-such-thread")
 	if code != exitFailed || !strings.Contains(errOut, "not found") {
 		t.Fatalf("unknown thread: exit %d, stderr %q", code, errOut)
