@@ -1,7 +1,12 @@
 package faults
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"os"
@@ -158,4 +163,81 @@ func TestFaultBackupKilled(t *testing.T) {
 		t.Fatalf("backup create: %d\n%s", p.code, p.output())
 	}
 	verifyBackup(t, out)
+}
+
+// writeKeys writes an ed25519 key pair as PEM files and returns their paths.
+func writeKeys(t testing.TB, dir, name string) (priv, pub string) {
+	t.Helper()
+	pk, sk, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skDER, err := x509.MarshalPKCS8PrivateKey(sk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkDER, err := x509.MarshalPKIXPublicKey(pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, pub = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+".pub.pem")
+	if err := os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: skDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pkDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return priv, pub
+}
+
+// backup verify exits 0 for a whole, signed backup and 1, naming what
+// failed, for a tampered one, a cut one and a signature by another key.
+func TestFaultBackupVerify(t *testing.T) {
+	s := newSite(t.TempDir())
+	priv, pub := writeKeys(t, s.dir, "signing")
+	_, otherPub := writeKeys(t, s.dir, "other")
+	env := s.env().with("PROGRESSDB_AUDIT_SIGNING_KEY", priv)
+	if p := runCLI(t, env, "seed", "--threads", "20", "--messages", "5"); p.code != 0 {
+		t.Fatalf("seed: %d\n%s", p.code, p.output())
+	}
+	good := filepath.Join(s.dir, "good.tar")
+	if p := runCLI(t, env, "backup", "create", "--out", good); p.code != 0 {
+		t.Fatalf("backup create: %d\n%s", p.code, p.output())
+	}
+	plain := s.env() // no signing key configured
+	if p := runCLI(t, plain, "backup", "verify", good, "--public-key", pub); p.code != 0 {
+		t.Fatalf("verify a good backup: %d\n%s", p.code, p.output())
+	}
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := bytes.Clone(data)
+	flipped[len(flipped)/2] ^= 0x20
+	edited := bytes.Replace(bytes.Clone(data), []byte(`"threads":20`), []byte(`"threads":21`), 1)
+	cases := []struct {
+		name string
+		data []byte
+		args []string
+		want string
+	}{
+		{"other key", data, []string{"--public-key", otherPub}, "signature does not verify"},
+		{"byte flipped", flipped, []string{"--public-key", pub}, "problem:"},
+		{"manifest edited", edited, []string{"--public-key", pub}, "signature does not verify"},
+		{"cut short", data[:len(data)/3], []string{"--public-key", pub}, "cut short"},
+	}
+	for _, c := range cases {
+		path := filepath.Join(s.dir, strings.ReplaceAll(c.name, " ", "-")+".tar")
+		if err := os.WriteFile(path, c.data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := runCLI(t, plain, append([]string{"backup", "verify", path}, c.args...)...)
+		if p.code != 1 || !strings.Contains(p.stdout.String(), c.want) {
+			t.Errorf("%s: exit %d, want 1 naming %q\n%s", c.name, p.code, c.want, p.output())
+		}
+	}
+	// Without --public-key, the configured signing key's public half is used.
+	if p := runCLI(t, env, "backup", "verify", good, "--json"); p.code != 0 || !strings.Contains(p.stdout.String(), `"signature_checked": true`) {
+		t.Fatalf("verify with the configured key: %d\n%s", p.code, p.output())
+	}
 }
