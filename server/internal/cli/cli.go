@@ -15,10 +15,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/progressdb/progressdb/server/internal/logging"
+	"github.com/progressdb/progressdb/server/internal/suggest"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
@@ -93,7 +95,11 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 		e.topHelp(e.stdout, cmds)
 		return exitOK
 	case "help":
-		return e.help(cmds, args[1:])
+		code := e.help(ctx, cmds, args[1:])
+		if *e.helpShown {
+			return exitOK
+		}
+		return code
 	case "-version", "--version":
 		return e.version(ctx, args[1:])
 	}
@@ -136,7 +142,7 @@ func equalWords(a, b []string) bool {
 func (e env) noCommand(cmds []command, args []string) int {
 	group := groupOf(cmds, args)
 	if group == nil {
-		fmt.Fprintf(e.stderr, "progressdb: unknown command %q\n", strings.Join(args, " "))
+		fmt.Fprintf(e.stderr, "progressdb: unknown command %q%s\n", strings.Join(args, " "), didYouMean(cmds, args[:1]))
 		fmt.Fprintln(e.stderr, "usage: progressdb [COMMAND] [flags]; run 'progressdb --help' for the list of commands")
 		return exitUsage
 	}
@@ -146,7 +152,8 @@ func (e env) noCommand(cmds []command, args []string) int {
 		return exitOK
 	}
 	if len(group.rest) > 0 {
-		fmt.Fprintf(e.stderr, "progressdb %s: unknown command %q\n", prefix, group.rest[0])
+		fmt.Fprintf(e.stderr, "progressdb %s: unknown command %q%s\n", prefix, group.rest[0],
+			didYouMean(cmds, args[:len(args)-len(group.rest)+1]))
 	}
 	e.listCommands(e.stderr, "usage: progressdb "+prefix+" COMMAND [flags]", group.cmds)
 	return exitUsage
@@ -178,28 +185,80 @@ func groupOf(cmds []command, args []string) *group {
 
 func isHelpFlag(s string) bool { return s == "-h" || s == "-help" || s == "--help" }
 
-// help answers `progressdb help [COMMAND...]`.
-func (e env) help(cmds []command, words []string) int {
+// helpEntry is `progressdb help`'s entry. Main answers it (it is about
+// the other commands), so commands() does not list it.
+func helpEntry() command {
+	return command{name: "help", args: "[COMMAND]", summary: "this text, or a command's flags and arguments"}
+}
+
+// help answers `progressdb help [COMMAND...]`: the command list, a
+// group's commands or a command's help; `help help` and `help --help`
+// are its own help. A name that is no command is a usage error.
+func (e env) help(ctx context.Context, cmds []command, args []string) int {
+	fs := flag.NewFlagSet("help", flag.ContinueOnError)
+	if !e.parseFlags(fs, args, true) {
+		return exitUsage
+	}
+	words := fs.Args()
 	if len(words) == 0 {
 		e.topHelp(e.stdout, cmds)
 		return exitOK
 	}
-	if c, rest, ok := lookup(cmds, words); ok && len(rest) == 0 {
-		code := c.run(e, context.Background(), []string{"--help"})
-		if *e.helpShown {
-			return exitOK
-		}
-		return code
+	if len(words) == 1 && words[0] == "help" {
+		e.commandHelp(e.stdout, fs)
+		return exitOK
 	}
-	return e.noCommand(cmds, append(words, "--help"))
+	if c, rest, ok := lookup(cmds, words); ok && len(rest) == 0 {
+		return c.run(e, ctx, []string{"--help"})
+	}
+	if g := groupOf(cmds, words); g != nil && len(g.rest) == 0 {
+		e.listCommands(e.stdout, "usage: progressdb "+strings.Join(words, " ")+" COMMAND [flags]", g.cmds)
+		return exitOK
+	}
+	fmt.Fprintf(e.stderr, "progressdb help: unknown command %q%s\n", strings.Join(words, " "), didYouMean(cmds, words))
+	fmt.Fprintln(e.stderr, "Run 'progressdb help' for the list of commands.")
+	return exitUsage
 }
+
+// didYouMean suggests the command or group that words most likely meant,
+// as "; did you mean ...?", or "".
+func didYouMean(cmds []command, words []string) string {
+	typed := strings.Join(words, " ")
+	var names []string
+	for _, c := range append(cmds, helpEntry()) {
+		w := strings.Fields(c.name)
+		for n := 1; n <= len(w); n++ {
+			if name := strings.Join(w[:n], " "); !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	if s := suggest.Closest(typed, names, maxEdits(typed)); s != "" && s != typed {
+		return fmt.Sprintf("; did you mean %q?", s)
+	}
+	// A command's last word without its group: `progressdb status`.
+	if len(words) == 1 {
+		for _, c := range cmds {
+			w := strings.Fields(c.name)
+			if len(w) > 1 && suggest.Distance(typed, w[len(w)-1]) <= maxEdits(typed) {
+				return fmt.Sprintf("; did you mean %q?", c.name)
+			}
+		}
+	}
+	return ""
+}
+
+// maxEdits is how far a typo of word may be from what was meant: a third
+// of it, from 1 to 3 edits.
+func maxEdits(word string) int { return min(max(len(word)/3, 1), 3) }
 
 func (e env) topHelp(w io.Writer, cmds []command) {
 	fmt.Fprintln(w, "progressdb: chat storage on an embedded Pebble database, with retention that")
 	fmt.Fprintln(w, "purges soft-deleted threads and messages and writes audit files proving it.")
 	fmt.Fprintln(w)
-	e.listCommands(w, "usage: progressdb [COMMAND] [flags]   (no command: serve)",
-		append(cmds, command{name: "help [COMMAND]", summary: "this text, or a command's flags and arguments"}))
+	help := helpEntry()
+	help.name += " " + help.args
+	e.listCommands(w, "usage: progressdb [COMMAND] [flags]   (no command: serve)", append(cmds, help))
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Configuration comes from PROGRESSDB_* environment variables, listed with their")
 	fmt.Fprintln(w, "defaults in README.md (Configuration); 'progressdb config check' validates them")
@@ -271,8 +330,8 @@ func (e env) logger(cfg config.Config, stderr io.Writer) (*slog.Logger, *logging
 // stand before, between or after the flags. --help prints the command's
 // help on stdout and returns false; Main then exits 0.
 func (e env) parseFlags(fs *flag.FlagSet, args []string, allowArgs bool) bool {
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {} // help and errors are printed below
+	fs.SetOutput(io.Discard) // help and errors are printed below
+	fs.Usage = func() {}
 	var pos []string
 	for {
 		err := fs.Parse(args)
@@ -282,7 +341,7 @@ func (e env) parseFlags(fs *flag.FlagSet, args []string, allowArgs bool) bool {
 			return false
 		}
 		if err != nil {
-			fmt.Fprintf(e.stderr, "Run 'progressdb %s --help' for its flags and arguments.\n", fs.Name())
+			e.flagError(fs, err)
 			return false
 		}
 		rest := fs.Args()
@@ -298,6 +357,7 @@ func (e env) parseFlags(fs *flag.FlagSet, args []string, allowArgs bool) bool {
 	}
 	if !allowArgs && len(pos) > 0 {
 		fmt.Fprintf(e.stderr, "progressdb %s: unexpected argument %q\n", fs.Name(), pos[0])
+		e.flagsHint(fs)
 		return false
 	}
 	// Leave the positional arguments in fs.Args() for the command.
@@ -305,10 +365,34 @@ func (e env) parseFlags(fs *flag.FlagSet, args []string, allowArgs bool) bool {
 	return true
 }
 
+// flagError prints what fs.Parse refused, naming the command: an unknown
+// flag with the command's closest flag, a value with the flag's rule;
+// then where the command's flags are listed.
+func (e env) flagError(fs *flag.FlagSet, err error) {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		msg = "unknown flag --" + name
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		if s := suggest.Closest(name, names, maxEdits(name)); s != "" {
+			msg += "; did you mean --" + s + "?"
+		}
+	} else {
+		// The flag package names flags with one dash; help shows two.
+		msg = strings.NewReplacer("for flag -", "for --", "for -", "for --", "argument: -", "argument: --").Replace(msg)
+	}
+	fmt.Fprintf(e.stderr, "progressdb %s: %s\n", fs.Name(), msg)
+	e.flagsHint(fs)
+}
+
+func (e env) flagsHint(fs *flag.FlagSet) {
+	fmt.Fprintf(e.stderr, "Run 'progressdb %s --help' for its flags and arguments.\n", fs.Name())
+}
+
 // commandHelp prints a command's synopsis, summary and flags, named by
 // the FlagSet's name.
 func (e env) commandHelp(w io.Writer, fs *flag.FlagSet) {
-	c, _, ok := lookup(commands(), strings.Fields(fs.Name()))
+	c, _, ok := lookup(append(commands(), helpEntry()), strings.Fields(fs.Name()))
 	fmt.Fprintf(w, "usage: progressdb %s", fs.Name())
 	if ok && c.args != "" {
 		fmt.Fprintf(w, " %s", c.args)
@@ -327,6 +411,9 @@ func (e env) commandHelp(w io.Writer, fs *flag.FlagSet) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fs.VisitAll(func(f *flag.Flag) {
 		name, usage := flag.UnquoteUsage(f)
+		if t, ok := f.Value.(interface{ typeName() string }); ok {
+			name = t.typeName()
+		}
 		arg := "--" + f.Name
 		if name != "" {
 			arg += " " + name

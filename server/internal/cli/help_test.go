@@ -156,7 +156,7 @@ func TestVersionOfABuiltBinary(t *testing.T) {
 func TestHelpListsTheFlagsTheCommandParses(t *testing.T) {
 	h := newHarness(t)
 	_, out, _ := h.run("seed", "--help")
-	for _, f := range []string{"--threads int", "--messages int", "--versions int", "--deleted float", "--deleted-age string", "--legal-hold float", "--seed int"} {
+	for _, f := range []string{"--threads int", "--messages int", "--versions int", "--deleted float", "--deleted-age duration", "--legal-hold float", "--seed int"} {
 		if !strings.Contains(out, f) {
 			t.Errorf("seed --help lacks %q:\n%s", f, out)
 		}

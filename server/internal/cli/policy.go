@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,9 +36,9 @@ func (e env) retentionPolicy(ctx context.Context, action string, args []string) 
 		fs.Func("message-period", "message retention after soft delete", func(v string) error { o.MessagePeriod = &v; return nil })
 		fs.Func("max-age", "purge live messages older than this; 0 turns it off for the thread", func(v string) error { o.MaxAge = &v; return nil })
 		fs.Func("max-messages", "keep at most this many live messages; 0 turns it off for the thread", func(v string) error {
-			n, err := strconv.Atoi(v)
+			n, err := parseCount(v)
 			if err != nil {
-				return errors.New("must be a whole number")
+				return err
 			}
 			o.MaxMessages = &n
 			return nil

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/server/internal/seed"
-	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -16,23 +15,20 @@ import (
 // reporting progress on stderr.
 func (e env) seed(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("seed", flag.ContinueOnError)
-	o := seed.Options{}
-	fs.IntVar(&o.Threads, "threads", 100, "threads to create")
-	fs.IntVar(&o.Messages, "messages", 20, "messages per thread")
-	fs.IntVar(&o.Versions, "versions", 2, "versions per message, the original included")
-	fs.Float64Var(&o.Deleted, "deleted", 0.2, "fraction of threads soft-deleted")
-	age := fs.String("deleted-age", "31d", "how long ago the deletions happened (e.g. 31d, 12h)")
-	fs.Float64Var(&o.DeletedMessages, "deleted-messages", seed.DefaultDeletedMessages, "fraction of messages in live threads soft-deleted (negative: none)")
-	fs.Float64Var(&o.LegalHold, "legal-hold", 0, "fraction of threads on legal hold")
+	o := seed.Options{Threads: 100, Messages: 20, Versions: 2, Deleted: 0.2, DeletedMessages: seed.DefaultDeletedMessages}
+	fs.Var(countFlag{&o.Threads}, "threads", "threads to create")
+	fs.Var(countFlag{&o.Messages}, "messages", "messages per thread")
+	fs.Var(countFlag{&o.Versions}, "versions", "versions per message, the original included")
+	fs.Var(fractionFlag{p: &o.Deleted}, "deleted", "fraction of threads soft-deleted")
+	age := &durationFlag{d: 31 * 24 * time.Hour, text: "31d"}
+	fs.Var(age, "deleted-age", "how long ago the deletions happened (e.g. 31d, 12h)")
+	fs.Var(fractionFlag{p: &o.DeletedMessages, noneBelowZero: true}, "deleted-messages", "fraction of messages in live threads soft-deleted (negative: none)")
+	fs.Var(fractionFlag{p: &o.LegalHold}, "legal-hold", "fraction of threads on legal hold")
 	fs.Int64Var(&o.Seed, "seed", 1, "random seed (the same seed gives the same data)")
 	if !e.parseFlags(fs, args, false) {
 		return exitUsage
 	}
-	var err error
-	if o.DeletedAge, err = config.ParseDuration(*age); err != nil {
-		fmt.Fprintf(e.stderr, "progressdb seed: --deleted-age %q: %v\n", *age, err)
-		return exitUsage
-	}
+	o.DeletedAge = age.d
 	cfg, ok := e.loadConfig()
 	if !ok {
 		return exitUsage

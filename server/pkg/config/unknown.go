@@ -3,6 +3,8 @@ package config
 import (
 	"slices"
 	"strings"
+
+	"github.com/progressdb/progressdb/server/internal/suggest"
 )
 
 // Prefix is the prefix of every progressdb variable.
@@ -42,30 +44,9 @@ func closest(name string, known []string) string {
 		if ks := strings.TrimPrefix(k, Prefix); "RETENTION_"+ns == ks || "RETENTION_"+ks == ns {
 			return k
 		}
-		if d := editDistance(strings.ToUpper(name), k); d < bestDist {
+		if d := suggest.Distance(strings.ToUpper(name), k); d < bestDist {
 			best, bestDist = k, d
 		}
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
