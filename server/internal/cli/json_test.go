@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,17 +16,28 @@ import (
 
 // Every --json output is I-JSON like the HTTP API's answers (spec §2): no
 // number beyond ±(2^53−1), and every time an RFC 3339 UTC string as audit
-// files write it (or null), never Unix nanoseconds.
+// files write it (or null), never Unix nanoseconds. The commands run as a
+// process in a time zone other than UTC, so a local time that reaches an
+// output shows.
 func TestJSONOutputIsIJSON(t *testing.T) {
 	h := newHarness(t)
 	h.seedDue()
 	live, deleted := seededThreads(t, h.dbPath)
+	environ := append(slices.Clone(h.environ), "TZ=Asia/Kolkata")
+	run := func(args ...string) string {
+		t.Helper()
+		code, stdout, stderr := runBinary(t, environ, args...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d\nstdout: %s\nstderr: %s", args, code, stdout, stderr)
+		}
+		checkIJSONOutput(t, strings.Join(args, " "), stdout)
+		return stdout
+	}
 
 	h.mustRun("retention", "policy", "set", live, "--max-messages", "7")
 	h.mustRun("legal-hold", "set", live)
 	var res retention.Result
-	out := h.mustRun("retention", "run", "--json")
-	checkIJSONOutput(t, "retention run --json", out)
+	out := run("retention", "run", "--json")
 	if err := json.Unmarshal([]byte(out), &res); err != nil || res.AuditFile == "" || res.Purged == 0 {
 		t.Fatalf("retention run --json: %v\n%s", err, out)
 	}
@@ -38,9 +51,10 @@ func TestJSONOutputIsIJSON(t *testing.T) {
 		{"legal-hold", "list", "--json"},
 		{"audit", "verify", "--json"},
 		{"audit", "find", deleted, "--json"},
+		{"backup", "create", "--out", filepath.Join(t.TempDir(), "backup.tar"), "--json"},
 		{"version", "--json"},
 	} {
-		checkIJSONOutput(t, strings.Join(args, " "), h.mustRun(args...))
+		run(args...)
 	}
 }
 
