@@ -18,6 +18,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/buildinfo"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/internal/storagemetrics"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -42,7 +43,7 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		buildinfo.Read().Collector())
+		buildinfo.Read().Collector(), storagemetrics.New(st, logger))
 
 	key, err := SigningKey(cfg)
 	if err != nil {

@@ -236,6 +236,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		"progressdb_retention_runs_total", "progressdb_retention_items_purged_total",
 		"progressdb_retention_keys_deleted_total", "progressdb_retention_run_duration_seconds_bucket",
 		"progressdb_http_request_duration_seconds_bucket",
+		"progressdb_storage_disk_usage_bytes", "progressdb_storage_volume_free_bytes", "progressdb_storage_pending_compaction_bytes",
 	} {
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("no panel shows %s", want)
@@ -289,6 +290,7 @@ func TestAlertRules(t *testing.T) {
 	for _, want := range []string{
 		"ProgressDBRetentionNoRecentSuccess", "ProgressDBRetentionRunsFailing",
 		"ProgressDBRetentionLeaseHeldTooLong", "ProgressDBRetentionEraseFailing",
+		"ProgressDBDown", "ProgressDBHealthzFailing", "ProgressDBDiskFillingUp", "ProgressDBDiskAlmostFull",
 	} {
 		if !alerts[want] {
 			t.Errorf("alerts.yml has no %s", want)
