@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
@@ -400,6 +401,9 @@ func TestOpenAPISchemasMatchTheTypes(t *testing.T) {
 			t.Errorf("%s has no components.schemas.%s (the JSON of %s)", specFile, name, typ)
 			continue
 		}
+		for _, f := range rawTimes(typ, typ.Name()) {
+			t.Errorf("%s is a time.Time, which encodes in its own zone: make it a wire.Time, which every answer's times go through (spec §2)", f)
+		}
 		fields := jsonFields(typ)
 		for field, always := range fields {
 			if _, ok := schema.Properties[field]; !ok {
@@ -417,6 +421,28 @@ func TestOpenAPISchemasMatchTheTypes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// rawTimes lists the fields of t, nested ones included, that are a
+// time.Time rather than a wire.Time.
+func rawTimes(t reflect.Type, where string) []string {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
+		t = t.Elem()
+	}
+	if t == reflect.TypeFor[time.Time]() {
+		return []string{where}
+	}
+	if t.Kind() != reflect.Struct || t == reflect.TypeFor[wire.Time]() {
+		return nil
+	}
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.IsExported() && f.Tag.Get("json") != "-" {
+			out = append(out, rawTimes(f.Type, where+"."+f.Name)...)
+		}
+	}
+	return out
 }
 
 // jsonFields lists the JSON object keys encoding/json writes for struct
