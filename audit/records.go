@@ -99,6 +99,9 @@ type Header struct {
 	Trigger           string `json:"trigger,omitempty"`
 	BackupID          string `json:"backup_id,omitempty"`
 	AcceptBrokenAudit bool   `json:"accept_broken_audit,omitempty"`
+	// Shard is the cluster shard whose database the run purged (spec §11);
+	// nil, and absent from the file, on a single node.
+	Shard *int `json:"shard,omitempty"`
 }
 
 // Item records what happened to one thread or message. It holds IDs and

@@ -89,6 +89,10 @@ type candidate struct {
 func (rn *run) execute(ctx context.Context) (Result, error) {
 	defer rn.release()
 	r := rn.r
+	if r.fenced {
+		// Every batch of the run, recovery's included, carries the token.
+		ctx = store.WithEpoch(ctx, rn.lease.info().Epoch)
+	}
 	rn.at = r.now().UTC()
 	rn.meter.begin(rn.at)
 	rn.del = newDeleter(r, rn.checkpoint, rn.batchHook)
@@ -130,6 +134,7 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 		MaxAge:          formatAge(r.cfg.MaxAge),
 		MaxMessages:     r.cfg.MaxMessages,
 		PolicyOverrides: overrides,
+		Shard:           r.shard,
 	}, r.auditOpts)
 	if err != nil {
 		// Fail closed: without a durable header nothing is deleted.
@@ -570,7 +575,7 @@ func (rn *run) halt(err error) {
 	if errors.Is(err, ErrPaused) {
 		reason = reasonPaused
 		rn.r.log.Warn("retention_run_paused", "run_id", rn.id)
-	} else if errors.Is(err, ErrLeaseLost) {
+	} else if errors.Is(err, ErrLeaseLost) || errors.Is(err, store.ErrFenced) {
 		reason = err.Error()
 		if !strings.HasPrefix(reason, reasonLeaseLost) {
 			reason = reasonLeaseLost + reason
@@ -587,10 +592,12 @@ func (rn *run) setStop(c *stopCause) {
 	}
 }
 
-// isStop tells a requested stop (shutdown, lost lease, pause) from a failure.
+// isStop tells a requested stop (shutdown, lost lease, pause, or writes
+// refused because a newer owner has written: a lost lease seen by the store)
+// from a failure.
 func isStop(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrPaused)
+		errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrPaused) || errors.Is(err, store.ErrFenced)
 }
 
 // scanRanges are the deletion-time ranges a scan with period reads: the

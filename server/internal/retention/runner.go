@@ -55,6 +55,13 @@ type RunnerOptions struct {
 	// Coordinator hands out the run lease; the file lease at the
 	// configuration's lease path when nil.
 	Coordinator Coordinator
+	// Fenced makes every write of a run carry its lease's epoch, so that
+	// the store refuses the batches of a holder that was deposed meanwhile
+	// (store.WithEpoch). A cluster sets it with its shard's coordinator.
+	Fenced bool
+	// Shard, when set, is the cluster shard of Store, written into the
+	// audit header.
+	Shard *int
 }
 
 // Runner performs retention runs against one store. It never runs two at
@@ -74,6 +81,8 @@ type Runner struct {
 	auditOpts audit.Options // how audit files are written (signing)
 	owner     string        // lease owner: host/pid/random, unique per runner
 	coord     Coordinator   // the run lease
+	fenced    bool          // writes carry the lease's epoch
+	shard     *int          // the cluster shard, for audit headers
 
 	slot   chan struct{}             // holds a token while a run is going
 	active atomic.Pointer[LeaseInfo] // lease of the run going, for refusals
@@ -144,6 +153,11 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 	}
 	r.owner = fmt.Sprintf("%s/%d/%s", r.host, r.pid, randomHex(4))
 	r.coord = o.Coordinator
+	r.fenced = o.Fenced
+	if o.Shard != nil {
+		n := *o.Shard
+		r.shard = &n
+	}
 	if r.coord == nil {
 		r.coord = FileCoordinator{Config: r.leaseConfig()}
 	}

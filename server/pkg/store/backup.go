@@ -66,7 +66,7 @@ func (s *Store) SetAuditHead(ctx context.Context, h AuditHead) error {
 	if err != nil {
 		return err
 	}
-	if err := s.db.Set([]byte(auditHeadKey), v, pebble.Sync); err != nil {
+	if err := s.set(ctx, []byte(auditHeadKey), v, pebble.Sync); err != nil {
 		return fmt.Errorf("record audit head: %w", err)
 	}
 	return nil

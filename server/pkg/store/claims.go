@@ -75,7 +75,7 @@ func (s *Store) ConfirmPurge(ctx context.Context, m PurgeMarker, keep func(Claim
 		return m, fmt.Errorf("confirm purge of %s %s: %w", m.Kind, m.ID, err)
 	}
 	if why := keep(st); why != nil {
-		if err := s.releaseClaim(m); err != nil {
+		if err := s.releaseClaim(ctx, m); err != nil {
 			return m, fmt.Errorf("give back purge claim of %s %s: %w", m.Kind, m.ID, err)
 		}
 		return m, fmt.Errorf("%w: %w", ErrClaimReleased, why)
@@ -86,7 +86,7 @@ func (s *Store) ConfirmPurge(ctx context.Context, m PurgeMarker, keep func(Claim
 		return m, err
 	}
 	// Not synced on its own: the deletes that follow are later in the log.
-	if err := s.db.Set(purgeKey(m.Kind, m.ID), v, pebble.NoSync); err != nil {
+	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, pebble.NoSync); err != nil {
 		return m, fmt.Errorf("confirm purge of %s %s: %w", m.Kind, m.ID, err)
 	}
 	return m, nil
@@ -126,23 +126,24 @@ func (s *Store) claimState(m PurgeMarker) (ClaimState, error) {
 
 // releaseClaim removes a claim nothing was deleted under, in one batch:
 // the marker and, for a policy claim, the live-index change its claim made.
-func (s *Store) releaseClaim(m PurgeMarker) error {
+func (s *Store) releaseClaim(ctx context.Context, m PurgeMarker) error {
 	b := s.db.NewBatch()
-	defer b.Close()
 	_ = b.Delete(purgeKey(m.Kind, m.ID), nil)
 	if m.Kind == KindMessage && policyCause(m.Cause) {
 		created, err := s.createdTS(m.ID)
 		if err != nil && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrNotFound) {
+			_ = b.Close()
 			return err
 		}
 		if err == nil {
 			if err := s.addLive(b, m.ThreadID, m.ID, created, +1); err != nil {
+				_ = b.Close()
 				return err
 			}
 		}
 	}
 	// Not synced: lost in a crash, the claim is back and re-checked again.
-	return b.Commit(pebble.NoSync)
+	return s.commit(ctx, b, pebble.NoSync)
 }
 
 // refuseConfirmed answers ErrPurgeInProgress when a confirmed claim holds a

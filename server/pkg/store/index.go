@@ -318,7 +318,7 @@ func (s *Store) StampDeletion(ctx context.Context, e DeletionEntry, ts int64, ru
 		return err
 	}
 	_ = b.Set(stampKey(e.Kind, e.ID), v, nil)
-	if err := commitSync(b); err != nil {
+	if err := s.commitSync(ctx, b); err != nil {
 		return fmt.Errorf("stamp %s %s: %w", e.Kind, e.ID, err)
 	}
 	return nil

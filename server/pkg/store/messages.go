@@ -101,7 +101,7 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 		_ = b.Close()
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
 	}
-	if err := s.commitUser(h, b); err != nil {
+	if err := s.commitUser(ctx, h, b); err != nil {
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
 	}
 	return msg, nil
@@ -173,7 +173,7 @@ func (s *Store) EditMessage(ctx context.Context, tid, mid string, body json.RawM
 	m.Version++
 	b := s.db.NewBatch()
 	putVersion(b, m)
-	if err := s.commitUser(h, b); err != nil {
+	if err := s.commitUser(ctx, h, b); err != nil {
 		return Message{}, fmt.Errorf("edit message %s: %w", mid, err)
 	}
 	return m, nil
@@ -215,7 +215,7 @@ func (s *Store) DeleteMessage(ctx context.Context, tid, mid string) (Message, er
 		_ = b.Close()
 		return Message{}, fmt.Errorf("delete message %s: %w", mid, err)
 	}
-	if err := s.commitUser(h, b); err != nil {
+	if err := s.commitUser(ctx, h, b); err != nil {
 		return Message{}, fmt.Errorf("delete message %s: %w", mid, err)
 	}
 	return m, nil
@@ -279,7 +279,7 @@ func (s *Store) RestoreMessage(ctx context.Context, tid, mid string) (Message, e
 		_ = b.Close()
 		return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
 	}
-	if err := s.commitUser(h, b); err != nil {
+	if err := s.commitUser(ctx, h, b); err != nil {
 		return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
 	}
 	return m, nil

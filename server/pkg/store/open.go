@@ -29,6 +29,9 @@ type Store struct {
 	// eraseWait bounds Erase's waits for readers that pin purged data.
 	eraseWait time.Duration
 
+	// fence refuses writes of a deposed owner (fence.go).
+	fence fence
+
 	// userWrites counts committed writes of the API (threads and
 	// messages), so that a purge can tell when it competes with them.
 	userWrites atomic.Uint64
@@ -88,6 +91,10 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s := &Store{db: db, path: path, now: now, ids: newIDGen(now), fatal: fatal, eraseWait: eraseWait}
 	if err := s.ensureIndexes(context.Background()); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open store %q: %w", path, err)
+	}
+	if err := s.loadFence(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %q: %w", path, err)
 	}
@@ -226,13 +233,21 @@ func (s *Store) hasRange(lower, upper []byte) (bool, error) {
 // (that is so in Pebble even for a plain synced commit), but the log is
 // synced in order, so no later write can survive a crash without the
 // writes it read; the caller answers only after this returns.
-func (s *Store) commitUser(h *held, b *pebble.Batch) error {
+func (s *Store) commitUser(ctx context.Context, h *held, b *pebble.Batch) error {
+	release, err := s.admit(ctx, b)
+	if err != nil {
+		h.release()
+		_ = b.Close()
+		return err
+	}
 	if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
 		// The batch may still sit in Pebble's commit queue: it is not
 		// closed (returned to the pool), only dropped.
+		release(false)
 		h.release()
 		return fmt.Errorf("commit: %w", err)
 	}
+	release(true)
 	h.release()
 	defer b.Close()
 	if err := b.SyncWait(); err != nil {
@@ -252,13 +267,10 @@ func (s *Store) commitUser(h *held, b *pebble.Batch) error {
 // with its purge; its own writes (purges, markers, stamps) are not counted.
 func (s *Store) UserWrites() uint64 { return s.userWrites.Load() }
 
-// commitSync applies a write durably and releases the batch.
-func commitSync(b *pebble.Batch) error {
-	defer b.Close()
-	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
+// commitSync applies a write durably, under the fence of ctx's token
+// (fence.go), and releases the batch.
+func (s *Store) commitSync(ctx context.Context, b *pebble.Batch) error {
+	return s.commit(ctx, b, pebble.Sync)
 }
 
 // Check reports whether the store can still commit: open, no fatal

@@ -180,6 +180,7 @@ func (s *Store) PurgeMessage(ctx context.Context, tid, mid string, opts PurgeOpt
 // end makes it durable before the audit record says "purged".
 type purger struct {
 	ctx      context.Context
+	s        *Store // admits each batch under the fence (fence.go)
 	db       *pebble.DB
 	b        *pebble.Batch
 	before   func(context.Context) error
@@ -198,7 +199,7 @@ func (s *Store) newPurger(ctx context.Context, opts PurgeOptions) *purger {
 	if size <= 0 {
 		size = defaultPurgeBatch
 	}
-	p := &purger{ctx: ctx, db: s.db, b: s.db.NewBatch(), before: opts.BeforeBatch, limit: opts.BatchLimit, size: size,
+	p := &purger{ctx: ctx, s: s, db: s.db, b: s.db.NewBatch(), before: opts.BeforeBatch, limit: opts.BatchLimit, size: size,
 		erase: opts.Erase}
 	p.setCap()
 	return p
@@ -245,7 +246,13 @@ func (p *purger) flush() error {
 	if err := p.ctx.Err(); err != nil {
 		return fmt.Errorf("stopped before batch: %w", err)
 	}
-	if err := p.b.Commit(pebble.NoSync); err != nil {
+	release, err := p.s.admit(p.ctx, p.b)
+	if err != nil {
+		return fmt.Errorf("delete batch: %w", err)
+	}
+	err = p.b.Commit(pebble.NoSync)
+	release(err == nil)
+	if err != nil {
 		return fmt.Errorf("commit delete batch: %w", err)
 	}
 	p.deleted += p.pending
@@ -445,7 +452,7 @@ func (s *Store) BeginPurgeChecked(ctx context.Context, m PurgeMarker, keep func(
 	if err != nil {
 		return err
 	}
-	if err := s.db.Set(purgeKey(m.Kind, m.ID), v, pebble.NoSync); err != nil {
+	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, pebble.NoSync); err != nil {
 		return fmt.Errorf("begin purge of %s %s: %w", m.Kind, m.ID, err)
 	}
 	return nil

@@ -15,6 +15,7 @@
 //	sys:purge:t:<tid> / sys:purge:m:<mid>   purge in progress (pending audit record)
 //	sys:stamp:t:<tid> / sys:stamp:m:<mid>   stamp whose audit record is pending
 //	sys:retention:pause                     retention pause switch
+//	sys:fence                               newest fencing token seen (cluster mode, fence.go)
 //	sys:...                                 other server state
 //
 // IDs cannot contain ':', so no thread's prefix covers another thread's keys.

@@ -98,7 +98,7 @@ func (s *Store) CreateThread(ctx context.Context, t Thread) (Thread, error) {
 	b := s.db.NewBatch()
 	writeThread(b, t)
 	_ = b.Set(liveThreadKey(t.ID), nil, nil)
-	if err := s.commitUser(h, b); err != nil {
+	if err := s.commitUser(ctx, h, b); err != nil {
 		return Thread{}, fmt.Errorf("create thread %s: %w", t.ID, err)
 	}
 	return t, nil
@@ -195,7 +195,7 @@ func (s *Store) updateThread(ctx context.Context, tid, op string, refuse func(ct
 		return t, nil
 	}
 	writeThread(b, t)
-	if err := s.commitUser(h, b); err != nil {
+	if err := s.commitUser(ctx, h, b); err != nil {
 		return Thread{}, fmt.Errorf("%s %s: %w", op, tid, err)
 	}
 	return t, nil
