@@ -34,12 +34,14 @@ func (rec *recorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
 
-// instrument wraps the mux: it turns a handler panic into a 500, counts and
-// times every request, and logs one debug line per request. A panic raised
+// instrument wraps the mux: it gives every request its ID (requestid.go),
+// turns a handler panic into a 500, counts and times every request, and
+// logs one debug line per request. A panic raised
 // inside Pebble is never recovered: it stops the process (store.Fatal).
 func (s *server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		r = withRequestID(w, r) // before the deferred access line reads r
 		rec := &recorder{ResponseWriter: w}
 		defer func() {
 			p := recover()

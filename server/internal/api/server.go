@@ -81,6 +81,7 @@ func New(opts Options) (http.Handler, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.log = slog.New(requestIDHandler{s.log.Handler()})
 	reg := opts.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()

@@ -1,0 +1,74 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"log/slog"
+	"net/http"
+)
+
+// RequestIDHeader carries a request's ID: taken from the client (or a
+// proxy in front) when sane, generated otherwise, and always echoed in the
+// answer, so that a client's report and the server's log lines meet.
+const RequestIDHeader = "X-Request-ID"
+
+// maxRequestIDLen bounds an accepted incoming ID.
+const maxRequestIDLen = 128
+
+type requestIDKey struct{}
+
+// withRequestID gives r its ID and sets the answer's header.
+func withRequestID(w http.ResponseWriter, r *http.Request) *http.Request {
+	id := r.Header.Get(RequestIDHeader)
+	if !saneRequestID(id) {
+		id = rand.Text() // 26 characters of base32, 128 bits
+	}
+	w.Header().Set(RequestIDHeader, id)
+	return r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+}
+
+// saneRequestID accepts what request-ID schemes use (UUIDs, hex, base32
+// and base64 tokens, ULIDs, trace headers' "Root=1-…") and nothing that
+// could forge or break a log line: 1 to 128 bytes of letters, digits and
+// ._~:/+=- .
+func saneRequestID(id string) bool {
+	if id == "" || len(id) > maxRequestIDLen {
+		return false
+	}
+	for i := range len(id) {
+		c := id[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.' || c == '_' || c == '~' || c == ':' || c == '/' || c == '+' || c == '=' || c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// requestID returns the ID of the request ctx belongs to, "" outside one.
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// requestIDHandler adds request_id to every line logged with a request's
+// context: the access line, errors, and what handlers log on the way.
+type requestIDHandler struct{ slog.Handler }
+
+func (h requestIDHandler) Handle(ctx context.Context, rec slog.Record) error {
+	if id := requestID(ctx); id != "" {
+		rec = rec.Clone()
+		rec.AddAttrs(slog.String("request_id", id))
+	}
+	return h.Handler.Handle(ctx, rec)
+}
+
+func (h requestIDHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return requestIDHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h requestIDHandler) WithGroup(name string) slog.Handler {
+	return requestIDHandler{h.Handler.WithGroup(name)}
+}
