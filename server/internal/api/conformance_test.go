@@ -37,7 +37,9 @@ import (
 //   - a JSON answer is I-JSON (spec §2): no number beyond ±(2^53−1), no
 //     repeated name (wire.CheckIJSON);
 //   - a request the description refuses is refused by the server (4xx),
-//     and the server accepts (2xx) only requests the description allows.
+//     the server accepts (2xx) only requests the description allows, and
+//     refuses the shape of a body (a field unknown or of the wrong type)
+//     only when the description does too.
 //
 // TestOpenAPIConformance sends valid and invalid requests to every
 // operation and fails unless every operation of the description was
@@ -115,6 +117,9 @@ func checkAnswer(t testing.TB, x *exercised, req *http.Request, reqBody []byte, 
 		t.Errorf("%s to a request %s refuses: fix the handler or the description.\n  request body: %s\n  %v", what, specFile, reqBody, reqErr)
 	case reqErr != nil && res.status/100 != 4:
 		t.Errorf("%s to a request %s refuses, want a 4xx answer.\n  %v", what, specFile, reqErr)
+	case reqErr == nil && res.status == http.StatusBadRequest && shapeRefused(res.body):
+		t.Errorf("%s (%s) to a body %s allows: describe the rule in the request body's schema.\n  request body: %s",
+			what, clip(res.body), specFile, reqBody)
 	}
 
 	rin := &openapi3filter.ResponseValidationInput{
@@ -136,6 +141,14 @@ func checkAnswer(t testing.TB, x *exercised, req *http.Request, reqBody []byte, 
 	if x != nil {
 		x.add(op, res.status)
 	}
+}
+
+// shapeRefused reports whether an error answer refuses a body's shape: a
+// field unknown or of the wrong type.
+func shapeRefused(body []byte) bool {
+	return bytes.Contains(body, []byte(`"invalid JSON: json: unknown field`)) ||
+		bytes.Contains(body, []byte(`"invalid JSON: field `)) ||
+		bytes.Contains(body, []byte(`"invalid JSON: the body must be an object`))
 }
 
 func clip(b []byte) string {
