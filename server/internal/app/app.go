@@ -28,6 +28,13 @@ import (
 // footer) while HTTP drains, so that a client waiting for a run gets its
 // answer; then the store closes, after every run has ended.
 func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	if cfg.Cluster.Enabled() {
+		// Ownership, fencing and the settings exist, request routing does
+		// not yet: a node serving its folder as a single node would take
+		// writes that no other node sees.
+		return &StartupError{Var: config.VarClusterEtcd, Value: cfg.Cluster.Etcd,
+			Rule: "unset it to run a single node", Err: ErrClusterNotServed}
+	}
 	if err := Validate(cfg); err != nil {
 		return err
 	}

@@ -81,3 +81,46 @@ func TestServeWarnsAboutUnknownVariables(t *testing.T) {
 		t.Fatalf("logs:\n%s", logs())
 	}
 }
+
+// A cluster node's settings are checked like every other: a missing or bad
+// one stops with exit 2 and one line naming the variable; a single node
+// (no PROGRESSDB_CLUSTER_ETCD) is not asked for any.
+func TestConfigCheckClusterSettings(t *testing.T) {
+	node := []string{"PROGRESSDB_CLUSTER_ETCD=http://127.0.0.1:2379", "PROGRESSDB_NODE_ID=node-1",
+		"PROGRESSDB_ADVERTISE_URL=http://127.0.0.1:8080", "PROGRESSDB_CLUSTER_SECRET=0123456789abcdef"}
+	for _, tt := range []struct{ env, names string }{
+		{"PROGRESSDB_NODE_ID=", "PROGRESSDB_NODE_ID"},
+		{"PROGRESSDB_ADVERTISE_URL=", "PROGRESSDB_ADVERTISE_URL"},
+		{"PROGRESSDB_CLUSTER_SECRET=", "PROGRESSDB_CLUSTER_SECRET"},
+		{"PROGRESSDB_CLUSTER_SHARDS=0", "PROGRESSDB_CLUSTER_SHARDS"},
+		{"PROGRESSDB_CLUSTER_LEASE_TTL=1s", "PROGRESSDB_CLUSTER_LEASE_TTL"},
+	} {
+		h := newHarness(t, append(append([]string{}, node...), tt.env)...)
+		code, _, errOut := h.run("config", "check")
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		if code != exitUsage || len(lines) != 1 || !strings.Contains(errOut, tt.names) {
+			t.Errorf("%s: exit %d, stderr %q", tt.env, code, errOut)
+		}
+	}
+	h := newHarness(t, node...)
+	if out := h.mustRun("config", "check"); !strings.Contains(out, "PROGRESSDB_CLUSTER_SECRET=<redacted>\n") {
+		t.Fatalf("stdout:\n%s", out)
+	}
+	newHarness(t, "PROGRESSDB_NODE_ID=").mustRun("config", "check")
+}
+
+// Until nodes route requests to each other, serve refuses cluster mode,
+// naming the variable, rather than serve as a single node.
+func TestServeRefusesClusterModeForNow(t *testing.T) {
+	root := t.TempDir()
+	h := newHarness(t, "PROGRESSDB_CLUSTER_ETCD=http://127.0.0.1:2379", "PROGRESSDB_NODE_ID=node-1",
+		"PROGRESSDB_ADVERTISE_URL=http://127.0.0.1:8080", "PROGRESSDB_CLUSTER_SECRET=0123456789abcdef",
+		"PROGRESSDB_DB_PATH="+filepath.Join(root, "data"), "PROGRESSDB_ADDR=127.0.0.1:0")
+	code, _, errOut := h.run("serve")
+	if code != exitUsage || !strings.Contains(errOut, "PROGRESSDB_CLUSTER_ETCD") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if entries, _ := os.ReadDir(root); len(entries) != 0 {
+		t.Fatalf("serve left %v behind", entries)
+	}
+}

@@ -28,6 +28,10 @@ type Config struct {
 	AuditSigningKey string    `env:"PROGRESSDB_AUDIT_SIGNING_KEY"`
 	Retention       Retention `envPrefix:"PROGRESSDB_RETENTION_"`
 	Backup          Backup    `envPrefix:"PROGRESSDB_BACKUP_"`
+	// NodeID and AdvertiseURL name this node in a cluster (spec §11).
+	NodeID       string  `env:"PROGRESSDB_NODE_ID"`
+	AdvertiseURL string  `env:"PROGRESSDB_ADVERTISE_URL"`
+	Cluster      Cluster `envPrefix:"PROGRESSDB_CLUSTER_"`
 }
 
 // Backup is the PROGRESSDB_BACKUP_* group (spec §10).
@@ -237,7 +241,7 @@ func eachVar(fn func(field, name string)) {
 // (variable names), with secrets shown as "<redacted>" or "<unset>".
 func (c Config) Redacted() [][2]string {
 	r := c.Retention
-	return [][2]string{
+	return append([][2]string{
 		{VarDBPath, c.DBPath},
 		{VarAddr, c.Addr},
 		{VarAdminToken, secret(c.AdminToken)},
@@ -269,7 +273,7 @@ func (c Config) Redacted() [][2]string {
 		{VarBackupPath, unsetIfEmpty(c.Backup.Path)},
 		{VarBackupCron, c.Backup.Schedule},
 		{VarBackupKeep, FormatDuration(c.Backup.Keep)},
-	}
+	}, c.redactedCluster()...)
 }
 
 // unsetIfEmpty shows an optional setting that is off.

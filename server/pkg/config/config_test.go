@@ -33,7 +33,8 @@ func TestLoadDefaults(t *testing.T) {
 			Erase:         true,
 			EraseRate:     32,
 		},
-		Backup: Backup{Schedule: "0 3 * * *", Keep: 30 * day},
+		Backup:  Backup{Schedule: "0 3 * * *", Keep: 30 * day},
+		Cluster: Cluster{ClusterName: "progressdb", Shards: 16, OwnerTTL: 10 * time.Second},
 	}
 	if c != want {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
@@ -83,6 +84,7 @@ func TestLoadDerivedDefaults(t *testing.T) {
 }
 
 func TestLoadEveryVariable(t *testing.T) {
+	pem := writePEM(t)
 	c := mustLoad(t,
 		"PROGRESSDB_DB_PATH=/var/lib/progressdb",
 		"PROGRESSDB_ADDR=:9090",
@@ -111,6 +113,16 @@ func TestLoadEveryVariable(t *testing.T) {
 		"PROGRESSDB_BACKUP_PATH=/backup/progressdb",
 		"PROGRESSDB_BACKUP_CRON=@every 6h",
 		"PROGRESSDB_BACKUP_KEEP=7d",
+		"PROGRESSDB_CLUSTER_ETCD=https://10.0.0.5:2379,https://10.0.0.6:2379",
+		"PROGRESSDB_CLUSTER_NAME=chat-eu",
+		"PROGRESSDB_NODE_ID=node-1",
+		"PROGRESSDB_ADVERTISE_URL=http://10.0.0.7:9090",
+		"PROGRESSDB_CLUSTER_SECRET=0123456789abcdef",
+		"PROGRESSDB_CLUSTER_SHARDS=32",
+		"PROGRESSDB_CLUSTER_LEASE_TTL=15s",
+		"PROGRESSDB_CLUSTER_ETCD_CA_FILE="+pem,
+		"PROGRESSDB_CLUSTER_ETCD_CERT_FILE="+pem,
+		"PROGRESSDB_CLUSTER_ETCD_KEY_FILE="+pem,
 	)
 	want := Config{
 		DBPath:     "/var/lib/progressdb",
@@ -137,7 +149,11 @@ func TestLoadEveryVariable(t *testing.T) {
 			RunMissed:        false,
 			EraseRate:        8,
 		},
-		Backup: Backup{Path: "/backup/progressdb", Schedule: "@every 6h", Keep: 7 * day},
+		Backup:       Backup{Path: "/backup/progressdb", Schedule: "@every 6h", Keep: 7 * day},
+		NodeID:       "node-1",
+		AdvertiseURL: "http://10.0.0.7:9090",
+		Cluster: Cluster{Etcd: "https://10.0.0.5:2379,https://10.0.0.6:2379", ClusterName: "chat-eu",
+			Secret: "0123456789abcdef", Shards: 32, OwnerTTL: 15 * time.Second, EtcdCA: pem, EtcdCert: pem, EtcdKey: pem},
 	}
 	if c != want {
 		t.Errorf("\n got %+v\nwant %+v", c, want)
@@ -231,8 +247,8 @@ func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 	freeForm := map[string]bool{VarDBPath: true, VarAdminToken: true, VarAPIKey: true, VarAuditPath: true, VarLeasePath: true,
 		VarExportPath: true, VarAuditSigningKey: true, VarBackupPath: true}
 	vars := fieldVars()
-	if len(vars) != 31 {
-		t.Fatalf("fieldVars has %d variables, want the 29 of the spec, YIELD_TO_WRITES and ERASE_RATE", len(vars))
+	if len(vars) != 41 {
+		t.Fatalf("fieldVars has %d variables, want the 39 of the spec, YIELD_TO_WRITES and ERASE_RATE", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -358,6 +374,8 @@ func TestRedacted(t *testing.T) {
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
 		VarYieldToWrites, VarMaxAge, VarMaxMessages, VarExportPath,
 		VarErase, VarEraseRate, VarAuditSigningKey, VarBackupPath, VarBackupCron, VarBackupKeep,
+		VarClusterEtcd, VarClusterName, VarNodeID, VarAdvertiseURL, VarClusterSecret, VarClusterShards,
+		VarClusterLeaseTTL, VarClusterEtcdCA, VarClusterEtcdCert, VarClusterEtcdKey,
 	}
 	if strings.Join(names, ",") != strings.Join(wantOrder, ",") {
 		t.Errorf("order:\n got %v\nwant %v", names, wantOrder)

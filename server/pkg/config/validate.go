@@ -29,6 +29,7 @@ func (c Config) validate(vars map[string]string) error {
 		c.Retention.validateBatches,
 		c.validateExportPath,
 		c.Backup.validate,
+		c.validateCluster,
 	}
 	for _, check := range checks {
 		if err := check(vars); err != nil {
