@@ -32,10 +32,14 @@ type adminClient struct {
 	hc    *http.Client
 }
 
-// adminError is a non-2xx answer of the admin API.
+// adminError is a non-2xx answer of the admin API, with what a refused or
+// failed retention run carries besides the message.
 type adminError struct {
 	Status int
 	Msg    string
+	Holder *retention.LeaseInfo // 409: the lease is held elsewhere
+	Paused bool                 // 409: retention is paused
+	Result *retention.Result    // 500: the failed run
 }
 
 func (e *adminError) Error() string { return fmt.Sprintf("server answered %d: %s", e.Status, e.Msg) }
@@ -57,6 +61,14 @@ func newAdminClient(cfg config.Config) (*adminClient, error) {
 		token: cfg.AdminToken,
 		hc:    &http.Client{Timeout: adminTimeout},
 	}, nil
+}
+
+// untimed is the client for calls that last as long as their work (a
+// retention run); ctx still ends them.
+func (c *adminClient) untimed() *adminClient {
+	u := *c
+	u.hc = &http.Client{}
+	return &u
 }
 
 // do sends in (when not nil) as JSON and decodes the answer into out (when
@@ -89,12 +101,15 @@ func (c *adminClient) do(ctx context.Context, method, path string, in, out any) 
 	}
 	if res.StatusCode/100 != 2 {
 		var e struct {
-			Error string `json:"error"`
+			Error  string               `json:"error"`
+			Holder *retention.LeaseInfo `json:"holder"`
+			Paused bool                 `json:"paused"`
+			Result *retention.Result    `json:"result"`
 		}
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			e.Error = http.StatusText(res.StatusCode)
 		}
-		return &adminError{Status: res.StatusCode, Msg: e.Error}
+		return &adminError{Status: res.StatusCode, Msg: e.Error, Holder: e.Holder, Paused: e.Paused, Result: e.Result}
 	}
 	if out == nil || len(data) == 0 {
 		return nil

@@ -46,7 +46,7 @@ func commands() []command {
 	return []command{
 		{"serve", "", "run the HTTP API, with the retention scheduler when enabled (the default)", env.serve},
 		{"config check", "", "validate the environment and print the effective configuration, secrets redacted", env.configCheck},
-		{"retention run", "[--dry-run] [--json]", "run retention once against PROGRESSDB_DB_PATH and print the summary", env.retentionRun},
+		{"retention run", "[--dry-run] [--json]", "run retention once against PROGRESSDB_DB_PATH (through the running server when there is one) and print the summary", env.retentionRun},
 		{"retention status", "[--json]", "lease holder, last run, next run (from the running server when there is one)", env.retentionStatus},
 		{"retention pause", "[--reason R] [--json]", "pause retention (stored in the database; dry runs still work)",
 			func(e env, ctx context.Context, args []string) int { return e.retentionPause(ctx, args, true) }},

@@ -32,9 +32,11 @@ type runReport struct {
 	Holder *retention.LeaseInfo `json:"holder,omitempty"`
 }
 
-// retentionRun runs retention once against PROGRESSDB_DB_PATH.
-// Exit 0 completed, 75 lease held elsewhere, 2 invalid configuration,
-// 1 anything else. On a terminal it draws a progress bar on stderr.
+// retentionRun runs retention once against PROGRESSDB_DB_PATH: on the
+// database when no server holds it, else through that server's admin API
+// (POST /admin/retention/run), with the same output either way. Exit 0
+// completed, 75 lease held elsewhere, 2 invalid configuration, 1 anything
+// else. On a terminal a direct run draws a progress bar on stderr.
 func (e env) retentionRun(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("retention run", flag.ContinueOnError)
 	dryRun := fs.Bool("dry-run", false, "write the audit, delete nothing")
@@ -78,30 +80,40 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 		return done(runReport{ExitCode: exitUsage, Reason: "invalid_configuration", Error: err.Error()}, "")
 	}
 
+	var res retention.Result
 	st, err := openStore(cfg, logger, mustExist)
-	if errors.Is(err, store.ErrNoDatabase) {
+	switch {
+	case errors.Is(err, store.ErrNoDatabase):
 		return done(runReport{ExitCode: exitFailed, Reason: "no_database"}, err.Error())
-	}
-	if errors.Is(err, store.ErrDatabaseLocked) {
-		return done(runReport{ExitCode: exitFailed, Reason: "database_busy"}, fmt.Sprintf(
-			"the database at %s is open in a running server; ask that server instead: "+
-				"POST /admin/retention/run with Authorization: Bearer $PROGRESSDB_ADMIN_TOKEN", cfg.DBPath))
-	}
-	if err != nil {
+	case errors.Is(err, store.ErrDatabaseLocked):
+		// A server holds the database: the run is its to make.
+		c, cerr := newAdminClient(cfg)
+		if cerr != nil {
+			return done(runReport{ExitCode: exitFailed, Reason: "database_busy"}, fmt.Sprintf(
+				"the database at %s is open in a running server; %v to run through it "+
+					"(POST /admin/retention/run with Authorization: Bearer $%s)", cfg.DBPath, cerr, config.VarAdminToken))
+		}
+		var callErr error
+		res, err, callErr = runOnServer(ctx, c, *dryRun)
+		if callErr != nil {
+			return done(runReport{ExitCode: exitFailed, Reason: "database_busy"}, fmt.Sprintf(
+				"the database at %s is open in a running server, which did not run retention: %v", cfg.DBPath, callErr))
+		}
+	case err != nil:
 		return done(runReport{ExitCode: exitFailed, Reason: "error"}, err.Error())
+	default:
+		defer st.Close()
+		svc, serr := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key)
+		if serr != nil {
+			return done(runReport{ExitCode: exitFailed, Reason: "error"}, serr.Error())
+		}
+		req := retention.RunRequest{DryRun: *dryRun, Trigger: retention.TriggerCLI}
+		if bar != nil {
+			req.Progress = bar.update
+		}
+		res, err = svc.Run(ctx, req)
+		bar.clear()
 	}
-	defer st.Close()
-
-	svc, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key)
-	if err != nil {
-		return done(runReport{ExitCode: exitFailed, Reason: "error"}, err.Error())
-	}
-	req := retention.RunRequest{DryRun: *dryRun, Trigger: "cli"}
-	if bar != nil {
-		req.Progress = bar.update
-	}
-	res, err := svc.Run(ctx, req)
-	bar.clear()
 	var held *retention.LeaseHeldError
 	switch {
 	case errors.As(err, &held):
@@ -113,7 +125,7 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 			"retention is paused; `progressdb retention resume` lifts it, --dry-run previews")
 	case errors.Is(err, retention.ErrDisabled):
 		return done(runReport{ExitCode: exitFailed, Reason: "disabled"},
-			"retention is disabled; set PROGRESSDB_RETENTION_ENABLED=true or use --dry-run")
+			"the server refused: retention is disabled there (PROGRESSDB_RETENTION_ENABLED); --dry-run previews")
 	}
 	rep := runReport{ExitCode: exitOK, Reason: res.Status, Error: res.Error}
 	if res.RunID != "" || !res.StartedAt.IsZero() {
@@ -130,6 +142,32 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 		rep.ExitCode = exitFailed
 	}
 	return done(rep, "")
+}
+
+// runOnServer asks the server that holds the database for the run (POST
+// /admin/retention/run, waiting for it) and turns its answer into what
+// a run on the database returns, so that both print and exit alike.
+// callErr is a call that brought no answer about a run (no server
+// answered, the token was refused).
+func runOnServer(ctx context.Context, c *adminClient, dryRun bool) (res retention.Result, runErr, callErr error) {
+	err := c.untimed().do(ctx, http.MethodPost, "/admin/retention/run", map[string]bool{"dry_run": dryRun}, &res)
+	var ae *adminError
+	switch {
+	case err == nil:
+		return res, nil, nil
+	case !errors.As(err, &ae):
+		return res, nil, err
+	case ae.Status == http.StatusConflict && ae.Holder != nil:
+		return res, &retention.LeaseHeldError{Holder: *ae.Holder}, nil
+	case ae.Status == http.StatusConflict && ae.Paused:
+		return res, retention.ErrPaused, nil
+	case ae.Status == http.StatusConflict && ae.Msg == retention.ErrDisabled.Error():
+		return res, retention.ErrDisabled, nil // a server from before runs by hand did not need it
+	case ae.Result != nil:
+		return *ae.Result, errors.New(ae.Msg), nil
+	default:
+		return res, nil, err
+	}
 }
 
 // Sources of `retention status`: whose view it shows.

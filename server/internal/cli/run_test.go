@@ -58,12 +58,13 @@ func TestRetentionRunJSONOnEveryExitPath(t *testing.T) {
 			t.Fatalf("exit %d, %+v, stderr %q", code, rep, errOut)
 		}
 	})
-	t.Run("disabled", func(t *testing.T) {
-		h := newHarness(t, "PROGRESSDB_RETENTION_ENABLED=false")
+	t.Run("paused", func(t *testing.T) {
+		h := newHarness(t)
 		h.createDB()
-		code, rep, _ := runJSON(t, h)
-		if code != exitFailed || rep.Reason != "disabled" || !strings.Contains(rep.Error, "PROGRESSDB_RETENTION_ENABLED") {
-			t.Fatalf("exit %d, %+v", code, rep)
+		h.mustRun("retention", "pause")
+		code, rep, errOut := runJSON(t, h)
+		if code != exitFailed || rep.Reason != "paused" || rep.Result != nil || !strings.Contains(errOut, "paused") {
+			t.Fatalf("exit %d, %+v, stderr %q", code, rep, errOut)
 		}
 	})
 	t.Run("invalid configuration", func(t *testing.T) {

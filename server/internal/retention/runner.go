@@ -234,7 +234,9 @@ func (r *Runner) Run(ctx context.Context, req RunRequest) (Result, error) {
 // heartbeat. On success the caller must call execute, which releases both.
 func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error) {
 	dry := req.DryRun || r.cfg.DryRun
-	if !dry && !r.cfg.Enabled {
+	// Enabled is the scheduler's switch: runs asked for by hand (admin
+	// API, command line) do not need it.
+	if !dry && !r.cfg.Enabled && scheduled(req.Trigger) {
 		return nil, Result{}, ErrDisabled
 	}
 	if !dry {

@@ -783,18 +783,28 @@ func stopAtSecondBatch(t *testing.T, ctx context.Context, stop func(r *Runner), 
 	}
 }
 
-func TestRunFailsWhenDisabledUnlessDry(t *testing.T) {
+// PROGRESSDB_RETENTION_ENABLED is the scheduler's switch: while it is off
+// the scheduler's runs are refused (real ones; dry runs still work), and
+// runs asked for by hand are not.
+func TestDisabledRefusesOnlyScheduledRuns(t *testing.T) {
 	e := newEnv(t)
 	e.cfg.Enabled = false
 	r := e.runner()
-	if _, err := r.Run(context.Background(), RunRequest{Trigger: TriggerCLI}); !errors.Is(err, ErrDisabled) {
-		t.Fatalf("err = %v, want ErrDisabled", err)
+	for _, trigger := range []string{TriggerSchedule, TriggerStartup} {
+		if _, err := r.Run(context.Background(), RunRequest{Trigger: trigger}); !errors.Is(err, ErrDisabled) {
+			t.Fatalf("%s: err = %v, want ErrDisabled", trigger, err)
+		}
 	}
 	if len(e.auditFiles()) != 0 {
 		t.Fatal("a refused run wrote an audit file")
 	}
-	if res, _ := e.run(r, RunRequest{DryRun: true, Trigger: TriggerCLI}); !res.DryRun {
+	if res, _ := e.run(r, RunRequest{DryRun: true, Trigger: TriggerSchedule}); !res.DryRun {
 		t.Fatalf("dry run while disabled: %+v", res)
+	}
+	e.dueThread("t1", 1, 1)
+	res, err := r.Run(context.Background(), RunRequest{Trigger: TriggerCLI})
+	if err != nil || res.DryRun || res.Status != "completed" || res.Purged != 1 {
+		t.Fatalf("a run by hand while disabled: %+v, %v; want it to purge", res, err)
 	}
 }
 

@@ -24,6 +24,10 @@ const (
 	TriggerCLI      = "cli"
 )
 
+// scheduled reports whether a trigger is the scheduler's own, the runs
+// PROGRESSDB_RETENTION_ENABLED switches on and off.
+func scheduled(trigger string) bool { return trigger == TriggerSchedule || trigger == TriggerStartup }
+
 // SchedulerOptions configure NewScheduler.
 type SchedulerOptions struct {
 	Runner    *Runner

@@ -13,7 +13,9 @@ import (
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
-// ErrDisabled: a non-dry run was asked for while retention is disabled.
+// ErrDisabled: a scheduled (or startup) run came while retention is
+// disabled. PROGRESSDB_RETENTION_ENABLED switches the scheduler; runs asked
+// for by hand (TriggerAdmin, TriggerCLI) do not need it.
 var ErrDisabled = errorString("retention is disabled")
 
 type errorString string

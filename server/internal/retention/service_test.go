@@ -55,22 +55,22 @@ func TestServiceRunAndStatus(t *testing.T) {
 	}
 }
 
-func TestServiceRefusesRealRunsWhileDisabled(t *testing.T) {
+// With retention disabled (no scheduler), admin runs still run: the
+// switch is the scheduler's.
+func TestServiceRunsByHandWhileDisabled(t *testing.T) {
 	e := newEnv(t)
 	e.cfg.Enabled = false
 	svc := e.service(e.runner(), nil)
 	ctx := context.Background()
-	if _, err := svc.Run(ctx, RunRequest{Trigger: TriggerAdmin}); !errors.Is(err, ErrDisabled) {
-		t.Fatalf("Run: %v, want ErrDisabled", err)
-	}
-	if _, err := svc.Start(ctx, RunRequest{Trigger: TriggerAdmin}); !errors.Is(err, ErrDisabled) {
-		t.Fatalf("Start: %v, want ErrDisabled", err)
-	}
 	if res, err := svc.Run(ctx, RunRequest{DryRun: true, Trigger: TriggerAdmin}); err != nil || !res.DryRun {
 		t.Fatalf("dry run: %+v %v", res, err)
 	}
+	res, err := svc.Run(ctx, RunRequest{Trigger: TriggerAdmin})
+	if err != nil || res.DryRun || res.Status != "completed" {
+		t.Fatalf("Run: %+v %v, want a real run", res, err)
+	}
 	st, err := svc.Status(ctx)
-	if err != nil || st.Enabled || !st.NextRun.IsZero() || st.LastRun == nil || !st.LastRun.DryRun {
+	if err != nil || st.Enabled || !st.NextRun.IsZero() || st.LastRun == nil || st.LastRun.RunID != res.RunID {
 		t.Fatalf("status %+v %v", st, err)
 	}
 }
