@@ -1,12 +1,7 @@
 package api
 
 import (
-	"bytes"
-	"context"
-	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"path/filepath"
 	"sort"
@@ -15,51 +10,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/gorillamux"
-
-	apispec "github.com/progressdb/progressdb/api"
 	"github.com/progressdb/progressdb/server/internal/backup"
+	"github.com/progressdb/progressdb/server/internal/openapicheck"
 	"github.com/progressdb/progressdb/server/internal/retention"
-	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
 // Every answer a test of this package gets from a server (testEnv.send)
-// is checked against api/openapi.yaml by an outside validator,
-// kin-openapi's openapi3filter, so the description and the server cannot
-// drift:
-//
-//   - the answer's status is listed for its operation, and its headers
-//     and body match the schema listed for that status;
-//   - a JSON answer is I-JSON (spec §2): no number beyond ±(2^53−1), no
-//     repeated name (wire.CheckIJSON);
-//   - a request the description refuses is refused by the server (4xx),
-//     the server accepts (2xx) only requests the description allows, and
-//     refuses the shape of a body (a field unknown or of the wrong type)
-//     only when the description does too.
-//
-// TestOpenAPIConformance sends valid and invalid requests to every
-// operation and fails unless every operation of the description was
-// exercised; the other tests add their own requests to the check.
-
-// described is the loaded description and its router, shared by every
-// test of the package.
-var described = sync.OnceValues(func() (routers.Router, error) {
-	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromData(apispec.OpenAPI())
-	if err != nil {
-		return nil, fmt.Errorf("%s: load: %w", specFile, err)
-	}
-	if err := doc.Validate(loader.Context); err != nil {
-		return nil, fmt.Errorf("%s is not a valid description: %w", specFile, err)
-	}
-	// Requests go to the test server's address, not the documented one.
-	doc.Servers = nil
-	return gorillamux.NewRouter(doc)
-})
+// is checked against api/openapi.yaml by an outside validator
+// (openapicheck.Check, which says what is checked), so the description and
+// the server cannot drift. TestOpenAPIConformance sends valid and invalid
+// requests to every operation and fails unless every operation of the
+// description was exercised; the other tests add their own requests to
+// the check.
 
 // exercised records, per operation ("METHOD /path"), the statuses it
 // answered to requests that were checked.
@@ -84,79 +47,16 @@ func (x *exercised) add(op string, status int) {
 // test goes on and every drift it meets is reported.
 func checkAnswer(t testing.TB, x *exercised, req *http.Request, reqBody []byte, res response) {
 	t.Helper()
-	router, err := described()
-	if err != nil {
-		t.Errorf("%v", err)
-		return
+	op, problems := openapicheck.Check(req, reqBody, openapicheck.Answer{Status: res.status, Header: res.header, Body: res.body})
+	for _, p := range problems {
+		t.Error(p)
 	}
-	// The validator reads the body; the request that was sent has
-	// already been consumed.
-	vreq := req.Clone(context.Background())
-	vreq.Body = io.NopCloser(bytes.NewReader(reqBody))
-	if len(reqBody) > 0 && vreq.Header.Get("Content-Type") == "" {
-		// The server reads every body as JSON whatever its type.
-		vreq.Header.Set("Content-Type", "application/json")
-	}
-	route, params, err := router.FindRoute(vreq)
-	if err != nil {
-		// Not an operation (an unknown path, a method a path lacks, a
-		// path that is not canonical): TestMain's and the routing tests'
-		// concern, not the description's.
-		return
-	}
-	op := req.Method + " " + route.Path
-	what := fmt.Sprintf("%s %s (operation %s) answered %d", req.Method, req.URL.RequestURI(), op, res.status)
-
-	in := &openapi3filter.RequestValidationInput{
-		Request: vreq, PathParams: params, Route: route,
-		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true},
-	}
-	reqErr := openapi3filter.ValidateRequest(context.Background(), in)
-	switch {
-	case reqErr != nil && res.status/100 == 2:
-		t.Errorf("%s to a request %s refuses: fix the handler or the description.\n  request body: %s\n  %v", what, specFile, reqBody, reqErr)
-	case reqErr != nil && res.status/100 != 4:
-		t.Errorf("%s to a request %s refuses, want a 4xx answer.\n  %v", what, specFile, reqErr)
-	case reqErr == nil && res.status == http.StatusBadRequest && shapeRefused(res.body):
-		t.Errorf("%s (%s) to a body %s allows: describe the rule in the request body's schema.\n  request body: %s",
-			what, clip(res.body), specFile, reqBody)
-	}
-
-	rin := &openapi3filter.ResponseValidationInput{
-		RequestValidationInput: in,
-		Status:                 res.status,
-		Header:                 res.header,
-		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
-	}
-	rin.SetBodyBytes(res.body)
-	if err := openapi3filter.ValidateResponse(context.Background(), rin); err != nil {
-		t.Errorf("%s, which %s does not describe: fix the handler or paths.%s.%s.responses.\n  answer: %s\n  %v",
-			what, specFile, route.Path, strings.ToLower(req.Method), clip(res.body), err)
-	}
-	if mt, _, _ := mime.ParseMediaType(res.header.Get("Content-Type")); mt == "application/json" {
-		if err := wire.CheckIJSON(res.body); err != nil {
-			t.Errorf("%s with an answer that is not I-JSON (spec §2): %v\n  answer: %s", what, err, clip(res.body))
-		}
-	}
-	if x != nil {
+	if op != "" && x != nil {
 		x.add(op, res.status)
 	}
 }
 
-// shapeRefused reports whether an error answer refuses a body's shape: a
-// field unknown or of the wrong type.
-func shapeRefused(body []byte) bool {
-	return bytes.Contains(body, []byte(`"invalid JSON: json: unknown field`)) ||
-		bytes.Contains(body, []byte(`"invalid JSON: field `)) ||
-		bytes.Contains(body, []byte(`"invalid JSON: the body must be an object`))
-}
-
-func clip(b []byte) string {
-	if len(b) > 600 {
-		return string(b[:600]) + "…"
-	}
-	return string(b)
-}
+func clip(b []byte) string { return openapicheck.Clip(b) }
 
 // describedOperations lists the description's operations as "METHOD
 // /path", each with the statuses it lists.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/progressdb/progressdb/server/internal/openapicheck"
 )
 
 // adminToken is the admin token of the servers the suite starts.
@@ -59,22 +61,27 @@ func freeAddr(t testing.TB) string {
 
 // call sends a request with an optional bearer token and returns the status
 // and body. body is sent as is when it is []byte or string, as JSON
-// otherwise (nil: no body).
+// otherwise (nil: no body). The answer is checked against api/openapi.yaml
+// (openapicheck.Check): the built server answers as described.
 func (s *server) call(t testing.TB, method, path string, body any, token string) (int, []byte) {
 	t.Helper()
-	var r io.Reader
+	var raw []byte
 	switch b := body.(type) {
 	case nil:
 	case []byte:
-		r = bytes.NewReader(b)
+		raw = b
 	case string:
-		r = bytes.NewReader([]byte(b))
+		raw = []byte(b)
 	default:
 		data, err := json.Marshal(b)
 		if err != nil {
 			t.Fatalf("encode request: %v", err)
 		}
-		r = bytes.NewReader(data)
+		raw = data
+	}
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(raw)
 	}
 	req, err := http.NewRequest(method, s.url+path, r)
 	if err != nil {
@@ -94,6 +101,10 @@ func (s *server) call(t testing.TB, method, path string, body any, token string)
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	_, problems := openapicheck.Check(req, raw, openapicheck.Answer{Status: resp.StatusCode, Header: resp.Header, Body: data})
+	for _, p := range problems {
+		t.Error(p)
 	}
 	return resp.StatusCode, data
 }
