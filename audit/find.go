@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"slices"
@@ -54,6 +55,13 @@ func findIn(path, itemID string) ([]Match, error) {
 		return nil, err
 	}
 	defer r.Close()
+	// Lines that do not hold the ID as the writer encodes it are passed
+	// over undecoded: a search reads the trail at the speed of the disk.
+	needle, err := json.Marshal(itemID)
+	if err != nil {
+		return nil, err
+	}
+	r.only = needle[1 : len(needle)-1]
 	var hdr *Header
 	var out []Match
 	for {

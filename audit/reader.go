@@ -19,6 +19,9 @@ type Reader struct {
 	lines  lineReader
 	line   int   // lines read so far
 	err    error // io.EOF or a read error: every later Next returns it
+	// only, when set, makes Next pass over every line after the first
+	// that does not contain it without decoding it (Find's search).
+	only []byte
 }
 
 // Open opens the audit file at path for reading. Anything but a regular
@@ -47,6 +50,10 @@ func (r *Reader) Next() (Record, error) {
 		return Record{}, r.err
 	}
 	raw, newline, tooLong, err := r.lines.next()
+	for err == nil && r.only != nil && r.line > 0 && newline && !tooLong && !bytes.Contains(raw, r.only) {
+		r.line++
+		raw, newline, tooLong, err = r.lines.next()
+	}
 	if err != nil {
 		if !errors.Is(err, io.EOF) {
 			err = fmt.Errorf("audit: read %s: %w", r.name, err)
