@@ -472,3 +472,43 @@ func jsonFields(t reflect.Type) map[string]bool {
 	}
 	return fields
 }
+
+// TestOpenAPIIntegersAreBounded: every integer the description lists has a
+// maximum of at most 2^53−1, the largest every JSON client reads exactly
+// (spec §2), so that a client generated from it never expects more.
+func TestOpenAPIIntegersAreBounded(t *testing.T) {
+	var doc map[string]any
+	if err := yaml.Unmarshal(apispec.OpenAPI(), &doc); err != nil {
+		t.Fatalf("%s: %v", specFile, err)
+	}
+	var walk func(where string, v any)
+	walk = func(where string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if isInteger(v["type"]) {
+				max, ok := v["maximum"].(int)
+				if !ok || max > wire.MaxInt {
+					t.Errorf("%s: %s is an integer without a maximum of at most 9007199254740991 (2^53−1): use $ref: \"#/components/schemas/Count\" or set one", specFile, where)
+				}
+			}
+			for k, c := range v {
+				walk(where+"."+k, c)
+			}
+		case []any:
+			for i, c := range v {
+				walk(where+"["+strconv.Itoa(i)+"]", c)
+			}
+		}
+	}
+	walk("", doc)
+}
+
+func isInteger(typ any) bool {
+	switch typ := typ.(type) {
+	case string:
+		return typ == "integer"
+	case []any:
+		return slices.Contains(typ, any("integer"))
+	}
+	return false
+}
