@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
 // auditShow prints one audit file for people: the run (header), one line
@@ -230,6 +232,13 @@ func (e env) auditFind(_ context.Context, args []string) int {
 			return exitUsage
 		}
 		dir, leasePath = cfg.Retention.AuditPath, cfg.Retention.LeasePath
+	}
+	// A trail that is not there is not one without the item: a mistyped
+	// path must not read as "never purged".
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		fmt.Fprintf(e.stderr, "progressdb audit find: no audit trail at %s (DIR, or %s by default): nothing was searched\n",
+			dir, config.VarAuditPath)
+		return exitFailed
 	}
 	matches, err := audit.Find(dir, id)
 	if err != nil {

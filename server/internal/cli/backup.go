@@ -59,7 +59,7 @@ func (e env) backupCreate(ctx context.Context, args []string) int {
 	}
 
 	var rep backupReport
-	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger})
+	st, err := openStore(cfg, logger, mustExist)
 	switch {
 	case errors.Is(err, store.ErrDatabaseLocked):
 		c, cerr := newAdminClient(cfg)

@@ -29,6 +29,7 @@ func TestCommandsCreateNoDatabase(t *testing.T) {
 		{"legal-hold", "clear", "t1"},
 	}
 	parent := t.TempDir()
+	commands = append(commands, []string{"backup", "create", "--out", filepath.Join(parent, "backup.tar")})
 	empty := filepath.Join(parent, "empty")
 	if err := os.Mkdir(empty, 0o700); err != nil {
 		t.Fatal(err)
@@ -54,6 +55,13 @@ func TestCommandsCreateNoDatabase(t *testing.T) {
 			}
 		}
 	}
+	// audit find reads the audit trail, not the database: a trail that is
+	// not there is said so, not taken for one without the item.
+	code, out, errOut := runBinary(t, []string{"PROGRESSDB_DB_PATH=" + filepath.Join(parent, "typo-path")}, "audit", "find", "t1")
+	if code != exitFailed || !strings.Contains(errOut, "no audit trail at "+filepath.Join(parent, "typo-path", "purge_audit")) {
+		t.Errorf("audit find on a missing trail: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+
 	entries, err := os.ReadDir(parent)
 	if err != nil {
 		t.Fatal(err)
