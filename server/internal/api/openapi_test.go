@@ -512,3 +512,41 @@ func isInteger(typ any) bool {
 	}
 	return false
 }
+
+// TestOpenAPITimesAreTimestamps: every property that names a time is a
+// Timestamp (or OptionalTimestamp): an RFC 3339 UTC string (spec §2).
+func TestOpenAPITimesAreTimestamps(t *testing.T) {
+	var doc map[string]any
+	if err := yaml.Unmarshal(apispec.OpenAPI(), &doc); err != nil {
+		t.Fatalf("%s: %v", specFile, err)
+	}
+	isTime := func(k string) bool {
+		switch k {
+		case "ts", "time", "expires", "next_run", "cutoff":
+			return true
+		}
+		return strings.HasSuffix(k, "_ts") || strings.HasSuffix(k, "_at")
+	}
+	var walk func(where string, v any)
+	walk = func(where string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if props, ok := v["properties"].(map[string]any); ok {
+				for k, p := range props {
+					ref, _ := p.(map[string]any)["$ref"].(string)
+					if isTime(k) && ref != "#/components/schemas/Timestamp" && ref != "#/components/schemas/OptionalTimestamp" {
+						t.Errorf("%s: %s.properties.%s names a time: make it $ref: \"#/components/schemas/Timestamp\" (or OptionalTimestamp when it can be null)", specFile, where, k)
+					}
+				}
+			}
+			for k, c := range v {
+				walk(where+"."+k, c)
+			}
+		case []any:
+			for i, c := range v {
+				walk(where+"["+strconv.Itoa(i)+"]", c)
+			}
+		}
+	}
+	walk("", doc)
+}
