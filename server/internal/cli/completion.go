@@ -104,7 +104,8 @@ const flagsFromHelp = `sed -n 's/^  \(--[a-z-]*\).*/\1/p'`
 
 // bashCompletion completes command words from the table: for each run of
 // words typed so far, the words that may follow. Once a whole command is
-// typed, a word starting with - completes from that command's --help.
+// typed, a word starting with - completes from that command's --help, and
+// any other word as a file name.
 func bashCompletion(t completionTree) string {
 	commandNames := t.wholePattern()
 	var b strings.Builder
@@ -127,6 +128,9 @@ _progressdb() {
 	fmt.Fprintf(&b, "\t\t%s)\n", commandNames)
 	b.WriteString("\t\t\tCOMPREPLY=($(compgen -W \"$(\"${COMP_WORDS[0]}\" $typed --help 2>/dev/null | " + flagsFromHelp + ")\" -- \"$cur\")) ;;\n")
 	b.WriteString("\t\tesac\n\t\treturn\n\tfi\n\tcase \"$typed\" in\n")
+	// After a whole command come its arguments: file names (audit show
+	// FILE, export read FILE), as zsh and fish offer.
+	fmt.Fprintf(&b, "\t%s)\n\t\tcompopt -o filenames 2>/dev/null\n\t\tCOMPREPLY=($(compgen -f -- \"$cur\")) ;;\n", commandNames)
 	for _, k := range t.keys {
 		fmt.Fprintf(&b, "\t%q) COMPREPLY=($(compgen -W %q -- \"$cur\")) ;;\n", k, t.words(k))
 	}

@@ -28,6 +28,10 @@ func TestBashCompletion(t *testing.T) {
 		t.Skip("no bash")
 	}
 	script, bin := completionScript(t, "bash")
+	files := t.TempDir()
+	if err := os.WriteFile(filepath.Join(files, "run.jsonl"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	complete := func(words ...string) string {
 		t.Helper()
 		cmd := exec.Command(bash, "-c", `source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]}-1)); _progressdb; echo "${COMPREPLY[*]}"`,
@@ -48,6 +52,7 @@ func TestBashCompletion(t *testing.T) {
 		{[]string{"retention", "run", "--"}, "--dry-run --json"},
 		{[]string{"seed", "--th"}, "--threads"},
 		{[]string{"audit", "verify", "some/dir", "--j"}, "--json"},
+		{[]string{"audit", "show", filepath.Join(files, "ru")}, filepath.Join(files, "run.jsonl")},
 	} {
 		if got := complete(tt.words...); got != tt.want {
 			t.Errorf("%q: completed %q, want %q", tt.words, got, tt.want)

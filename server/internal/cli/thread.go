@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -68,7 +69,7 @@ func (e env) threadGet(ctx context.Context, args []string) int {
 		func(st *store.Store) error {
 			t, err := st.GetThread(ctx, tid)
 			if err != nil {
-				return err
+				return purgedHint(err, tid)
 			}
 			rep.Thread = wire.ThreadOf(t)
 			return onLocalRetention(st, cfg, logger, func(m *retention.Manager) (err error) {
@@ -78,7 +79,7 @@ func (e env) threadGet(ctx context.Context, args []string) int {
 		},
 		func(c *adminClient) error {
 			if err := c.do(ctx, http.MethodGet, "/admin/threads/"+tid, nil, &rep.Thread); err != nil {
-				return err
+				return purgedHint(err, tid)
 			}
 			return c.do(ctx, http.MethodGet, "/admin/threads/"+tid+"/retention", nil, &rep.Retention)
 		})
@@ -92,6 +93,16 @@ func (e env) threadGet(ctx context.Context, args []string) int {
 	printThread(e.stdout, rep.Thread)
 	printPolicy(e.stdout, rep.Retention)
 	return exitOK
+}
+
+// purgedHint adds to a "not found" where to look next: a purged thread
+// is gone from the database, and only the audit trail remembers it.
+func purgedHint(err error, tid string) error {
+	var ae *adminError
+	if errors.Is(err, store.ErrNotFound) || (errors.As(err, &ae) && ae.Status == http.StatusNotFound) {
+		return fmt.Errorf("%w; if it was purged, 'progressdb audit find %s' says when and why", err, tid)
+	}
+	return err
 }
 
 func printThread(w io.Writer, t wire.Thread) {

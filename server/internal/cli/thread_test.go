@@ -82,7 +82,7 @@ func checkThreadCommands(t *testing.T, h *harness, tid string) {
 	}
 
 	code, _, errOut := h.run("thread", "get", "no-such-thread")
-	if code != exitFailed || !strings.Contains(errOut, "not found") {
+	if code != exitFailed || !strings.Contains(errOut, "not found") || !strings.Contains(errOut, "progressdb audit find no-such-thread") {
 		t.Fatalf("unknown thread: exit %d, stderr %q", code, errOut)
 	}
 	code, _, errOut = h.run("legal-hold", "set", "no-such-thread")
