@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,4 +154,66 @@ func httpDo(t *testing.T, method, url string) error {
 		return fmt.Errorf("%s %s: %s", method, url, res.Status)
 	}
 	return nil
+}
+
+// The deployed shape: a `progressdb serve` process holds the database (its
+// lock is another process's), and the commands, run from the built binary,
+// go through its admin API.
+func TestLegalHoldThroughAServerProcess(t *testing.T) {
+	h := newHarness(t)
+	h.mustRun("seed", "--threads", "3", "--messages", "2", "--deleted", "0")
+	tid := firstThread(t, h)
+	base := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"PROGRESSDB_DB_PATH=" + h.dbPath,
+		"PROGRESSDB_LOG_LEVEL=warn",
+		"PROGRESSDB_ADMIN_TOKEN=adm",
+	}
+	addr := startBinaryServer(t, base)
+	cli := append(slices.Clone(base), "PROGRESSDB_ADDR="+addr)
+	run := func(args ...string) string {
+		t.Helper()
+		code, stdout, stderr := runBinary(t, cli, args...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d\nstdout: %s\nstderr: %s", args, code, stdout, stderr)
+		}
+		return stdout
+	}
+	run("legal-hold", "set", tid)
+	var held heldJSON
+	if err := json.Unmarshal([]byte(run("legal-hold", "list", "--json")), &held); err != nil {
+		t.Fatal(err)
+	}
+	if len(held.Threads) != 1 || held.Threads[0].ID != tid {
+		t.Fatalf("list: %+v", held)
+	}
+	var rep threadReportJSON
+	if err := json.Unmarshal([]byte(run("thread", "get", tid, "--json")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Thread.LegalHold || rep.Retention.ThreadID != tid {
+		t.Fatalf("thread get: %+v", rep)
+	}
+	// The server's own answer shows the hold: the command did not write
+	// behind its back.
+	res, err := http.Get("http://" + addr + "/v1/threads/" + tid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var th struct {
+		LegalHold bool `json:"legal_hold"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&th); err != nil || !th.LegalHold {
+		t.Fatalf("server's thread: %+v %v", th, err)
+	}
+	run("legal-hold", "clear", tid)
+	if out := run("legal-hold", "list"); !strings.Contains(out, "no thread is on legal hold") {
+		t.Fatalf("list after clear:\n%s", out)
+	}
+	// Without the token the command says what to set.
+	code, _, stderr := runBinary(t, append(slices.Clone(cli), "PROGRESSDB_ADMIN_TOKEN="), "legal-hold", "set", tid)
+	if code != exitFailed || !strings.Contains(stderr, "PROGRESSDB_ADMIN_TOKEN") {
+		t.Fatalf("no token: exit %d, stderr %q", code, stderr)
+	}
 }
