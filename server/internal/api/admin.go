@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 
@@ -140,11 +141,24 @@ func (s *server) setThreadPolicy(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req retention.PolicyOverride
+	var req struct {
+		Period        *string          `json:"period"`
+		MessagePeriod *string          `json:"message_period"`
+		MaxAge        *string          `json:"max_age"`
+		MaxMessages   *json.RawMessage `json:"max_messages"`
+	}
 	if err := s.decodeBody(w, r, &req, false); err != nil {
 		return err
 	}
-	p, err := s.retention.SetThreadPolicy(r.Context(), tid, req)
+	o := retention.PolicyOverride{Period: req.Period, MessagePeriod: req.MessagePeriod, MaxAge: req.MaxAge}
+	if req.MaxMessages != nil {
+		n, err := integerField("max_messages", *req.MaxMessages)
+		if err != nil {
+			return err
+		}
+		o.MaxMessages = &n
+	}
+	p, err := s.retention.SetThreadPolicy(r.Context(), tid, o)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 func TestThreadPolicyMaxMessagesBeyond2p53(t *testing.T) {
 	e := retentionEnv(t, true)
 	e.createThread(t, "t1")
-	for _, n := range []string{"9007199254740992", "9007199254740993", "9223372036854775807"} {
+	for _, n := range []string{"9007199254740992", "9007199254740993", "9223372036854775807", "1e20", "1e400"} {
 		r := e.expect(t, "PUT", "/admin/threads/t1/retention", `{"max_messages":`+n+`}`, http.StatusBadRequest)
 		if msg := r.errorText(t); !strings.Contains(msg, "max_messages") || !strings.Contains(msg, "at most 9007199254740991 (2^53−1)") {
 			t.Errorf("max_messages %s: %q does not name the rule", n, msg)
@@ -29,6 +29,30 @@ func TestThreadPolicyMaxMessagesBeyond2p53(t *testing.T) {
 	e.expect(t, "PUT", "/admin/threads/t1/retention", `{"max_messages":9007199254740991}`, http.StatusOK).decode(t, &p)
 	if p.Effective.MaxMessages != 1<<53-1 {
 		t.Fatalf("effective max_messages %d", p.Effective.MaxMessages)
+	}
+}
+
+// max_messages is an integer as the description's JSON Schema counts
+// them: any number without a fraction (5.0, 5e2); 5.5 and "5" are not.
+func TestThreadPolicyMaxMessagesIntegers(t *testing.T) {
+	e := retentionEnv(t, true)
+	e.createThread(t, "t1")
+	for body, want := range map[string]int{`{"max_messages":5.0}`: 5, `{"max_messages":5e2}`: 500, `{"max_messages":0}`: 0} {
+		var p retention.ThreadPolicy
+		e.expect(t, "PUT", "/admin/threads/t1/retention", body, http.StatusOK).decode(t, &p)
+		if p.Override.MaxMessages == nil || *p.Override.MaxMessages != want {
+			t.Errorf("%s: override %+v, want max_messages %d", body, p.Override, want)
+		}
+	}
+	for body, has := range map[string]string{
+		`{"max_messages":5.5}`:    `field "max_messages" must be an integer, not number 5.5`,
+		`{"max_messages":"5"}`:    `field "max_messages" must be an integer, not "5"`,
+		`{"max_messages":true}`:   `field "max_messages" must be an integer, not true`,
+		`{"max_messages":-1e400}`: "0 (off) or more",
+	} {
+		if msg := e.expect(t, "PUT", "/admin/threads/t1/retention", body, http.StatusBadRequest).errorText(t); !strings.Contains(msg, has) {
+			t.Errorf("%s: %q lacks %q", body, msg, has)
+		}
 	}
 }
 

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"reflect"
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -93,6 +95,31 @@ func bodyError(err error) error {
 	}
 }
 
+// integerField reads a JSON integer field. Any number without a fraction
+// is one, 5.0 and 5e2 included, as the description's JSON Schema counts
+// integers. One beyond int's range comes back just beyond the bounds the
+// field's rule checks (-1 or 2^53), so that the rule names it.
+func integerField(name string, raw json.RawMessage) (int, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return 0, bodyError(err)
+	}
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, badRequest("invalid JSON: field %q must be an integer, not %s", name, raw)
+	}
+	if i, err := n.Int64(); err == nil {
+		return int(i), nil
+	}
+	f, err := n.Float64()
+	if (err != nil && !math.IsInf(f, 0)) || f != math.Trunc(f) {
+		return 0, badRequest("invalid JSON: field %q must be an integer, not number %s", name, n)
+	}
+	return int(max(min(f, wire.MaxInt+1), -1)), nil
+}
+
 // kindName names a Go type the way a JSON client thinks of it.
 func kindName(t reflect.Type) string {
 	for t.Kind() == reflect.Pointer {
@@ -107,6 +134,9 @@ func kindName(t reflect.Type) string {
 		return "a boolean"
 	case reflect.String:
 		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
 	default:
 		return "a number"
 	}
