@@ -37,14 +37,15 @@ type Store struct {
 	userWrites atomic.Uint64
 }
 
-// memTableSize is larger than Pebble's 4 MiB default so bulk loads and
-// purges of large threads flush fewer, larger files.
-const memTableSize = 32 << 20
+// DefaultMemTableSize is larger than Pebble's 4 MiB default so bulk loads
+// and purges of large threads flush fewer, larger files.
+const DefaultMemTableSize = 32 << 20
 
-// cacheSize is the block cache. Pebble reserves its memtables out of the
-// cache, so it must be well above twice memTableSize: at 64 MiB nothing was
-// ever cached and every purge seek read its block from disk again.
-const cacheSize = 128 << 20
+// CacheSize is the block cache of a store that has its own. Pebble reserves
+// its memtables out of the cache, so it must be well above twice the
+// memtable size: at 64 MiB nothing was ever cached and every purge seek read
+// its block from disk again.
+const CacheSize = 128 << 20
 
 // Open opens (creating if needed) the database at path. It returns an error
 // wrapping ErrDatabaseLocked when another process has it open. On first open
@@ -63,11 +64,16 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 	}
 	warnIfOpen(opts.Logger, path)
+	memTable := opts.MemTableSize
+	if memTable == 0 {
+		memTable = DefaultMemTableSize
+	}
 	db, err := pebble.Open(path, &pebble.Options{
 		Logger:           pebbleLogger{opts.Logger, fatal},
 		FS:               noRecycleFS{privateFS{vfs.Default}},
-		MemTableSize:     memTableSize,
-		CacheSize:        cacheSize,
+		MemTableSize:     memTable,
+		CacheSize:        CacheSize,
+		Cache:            opts.Cache, // used instead of CacheSize when set
 		ErrorIfNotExists: opts.MustExist,
 	})
 	if err != nil {

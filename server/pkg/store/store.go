@@ -27,6 +27,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // Sentinel errors callers act on.
@@ -161,4 +163,13 @@ type Options struct {
 	// nothing (no folder, no lock file) and returns ErrNoDatabase instead,
 	// so a mistyped path is not taken for an empty, healthy database.
 	MustExist bool
+	// Cache, when set, is a block cache shared with other stores (a
+	// cluster node's shards); Pebble takes its own reference, and the
+	// caller releases its own (Unref) once it has opened the stores. Nil:
+	// a cache of CacheSize of the store's own.
+	Cache *pebble.Cache
+	// MemTableSize, when set, replaces the default memtable size
+	// (DefaultMemTableSize). Pebble reserves a store's memtables out of its
+	// block cache, so stores sharing a cache share that budget too.
+	MemTableSize uint64
 }

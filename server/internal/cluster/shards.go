@@ -1,0 +1,96 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// A node's memory budget for its shards. Pebble reserves every memtable out
+// of its store's block cache; the shards of a node share one cache, sized so
+// that blocks keep a single store's room beside the memtables.
+const (
+	// nodeMemTables is what a node's shards' mutable memtables add up to.
+	nodeMemTables = 64 << 20
+	// minShardMemTable is Pebble's own default: smaller ones flush tiny files.
+	minShardMemTable = 4 << 20
+)
+
+// ShardMemTableSize is the memtable of each of owned shards on one node: a
+// single store's for one shard, smaller as a node holds more, never below
+// Pebble's default.
+func ShardMemTableSize(owned int) uint64 {
+	if owned < 1 {
+		owned = 1
+	}
+	return min(max(uint64(nodeMemTables/owned), minShardMemTable), store.DefaultMemTableSize)
+}
+
+// NodeCacheSize is the block cache a node's owned shards share: a single
+// store's, plus two memtables per shard (one filling, one flushing), which
+// Pebble reserves out of it.
+func NodeCacheSize(owned int) int64 {
+	return store.CacheSize + 2*int64(max(owned, 1))*int64(ShardMemTableSize(owned))
+}
+
+// Shards are the shard databases one node holds, each a complete progressdb
+// store under <DB_PATH>/shards/<n>, sharing one block cache.
+type Shards struct {
+	cache  *pebble.Cache
+	stores map[int]*store.Store
+}
+
+// OpenShards opens (creating when needed) the shards ns under dbPath, with
+// o for each store; o.Cache and o.MemTableSize are set here.
+func OpenShards(dbPath string, ns []int, o store.Options) (*Shards, error) {
+	s := &Shards{cache: pebble.NewCache(NodeCacheSize(len(ns))), stores: make(map[int]*store.Store, len(ns))}
+	o.Cache, o.MemTableSize = s.cache, ShardMemTableSize(len(ns))
+	for _, n := range ns {
+		if _, dup := s.stores[n]; dup {
+			continue
+		}
+		st, err := store.Open(ShardDBPath(dbPath, n), o)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("open shard %d: %w", n, err), s.Close())
+		}
+		s.stores[n] = st
+	}
+	return s, nil
+}
+
+// Store returns shard n's store, if this node holds it.
+func (s *Shards) Store(n int) (*store.Store, bool) {
+	st, ok := s.stores[n]
+	return st, ok
+}
+
+// Numbers lists the shards held, in order.
+func (s *Shards) Numbers() []int {
+	ns := make([]int, 0, len(s.stores))
+	for n := range s.stores {
+		ns = append(ns, n)
+	}
+	slices.Sort(ns)
+	return ns
+}
+
+// Close closes every shard and releases the cache. Closing twice does
+// nothing.
+func (s *Shards) Close() error {
+	var errs []error
+	for _, n := range s.Numbers() {
+		if err := s.stores[n].Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close shard %d: %w", n, err))
+		}
+	}
+	clear(s.stores)
+	if s.cache != nil {
+		s.cache.Unref()
+		s.cache = nil
+	}
+	return errors.Join(errs...)
+}
