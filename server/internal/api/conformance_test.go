@@ -180,6 +180,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	send(e, "GET", "/v1/threads?limit=1&cursor="+page.NextCursor, "", v1, 200)
 	send(e, "GET", "/v1/threads?limit=0", "", v1, 400)
 	send(e, "GET", "/v1/threads?limit=ten", "", v1, 400)
+	send(e, "GET", "/v1/threads?limit=+1", "", v1, 400)
 	send(e, "GET", "/v1/threads", "", none, 401)
 	send(e, "GET", "/v1/threads/t1", "", v1, 200)
 	send(e, "GET", "/v1/threads/bad:id", "", v1, 400)

@@ -182,7 +182,9 @@ func listOptions(r *http.Request) (store.ListOptions, error) {
 	q := r.URL.Query()
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxListLimit {
+		// Digits only: Atoi also takes a sign, which the description's
+		// integer does not.
+		if err != nil || v[0] == '+' || n < 1 || n > maxListLimit {
 			return o, badRequest("limit must be an integer from 1 to %d", maxListLimit)
 		}
 		o.Limit = n
