@@ -141,6 +141,11 @@ func equalWords(a, b []string) bool {
 // `retention --help`) lists its commands; anything else is a usage error.
 func (e env) noCommand(cmds []command, args []string) int {
 	group := groupOf(cmds, args)
+	if group == nil && strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(e.stderr, "progressdb: unknown flag %s: flags follow a command\n", args[0])
+		fmt.Fprintln(e.stderr, "usage: progressdb [COMMAND] [flags]; run 'progressdb --help' for the list of commands")
+		return exitUsage
+	}
 	if group == nil {
 		fmt.Fprintf(e.stderr, "progressdb: unknown command %q%s\n", strings.Join(args, " "), didYouMean(cmds, args[:1]))
 		fmt.Fprintln(e.stderr, "usage: progressdb [COMMAND] [flags]; run 'progressdb --help' for the list of commands")

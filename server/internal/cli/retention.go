@@ -95,6 +95,11 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 		}
 		var callErr error
 		res, err, callErr = runOnServer(ctx, c, *dryRun)
+		if callErr != nil && ctx.Err() != nil {
+			// The server does not stop a run whose client hangs up.
+			return done(runReport{ExitCode: exitFailed, Reason: "error"},
+				"stopped waiting; the run goes on in the server at "+c.base+" (progressdb retention status shows it)")
+		}
 		if callErr != nil {
 			return done(runReport{ExitCode: exitFailed, Reason: "database_busy"}, fmt.Sprintf(
 				"the database at %s is open in a running server, which did not run retention: %v", cfg.DBPath, callErr))

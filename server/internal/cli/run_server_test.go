@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -139,5 +140,51 @@ func TestRetentionRunThroughTheServer(t *testing.T) {
 	}()
 	if code != exitFailed || rep.Reason != "database_busy" || !strings.Contains(errOut, "PROGRESSDB_ADMIN_TOKEN") {
 		t.Fatalf("without a token: exit %d, %+v, stderr %q", code, rep, errOut)
+	}
+}
+
+// Interrupted while it waits for the server's run, the command says the
+// run goes on there (a server does not stop a run whose client hangs up),
+// not that the server did not run it.
+func TestRetentionRunThroughTheServerInterrupted(t *testing.T) {
+	h := newHarness(t)
+	h.seedDue()
+	base := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"PROGRESSDB_DB_PATH=" + h.dbPath,
+		"PROGRESSDB_LOG_LEVEL=warn",
+		"PROGRESSDB_ADMIN_TOKEN=adm",
+		// Slow enough that the run is still going when the command is
+		// interrupted.
+		"PROGRESSDB_RETENTION_BATCH_SIZE=1",
+		"PROGRESSDB_RETENTION_BATCH_PAUSE=100ms",
+	}
+	addr := startBinaryServer(t, base)
+	cmd := exec.Command(binary(t), "retention", "run")
+	cmd.Env = append(append([]string(nil), base...), "PROGRESSDB_ADDR="+addr)
+	var out, errOut lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The run has begun once its audit file is in progress.
+	audits := filepath.Join(h.dbPath, "purge_audit")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		matches, _ := filepath.Glob(filepath.Join(audits, "*", "*.inprogress"))
+		if len(matches) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("no run began\nstderr: %s", errOut.String())
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != exitFailed || !strings.Contains(errOut.String(), "the run goes on in the server") {
+		t.Fatalf("interrupted: %v\nstdout: %s\nstderr: %s", err, out.String(), errOut.String())
 	}
 }

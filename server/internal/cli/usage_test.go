@@ -27,6 +27,7 @@ func TestUsageErrorsOfTheBinary(t *testing.T) {
 		{[]string{"help", "retention"}, 0, []string{"retention run", "retention status"}, nil},
 		{[]string{"help", "nosuch"}, 2, nil, []string{`progressdb help: unknown command "nosuch"`, "Run 'progressdb help'"}},
 		{[]string{"help", "retention", "stauts"}, 2, nil, []string{`unknown command "retention stauts"; did you mean "retention status"?`}},
+		{[]string{"--bogus"}, 2, nil, []string{"progressdb: unknown flag --bogus: flags follow a command", "progressdb --help"}},
 		{[]string{"stauts"}, 2, nil, []string{`unknown command "stauts"; did you mean "retention status"?`, "progressdb --help"}},
 		{[]string{"retention", "stauts"}, 2, nil, []string{`unknown command "stauts"; did you mean "retention status"?`}},
 		{[]string{"seed", "--thread", "5"}, 2, nil, []string{"progressdb seed: unknown flag --thread; did you mean --threads?", "progressdb seed --help"}},
