@@ -181,6 +181,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	send(e, "GET", "/v1/threads?limit=0", "", v1, 400)
 	send(e, "GET", "/v1/threads?limit=ten", "", v1, 400)
 	send(e, "GET", "/v1/threads?limit=+1", "", v1, 400)
+	send(e, "GET", "/v1/threads?limit=&cursor=&include_deleted=", "", v1, 200) // empty: as absent
 	send(e, "GET", "/v1/threads", "", none, 401)
 	send(e, "GET", "/v1/threads/t1", "", v1, 200)
 	send(e, "GET", "/v1/threads/bad:id", "", v1, 400)
@@ -278,7 +279,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	send(e, "POST", "/admin/backups/stream?compress=zstd", "", admin, 200)
 	send(e, "POST", "/admin/backups/stream?compress=gzip", "", admin, 400)
 	send(e, "POST", "/admin/backups/stream", "", none, 401)
-	send(e, "POST", "/admin/retention/run", `{"dry_run":true}`, admin, 200)
+	send(e, "POST", "/admin/retention/run?wait=", `{"dry_run":true}`, admin, 200)
 	var res retention.Result
 	send(e, "POST", "/admin/retention/run", "", admin, 200).decode(t, &res)
 	if res.Purged == 0 {
