@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -62,6 +61,18 @@ func startBinaryServer(t *testing.T, environ []string) string {
 	}
 }
 
+// serverEnv is the environment of the built binary's processes on the
+// harness's database: a server with admin token "adm", and the commands
+// that ask it.
+func serverEnv(h *harness, extra ...string) []string {
+	return append([]string{
+		"PATH=" + os.Getenv("PATH"),
+		"PROGRESSDB_DB_PATH=" + h.dbPath,
+		"PROGRESSDB_LOG_LEVEL=warn",
+		"PROGRESSDB_ADMIN_TOKEN=adm",
+	}, extra...)
+}
+
 // `retention run` while a server holds the database goes through the
 // server's admin API, with the output and exit statuses of a run on the
 // database, and a server with retention off (the scheduler switch) runs
@@ -69,25 +80,13 @@ func startBinaryServer(t *testing.T, environ []string) string {
 func TestRetentionRunThroughTheServer(t *testing.T) {
 	h := newHarness(t)
 	h.seedDue()
-	base := []string{
-		"PATH=" + os.Getenv("PATH"),
-		"PROGRESSDB_DB_PATH=" + h.dbPath,
-		"PROGRESSDB_LOG_LEVEL=warn",
-		"PROGRESSDB_ADMIN_TOKEN=adm",
-	}
+	base := serverEnv(h)
 	addr := startBinaryServer(t, base) // PROGRESSDB_RETENTION_ENABLED unset: off
 	cli := append(append([]string(nil), base...), "PROGRESSDB_ADDR="+addr)
 	runJSONBinary := func(args ...string) (int, runReport, string) {
 		t.Helper()
 		code, out, errOut := runBinary(t, cli, append([]string{"retention", "run", "--json"}, args...)...)
-		var rep runReport
-		if err := json.Unmarshal([]byte(out), &rep); err != nil {
-			t.Fatalf("exit %d: stdout is not JSON (%v):\n%s\nstderr: %s", code, err, out, errOut)
-		}
-		if rep.ExitCode != code {
-			t.Fatalf("exit %d, exit_code %d", code, rep.ExitCode)
-		}
-		return code, rep, errOut
+		return decodeRunReport(t, code, out, errOut)
 	}
 
 	code, out, errOut := runBinary(t, cli, "retention", "run", "--dry-run")
@@ -132,12 +131,8 @@ func TestRetentionRunThroughTheServer(t *testing.T) {
 
 	// Without the token the command cannot ask: it says how, exit 1.
 	noToken := append(append([]string(nil), cli...), "PROGRESSDB_ADMIN_TOKEN=")
-	code, rep, errOut = func() (int, runReport, string) {
-		code, out, errOut := runBinary(t, noToken, "retention", "run", "--json")
-		var rep runReport
-		_ = json.Unmarshal([]byte(out), &rep)
-		return code, rep, errOut
-	}()
+	code, out, errOut = runBinary(t, noToken, "retention", "run", "--json")
+	code, rep, errOut = decodeRunReport(t, code, out, errOut)
 	if code != exitFailed || rep.Reason != "database_busy" || !strings.Contains(errOut, "PROGRESSDB_ADMIN_TOKEN") {
 		t.Fatalf("without a token: exit %d, %+v, stderr %q", code, rep, errOut)
 	}
@@ -149,16 +144,9 @@ func TestRetentionRunThroughTheServer(t *testing.T) {
 func TestRetentionRunThroughTheServerInterrupted(t *testing.T) {
 	h := newHarness(t)
 	h.seedDue()
-	base := []string{
-		"PATH=" + os.Getenv("PATH"),
-		"PROGRESSDB_DB_PATH=" + h.dbPath,
-		"PROGRESSDB_LOG_LEVEL=warn",
-		"PROGRESSDB_ADMIN_TOKEN=adm",
-		// Slow enough that the run is still going when the command is
-		// interrupted.
-		"PROGRESSDB_RETENTION_BATCH_SIZE=1",
-		"PROGRESSDB_RETENTION_BATCH_PAUSE=100ms",
-	}
+	// Slow enough that the run is still going when the command is
+	// interrupted.
+	base := serverEnv(h, "PROGRESSDB_RETENTION_BATCH_SIZE=1", "PROGRESSDB_RETENTION_BATCH_PAUSE=100ms")
 	addr := startBinaryServer(t, base)
 	cmd := exec.Command(binary(t), "retention", "run")
 	cmd.Env = append(append([]string(nil), base...), "PROGRESSDB_ADDR="+addr)

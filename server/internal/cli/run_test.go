@@ -17,6 +17,13 @@ import (
 func runJSON(t *testing.T, h *harness, extra ...string) (int, runReport, string) {
 	t.Helper()
 	code, out, errOut := h.run(append([]string{"retention", "run", "--json"}, extra...)...)
+	return decodeRunReport(t, code, out, errOut)
+}
+
+// decodeRunReport decodes what `retention run --json` printed; its
+// exit_code must be the exit status.
+func decodeRunReport(t *testing.T, code int, out, errOut string) (int, runReport, string) {
+	t.Helper()
 	var rep runReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("exit %d: stdout is not JSON (%v):\n%s\nstderr: %s", code, err, out, errOut)
