@@ -165,6 +165,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	// Threads.
 	send(e, "POST", "/v1/threads", `{"id":"t1","title":"Plans","author":"ann"}`, v1, 201)
 	send(e, "POST", "/v1/threads", `{"title":"Generated id","author":"ann"}`, v1, 201)
+	send(e, "POST", "/v1/threads", `{"id":null,"title":"Null id","author":"ann"}`, v1, 201) // null: as absent
 	send(e, "POST", "/v1/threads", `{"id":"t1","title":"again","author":"ann"}`, v1, 409)
 	send(e, "POST", "/v1/threads", `{"id":"t2","title":"","author":"ann"}`, v1, 400)
 	send(e, "POST", "/v1/threads", `{"id":"t2","title":"x","author":"ann","created_ts":1764002419123456789}`, v1, 400)
@@ -192,6 +193,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	send(e, "POST", "/v1/threads/t1/messages", `{"id":"m1","author":"bob","body":{"text":"hi","n":[9007199254740991,-1.5e-300,null]}}`, v1, 201)
 	send(e, "POST", "/v1/threads/t1/messages", `{"id":"m2","author":"bob","body":null}`, v1, 201)
 	send(e, "POST", "/v1/threads/t1/messages", `{"id":"m3","author":"bob","body":"old"}`, v1, 201)
+	send(e, "POST", "/v1/threads/t1/messages", `{"id":null,"author":"bob","body":"generated"}`, v1, 201)
 	send(e, "POST", "/v1/threads/t1/messages", big, v1, 400)
 	send(e, "POST", "/v1/threads/t1/messages", `{"author":"bob"}`, v1, 400)
 	send(e, "POST", "/v1/threads/t1/messages", `{"id":"m1","author":"bob","body":1}`, v1, 409)
@@ -258,6 +260,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	send(e, "GET", "/admin/threads/bad:id/retention", "", admin, 400)
 	send(closed, "GET", "/admin/threads/t1/retention", "", admin, 403)
 	send(e, "PUT", "/admin/threads/back/retention", `{"period":"400d"}`, admin, 200)
+	send(e, "PUT", "/admin/threads/back/retention", `{"period":null,"message_period":null,"max_age":null,"max_messages":null}`, admin, 200)
 	send(e, "DELETE", "/admin/threads/back/retention", "", admin, 204)
 	send(e, "DELETE", "/admin/threads/nope/retention", "", admin, 404)
 	send(e, "DELETE", "/admin/threads/bad:id/retention", "", admin, 400)
@@ -271,6 +274,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	send(e, "POST", "/admin/retention/run", `{}`, admin, 409)
 	send(e, "PUT", "/admin/retention/pause", `{"paused":false,"reason":"done"}`, admin, 400)
 	send(e, "PUT", "/admin/retention/pause", `{"paused":false}`, admin, 200)
+	send(e, "PUT", "/admin/retention/pause", `{"paused":false,"reason":null}`, admin, 200)
 
 	// Backups.
 	send(e, "POST", "/admin/backups", "", admin, 201)
@@ -286,6 +290,7 @@ func TestOpenAPIConformance(t *testing.T) {
 		t.Errorf("the run purged nothing: %+v", res)
 	}
 	send(e, "POST", "/admin/retention/run", `{"dry_run":"yes"}`, admin, 400)
+	send(e, "POST", "/admin/retention/run", `{"dry_run":null}`, admin, 200) // null: as absent, a real run
 	send(e, "POST", "/admin/retention/run", `{}`, v1, 401)
 	send(closed, "POST", "/admin/retention/run", `{}`, admin, 403)
 	send(e, "GET", "/admin/retention", "", admin, 200)
