@@ -1,0 +1,195 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// ErrNotOwner refuses a write to a shard this node does not own at the
+// moment: not its home, or its ownership lease is lost or not yet taken.
+// Writes answer 503 naming the shard; reads go on.
+var ErrNotOwner = errors.New("shard not owned by this node")
+
+// OwnerOptions configure an Owner.
+type OwnerOptions struct {
+	Client *clientv3.Client
+	Keys   Keys
+	Node   string        // this node's ID
+	Owner  string        // unique per process (lease owner)
+	TTL    time.Duration // ownership lease
+	Logger *slog.Logger  // slog.Default() when nil
+}
+
+// Owner keeps this node's ownership of the shards whose data it holds: one
+// etcd lease per shard (EtcdCoordinator), renewed by its heartbeat and
+// taken again after a loss for as long as the shard map names this node.
+// Each acquisition brings a larger epoch, the fencing token that every
+// write to the shard carries (Fence).
+type Owner struct {
+	o      OwnerOptions
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	leases map[int]retention.HeldLease // held now; absent while lost
+	wake   chan struct{}               // closed and replaced on every change, for Wait
+}
+
+// StartOwner reads the shard map and starts keeping every shard it names
+// this node for. Close stops and releases them.
+func StartOwner(ctx context.Context, o OwnerOptions) (*Owner, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	m, err := ReadMap(ctx, o.Client, o.Keys)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	w := &Owner{o: o, stop: stop, leases: make(map[int]retention.HeldLease), wake: make(chan struct{})}
+	for _, n := range m.HeldBy(o.Node) {
+		w.wg.Add(1)
+		go w.keep(runCtx, n)
+	}
+	return w, nil
+}
+
+func (w *Owner) coordinator(n int) EtcdCoordinator {
+	return EtcdCoordinator{Client: w.o.Client, Key: w.o.Keys.ShardOwner(n), TTL: w.o.TTL, Owner: w.o.Owner}
+}
+
+// keep holds shard n: acquire, heartbeat until lost, acquire again (a
+// larger epoch) once etcd lets it, until Close or the map names another
+// node for it.
+func (w *Owner) keep(ctx context.Context, n int) {
+	defer w.wg.Done()
+	retry := max(w.o.TTL/3, 100*time.Millisecond)
+	for ctx.Err() == nil {
+		m, err := ReadMap(ctx, w.o.Client, w.o.Keys)
+		switch {
+		case err != nil:
+			w.o.Logger.Warn("cluster_shard_map_unreadable", "shard", n, "err", err)
+		case n >= m.Shards || m.Homes[n] != w.o.Node:
+			w.o.Logger.Info("cluster_shard_not_home", "shard", n)
+			return
+		default:
+			l, err := w.coordinator(n).Acquire(ctx)
+			if err == nil {
+				w.hold(ctx, n, l)
+				continue
+			}
+			if !errors.Is(err, retention.ErrLeaseHeld) {
+				w.o.Logger.Warn("cluster_shard_acquire_failed", "shard", n, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(retry):
+		}
+	}
+}
+
+// hold keeps a held lease alive until it is lost or the Owner closes.
+func (w *Owner) hold(ctx context.Context, n int, l retention.HeldLease) {
+	w.set(n, l)
+	w.o.Logger.Info("cluster_shard_owned", "shard", n, "epoch", l.Info().Epoch)
+	hbCtx, stopHB := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.Heartbeat(hbCtx)
+	}()
+	select {
+	case <-l.Done():
+		w.o.Logger.Warn("cluster_shard_ownership_lost", "shard", n, "epoch", l.Info().Epoch, "err", l.Check())
+	case <-ctx.Done():
+	}
+	w.set(n, nil)
+	stopHB()
+	<-done
+	if err := l.Release(); err != nil {
+		w.o.Logger.Warn("cluster_shard_release_failed", "shard", n, "err", err)
+	}
+}
+
+func (w *Owner) set(n int, l retention.HeldLease) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l == nil {
+		delete(w.leases, n)
+	} else {
+		w.leases[n] = l
+	}
+	close(w.wake)
+	w.wake = make(chan struct{})
+}
+
+// Epoch returns shard n's current epoch while this node safely owns it,
+// ErrNotOwner otherwise.
+func (w *Owner) Epoch(n int) (int64, error) {
+	w.mu.Lock()
+	l := w.leases[n]
+	w.mu.Unlock()
+	if l == nil {
+		return 0, fmt.Errorf("shard %d: %w", n, ErrNotOwner)
+	}
+	if err := l.Check(); err != nil {
+		return 0, fmt.Errorf("shard %d: %w: %w", n, ErrNotOwner, err)
+	}
+	return l.Info().Epoch, nil
+}
+
+// Fence returns ctx carrying shard n's epoch for the shard's store, which
+// refuses the write if a newer owner has written since (store.ErrFenced);
+// ErrNotOwner when this node does not own shard n now.
+func (w *Owner) Fence(ctx context.Context, n int) (context.Context, error) {
+	e, err := w.Epoch(n)
+	if err != nil {
+		return ctx, err
+	}
+	return store.WithEpoch(ctx, e), nil
+}
+
+// Owned lists the shards this node owns now.
+func (w *Owner) Owned() []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []int
+	for n := range w.leases {
+		out = append(out, n)
+	}
+	return out
+}
+
+// WaitOwned waits until shard n is owned with an epoch above after (0: any),
+// and returns that epoch.
+func (w *Owner) WaitOwned(ctx context.Context, n int, after int64) (int64, error) {
+	for {
+		w.mu.Lock()
+		wake := w.wake
+		w.mu.Unlock()
+		if e, err := w.Epoch(n); err == nil && e > after {
+			return e, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("shard %d: %w", n, ctx.Err())
+		case <-wake:
+		}
+	}
+}
+
+// Close stops keeping the shards and releases their leases, so another
+// node can take them at once after a move.
+func (w *Owner) Close() {
+	w.stop()
+	w.wg.Wait()
+}

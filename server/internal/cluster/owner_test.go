@@ -1,0 +1,128 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+func TestCreateClusterSpreadsShards(t *testing.T) {
+	srv := etcdtest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	k := Keys{Name: "chat"}
+	if _, err := ReadMap(ctx, c, k); !errors.Is(err, ErrNoCluster) {
+		t.Fatalf("ReadMap before creation = %v, want ErrNoCluster", err)
+	}
+	if err := CreateCluster(ctx, c, k, 5, []string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ReadMap(ctx, c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(m.Homes, []string{"a", "b", "a", "b", "a"}) || !slices.Equal(m.HeldBy("b"), []int{1, 3}) {
+		t.Fatalf("map = %+v", m)
+	}
+	// Created once: a node started later changes nothing, and one started
+	// with another number of shards is refused.
+	if err := CreateCluster(ctx, c, k, 5, []string{"c"}); err != nil {
+		t.Fatal(err)
+	}
+	if m2, _ := ReadMap(ctx, c, k); !slices.Equal(m2.Homes, m.Homes) {
+		t.Fatalf("second creation changed the map: %+v", m2)
+	}
+	if err := CreateCluster(ctx, c, k, 8, []string{"a"}); !errors.Is(err, ErrShardCount) {
+		t.Fatalf("another shard count = %v, want ErrShardCount", err)
+	}
+}
+
+// TestOwnerFencesADeposedEpoch: each node owns the shards whose data it
+// holds and no other; when a node's ownership lease ends behind its back
+// (etcd expired it while the node was paused), the node takes the shard
+// again with a larger epoch, and a write still carrying the old epoch is
+// refused by the shard's store once the new one has written.
+func TestOwnerFencesADeposedEpoch(t *testing.T) {
+	srv := etcdtest.Start(t)
+	c := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := Keys{Name: "chat"}
+	if err := CreateCluster(ctx, c, k, 2, []string{"node-a", "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	start := func(node string) *Owner {
+		w, err := StartOwner(ctx, OwnerOptions{Client: srv.Client(t), Keys: k, Node: node, Owner: node + "/1", TTL: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Close)
+		return w
+	}
+	a, b := start("node-a"), start("node-b")
+	e1, err := a.WaitOwned(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.WaitOwned(ctx, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Epoch(1); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("node-a Epoch(1) = %v, want ErrNotOwner", err)
+	}
+	if _, err := b.Fence(ctx, 0); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("node-b Fence(0) = %v, want ErrNotOwner", err)
+	}
+
+	st, err := store.Open(filepath.Join(t.TempDir(), "shards", "0"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	old, err := a.Fence(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateThread(old, store.Thread{ID: "t1", Title: "x", Author: "y"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// etcd ends node-a's lease on shard 0, as it does when a paused node
+	// misses its TTL.
+	get, err := c.Get(ctx, k.ShardOwner(0))
+	if err != nil || len(get.Kvs) != 1 {
+		t.Fatalf("owner key: %v %v", get, err)
+	}
+	srv.Revoke(t, clientv3.LeaseID(get.Kvs[0].Lease))
+	e2, err := a.WaitOwned(ctx, 0, e1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := a.Fence(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateThread(cur, store.Thread{ID: "t2", Title: "x", Author: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	// The paused holder's late write, under epoch e1, after the shard was
+	// taken again under e2.
+	_, err = st.CreateThread(old, store.Thread{ID: "t3", Title: "x", Author: "y"})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("late write under epoch %d after %d = %v, want ErrFenced", e1, e2, err)
+	}
+	if got := st.Epoch(); got != e2 {
+		t.Fatalf("store epoch %d, want %d", got, e2)
+	}
+	if got := b.Owned(); !slices.Equal(got, []int{1}) {
+		t.Fatalf("node-b owns %v, want only its own shard 1", got)
+	}
+}
