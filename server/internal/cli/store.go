@@ -23,7 +23,7 @@ const (
 )
 
 // openStore opens the database at PROGRESSDB_DB_PATH for a command; every
-// command opens it here. A database a server holds gives an error wrapping
+// command but serve (app.Serve) opens it here. A database a server holds gives an error wrapping
 // store.ErrDatabaseLocked, a missing one (mustExist) store.ErrNoDatabase.
 func openStore(cfg config.Config, logger *slog.Logger, mode openMode) (*store.Store, error) {
 	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger, MustExist: mode == mustExist})
