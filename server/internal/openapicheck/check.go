@@ -71,8 +71,9 @@ func Check(req *http.Request, reqBody []byte, ans Answer) (op string, problems [
 	// already been consumed.
 	vreq := req.Clone(context.Background())
 	vreq.Body = io.NopCloser(bytes.NewReader(reqBody))
-	if len(reqBody) > 0 && vreq.Header.Get("Content-Type") == "" {
-		// The server reads every body as JSON whatever its type.
+	if len(reqBody) > 0 {
+		// The server reads every body as JSON whatever its type (the
+		// description says so).
 		vreq.Header.Set("Content-Type", "application/json")
 	}
 	route, params, err := rt.FindRoute(vreq)
