@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -32,9 +33,21 @@ func (e env) retentionPolicy(ctx context.Context, action string, args []string) 
 	asJSON := fs.Bool("json", false, "print the policy as JSON")
 	var o retention.PolicyOverride
 	if action == "set" {
-		fs.Func("period", "thread retention after soft delete (e.g. 30d)", func(v string) error { o.Period = &v; return nil })
-		fs.Func("message-period", "message retention after soft delete", func(v string) error { o.MessagePeriod = &v; return nil })
-		fs.Func("max-age", "purge live messages older than this; 0 turns it off for the thread", func(v string) error { o.MaxAge = &v; return nil })
+		// Durations are checked for their syntax here (a usage error); the
+		// rules of the configuration in force (the minimum period) are the
+		// server's or the database's to apply.
+		duration := func(to **string) func(string) error {
+			return func(v string) error {
+				if _, err := config.ParseDuration(v); err != nil {
+					return err
+				}
+				*to = &v
+				return nil
+			}
+		}
+		fs.Func("period", "thread retention after soft delete (e.g. 30d)", duration(&o.Period))
+		fs.Func("message-period", "message retention after soft delete", duration(&o.MessagePeriod))
+		fs.Func("max-age", "purge live messages older than this; 0 turns it off for the thread", duration(&o.MaxAge))
 		fs.Func("max-messages", "keep at most this many live messages; 0 turns it off for the thread", func(v string) error {
 			n, err := parseCount(v)
 			if err != nil {

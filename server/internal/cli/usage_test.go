@@ -40,6 +40,8 @@ func TestUsageErrorsOfTheBinary(t *testing.T) {
 		{[]string{"seed", "--deleted-age", "-1h"}, 2, nil, []string{`invalid value "-1h" for --deleted-age`}},
 		{[]string{"seed", "--threads"}, 2, nil, []string{"flag needs an argument: --threads"}},
 		{[]string{"retention", "policy", "set", "t1", "--max-messages", "-1"}, 2, nil, []string{"--max-messages: must not be negative"}},
+		{[]string{"retention", "policy", "set", "t1", "--period", "abc"}, 2, nil, []string{`invalid value "abc" for --period`}},
+		{[]string{"retention", "policy", "set", "t1", "--max-age", "-1d"}, 2, nil, []string{`invalid value "-1d" for --max-age`}},
 		{[]string{"retention", "status", "extra"}, 2, nil, []string{`unexpected argument "extra"`, "progressdb retention status --help"}},
 	}
 	for _, c := range cases {
