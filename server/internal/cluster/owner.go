@@ -193,3 +193,76 @@ func (w *Owner) Close() {
 	w.stop()
 	w.wg.Wait()
 }
+
+// Coordinator is shard n's run lease for its retention runner (spec §11:
+// no file lease in cluster mode): the shard's ownership itself. A run
+// starts only while this node owns the shard, stops when the ownership is
+// lost, and writes under the ownership's epoch; releasing the run's lease
+// leaves the ownership alone.
+func (w *Owner) Coordinator(n int) retention.Coordinator { return shardRuns{w: w, n: n} }
+
+type shardRuns struct {
+	w *Owner
+	n int
+}
+
+func (s shardRuns) Acquire(ctx context.Context) (retention.HeldLease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.w.mu.Lock()
+	own := s.w.leases[s.n]
+	s.w.mu.Unlock()
+	if own == nil || own.Check() != nil {
+		// Owned by another node, or by none until this one takes it again.
+		return nil, &retention.LeaseHeldError{}
+	}
+	l := &runLease{own: own, released: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		select {
+		case <-own.Done():
+		case <-l.released:
+		}
+	}()
+	return l, nil
+}
+
+// runLease is a run's view of a shard's ownership; the Owner renews it.
+type runLease struct {
+	own      retention.HeldLease
+	once     sync.Once
+	released chan struct{}
+	done     chan struct{} // closed when the ownership is lost or the run releases
+}
+
+func (l *runLease) Info() retention.LeaseInfo { return l.own.Info() }
+func (l *runLease) Done() <-chan struct{}     { return l.done }
+
+func (l *runLease) Check() error {
+	select {
+	case <-l.released:
+		return fmt.Errorf("%w: released", retention.ErrLeaseLost)
+	default:
+	}
+	return l.own.Check()
+}
+
+// Renew only checks: the Owner's heartbeat renews the ownership.
+func (l *runLease) Renew(context.Context) error { return l.Check() }
+
+// Heartbeat waits: the Owner's heartbeat renews the ownership.
+func (l *runLease) Heartbeat(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-l.done:
+	}
+}
+
+// Release ends the run's view; the ownership stays.
+func (l *runLease) Release() error {
+	l.once.Do(func() { close(l.released) })
+	return nil
+}
+
+var _ retention.HeldLease = (*runLease)(nil)

@@ -1,0 +1,118 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// TestShardRetentionUnderOwnership: a shard's retention run holds the
+// shard's ownership as its lease: it purges the shard's database under the
+// ownership's epoch, writes its audit file into the shard's own folder with
+// shard and epoch in the header, and a node that does not own the shard
+// cannot run it.
+func TestShardRetentionUnderOwnership(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := Keys{Name: "chat"}
+	if err := CreateCluster(ctx, srv.Client(t), k, 2, []string{"node-a", "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string]*Owner{}
+	for _, node := range []string{"node-a", "node-b"} {
+		w, err := StartOwner(ctx, OwnerOptions{Client: srv.Client(t), Keys: k, Node: node, Owner: node + "/1", TTL: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Close)
+		owners[node] = w
+	}
+	epoch, err := owners["node-a"].WaitOwned(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	sh, err := OpenShards(filepath.Join(dir, "data"), []int{0}, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
+	st, _ := sh.Store(0)
+	wctx, err := owners["node-a"].Fence(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tid := range []string{"gone", "kept"} {
+		if _, err := st.CreateThread(wctx, store.Thread{ID: tid, Title: "x", Author: "y"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.DeleteThread(wctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+
+	auditRoot := filepath.Join(dir, "audit")
+	runner := func(w *Owner) *retention.Runner {
+		n := 0
+		r, err := retention.NewRunner(retention.RunnerOptions{
+			Store:       st,
+			Config:      config.Retention{Enabled: true, Period: 24 * time.Hour, AuditPath: ShardAuditPath(auditRoot, n)},
+			Now:         func() time.Time { return time.Now().Add(48 * time.Hour) },
+			Coordinator: w.Coordinator(n),
+			Fenced:      true,
+			Shard:       &n,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	if _, err := runner(owners["node-b"]).Run(ctx, retention.RunRequest{Trigger: retention.TriggerCLI}); !errors.Is(err, retention.ErrLeaseHeld) {
+		t.Fatalf("run on a node that does not own the shard = %v, want ErrLeaseHeld", err)
+	}
+	res, err := runner(owners["node-a"]).Run(ctx, retention.RunRequest{Trigger: retention.TriggerCLI})
+	if err != nil || res.Status != audit.RunCompleted || res.Purged != 1 {
+		t.Fatalf("run = %+v, %v", res, err)
+	}
+	if !strings.HasPrefix(res.AuditFile, filepath.Join(auditRoot, "shards", "0")+string(filepath.Separator)) {
+		t.Fatalf("audit file %s is not in the shard's folder", res.AuditFile)
+	}
+	if _, err := st.GetThread(ctx, "gone"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("purged thread: %v", err)
+	}
+	data, err := os.ReadFile(res.AuditFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h audit.Header
+	if err := json.Unmarshal([]byte(strings.SplitN(string(data), "\n", 2)[0]), &h); err != nil {
+		t.Fatal(err)
+	}
+	if h.Shard == nil || *h.Shard != 0 || h.Epoch != epoch {
+		t.Fatalf("header shard %v epoch %d, want shard 0 and the ownership's epoch %d", h.Shard, h.Epoch, epoch)
+	}
+	if err := audit.VerifyFile(res.AuditFile); err != nil {
+		t.Fatalf("audit file does not verify: %v", err)
+	}
+	if got := st.Epoch(); got != epoch {
+		t.Fatalf("store epoch %d, want the ownership's %d", got, epoch)
+	}
+	// The run released its lease, not the ownership.
+	if e, err := owners["node-a"].Epoch(0); err != nil || e != epoch {
+		t.Fatalf("ownership after the run: %d, %v", e, err)
+	}
+}
