@@ -88,6 +88,17 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Backup.Path != "" {
+		sched, err := backup.NewScheduler(backup.SchedulerOptions{Creator: backups, Spec: cfg.Backup.Schedule,
+			Keep: cfg.Backup.Keep, Logger: logger})
+		if err != nil {
+			return err
+		}
+		// Stopped before the retention service and the store: a backup
+		// being written holds both.
+		sched.Start(ctx)
+		defer sched.Stop()
+	}
 	h, err := api.New(api.Options{
 		Store:      st,
 		Retention:  svc,

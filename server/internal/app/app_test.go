@@ -317,3 +317,64 @@ func TestValidateRefusesALeasePathThatIsNotAFile(t *testing.T) {
 		}
 	}
 }
+
+// With PROGRESSDB_BACKUP_PATH set, serve writes backups on
+// PROGRESSDB_BACKUP_CRON into it, counted in the metrics, and shows how
+// far apart they are for the alert; a file there that is not a backup of
+// ours is left alone.
+func TestServeWritesScheduledBackups(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	backups := filepath.Join(dir, "backups")
+	cfg, err := config.Load([]string{
+		"PROGRESSDB_DB_PATH=" + filepath.Join(dir, "data"),
+		"PROGRESSDB_AUDIT_PATH=" + filepath.Join(dir, "audit"),
+		"PROGRESSDB_ADDR=" + addr,
+		"PROGRESSDB_BACKUP_PATH=" + backups,
+		"PROGRESSDB_BACKUP_CRON=@every 1s",
+		"PROGRESSDB_BACKUP_KEEP=1h",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(backups, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	foreign := filepath.Join(backups, "progressdb-backup-20200101T000000Z-aaaaaaaaaaaa.tar")
+	if err := os.WriteFile(foreign, []byte("not a backup"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	longAgo := time.Now().Add(-48 * time.Hour)
+	if err := os.Chtimes(foreign, longAgo, longAgo); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	waitAnswering(t, addr)
+
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(get(t, "http://"+addr+"/metrics"), `progressdb_backup_total{result="success"} 1`) {
+		if time.Now().After(deadline) {
+			t.Fatal("no scheduled backup counted within a minute")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	metrics := get(t, "http://"+addr+"/metrics")
+	if !strings.Contains(metrics, "progressdb_backup_interval_seconds 1\n") {
+		t.Error("/metrics lacks progressdb_backup_interval_seconds 1")
+	}
+	written, _ := filepath.Glob(filepath.Join(backups, "progressdb-backup-2*.tar"))
+	if len(written) < 2 {
+		t.Fatalf("backup folder holds %v, want a scheduled backup beside the foreign file", written)
+	}
+	if _, err := os.Stat(foreign); err != nil {
+		t.Errorf("foreign file: %v", err)
+	}
+}

@@ -13,6 +13,9 @@ type Metrics struct {
 	Bytes       prometheus.Gauge // the last successful backup's size
 	LastSuccess prometheus.Gauge
 	Replayed    prometheus.Counter // progressdb_restore_replayed_items_total
+	// Interval is the longest gap between scheduled backups, 0 when none
+	// are scheduled: the alert on missing backups waits two of them.
+	Interval prometheus.Gauge
 }
 
 // NewMetrics makes the metrics and registers them with reg when not nil.
@@ -34,11 +37,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Replayed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "progressdb_restore_replayed_items_total", Help: "Purges replayed over restored databases.",
 		}),
+		Interval: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "progressdb_backup_interval_seconds",
+			Help: "Longest gap between scheduled backups (PROGRESSDB_BACKUP_CRON); 0 when backups are not scheduled.",
+		}),
 	}
 	m.Total.WithLabelValues("success")
 	m.Total.WithLabelValues("failed")
 	if reg != nil {
-		reg.MustRegister(m.Total, m.Duration, m.Bytes, m.LastSuccess, m.Replayed)
+		reg.MustRegister(m.Total, m.Duration, m.Bytes, m.LastSuccess, m.Replayed, m.Interval)
 	}
 	return m
 }

@@ -1,0 +1,193 @@
+package backup
+
+import (
+	"context"
+	"crypto/ed25519"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// backupAt makes a backup into the creator's folder as if made at t.
+func (w *world) backupAt(t time.Time) (Manifest, string) {
+	w.t.Helper()
+	old := w.creator.now
+	w.creator.now = func() time.Time { return t }
+	defer func() { w.creator.now = old }()
+	m, path, err := w.creator.CreateInPath(context.Background())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return m, path
+}
+
+// A server started with BACKUP_PATH writes backups on its schedule (here
+// every second), through the creator the admin API uses, counts them in
+// the metrics, and deletes at start what expired while it was down.
+func TestSchedulerWritesBackups(t *testing.T) {
+	w := newWorld(t, true)
+	w.thread("t1", 3)
+	reg := prometheus.NewRegistry()
+	w.creator.metrics = NewMetrics(reg)
+	_, expired := w.backupAt(time.Now().Add(-40 * day))
+	// The gauge starts from the newest backup in the folder, not 0.
+	keptAt := time.Now().Add(-10 * day).Truncate(time.Second)
+	_, kept := w.backupAt(keptAt)
+	w.creator.metrics = NewMetrics(prometheus.NewRegistry())
+
+	s, err := NewScheduler(SchedulerOptions{Creator: w.creator, Spec: "@every 1s", Keep: 30 * day,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := make(chan RunResult, 10)
+	s.done = func(r RunResult) { runs <- r }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.Start(ctx)
+	if got := value(t, w.creator.metrics.LastSuccess); got != float64(keptAt.Unix()) {
+		t.Errorf("last success at start %v, want the newest backup's time %d", got, keptAt.Unix())
+	}
+	if got := value(t, w.creator.metrics.Interval); got != 1 {
+		t.Errorf("interval %v s, want 1", got)
+	}
+	var res RunResult
+	select {
+	case res = <-runs:
+	case <-time.After(time.Minute):
+		t.Fatal("no scheduled backup within a minute")
+	}
+	s.Stop()
+	if res.Err != nil {
+		t.Fatalf("scheduled run: %v", res.Err)
+	}
+	if filepath.Dir(res.File) != w.creator.Path() || res.Manifest.Threads != 1 || res.Manifest.Messages != 3 {
+		t.Fatalf("scheduled backup %s holds %d threads, %d messages", res.File, res.Manifest.Threads, res.Manifest.Messages)
+	}
+	rep, err := Verify(ctx, res.File, w.key.Public().(ed25519.PublicKey), w.dir)
+	if err != nil || !rep.Valid {
+		t.Fatalf("scheduled backup does not verify: %v %v", err, rep.Problems)
+	}
+	if _, err := os.Stat(expired); !os.IsNotExist(err) {
+		t.Errorf("backup older than KEEP still there: %v", err)
+	}
+	if _, err := os.Stat(kept); err != nil {
+		t.Errorf("backup younger than KEEP: %v", err)
+	}
+	if got := value(t, w.creator.metrics.Total.WithLabelValues("success")); got < 1 {
+		t.Errorf("progressdb_backup_total{result=success} = %v", got)
+	}
+	if got := value(t, w.creator.metrics.LastSuccess); got <= float64(keptAt.Unix()) {
+		t.Errorf("last success %v not moved by the scheduled backup", got)
+	}
+	if got := value(t, w.creator.metrics.Interval); got != 0 {
+		t.Errorf("interval %v after Stop, want 0", got)
+	}
+	noLeftovers(t, w)
+}
+
+// Expire deletes the backups older than KEEP and the partial archives a
+// killed backup left long ago, and nothing else in the folder: not a file
+// named like a backup that is not one, not a backup whose manifest names
+// another ID, not a link, not a folder, not a partial archive being
+// written now.
+func TestExpireDeletesOnlyOldBackups(t *testing.T) {
+	w := newWorld(t, false)
+	w.thread("t1", 1)
+	now := time.Now().UTC()
+	_, old := w.backupAt(now.Add(-31 * day))
+	_, older := w.backupAt(now.Add(-400 * day))
+	_, young := w.backupAt(now.Add(-29 * day))
+	_, fresh := w.backupAt(now)
+	dir := w.creator.Path()
+	longAgo := now.Add(-60 * day)
+
+	write := func(name string, data []byte) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, longAgo, longAgo); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	oldData, err := os.ReadFile(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := []string{
+		write("notes.txt", []byte("keep me")),
+		write("progressdb-backup-20200101T000000Z-aaaaaaaaaaaa.tar", []byte("not a tar")),
+		// An old backup under another backup's name: its manifest disagrees.
+		write("progressdb-backup-20200101T000000Z-bbbbbbbbbbbb.tar", oldData),
+		write("progressdb-backup-20200101T000000Z-cccccccccccc.tar.gz", oldData),
+		write(".progressdb-backup-20200101T000000Z-dddddddddddd.tar.tmp-x", []byte("not ours")),
+	}
+	linked := filepath.Join(dir, "progressdb-backup-20200101T000000Z-eeeeeeeeeeee.tar")
+	outside := filepath.Join(w.dir, "outside.tar")
+	if err := os.WriteFile(outside, oldData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, linked); err != nil {
+		t.Fatal(err)
+	}
+	folder := filepath.Join(dir, "progressdb-backup-20200101T000000Z-ffffffffffff.tar")
+	if err := os.Mkdir(folder, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	foreign = append(foreign, linked, outside, folder)
+	stale := write(".progressdb-backup-20200101T000000Z-111111111111.tar.zst.tmp-123", []byte("partial"))
+	writing := filepath.Join(dir, ".progressdb-backup-20260101T000000Z-222222222222.tar.tmp-456")
+	if err := os.WriteFile(writing, []byte("partial"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := Expire(dir, 30*day, now, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deleted []string
+	for _, h := range got.Deleted {
+		deleted = append(deleted, h.Path)
+	}
+	slices.Sort(deleted)
+	want := []string{old, older}
+	slices.Sort(want)
+	if !slices.Equal(deleted, want) {
+		t.Errorf("deleted %v, want %v", deleted, want)
+	}
+	if !slices.Equal(got.Partial, []string{stale}) {
+		t.Errorf("partial archives removed %v, want %v", got.Partial, []string{stale})
+	}
+	for _, p := range append(want, stale) {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s still there: %v", p, err)
+		}
+	}
+	for _, p := range append(foreign, young, fresh, writing) {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("%s was touched: %v", p, err)
+		}
+	}
+}
+
+// value reads a gauge or a counter.
+func value(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Counter != nil {
+		return d.Counter.GetValue()
+	}
+	return d.Gauge.GetValue()
+}
