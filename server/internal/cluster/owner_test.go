@@ -60,7 +60,7 @@ func TestOwnerFencesADeposedEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := func(node string) *Owner {
-		w, err := StartOwner(ctx, OwnerOptions{Client: srv.Client(t), Keys: k, Node: node, Owner: node + "/1", TTL: 2 * time.Second})
+		w, err := StartOwner(ctx, OwnerOptions{Client: srv.Client(t), Keys: k, Node: node, Owner: node + "/1", TTL: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
