@@ -48,6 +48,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"PartitionLoses", testPartition},
 		{"TokenGrowsAcrossOwners", testTokens},
 		{"ReleaseTwice", testReleaseTwice},
+		{"HeartbeatEndsWithTheLease", testHeartbeatEnds},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newBackend(t)) })
@@ -229,6 +230,34 @@ func testReleaseTwice(t *testing.T, b Backend) {
 	mustRelease(t, a)
 	mustRelease(t, a)
 	requireLost(t, a)
+}
+
+func testHeartbeatEnds(t *testing.T, b Backend) {
+	for _, end := range []string{"release", "cancel"} {
+		l := acquire(t, b, "a-"+end)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			l.Heartbeat(ctx)
+		}()
+		if end == "release" {
+			mustRelease(t, l)
+		} else {
+			cancel()
+		}
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("Heartbeat still running 30s after %s", end)
+		}
+		cancel()
+		if end == "cancel" {
+			// Stopping the heartbeat does not give the lease up.
+			requireHeldByMe(t, l)
+			mustRelease(t, l)
+		}
+	}
 }
 
 func mustRelease(t *testing.T, l retention.HeldLease) {
