@@ -16,6 +16,9 @@ type Backups interface {
 	CreateInPath(ctx context.Context) (backup.Manifest, string, error)
 	// Write streams a backup, zstd-compressed when compress is set.
 	Write(ctx context.Context, w io.Writer, compress bool) (backup.Manifest, error)
+	// List describes the backups in BACKUP_PATH
+	// (backup.ErrNoBackupPath when unset).
+	List(ctx context.Context) (backup.Listing, error)
 }
 
 var errNoBackups = &httpError{http.StatusServiceUnavailable, "backups not configured"}
@@ -34,6 +37,23 @@ func (s *server) createBackup(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return s.writeJSON(w, r, http.StatusCreated, m)
+}
+
+// listBackups answers GET /admin/backups: the backups in BACKUP_PATH with
+// their age, expiry, size and the purged items each still holds; 409
+// when BACKUP_PATH is unset.
+func (s *server) listBackups(w http.ResponseWriter, r *http.Request) error {
+	if s.backups == nil {
+		return errNoBackups
+	}
+	l, err := s.backups.List(r.Context())
+	if errors.Is(err, backup.ErrNoBackupPath) {
+		return &httpError{http.StatusConflict, err.Error()}
+	}
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(w, r, http.StatusOK, l)
 }
 
 // streamBackup answers POST /admin/backups/stream: the archive itself as

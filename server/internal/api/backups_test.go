@@ -67,6 +67,9 @@ func TestCreateBackupWithoutPath(t *testing.T) {
 	if msg := e.expect(t, "POST", "/admin/backups", "", http.StatusConflict).errorText(t); !bytes.Contains([]byte(msg), []byte("PROGRESSDB_BACKUP_PATH")) {
 		t.Fatalf("error %q does not name PROGRESSDB_BACKUP_PATH", msg)
 	}
+	if msg := e.expect(t, "GET", "/admin/backups", "", http.StatusConflict).errorText(t); !bytes.Contains([]byte(msg), []byte("PROGRESSDB_BACKUP_PATH")) {
+		t.Fatalf("list: error %q does not name PROGRESSDB_BACKUP_PATH", msg)
+	}
 }
 
 func TestStreamBackup(t *testing.T) {
@@ -93,7 +96,9 @@ func TestBackupRoutesOff(t *testing.T) {
 	e.bearer = "adm"
 	e.expect(t, "POST", "/admin/backups", "", http.StatusServiceUnavailable)
 	e.expect(t, "POST", "/admin/backups/stream", "", http.StatusServiceUnavailable)
+	e.expect(t, "GET", "/admin/backups", "", http.StatusServiceUnavailable)
 	off := newEnv(t, Options{Backups: &lateBackups{}})
 	off.expect(t, "POST", "/admin/backups", "", http.StatusForbidden)
 	off.expect(t, "POST", "/admin/backups/stream", "", http.StatusForbidden)
+	off.expect(t, "GET", "/admin/backups", "", http.StatusForbidden)
 }

@@ -132,7 +132,8 @@ func TestOpenAPIConformance(t *testing.T) {
 	}
 	t.Cleanup(svc.Close)
 	late.Service = svc
-	lateB.Creator, err = backup.NewCreator(backup.Options{Store: e.store, Hold: svc, Path: t.TempDir()})
+	lateB.Creator, err = backup.NewCreator(backup.Options{Store: e.store, Hold: svc, Path: t.TempDir(),
+		AuditPath: cfg.AuditPath, Keep: 30 * 24 * time.Hour, Now: ahead})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,6 +290,14 @@ func TestOpenAPIConformance(t *testing.T) {
 	if res.Purged == 0 {
 		t.Errorf("the run purged nothing: %+v", res)
 	}
+	// The backup made before the run still holds what it purged.
+	var listing backup.Listing
+	send(e, "GET", "/admin/backups", "", admin, 200).decode(t, &listing)
+	if len(listing.Backups) != 1 || listing.Backups[0].PurgedItems != res.Purged {
+		t.Errorf("backup list %+v, want one backup holding the run's %d purged items", listing, res.Purged)
+	}
+	send(e, "GET", "/admin/backups", "", none, 401)
+	send(closed, "GET", "/admin/backups", "", admin, 403)
 	send(e, "POST", "/admin/retention/run", `{"dry_run":"yes"}`, admin, 400)
 	send(e, "POST", "/admin/retention/run", `{"dry_run":null}`, admin, 200) // null: as absent, a real run
 	send(e, "POST", "/admin/retention/run", `{}`, v1, 401)

@@ -156,6 +156,7 @@ func (s *server) routes() []route {
 		{http.MethodPut, "/admin/threads/{tid}/retention", accessAdmin, s.setThreadPolicy},
 		{http.MethodDelete, "/admin/threads/{tid}/retention", accessAdmin, s.clearThreadPolicy},
 		{http.MethodPost, "/admin/backups", accessAdmin, s.createBackup},
+		{http.MethodGet, "/admin/backups", accessAdmin, s.listBackups},
 		{http.MethodPost, "/admin/backups/stream", accessAdmin, s.streamBackup},
 	}
 }

@@ -136,6 +136,8 @@ func NewBackups(st *store.Store, cfg config.Config, svc *retention.Manager, logg
 		SigningKey: signingKey,
 		Version:    buildinfo.Read().Version,
 		Path:       cfg.Backup.Path,
+		AuditPath:  cfg.Retention.AuditPath,
+		Keep:       cfg.Backup.Keep,
 		Logger:     logger,
 		Metrics:    backup.NewMetrics(reg),
 	})

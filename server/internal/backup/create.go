@@ -39,10 +39,14 @@ type Options struct {
 	SigningKey ed25519.PrivateKey
 	Version    string // written into the manifest
 	// Path is PROGRESSDB_BACKUP_PATH: where CreateInPath writes; "" is off.
-	Path    string
-	Logger  *slog.Logger
-	Metrics *Metrics         // unregistered metrics when nil
-	Now     func() time.Time // time.Now when nil
+	Path string
+	// AuditPath and Keep (PROGRESSDB_AUDIT_PATH, PROGRESSDB_BACKUP_KEEP)
+	// are what List reports the backups in Path against.
+	AuditPath string
+	Keep      time.Duration
+	Logger    *slog.Logger
+	Metrics   *Metrics         // unregistered metrics when nil
+	Now       func() time.Time // time.Now when nil
 }
 
 // Creator makes backups of one store.
@@ -52,6 +56,8 @@ type Creator struct {
 	key     ed25519.PrivateKey
 	version string
 	path    string
+	audit   string
+	keep    time.Duration
 	log     *slog.Logger
 	metrics *Metrics
 	now     func() time.Time
@@ -63,7 +69,7 @@ func NewCreator(o Options) (*Creator, error) {
 		return nil, errors.New("backup: a creator needs a store and a holder")
 	}
 	c := &Creator{st: o.Store, hold: o.Hold, key: o.SigningKey, version: o.Version, path: o.Path,
-		log: o.Logger, metrics: o.Metrics, now: o.Now}
+		audit: o.AuditPath, keep: o.Keep, log: o.Logger, metrics: o.Metrics, now: o.Now}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}

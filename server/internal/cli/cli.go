@@ -66,6 +66,7 @@ func commands() []command {
 		{"audit show", "FILE [--status S]", "print one audit file for people: the run, its items, the footer, and whether the file verifies", env.auditShow},
 		{"audit find", "ID [DIR] [--json]", "was this thread or message purged, when, why, and which audit file proves it: every record of it in the trail", env.auditFind},
 		{"backup create", "[--out FILE|-] [--zstd] [--json]", "make an online backup (through the running server when there is one): a Pebble checkpoint and manifest.json in one tar file", env.backupCreate},
+		{"backup list", "[--json]", "the backups in PROGRESSDB_BACKUP_PATH: age, expiry (PROGRESSDB_BACKUP_KEEP), size, and how many purged items each still holds", env.backupList},
 		{"backup verify", "FILE [--public-key F] [--json]", "check a backup: every file's hash, the manifest and its signature, and the database opened on a temporary copy with the store's consistency check", env.backupVerify},
 		{"export read", "FILE [--item ID]", "print the records of an export file as JSON lines (all, or one item's)", env.exportRead},
 		{"seed", "[--threads N --messages M ...]", "fill a database with realistic data, deletions back-dated, for demos", env.seed},

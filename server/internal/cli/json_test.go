@@ -20,7 +20,7 @@ import (
 // process in a time zone other than UTC, so a local time that reaches an
 // output shows.
 func TestJSONOutputIsIJSON(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, "PROGRESSDB_BACKUP_PATH="+filepath.Join(t.TempDir(), "backups"))
 	h.seedDue()
 	live, deleted := seededThreads(t, h.dbPath)
 	environ := append(slices.Clone(h.environ), "TZ=Asia/Kolkata")
@@ -52,6 +52,8 @@ func TestJSONOutputIsIJSON(t *testing.T) {
 		{"audit", "verify", "--json"},
 		{"audit", "find", deleted, "--json"},
 		{"backup", "create", "--out", filepath.Join(t.TempDir(), "backup.tar"), "--json"},
+		{"backup", "create", "--json"},
+		{"backup", "list", "--json"},
 		{"version", "--json"},
 	} {
 		run(args...)
