@@ -1,0 +1,119 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+	"github.com/progressdb/progressdb/server/internal/retention"
+)
+
+// Environment of the helper process TestEtcdLeaseHolderKilled starts.
+const (
+	envEtcdHelper    = "PROGRESSDB_ETCD_LEASE_HELPER"
+	envEtcdEndpoints = "PROGRESSDB_ETCD_LEASE_ENDPOINTS"
+)
+
+const killedKey = "/test/shards/0/owner"
+
+// TestEtcdLeaseHelperProcess is not a test: TestEtcdLeaseHolderKilled runs
+// the test binary again with it selected, to hold a lease in a process of
+// its own.
+func TestEtcdLeaseHelperProcess(t *testing.T) {
+	if os.Getenv(envEtcdHelper) == "" {
+		return
+	}
+	err := func() error {
+		c, err := etcdtest.NewClient(strings.Split(os.Getenv(envEtcdEndpoints), ","))
+		if err != nil {
+			return err
+		}
+		l, err := EtcdCoordinator{Client: c, Key: killedKey, TTL: 3 * time.Second,
+			Owner: fmt.Sprintf("child-%d", os.Getpid())}.Acquire(context.Background())
+		if err != nil {
+			return err
+		}
+		go l.Heartbeat(context.Background())
+		fmt.Printf("acquired %d\n", l.Info().Epoch)
+		_, _ = io.Copy(io.Discard, os.Stdin) // holds until killed
+		return l.Release()
+	}()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// TestEtcdLeaseHolderKilled: a holder killed with SIGKILL releases nothing;
+// etcd expires its lease after the TTL, and the next holder gets a larger
+// epoch. Before that, the lease stays taken.
+func TestEtcdLeaseHolderKilled(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestEtcdLeaseHelperProcess$")
+	cmd.Env = append(os.Environ(), envEtcdHelper+"=1", envEtcdEndpoints+"="+strings.Join(srv.Endpoints(), ","))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		s.Scan()
+		line <- s.Text()
+	}()
+	var childEpoch int64
+	select {
+	case got := <-line:
+		e, ok := strings.CutPrefix(got, "acquired ")
+		if childEpoch, err = strconv.ParseInt(e, 10, 64); !ok || err != nil {
+			t.Fatalf("child said %q", got)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("child did not acquire the lease")
+	}
+
+	c := EtcdCoordinator{Client: srv.Client(t), Key: killedKey, TTL: 3 * time.Second, Owner: "parent"}
+	if _, err := c.Acquire(context.Background()); !errors.Is(err, retention.ErrLeaseHeld) {
+		t.Fatalf("Acquire while the child holds = %v, want ErrLeaseHeld", err)
+	}
+	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no release
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	var l retention.HeldLease
+	waitFor(t, "take-over after the TTL", func() bool {
+		l, err = c.Acquire(context.Background())
+		if err != nil && !errors.Is(err, retention.ErrLeaseHeld) {
+			t.Fatalf("Acquire: %v", err)
+		}
+		return err == nil
+	})
+	defer l.Release()
+	if l.Info().Epoch <= childEpoch {
+		t.Fatalf("epoch after the kill %d, want more than the killed holder's %d", l.Info().Epoch, childEpoch)
+	}
+}
