@@ -237,6 +237,8 @@ func TestGrafanaDashboard(t *testing.T) {
 		"progressdb_retention_keys_deleted_total", "progressdb_retention_run_duration_seconds_bucket",
 		"progressdb_http_request_duration_seconds_bucket",
 		"progressdb_storage_disk_usage_bytes", "progressdb_storage_volume_free_bytes", "progressdb_storage_pending_compaction_bytes",
+		"progressdb_backup_last_success_timestamp_seconds", "progressdb_backup_total", "progressdb_backup_duration_seconds_bucket",
+		"progressdb_backup_bytes",
 	} {
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("no panel shows %s", want)
@@ -291,6 +293,7 @@ func TestAlertRules(t *testing.T) {
 		"ProgressDBRetentionNoRecentSuccess", "ProgressDBRetentionRunsFailing",
 		"ProgressDBRetentionLeaseHeldTooLong", "ProgressDBRetentionEraseFailing",
 		"ProgressDBDown", "ProgressDBHealthzFailing", "ProgressDBDiskFillingUp", "ProgressDBDiskAlmostFull",
+		"ProgressDBBackupNoRecentSuccess",
 	} {
 		if !alerts[want] {
 			t.Errorf("alerts.yml has no %s", want)
