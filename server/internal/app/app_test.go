@@ -328,7 +328,7 @@ func TestServeWritesScheduledBackups(t *testing.T) {
 	backups := filepath.Join(dir, "backups")
 	cfg, err := config.Load([]string{
 		"PROGRESSDB_DB_PATH=" + filepath.Join(dir, "data"),
-		"PROGRESSDB_AUDIT_PATH=" + filepath.Join(dir, "audit"),
+		"PROGRESSDB_RETENTION_AUDIT_PATH=" + filepath.Join(dir, "audit"),
 		"PROGRESSDB_ADDR=" + addr,
 		"PROGRESSDB_BACKUP_PATH=" + backups,
 		"PROGRESSDB_BACKUP_CRON=@every 1s",

@@ -16,7 +16,7 @@ import (
 func TestBackupList(t *testing.T) {
 	dir := t.TempDir()
 	backups := filepath.Join(dir, "backups")
-	h := newHarness(t, "PROGRESSDB_BACKUP_PATH="+backups, "PROGRESSDB_AUDIT_PATH="+filepath.Join(dir, "audit"),
+	h := newHarness(t, "PROGRESSDB_BACKUP_PATH="+backups, "PROGRESSDB_RETENTION_AUDIT_PATH="+filepath.Join(dir, "audit"),
 		"PROGRESSDB_BACKUP_KEEP=7d")
 	h.seedDue()
 	h.mustRun("backup", "create")

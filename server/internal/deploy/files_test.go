@@ -53,7 +53,6 @@ func TestSystemdUnit(t *testing.T) {
 		"ProtectSystem":   "strict",
 		"NoNewPrivileges": "yes",
 		"DynamicUser":     "yes",
-		"StateDirectory":  "progressdb",
 		"ProtectHome":     "yes",
 		"PrivateTmp":      "yes",
 		"KillSignal":      "SIGTERM",
@@ -62,10 +61,26 @@ func TestSystemdUnit(t *testing.T) {
 			t.Errorf("%s=%v, want %s", k, got, want)
 		}
 	}
-	// The database must be in the one directory ProtectSystem=strict
-	// leaves writable.
-	if env := strings.Join(s["Environment"], " "); !strings.Contains(env, "PROGRESSDB_DB_PATH=/var/lib/progressdb") {
-		t.Errorf("Environment %q does not put PROGRESSDB_DB_PATH in the state directory", env)
+	// The database and the backups must be in the directories
+	// ProtectSystem=strict leaves writable, the backups outside the
+	// database's, and the settings must load.
+	env := map[string]string{}
+	var environ []string
+	for _, e := range s["Environment"] {
+		k, v, _ := strings.Cut(e, "=")
+		env[k] = v
+		environ = append(environ, e)
+	}
+	state := strings.Fields(strings.Join(s["StateDirectory"], " "))
+	if len(state) == 0 || state[0] != "progressdb" || env["PROGRESSDB_DB_PATH"] != "/var/lib/progressdb" {
+		t.Errorf("StateDirectory %v, PROGRESSDB_DB_PATH %q: the database must be in the state directory progressdb", state, env["PROGRESSDB_DB_PATH"])
+	}
+	backups, ok := strings.CutPrefix(env["PROGRESSDB_BACKUP_PATH"], "/var/lib/")
+	if !ok || !slices.Contains(state[1:], backups) {
+		t.Errorf("PROGRESSDB_BACKUP_PATH %q is not a state directory of its own (StateDirectory %v)", env["PROGRESSDB_BACKUP_PATH"], state)
+	}
+	if _, err := config.Load(environ); err != nil {
+		t.Errorf("the unit's settings do not load: %v", err)
 	}
 	exec0 := strings.Fields(strings.Join(s["ExecStart"], ""))
 	if len(exec0) != 2 || exec0[1] != "serve" {
@@ -345,6 +360,17 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	if !onClaim {
 		t.Errorf("PROGRESSDB_DB_PATH %q is not the mount of a volumeClaimTemplate", env["PROGRESSDB_DB_PATH"])
+	}
+	// Scheduled backups go to a volume of their own: losing the data
+	// volume must not take them with it.
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		if claims[m.Name] {
+			mounts[m.MountPath] = m.Name
+		}
+	}
+	if b := env["PROGRESSDB_BACKUP_PATH"]; mounts[b] == "" || mounts[b] == mounts[env["PROGRESSDB_DB_PATH"]] {
+		t.Errorf("PROGRESSDB_BACKUP_PATH %q is not the mount of a volumeClaimTemplate other than the database's", b)
 	}
 	port := 0
 	for _, p := range c.Ports {
