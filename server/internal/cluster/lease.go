@@ -33,6 +33,9 @@ type EtcdCoordinator struct {
 	PID    int           // os.Getpid when zero
 	// Now is the holder's clock for its renew deadline (time.Now when nil).
 	Now func() time.Time
+	// Node and URL, when set, name the cluster node that holds the lease
+	// and where it answers, for status.
+	Node, URL string
 }
 
 var (
@@ -47,6 +50,8 @@ type holderValue struct {
 	Host       string    `json:"host"`
 	PID        int       `json:"pid"`
 	AcquiredAt time.Time `json:"acquired_at"`
+	Node       string    `json:"node,omitempty"`
+	URL        string    `json:"url,omitempty"`
 }
 
 func (c EtcdCoordinator) withDefaults() (EtcdCoordinator, error) {
@@ -94,7 +99,8 @@ func (c EtcdCoordinator) Acquire(ctx context.Context) (retention.HeldLease, erro
 	if err != nil {
 		return nil, fmt.Errorf("etcd lease %s: grant: %w", c.Key, err)
 	}
-	val, err := json.Marshal(holderValue{Owner: c.Owner, Host: c.Host, PID: c.PID, AcquiredAt: start.UTC()})
+	val, err := json.Marshal(holderValue{Owner: c.Owner, Host: c.Host, PID: c.PID, AcquiredAt: start.UTC(),
+		Node: c.Node, URL: c.URL})
 	if err != nil {
 		return nil, fmt.Errorf("etcd lease: encode holder: %w", err)
 	}

@@ -24,6 +24,7 @@ type OwnerOptions struct {
 	Client *clientv3.Client
 	Keys   Keys
 	Node   string        // this node's ID
+	URL    string        // where the other nodes reach it (PROGRESSDB_ADVERTISE_URL)
 	Owner  string        // unique per process (lease owner)
 	TTL    time.Duration // ownership lease
 	Logger *slog.Logger  // slog.Default() when nil
@@ -43,8 +44,13 @@ type Owner struct {
 	wake   chan struct{}               // closed and replaced on every change, for Wait
 }
 
-// StartOwner reads the shard map and starts keeping every shard it names
-// this node for. Close stops and releases them.
+// ErrNodeIDInUse refuses to start a node whose ID a live process has
+// registered: two processes with one PROGRESSDB_NODE_ID would both take
+// the node's shards.
+var ErrNodeIDInUse = errors.New("node id registered by a running process")
+
+// StartOwner registers this node, reads the shard map and starts keeping
+// every shard it names this node for. Close stops and releases them.
 func StartOwner(ctx context.Context, o OwnerOptions) (*Owner, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -53,8 +59,19 @@ func StartOwner(ctx context.Context, o OwnerOptions) (*Owner, error) {
 	if err != nil {
 		return nil, err
 	}
+	reg := EtcdCoordinator{Client: o.Client, Key: o.Keys.Node(o.Node), TTL: o.TTL, Owner: o.Owner, Node: o.Node, URL: o.URL}
+	node, err := reg.Acquire(ctx)
+	var held *retention.LeaseHeldError
+	if errors.As(err, &held) {
+		return nil, fmt.Errorf("node %s: %w (%s)", o.Node, ErrNodeIDInUse, held.Error())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("register node %s: %w", o.Node, err)
+	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	w := &Owner{o: o, stop: stop, leases: make(map[int]retention.HeldLease), wake: make(chan struct{})}
+	w.wg.Add(1)
+	go w.register(runCtx, reg, node)
 	for _, n := range m.HeldBy(o.Node) {
 		w.wg.Add(1)
 		go w.keep(runCtx, n)
@@ -63,7 +80,40 @@ func StartOwner(ctx context.Context, o OwnerOptions) (*Owner, error) {
 }
 
 func (w *Owner) coordinator(n int) EtcdCoordinator {
-	return EtcdCoordinator{Client: w.o.Client, Key: w.o.Keys.ShardOwner(n), TTL: w.o.TTL, Owner: w.o.Owner}
+	return EtcdCoordinator{Client: w.o.Client, Key: w.o.Keys.ShardOwner(n), TTL: w.o.TTL, Owner: w.o.Owner,
+		Node: w.o.Node, URL: w.o.URL}
+}
+
+// register keeps the node's registration alive, taking it again after a
+// loss (a partition longer than the TTL), until Close.
+func (w *Owner) register(ctx context.Context, reg EtcdCoordinator, l retention.HeldLease) {
+	defer w.wg.Done()
+	retry := max(w.o.TTL/3, 100*time.Millisecond)
+	for {
+		hbCtx, stopHB := context.WithCancel(ctx)
+		go l.Heartbeat(hbCtx)
+		select {
+		case <-l.Done():
+			w.o.Logger.Warn("cluster_node_registration_lost", "node", w.o.Node, "err", l.Check())
+		case <-ctx.Done():
+		}
+		stopHB()
+		_ = l.Release()
+		for {
+			if ctx.Err() != nil {
+				return
+			}
+			next, err := reg.Acquire(ctx)
+			if err == nil {
+				l = next
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(retry):
+			}
+		}
+	}
 }
 
 // keep holds shard n: acquire, heartbeat until lost, acquire again (a

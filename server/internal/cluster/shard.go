@@ -41,6 +41,10 @@ func (k Keys) ShardCount() string { return "/" + k.Name + "/shards/count" }
 // creation revision is the shard's epoch (EtcdCoordinator).
 func (k Keys) ShardOwner(n int) string { return "/" + k.Name + "/shards/" + strconv.Itoa(n) + "/owner" }
 
+// Node is held, under the node's etcd lease, by the live process of
+// node id: registered while it runs, gone within a TTL once it dies.
+func (k Keys) Node(id string) string { return "/" + k.Name + "/nodes/" + id }
+
 // ErrShardCount refuses a node started with a number of shards other than
 // the one the cluster was created with.
 var ErrShardCount = errors.New("the cluster was created with another number of shards")

@@ -63,7 +63,11 @@ func CreateCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, 
 
 // ReadMap reads the shard map (ErrNoCluster before CreateCluster).
 func ReadMap(ctx context.Context, c *clientv3.Client, k Keys) (Map, error) {
-	resp, err := c.Get(ctx, k.ShardMap())
+	return readMap(ctx, c, k)
+}
+
+func readMap(ctx context.Context, c *clientv3.Client, k Keys, opts ...clientv3.OpOption) (Map, error) {
+	resp, err := c.Get(ctx, k.ShardMap(), opts...)
 	if err != nil {
 		return Map{}, fmt.Errorf("read shard map: %w", err)
 	}
