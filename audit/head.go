@@ -52,7 +52,10 @@ type TrailFile struct {
 // Trail is what After finds: the sealed files that follow the head, in
 // chain order, and what keeps the part after the head from verifying.
 type Trail struct {
-	Files    []TrailFile
+	Files []TrailFile
+	// Unlinked are the sealed files after the head (by start time) that
+	// the chain does not reach; each is also a Problem.
+	Unlinked []TrailFile
 	Problems []Problem
 }
 
@@ -74,14 +77,13 @@ func After(root string, head Head, pub ed25519.PublicKey) (Trail, error) {
 	if err != nil {
 		return tr, err
 	}
-	chain, problems := chainAfter(root, links, head)
+	chain, unlinked, problems := chainAfter(root, links, head)
 	tr.Problems = problems
-	for _, l := range chain {
+	check := func(l *link) TrailFile {
 		tf := TrailFile{Path: l.path, RunID: l.runID}
 		if l.header != nil {
 			tf.Header = *l.header
 		}
-		tr.Files = append(tr.Files, tf)
 		if _, err := verifyFile(l.path, pub); err != nil {
 			var p *Problem
 			if !errors.As(err, &p) {
@@ -89,31 +91,68 @@ func After(root string, head Head, pub ed25519.PublicKey) (Trail, error) {
 			}
 			tr.Problems = append(tr.Problems, *p)
 		}
+		return tf
+	}
+	for _, l := range chain {
+		tr.Files = append(tr.Files, check(l))
+	}
+	for _, l := range unlinked {
+		tr.Unlinked = append(tr.Unlinked, check(l))
 	}
 	return tr, nil
+}
+
+// Step is one sealed file of the chain after a head (Steps).
+type Step struct {
+	Head   Head    // names the file
+	Header *Header // nil when its first line is not a header
+	// Purged is the footer's count of purged items; -1 when the last line
+	// is not a footer.
+	Purged int64
+}
+
+// Steps follows the chain from head and returns the sealed files after it
+// in chain order, reading each file's first and last lines only. whole is
+// false when the part after the head is not whole: the head file is gone
+// or changed, or a sealed file after it is not reached by the chain.
+func Steps(root string, head Head) (steps []Step, whole bool, err error) {
+	links, err := sealedLinks(root)
+	if err != nil {
+		return nil, false, err
+	}
+	chain, _, problems := chainAfter(root, links, head)
+	for _, l := range chain {
+		st := Step{Head: HeadOf(root, l.path, l.runID, l.lastHash), Header: l.header, Purged: -1}
+		if l.footer != nil {
+			st.Purged = l.footer.Purged
+		}
+		steps = append(steps, st)
+	}
+	return steps, len(problems) == 0, nil
 }
 
 // Pending counts the purged records of the sealed files after head, by
 // their footers, passing over the run skip and replays (trigger restore
 // or start: their items were recorded purged before, by the runs they
 // replay). ok is false when the chain from head does not reach every
-// sealed file after it. It reads each file's first and last lines only.
+// sealed file after it, or a footer cannot be read. It reads each file's
+// first and last lines only.
 func Pending(root string, head Head, skip string) (purged int64, ok bool, err error) {
-	links, err := sealedLinks(root)
+	steps, whole, err := Steps(root, head)
 	if err != nil {
 		return 0, false, err
 	}
-	chain, problems := chainAfter(root, links, head)
-	for _, l := range chain {
-		if l.runID == skip || IsReplay(l.header) {
+	for _, st := range steps {
+		if st.Head.RunID == skip || IsReplay(st.Header) {
 			continue
 		}
-		if l.footer == nil {
-			return purged, false, nil
+		if st.Purged < 0 {
+			whole = false
+			continue
 		}
-		purged += l.footer.Purged
+		purged += st.Purged
 	}
-	return purged, len(problems) == 0, nil
+	return purged, whole, nil
 }
 
 // IsReplay reports whether a header is a replay run's.
@@ -122,11 +161,11 @@ func IsReplay(h *Header) bool {
 }
 
 // chainAfter follows prev_file links from head and returns the files
-// after it in chain order, with the problems that keep the part after the
-// head from being whole: a head file that is gone or changed, or a sealed
-// file after the head that the chain does not reach.
-func chainAfter(root string, links []*link, head Head) ([]*link, []Problem) {
-	var problems []Problem
+// after it in chain order, the sealed files after the head (by start
+// time) that the chain does not reach, and the problems that keep the
+// part after the head from being whole: a head file that is gone or
+// changed, or a sealed file after the head that the chain does not reach.
+func chainAfter(root string, links []*link, head Head) (chain, unlinked []*link, problems []Problem) {
 	byHash := make(map[string]*link, len(links))
 	followedBy := make(map[string]*link, len(links))
 	var first *link
@@ -149,8 +188,16 @@ func chainAfter(root string, links []*link, head Head) ([]*link, []Problem) {
 	if !head.IsZero() {
 		start = byHash[head.SHA256]
 		if start == nil {
-			return nil, []Problem{{File: filepath.Join(root, filepath.FromSlash(head.File)),
-				Reason: fmt.Sprintf("%v: no sealed file ends with the footer of run %s (deleted or changed)", ErrHeadNotFound, head.RunID)}}
+			problems = append(problems, Problem{File: filepath.Join(root, filepath.FromSlash(head.File)),
+				Reason: fmt.Sprintf("%v: no sealed file ends with the footer of run %s (deleted or changed)", ErrHeadNotFound, head.RunID)})
+			// What follows the head is known by start time only.
+			headStart, _, _ := ParseName(head.File)
+			for _, l := range links {
+				if l.start.After(headStart) || l.start.Equal(headStart) && l.runID != head.RunID {
+					unlinked = append(unlinked, l)
+				}
+			}
+			return nil, unlinked, problems
 		}
 	}
 	reached := make(map[*link]bool)
@@ -159,7 +206,6 @@ func chainAfter(root string, links []*link, head Head) ([]*link, []Problem) {
 		reached[start] = true
 		next = followedBy[start.lastHash]
 	}
-	var chain []*link
 	for l := next; l != nil && !reached[l]; l = followedBy[l.lastHash] {
 		reached[l] = true
 		chain = append(chain, l)
@@ -171,10 +217,11 @@ func chainAfter(root string, links []*link, head Head) ([]*link, []Problem) {
 		if reached[l] || start != nil && (!start.before(l) || l.prevFile() == nil) {
 			continue
 		}
+		unlinked = append(unlinked, l)
 		problems = append(problems, Problem{File: l.path, Line: 1,
 			Reason: "not linked from the head by prev_file: a file before it was deleted or changed"})
 	}
-	return chain, problems
+	return chain, unlinked, problems
 }
 
 // sealedLinks reads the first and last lines of every sealed file under

@@ -96,6 +96,9 @@ type Header struct {
 	// caught at start), the backup restored, and whether the run went on
 	// over an audit trail that does not verify after the backup's head.
 	// Absent in other runs.
+	// DatabaseID names the database the run purged, so that databases
+	// sharing a trail tell their runs apart; absent in older files.
+	DatabaseID        string `json:"database_id,omitempty"`
 	Trigger           string `json:"trigger,omitempty"`
 	BackupID          string `json:"backup_id,omitempty"`
 	AcceptBrokenAudit bool   `json:"accept_broken_audit,omitempty"`

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -70,6 +72,18 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	// status never reports a dead run as running.
 	if _, err := svc.Recover(ctx); err != nil {
 		logger.Error("retention_recover_failed", "err", err)
+	}
+	// A database copied back by hand lacks the purges its trail records
+	// after its head: they are replayed before the first request.
+	if cfg.Backup.Path != "" && within(cfg.Retention.AuditPath, cfg.DBPath) {
+		logger.Warn("audit_path_inside_db_path", "audit_path", cfg.Retention.AuditPath, "db_path", cfg.DBPath,
+			"why", "a database restored by copying DB_PATH back brings an old audit trail with it, and its purges since are not replayed; set PROGRESSDB_RETENTION_AUDIT_PATH outside DB_PATH (docs/backup.md)")
+	}
+	if res, err := svc.CatchUp(ctx); err != nil {
+		return fmt.Errorf("replay the purges the database lacks (docs/backup.md): %w", err)
+	} else if res != nil {
+		logger.Warn("retention_replayed_at_start", "run_id", res.RunID, "purged", res.Purged, "absent", res.Skipped,
+			"audit_file", res.AuditFile)
 	}
 	// Alerts watch the last success; a restart must not reset it to 0.
 	if at, err := svc.RestoreLastSuccess(); err != nil {
@@ -141,6 +155,16 @@ func NewBackups(st *store.Store, cfg config.Config, svc *retention.Manager, logg
 		Logger:     logger,
 		Metrics:    backup.NewMetrics(reg),
 	})
+}
+
+// within reports whether path is dir or lies under it.
+func within(path, dir string) bool {
+	p, err1 := filepath.Abs(path)
+	d, err2 := filepath.Abs(dir)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return p == d || strings.HasPrefix(p, d+string(filepath.Separator))
 }
 
 // hostname names this machine in leases and audit headers.

@@ -12,7 +12,6 @@ type Metrics struct {
 	Duration    prometheus.Histogram
 	Bytes       prometheus.Gauge // the last successful backup's size
 	LastSuccess prometheus.Gauge
-	Replayed    prometheus.Counter // progressdb_restore_replayed_items_total
 	// Interval is the longest gap between scheduled backups, 0 when none
 	// are scheduled: the alert on missing backups waits two of them.
 	Interval prometheus.Gauge
@@ -34,9 +33,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		LastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "progressdb_backup_last_success_timestamp_seconds", Help: "When the last successful backup finished (Unix time).",
 		}),
-		Replayed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "progressdb_restore_replayed_items_total", Help: "Purges replayed over restored databases.",
-		}),
 		Interval: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "progressdb_backup_interval_seconds",
 			Help: "Longest gap between scheduled backups (PROGRESSDB_BACKUP_CRON); 0 when backups are not scheduled.",
@@ -45,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.Total.WithLabelValues("success")
 	m.Total.WithLabelValues("failed")
 	if reg != nil {
-		reg.MustRegister(m.Total, m.Duration, m.Bytes, m.LastSuccess, m.Replayed, m.Interval)
+		reg.MustRegister(m.Total, m.Duration, m.Bytes, m.LastSuccess, m.Interval)
 	}
 	return m
 }

@@ -68,6 +68,7 @@ func commands() []command {
 		{"backup create", "[--out FILE|-] [--zstd] [--json]", "make an online backup (through the running server when there is one): a Pebble checkpoint and manifest.json in one tar file", env.backupCreate},
 		{"backup list", "[--json]", "the backups in PROGRESSDB_BACKUP_PATH: age, expiry (PROGRESSDB_BACKUP_KEEP), size, and how many purged items each still holds", env.backupList},
 		{"backup verify", "FILE [--public-key F] [--json]", "check a backup: every file's hash, the manifest and its signature, and the database opened on a temporary copy with the store's consistency check", env.backupVerify},
+		{"restore", "FILE --db DIR [--audit DIR] [--accept-broken-audit] [--json]", "restore a backup into an empty folder, then replay every purge the audit trail records after the backup (a restore never brings purged data back)", env.restore},
 		{"export read", "FILE [--item ID]", "print the records of an export file as JSON lines (all, or one item's)", env.exportRead},
 		{"seed", "[--threads N --messages M ...]", "fill a database with realistic data, deletions back-dated, for demos", env.seed},
 		{"version", "[--json]", "print version, commit, Go and Pebble versions", env.version},

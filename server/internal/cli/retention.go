@@ -112,6 +112,22 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 		if serr != nil {
 			return done(runReport{ExitCode: exitFailed, Reason: "error"}, serr.Error())
 		}
+		// A database copied back by hand first gets the purges it lacks
+		// (a dry run changes nothing: it previews the database as it is).
+		if !*dryRun {
+			replayed, cerr := svc.CatchUp(ctx)
+			var held *retention.LeaseHeldError
+			switch {
+			case errors.As(cerr, &held):
+				return done(runReport{ExitCode: exitLeaseHeld, Reason: "lease_held", Holder: &held.Holder},
+					"the database lacks purges of its audit trail and the lease to replay them is held by "+held.Holder.Owner)
+			case cerr != nil:
+				return done(runReport{ExitCode: exitFailed, Reason: "error"}, "replay the purges the database lacks: "+cerr.Error())
+			case replayed != nil:
+				fmt.Fprintf(e.stderr, "progressdb retention run: the database lacked %d purges of its audit trail: replayed by run %s\n",
+					replayed.Purged, replayed.RunID)
+			}
+		}
 		req := retention.RunRequest{DryRun: *dryRun, Trigger: retention.TriggerCLI}
 		if bar != nil {
 			req.Progress = bar.update

@@ -31,6 +31,8 @@ type auditLine struct {
 	DryRun    bool      `json:"dry_run"`
 	Owner     string    `json:"owner"`
 	Epoch     int64     `json:"epoch"`
+	Trigger   string    `json:"trigger"` // replays (spec §10)
+	BackupID  string    `json:"backup_id"`
 
 	ItemType    string     `json:"item_type"` // item
 	ItemID      string     `json:"item_id"`
@@ -41,6 +43,7 @@ type auditLine struct {
 	PurgedAt    *time.Time `json:"purged_at"`
 	Reason      string     `json:"reason"` // item and footer
 	Recovered   bool       `json:"recovered"`
+	Replayed    bool       `json:"replayed"`
 
 	FinishedAt time.Time `json:"finished_at"` // footer
 }

@@ -65,6 +65,8 @@ func (c *claims) take(ctx context.Context, cand candidate) (m store.PurgeMarker,
 	m = store.PurgeMarker{Kind: cand.kind, ID: cand.id, ThreadID: cand.tid, DeletedTS: cand.deletedTS,
 		RunID: c.runID, StartedAt: c.now().UnixNano(), Cause: cand.cause}
 	switch {
+	case cand.replay:
+		m, err = c.st.BeginReplayPurge(ctx, m)
 	case cand.cause != audit.CauseDeleted:
 		err = c.st.BeginPolicyPurge(ctx, m, cand.check)
 	case cand.kind == store.KindThread:
@@ -153,6 +155,9 @@ func (g givenBack) Error() string { return string(g) }
 // changed since an earlier run's claim, wins when the item is no longer
 // due under it.
 func (c *claims) recheck(m store.PurgeMarker, s store.ClaimState) error {
+	if m.Replayed {
+		return nil // the purge happened: the trail says so (replay.go)
+	}
 	if s.LegalHold {
 		return givenBack(reasonLegalHold)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
@@ -29,7 +30,7 @@ func (r *Runner) Hold(ctx context.Context) (audit.Head, func(), error) {
 		case r.slot <- struct{}{}:
 			lease, err := r.coord.Acquire(ctx)
 			if err == nil {
-				head, herr := r.head(ctx)
+				head, _, _, herr := r.settle(ctx)
 				if herr != nil {
 					_ = lease.Release()
 					<-r.slot
@@ -75,6 +76,11 @@ func (r *Runner) head(ctx context.Context) (audit.Head, error) {
 	if err != nil {
 		return audit.Head{}, fmt.Errorf("read the audit trail's head: %w", err)
 	}
+	// Its identity starts here too: the runs of databases sharing the
+	// trail are then told from its own.
+	if _, err := r.st.DatabaseID(ctx, true); err != nil {
+		return audit.Head{}, err
+	}
 	if err := r.st.SetAuditHead(ctx, store.AuditHead(cur)); err != nil {
 		return audit.Head{}, err
 	}
@@ -82,13 +88,11 @@ func (r *Runner) head(ctx context.Context) (audit.Head, error) {
 	return cur, nil
 }
 
-// advanceHead makes a run's sealed file the database's head when the
-// database reflects every purge before it: no file between its head and
-// this run's recorded a purge (dry runs, runs that found nothing due and
-// replays of other copies record none the database lacks), or the run is
-// a completed replay of what it lacked. A run over a database that is
+// advanceHead records a run's sealed file as the database's head when
+// the database reflects every purge before it (settle), or when the run
+// is a completed replay of what it lacked. A run over a database that is
 // behind its trail (copied back by hand and not yet replayed) leaves the
-// head where it is, so the purges it lacks stay due for replay. Dry runs
+// head before the purges it lacks, so they stay due for replay. Dry runs
 // write nothing to the database.
 func (r *Runner) advanceHead(ctx context.Context, runID string, w *audit.Writer, path string, dry, replayed bool) {
 	if dry {
@@ -96,18 +100,10 @@ func (r *Runner) advanceHead(ctx context.Context, runID string, w *audit.Writer,
 	}
 	ctx = context.WithoutCancel(ctx)
 	if !replayed {
-		cur, err := r.head(ctx)
-		if err != nil {
-			r.metrics.countError(stageAudit)
-			r.log.Warn("retention_audit_head_unreadable", "run_id", runID, "err", err)
-			return
+		if _, lacks, whole, err := r.settle(ctx, runID); err != nil || lacks > 0 || !whole {
+			r.log.Warn("retention_audit_head_behind", "run_id", runID, "purges_lacking", lacks, "trail_whole", whole, "err", err)
 		}
-		lacks, whole, err := audit.Pending(r.cfg.AuditPath, cur, runID)
-		if err != nil || !whole || lacks > 0 {
-			r.log.Warn("retention_audit_head_behind", "run_id", runID, "head", cur.RunID, "purges_lacking", lacks,
-				"trail_whole", whole, "err", err)
-			return
-		}
+		return
 	}
 	h := audit.HeadOf(r.cfg.AuditPath, path, runID, w.LastHash())
 	if err := r.st.SetAuditHead(ctx, store.AuditHead(h)); err != nil {
@@ -116,4 +112,69 @@ func (r *Runner) advanceHead(ctx context.Context, runID string, w *audit.Writer,
 		r.metrics.countError(stageAudit)
 		r.log.Warn("retention_audit_head_not_recorded", "run_id", runID, "err", err)
 	}
+}
+
+// settle moves the database's head along the chain of files after it as
+// far as the database lacks nothing: over runs of other databases sharing
+// the trail, runs that purged nothing, replays (their items were recorded
+// purged before them), the last run that began purging this database (its
+// purges are here as far as they went; its markers finish the rest) and
+// the runs in also. It stops at the first file whose purges the database
+// lacks and returns how many purges the files from there on record, and
+// whether the trail after the head is whole.
+func (r *Runner) settle(ctx context.Context, also ...string) (head audit.Head, lacks int64, whole bool, err error) {
+	if head, err = r.head(ctx); err != nil {
+		return head, 0, false, err
+	}
+	dbID, err := r.st.DatabaseID(ctx, false)
+	if err != nil {
+		return head, 0, false, err
+	}
+	started, err := r.st.RunStarted(ctx)
+	if err != nil {
+		return head, 0, false, err
+	}
+	steps, whole, err := audit.Steps(r.cfg.AuditPath, head)
+	if err != nil {
+		return head, 0, false, err
+	}
+	ours := func(runID string) bool { return runID == started || slices.Contains(also, runID) }
+	moved := head
+	behind := false
+	for _, st := range steps {
+		n := lacking(st, dbID)
+		if !behind && (n == 0 || ours(st.Head.RunID)) {
+			moved = st.Head
+			continue
+		}
+		behind = true
+		switch {
+		case ours(st.Head.RunID):
+		case n < 0:
+			lacks++ // unknown: at least one, so that a replay reads it
+		default:
+			lacks += n
+		}
+	}
+	if moved != head {
+		if err := r.st.SetAuditHead(ctx, store.AuditHead(moved)); err != nil {
+			return head, lacks, whole, err
+		}
+		head = moved
+	}
+	return head, lacks, whole, nil
+}
+
+// lacking is how many purges a file records that a database with id dbID
+// lacks if it is behind it: none for replays and other databases' runs;
+// -1 for a file whose footer cannot be read (counted as lacking, unknown).
+func lacking(st audit.Step, dbID string) int64 {
+	h := st.Header
+	switch {
+	case h == nil:
+		return -1
+	case audit.IsReplay(h), h.DatabaseID != "" && dbID != "" && h.DatabaseID != dbID:
+		return 0
+	}
+	return st.Purged
 }

@@ -27,7 +27,8 @@ func footerHash(t *testing.T, path string) string {
 
 // The database's head follows the runs that purge it: a real run moves it
 // to its own file; a dry run writes nothing; a run over a database behind
-// its trail (a purge it lacks) leaves it where it is.
+// its trail (a purge it lacks: the head and last run started set back, as
+// a copy put back by hand has them) leaves it where it is.
 func TestRunsAdvanceTheHead(t *testing.T) {
 	e := newEnv(t)
 	r := e.runner()
@@ -68,9 +69,84 @@ func TestRunsAdvanceTheHead(t *testing.T) {
 	if err := e.st.SetAuditHead(ctx, store.AuditHead(back)); err != nil {
 		t.Fatal(err)
 	}
+	if err := e.st.SetRunStarted(ctx, first.RunID); err != nil {
+		t.Fatal(err)
+	}
 	e.at(31*day + time.Second)
 	e.run(r, RunRequest{Trigger: TriggerCLI})
-	if got := head(); got != first.RunID {
-		t.Fatalf("head %q, want it left at %s: the database lacks run %s's purges", got, first.RunID, third.RunID)
+	// It moves over the runs that purged nothing, up to the one whose
+	// purges the database lacks.
+	if got := head(); got != second.RunID {
+		t.Fatalf("head %q, want it at %s, before run %s whose purges the database lacks", got, second.RunID, third.RunID)
+	}
+}
+
+// A run killed before it recorded itself as the head leaves a database
+// that is not behind: its purges are there as far as they went. The next
+// start settles the head past it and replays nothing.
+func TestKilledRunIsNotLacking(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.thread("a", 1, 1)
+	e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+	e.deleteThread("a")
+	e.at(31 * day)
+	second, _ := e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+	if second.Purged != 1 {
+		t.Fatalf("purged %d", second.Purged)
+	}
+	// As if the run had been killed after its file was sealed, before it
+	// recorded the head: the head is the first run's.
+	steps, _, err := audit.Steps(e.cfg.AuditPath, audit.Head{})
+	if err != nil || len(steps) != 2 {
+		t.Fatalf("steps %v %v", steps, err)
+	}
+	if err := e.st.SetAuditHead(ctx, store.AuditHead(steps[0].Head)); err != nil {
+		t.Fatal(err)
+	}
+	lacks, whole, err := e.runner().Behind(ctx)
+	if err != nil || lacks != 0 || !whole {
+		t.Fatalf("behind %d %v %v, want nothing lacking", lacks, whole, err)
+	}
+	if h, _, _ := e.st.AuditHead(ctx); h.RunID != second.RunID {
+		t.Fatalf("head %q, want it settled on %q", h.RunID, second.RunID)
+	}
+}
+
+// Databases sharing one trail do not take each other's runs for purges
+// they lack.
+func TestSharedTrailOtherDatabase(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+	_, r := e.restored(e.copyDB("copy"))
+	e.thread("b", 1, 1)
+	e.deleteThread("b")
+	e.at(31 * day)
+	if res, _ := e.run(e.runner(), RunRequest{Trigger: TriggerCLI}); res.Purged != 1 {
+		t.Fatalf("purged %d", res.Purged)
+	}
+	// The copy shares the identity (it is a copy): it lacks the purge.
+	if lacks, _, _ := r.Behind(ctx); lacks != 1 {
+		t.Fatalf("a copy lacks %d purges, want 1", lacks)
+	}
+	fresh, err := store.Open(e.dir+"/fresh", store.Options{Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	fr, err := NewRunner(RunnerOptions{Store: fresh, Config: e.cfg, Logger: e.logger, Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.at(31*day + time.Second)
+	if _, err := fr.Run(ctx, RunRequest{Trigger: TriggerCLI}); err != nil {
+		t.Fatal(err)
+	}
+	e.at(31*day + 2*time.Second)
+	e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+	// The first database is not behind the fresh one's run.
+	if lacks, whole, err := e.runner().Behind(ctx); lacks != 0 || !whole || err != nil {
+		t.Fatalf("behind %d %v %v", lacks, whole, err)
 	}
 }

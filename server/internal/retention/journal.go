@@ -58,6 +58,9 @@ func (j *journal) record(it audit.Item) error {
 		cc.Purged++
 		cc.Eligible++
 		j.metrics.ItemsPurged.WithLabelValues(it.ItemType, it.Cause).Inc()
+		if it.Replayed {
+			j.metrics.ReplayedItems.Inc()
+		}
 	case audit.StatusFailed:
 		cc.Failed++
 		cc.Eligible++

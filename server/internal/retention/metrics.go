@@ -53,6 +53,9 @@ type Metrics struct {
 	Enabled       prometheus.Gauge
 	DryRun        prometheus.Gauge
 	EraseDuration prometheus.Histogram
+	// ReplayedItems counts purges repeated over restored databases
+	// (replay.go).
+	ReplayedItems prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg (skipped when
@@ -118,6 +121,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Duration of the erase step at the end of retention runs (flush, compaction of purged ranges, WAL rotation).",
 			Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900},
 		}),
+		ReplayedItems: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "progressdb_restore_replayed_items_total",
+			Help: "Purges the audit trail records, repeated over a restored database (restore, or a copy caught at start).",
+		}),
 	}
 	for _, r := range []string{resultCompleted, resultFailed, resultInterrupted, resultSkippedLease, resultDryRun, resultPaused} {
 		m.Runs.WithLabelValues(r)
@@ -132,7 +139,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Runs, m.ItemsPurged, m.KeysDeleted, m.ExportedItems, m.RunDuration, m.LastSuccess,
-			m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped, m.Enabled, m.DryRun, m.EraseDuration)
+			m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped, m.Enabled, m.DryRun, m.EraseDuration, m.ReplayedItems)
 	}
 	return m
 }

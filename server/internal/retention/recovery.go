@@ -49,6 +49,7 @@ func (rn *run) recoverPending(ctx context.Context) {
 			DeletedAt: unixTime(m.DeletedTS),
 			Cause:     m.Cause, // empty (deleted) for markers written before policies
 			Recovered: true,
+			Replayed:  m.Replayed,
 		}
 		exists, err := r.st.ItemExists(ctx, m.Kind, m.ID)
 		if err != nil {

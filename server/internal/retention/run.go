@@ -83,6 +83,7 @@ type candidate struct {
 	legalHold bool
 	cause     string            // audit.Cause*: why it is a candidate
 	check     store.PolicyCheck // for the policy causes: what the claim re-checks
+	replay    bool              // a purge the audit trail records, repeated (replay.go)
 }
 
 // execute performs the run begun by begin. It always releases the lease.
@@ -118,8 +119,11 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	}
 	rn.policy = policy
 	rn.claims = newClaims(r, rn.id, rn.dry, rn.at, policy)
+	if rn.replaying() {
+		rn.claims.limit = 0 // a replay is whole or it did not happen
+	}
 	info := rn.lease.info()
-	w, err := audit.CreateWith(r.cfg.AuditPath, rn.id, audit.Header{
+	header := audit.Header{
 		StartedAt:       rn.at,
 		DryRun:          rn.dry,
 		Period:          config.FormatDuration(r.cfg.Period),
@@ -135,13 +139,45 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 		MaxMessages:     r.cfg.MaxMessages,
 		PolicyOverrides: overrides,
 		Shard:           r.shard,
-	}, r.auditOpts)
+	}
+	for _, src := range rn.sources {
+		if n, ok := src.(headerNoter); ok {
+			n.note(&header)
+		}
+	}
+	// The header names the database, so that databases sharing the trail
+	// tell their runs apart (head.go). A database without an identity gets
+	// one with its first purging run, recorded after the header (nothing
+	// changes before the header is durable); a dry run writes nothing.
+	if header.DatabaseID, err = r.st.DatabaseID(ctx, false); err != nil {
+		return rn.failedToStart(res, stageAudit, "read database id", err)
+	}
+	newID := header.DatabaseID == "" && !rn.dry && !rn.replaying()
+	if newID {
+		header.DatabaseID = store.NewDatabaseID()
+	}
+	w, err := audit.CreateWith(r.cfg.AuditPath, rn.id, header, r.auditOpts)
 	if err != nil {
 		// Fail closed: without a durable header nothing is deleted.
 		return rn.failedToStart(res, stageAudit, "create audit file", err)
 	}
 	rn.journal.w = w
-	if r.cfg.ExportPath != "" && !rn.dry {
+	if !rn.dry {
+		// Before any delete: this run's purges are in the database as far
+		// as they go, whether or not it lives to record its file as the
+		// head (settle).
+		err := r.st.SetRunStarted(ctx, rn.id)
+		if err == nil && newID {
+			err = r.st.SetDatabaseID(ctx, header.DatabaseID)
+		}
+		if err != nil {
+			rn.setStop(&stopCause{status: audit.RunFailed, reason: "record run start: " + err.Error(), err: err})
+			return rn.finish(ctx, res)
+		}
+	}
+	// A replay exports nothing: the first purge exported the item, and a
+	// second copy of purged content is what a restore must not make.
+	if r.cfg.ExportPath != "" && !rn.dry && !rn.replaying() {
 		// The file is made with the first record: a run that purges
 		// nothing leaves none.
 		if err := rn.del.openExport(rn.id, rn.at); err != nil {
@@ -483,7 +519,7 @@ func (rn *run) checkpoint(ctx context.Context) error {
 	if err := rn.lease.check(); err != nil {
 		return err
 	}
-	if !rn.dry {
+	if !rn.dry && !rn.replaying() {
 		if paused, err := rn.r.paused(ctx); paused {
 			if err != nil {
 				return fmt.Errorf("%w: %w", ErrPaused, err)
@@ -721,7 +757,7 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 			runErr = fmt.Errorf("retention run %s: close audit file: %w", rn.id, err)
 		}
 	} else {
-		r.advanceHead(ctx, rn.id, rn.journal.w, path, rn.dry, false)
+		r.advanceHead(ctx, rn.id, rn.journal.w, path, rn.dry, rn.replaying() && status == audit.RunCompleted)
 	}
 
 	res.FinishedAt = wire.At(finished)
@@ -774,6 +810,7 @@ func (c candidate) item(status, reason string) audit.Item {
 		Status:    status,
 		Cause:     c.cause,
 		Reason:    reason,
+		Replayed:  c.replay,
 	}
 }
 

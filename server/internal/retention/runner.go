@@ -233,13 +233,16 @@ func (r *Runner) Run(ctx context.Context, req RunRequest) (Result, error) {
 // it takes this process's run slot and the lease, and starts the
 // heartbeat. On success the caller must call execute, which releases both.
 func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error) {
-	dry := req.DryRun || r.cfg.DryRun
+	replay := isReplay(req.Trigger)
+	dry := (req.DryRun || r.cfg.DryRun) && !replay
 	// Enabled is the scheduler's switch: runs asked for by hand (admin
-	// API, command line) do not need it.
+	// API, command line) and replays do not need it.
 	if !dry && !r.cfg.Enabled && scheduled(req.Trigger) {
 		return nil, Result{}, ErrDisabled
 	}
-	if !dry {
+	// A replay repeats purges that happened: neither the pause nor DRY_RUN
+	// holds it back (replay.go).
+	if !dry && !replay {
 		// A paused run is skipped before it takes anything: no lease, no
 		// audit file. Dry runs still work while paused.
 		paused, err := r.paused(ctx)
@@ -295,7 +298,7 @@ func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error
 		trigger: req.Trigger,
 		dry:     dry,
 		lease:   lease,
-		sources: policySources(),
+		sources: sourcesFor(req),
 		meter:   newMeter(req.Progress),
 	}
 	rn.release = func() {

@@ -25,10 +25,13 @@ func (e errorString) Error() string { return string(e) }
 // RunRequest asks for one run.
 type RunRequest struct {
 	DryRun  bool   // forces a dry run; a configured DRY_RUN forces it too
-	Trigger string // "schedule", "startup", "admin", "cli"
+	Trigger string // "schedule", "startup", "admin", "cli"; "restore" and "start" replay (replay.go)
 	// Progress, when set, is called from the run's goroutine with how far
 	// it has come, a few times a second at most (a progress bar).
 	Progress func(Progress)
+	// Replay tunes a replay run (trigger restore or start); ignored by
+	// other runs.
+	Replay ReplayOptions
 }
 
 // Progress is how far a run has come. Done and Due count the index

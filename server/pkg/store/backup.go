@@ -3,6 +3,8 @@ package store
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,9 +22,29 @@ import (
 // the audit trail it still lacks.
 const auditHeadKey = "sys:audit:head"
 
+// databaseIDKey holds the database's identity: made once, carried by its
+// backups and copies. Audit headers name it, so that the runs of other
+// databases sharing an audit trail are told from this one's.
+const databaseIDKey = "sys:db:id"
+
+// runStartedKey holds the ID of the last run that began purging this
+// database: its purges are in the database as far as they went (a run
+// killed part way leaves markers the next run finishes), even when the
+// run never recorded itself as the head.
+const runStartedKey = "sys:audit:started"
+
 // checkpointPrefix names the staging folders of backups inside the
 // database folder: on the same file system, so tables are hard-linked.
 const checkpointPrefix = ".backup-checkpoint-"
+
+// RestoreMarker is a file a restore writes into the database folder
+// before it unpacks anything and removes once every file is in place and
+// synced: a folder that still holds it is a restore cut short, which
+// Open refuses rather than take for a database.
+const RestoreMarker = ".progressdb-restore-unfinished"
+
+// ErrRestoreUnfinished: the folder holds a restore cut short.
+var ErrRestoreUnfinished = errors.New("an unfinished restore: remove the folder and restore again")
 
 // AuditHead names an audit file: its run, its path under the audit root
 // and the hex SHA-256 of its footer line (what the next file's prev_file
@@ -68,6 +90,77 @@ func (s *Store) SetAuditHead(ctx context.Context, h AuditHead) error {
 	}
 	if err := s.set(ctx, []byte(auditHeadKey), v, pebble.Sync); err != nil {
 		return fmt.Errorf("record audit head: %w", err)
+	}
+	return nil
+}
+
+// NewDatabaseID returns a new identity for SetDatabaseID.
+func NewDatabaseID() string { return newDatabaseID() }
+
+// SetDatabaseID records the database's identity when it has none yet.
+// Not synced on its own (see SetRunStarted).
+func (s *Store) SetDatabaseID(ctx context.Context, id string) error {
+	cur, err := s.DatabaseID(ctx, false)
+	if err != nil || cur != "" {
+		return err
+	}
+	if err := s.db.Set([]byte(databaseIDKey), []byte(id), pebble.NoSync); err != nil {
+		return fmt.Errorf("record database id: %w", err)
+	}
+	return nil
+}
+
+// DatabaseID returns the database's identity; when it has none (a
+// database written before identities existed) it makes one if create is
+// set, else returns "".
+func (s *Store) DatabaseID(ctx context.Context, create bool) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	v, err := s.get([]byte(databaseIDKey))
+	switch {
+	case err == nil:
+		return string(v), nil
+	case !errors.Is(err, ErrNotFound):
+		return "", err
+	case !create:
+		return "", nil
+	}
+	id := newDatabaseID()
+	if err := s.db.Set([]byte(databaseIDKey), []byte(id), pebble.Sync); err != nil {
+		return "", fmt.Errorf("record database id: %w", err)
+	}
+	return id, nil
+}
+
+func newDatabaseID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// RunStarted returns the ID of the last run that began purging the
+// database ("" when none did).
+func (s *Store) RunStarted(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	v, err := s.get([]byte(runStartedKey))
+	if errors.Is(err, ErrNotFound) {
+		return "", nil
+	}
+	return string(v), err
+}
+
+// SetRunStarted records that run id begins purging. Not synced on its
+// own: the purge's deletes follow it in the log, so none survives a crash
+// without it.
+func (s *Store) SetRunStarted(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.db.Set([]byte(runStartedKey), []byte(id), pebble.NoSync); err != nil {
+		return fmt.Errorf("record run start: %w", err)
 	}
 	return nil
 }
@@ -118,6 +211,63 @@ func removeStaleCheckpoints(path string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// BeginReplayPurge claims an item whose purge the audit trail records, on
+// a database restored from before it (spec §10): the purge happened, so
+// the item goes whatever its state here. A live item is first soft-deleted
+// through the ordinary delete, which keeps every index right, so that the
+// purge primitives find it as they find any deleted item; then the marker
+// is written, Replayed set, DeletedTS as stored. An item that is gone
+// answers ErrNotFound. Repeating it after a crash is harmless.
+func (s *Store) BeginReplayPurge(ctx context.Context, m PurgeMarker) (PurgeMarker, error) {
+	if err := checkKind(m.Kind); err != nil {
+		return m, err
+	}
+	if m.Kind == KindThread {
+		m.ThreadID = m.ID
+	}
+	if err := validateIDs(m.ID, m.ThreadID); err != nil {
+		return m, err
+	}
+	m.Replayed = true
+	var err error
+	if m.Kind == KindThread {
+		var t Thread
+		t, err = s.DeleteThread(ctx, m.ID)
+		m.DeletedTS = t.DeletedTS
+	} else {
+		var msg Message
+		msg, err = s.DeleteMessage(ctx, m.ThreadID, m.ID)
+		m.DeletedTS = msg.DeletedTS
+	}
+	if errors.Is(err, ErrNotFound) {
+		// Its record is gone but keys may be left (a purge cut short
+		// before this backup): the purge finishes what is there.
+		exists, xerr := s.ItemExists(ctx, m.Kind, m.ID)
+		if xerr != nil {
+			return m, xerr
+		}
+		if exists {
+			err = nil
+		}
+	}
+	if err != nil {
+		return m, fmt.Errorf("replay purge of %s %s: %w", m.Kind, m.ID, err)
+	}
+	defer s.locks.lock(m.ThreadID)()
+	if m.StartedAt == 0 {
+		m.StartedAt = s.now().UnixNano()
+	}
+	v, err := encode(m)
+	if err != nil {
+		return m, err
+	}
+	// Not synced on its own, as BeginPurge: the deletes follow it in the log.
+	if err := s.db.Set(purgeKey(m.Kind, m.ID), v, pebble.NoSync); err != nil {
+		return m, fmt.Errorf("replay purge of %s %s: %w", m.Kind, m.ID, err)
+	}
+	return m, nil
 }
 
 // DirStats is what Inspect finds in a database folder.

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -58,6 +59,9 @@ func Open(path string, opts Options) (*Store, error) {
 		now = time.Now
 	}
 	fatal := &fatalHandler{fn: opts.Fatal, log: opts.Logger}
+	if _, err := os.Lstat(filepath.Join(path, RestoreMarker)); err == nil {
+		return nil, fmt.Errorf("open store %q: %w", path, ErrRestoreUnfinished)
+	}
 	if opts.MustExist {
 		if err := mustExist(path); err != nil {
 			return nil, err

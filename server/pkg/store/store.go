@@ -111,6 +111,10 @@ type PurgeMarker struct {
 	// Confirmed is set once the claim was re-checked under the thread's
 	// lock and the item's deletes may begin (ConfirmPurge, claims.go).
 	Confirmed bool `json:"confirmed,omitempty"`
+	// Replayed marks the claim of a purge repeated on a restored database
+	// (BeginReplayPurge): the audit trail recorded it, so no hold or
+	// override gives it back.
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 // StampMarker is written in the same synced batch as a stamp (the start of

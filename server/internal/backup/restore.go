@@ -1,0 +1,90 @@
+package backup
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// ErrNotEmpty: a restore's database folder exists and holds something.
+var ErrNotEmpty = errors.New("the database folder is not empty")
+
+// CheckEmpty returns nil when dir is absent or an empty folder, and an
+// error wrapping ErrNotEmpty otherwise. It changes nothing.
+func CheckEmpty(dir string) error {
+	info, err := os.Stat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !info.IsDir() {
+		return fmt.Errorf("%s: %w (it is a file)", dir, ErrNotEmpty)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if names, err := f.Readdirnames(1); len(names) > 0 {
+		return fmt.Errorf("%s: %w", dir, ErrNotEmpty)
+	} else if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// Extract verifies the backup at path while it unpacks it into dir, which
+// must be absent or empty (ErrNotEmpty, nothing touched). Until every file
+// is in place and synced, dir holds store.RestoreMarker, so a restore cut
+// short is never opened as a database. A backup that does not verify
+// leaves dir as it found it; the report names what failed.
+func Extract(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Report, error) {
+	if err := CheckEmpty(dir); err != nil {
+		return Report{File: path}, err
+	}
+	created := false
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return Report{File: path}, fmt.Errorf("backup: %w", err)
+		}
+		created = true
+	}
+	undo := func() {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+		if created {
+			_ = os.Remove(dir)
+		}
+	}
+	marker := filepath.Join(dir, store.RestoreMarker)
+	if err := os.WriteFile(marker, []byte("restore of "+path+" under way\n"), 0o600); err != nil {
+		undo()
+		return Report{File: path}, fmt.Errorf("backup: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		undo()
+		return Report{File: path}, err
+	}
+	rep, err := Unpack(ctx, path, dir, pub)
+	if err != nil || !rep.Valid {
+		undo()
+		return rep, err
+	}
+	if err := syncDir(dir); err != nil {
+		return rep, err
+	}
+	if err := os.Remove(marker); err != nil {
+		return rep, fmt.Errorf("backup: %w", err)
+	}
+	return rep, syncDir(dir)
+}

@@ -1,0 +1,262 @@
+package retention
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// A restored database (from a backup, or copied back by hand) lacks the
+// purges the audit trail records after its head (head.go). A replay run
+// repeats them, every cause alike, through the one purge pipeline: the
+// replay source hands each recorded item to the same claim, confirmation,
+// batches, markers, audit records and erase as any other source. Its
+// file's header says trigger "restore" or "start"; each item is recorded
+// purged with replayed: true, or skipped with reason "absent" when the
+// database never held it or no longer does (spec §10).
+
+// ReplayOptions tune a replay run (RunRequest.Replay).
+type ReplayOptions struct {
+	// BackupID names the backup restored (header backup_id).
+	BackupID string
+	// AcceptBrokenAudit replays what the trail after the head still shows
+	// when it does not verify (a file missing, a broken chain, a bad
+	// signature), instead of replaying nothing and failing. Recorded in
+	// the header.
+	AcceptBrokenAudit bool
+	// PublicKey, when set, requires every file after the head to carry a
+	// valid footer signature.
+	PublicKey ed25519.PublicKey
+}
+
+// ErrBrokenTrail: the audit trail after the database's head does not
+// verify, so what the database lacks is not known; nothing was replayed.
+var ErrBrokenTrail = errors.New("the audit trail after the database's head does not verify")
+
+// causeReplay names the replay source in progress and logs; every item
+// keeps the cause its first purge recorded.
+const causeReplay = "replay"
+
+// isReplay reports whether a run's trigger makes it a replay.
+func isReplay(trigger string) bool {
+	return trigger == audit.TriggerRestore || trigger == audit.TriggerStart
+}
+
+// replaying reports whether this run is a replay.
+func (rn *run) replaying() bool { return isReplay(rn.trigger) }
+
+// sourcesFor chooses a run's sources by its trigger.
+func sourcesFor(req RunRequest) []source {
+	if isReplay(req.Trigger) {
+		return []source{&replaySource{trigger: req.Trigger, opts: req.Replay}}
+	}
+	return policySources()
+}
+
+// headerNoter is a source that adds to the run's audit header.
+type headerNoter interface{ note(h *audit.Header) }
+
+var (
+	_ source      = (*replaySource)(nil)
+	_ headerNoter = (*replaySource)(nil)
+)
+
+// replaySource lists the items the trail records purged after the
+// database's head, in the trail's order, each once. Replays of other
+// copies are passed over: their items were recorded purged before them.
+type replaySource struct {
+	trigger string
+	opts    ReplayOptions
+
+	loaded bool
+	err    error
+	items  []audit.Item
+}
+
+func (*replaySource) cause() string { return causeReplay }
+
+func (s *replaySource) note(h *audit.Header) {
+	h.Trigger = s.trigger
+	h.BackupID = s.opts.BackupID
+	h.AcceptBrokenAudit = s.opts.AcceptBrokenAudit
+}
+
+// load reads the trail after the head, once; the run holds the lease.
+func (s *replaySource) load(ctx context.Context, rn *run) error {
+	if s.loaded {
+		return s.err
+	}
+	s.loaded = true
+	head, _, _, err := rn.r.settle(ctx)
+	if err != nil {
+		s.err = fmt.Errorf("read the database's audit head: %w", err)
+		return s.err
+	}
+	dbID, err := rn.r.st.DatabaseID(ctx, false)
+	if err != nil {
+		s.err = err
+		return s.err
+	}
+	tr, err := audit.After(rn.r.cfg.AuditPath, head, s.opts.PublicKey)
+	if err != nil {
+		s.err = fmt.Errorf("read the audit trail: %w", err)
+		return s.err
+	}
+	for _, p := range tr.Problems {
+		rn.r.log.Error("retention_replay_trail_broken", "run_id", rn.id, "file", p.File, "line", p.Line,
+			"reason", p.Reason, "accepted", s.opts.AcceptBrokenAudit)
+	}
+	if len(tr.Problems) > 0 && !s.opts.AcceptBrokenAudit {
+		s.err = &BrokenTrailError{Problems: tr.Problems}
+		return s.err
+	}
+	seen := make(map[audit.ItemKey]bool)
+	// Accepted, a broken trail is replayed as far as it can be read: the
+	// files the chain reaches, then those after the head it does not.
+	for _, f := range append(tr.Files, tr.Unlinked...) {
+		if audit.IsReplay(&f.Header) || f.RunID == rn.id ||
+			f.Header.DatabaseID != "" && dbID != "" && f.Header.DatabaseID != dbID {
+			continue // a replay, or another database's run
+		}
+		err := audit.Purged(f.Path, func(it audit.Item) error {
+			k := audit.ItemKey{Type: it.ItemType, ID: it.ItemID}
+			if !seen[k] {
+				seen[k] = true
+				s.items = append(s.items, it)
+			}
+			return nil
+		})
+		if err != nil {
+			s.err = fmt.Errorf("read %s: %w", f.Path, err)
+			return s.err
+		}
+	}
+	rn.r.log.Info("retention_replay_loaded", "run_id", rn.id, "head", head.RunID, "files", len(tr.Files),
+		"items", len(s.items))
+	return nil
+}
+
+func (s *replaySource) count(ctx context.Context, rn *run) (int64, error) {
+	if err := s.load(ctx, rn); err != nil {
+		return 0, err
+	}
+	return int64(len(s.items)), nil
+}
+
+func (s *replaySource) scan(ctx context.Context, rn *run) error {
+	if err := s.load(ctx, rn); err != nil {
+		return err
+	}
+	for _, it := range s.items {
+		if rn.done() {
+			return nil
+		}
+		rn.replay(ctx, it)
+		_ = rn.looked()
+	}
+	return nil
+}
+
+// replay repeats the purge of one item the trail records.
+func (rn *run) replay(ctx context.Context, it audit.Item) {
+	if err := ctx.Err(); err != nil {
+		rn.halt(err)
+		return
+	}
+	kind := store.ItemKind(it.ItemType)
+	c := candidate{kind: kind, id: it.ItemID, tid: it.ThreadID, cause: it.Cause, replay: true}
+	if c.cause == "" {
+		c.cause = audit.CauseDeleted // recorded before causes existed
+	}
+	if !it.DeletedAt.IsZero() {
+		c.deletedTS = it.DeletedAt.UnixNano()
+	}
+	exists, err := rn.r.st.ItemExists(ctx, kind, it.ItemID)
+	if err != nil {
+		rn.fail(ctx, stageScan, "read "+it.ItemType, err)
+		return
+	}
+	rn.journal.scanned++
+	if !exists {
+		absent := c.item(audit.StatusSkipped, audit.ReasonAbsent)
+		absent.Replayed = false
+		rn.record(absent)
+		return
+	}
+	rn.take(ctx, c)
+}
+
+// BrokenTrailError lists why the trail after the head does not verify.
+type BrokenTrailError struct{ Problems []audit.Problem }
+
+func (e *BrokenTrailError) Error() string {
+	var b strings.Builder
+	b.WriteString(ErrBrokenTrail.Error())
+	for i, p := range e.Problems {
+		if i == 3 {
+			fmt.Fprintf(&b, "; and %d more", len(e.Problems)-i)
+			break
+		}
+		b.WriteString("; ")
+		b.WriteString(p.Error())
+	}
+	return b.String()
+}
+
+func (e *BrokenTrailError) Unwrap() error { return ErrBrokenTrail }
+
+// Behind reports how many purges the trail records after the database's
+// head, replays of other copies aside, and whether the trail after the
+// head is whole. It reads without the lease, so a server start never
+// waits for a run elsewhere: the database is this process's alone.
+func (r *Runner) Behind(ctx context.Context) (lacks int64, whole bool, err error) {
+	cur, err := audit.CurrentHead(r.cfg.AuditPath)
+	switch {
+	case err != nil:
+		return 0, false, fmt.Errorf("%w: %w", errTrailUnreadable, err)
+	case cur.IsZero():
+		return 0, true, nil // no sealed file: nothing recorded to lack
+	}
+	_, lacks, whole, err = r.settle(ctx)
+	return lacks, whole, err
+}
+
+// errTrailUnreadable: the audit folder cannot be listed at all.
+var errTrailUnreadable = errors.New("audit folder unreadable")
+
+// CatchUp replays what the database lacks before the server answers its
+// first request, or a retention run purges (trigger "start"): a database
+// copied back by hand is behind its trail. It does nothing when the
+// database is not behind. A replay that cannot complete is an error: the
+// database would serve purged content.
+func (m *Manager) CatchUp(ctx context.Context) (*Result, error) {
+	lacks, whole, err := m.runner.Behind(ctx)
+	if errors.Is(err, errTrailUnreadable) {
+		// Not a trail that says anything: the server starts as it always
+		// did, and every run reports the folder (fail closed, nothing
+		// deleted without a durable audit header).
+		m.log.Error("retention_replay_check_failed", "err", err)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the audit trail after the database's head: %w", err)
+	}
+	if lacks == 0 && whole {
+		return nil, nil
+	}
+	m.log.Warn("retention_database_behind_trail", "purges_lacking", lacks, "trail_whole", whole,
+		"action", "replaying them before serving")
+	res, err := m.Run(ctx, RunRequest{Trigger: audit.TriggerStart})
+	if err != nil {
+		return &res, err
+	}
+	if res.Status != audit.RunCompleted {
+		return &res, fmt.Errorf("replay run %s ended %s: %s", res.RunID, res.Status, res.Error)
+	}
+	return &res, nil
+}
