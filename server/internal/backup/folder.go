@@ -18,12 +18,14 @@ import (
 
 // backupName matches the names FileName gives (.zst added for a stream
 // received compressed): the time and the ID, which the manifest must
-// repeat before a file counts as a backup of ours.
-var backupName = regexp.MustCompile(`^progressdb-backup-([0-9]{8}T[0-9]{6}Z)-([0-9a-f]{12})\.tar(\.zst)?$`)
+// repeat before a file counts as a backup of ours. "incoming" is the name
+// backup create gives a streamed backup until it has read its ID: a
+// process killed before the final rename leaves a whole backup under it.
+var backupName = regexp.MustCompile(`^progressdb-backup-(?:[0-9]{8}T[0-9]{6}Z-([0-9a-f]{12})|incoming)\.tar(\.zst)?$`)
 
 // tempName matches what writeAtomic leaves when the process is killed
 // while it writes a backup: a partial archive that can hold purged content.
-var tempName = regexp.MustCompile(`^\.progressdb-backup-[0-9]{8}T[0-9]{6}Z-[0-9a-f]{12}\.tar(\.zst)?\.tmp-[0-9]+$`)
+var tempName = regexp.MustCompile(`^\.progressdb-backup-(?:[0-9]{8}T[0-9]{6}Z-[0-9a-f]{12}|incoming)\.tar(\.zst)?\.tmp-[0-9]+$`)
 
 // Held is one backup found in a backup folder.
 type Held struct {
@@ -84,7 +86,7 @@ func Scan(dir string) (held []Held, skipped map[string]error, err error) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		h, err := readHeld(path, m[2])
+		h, err := readHeld(path, m[1]) // "" for incoming
 		if err != nil {
 			skipped[path] = err
 			continue
@@ -109,7 +111,7 @@ func readHeld(path, id string) (Held, error) {
 	if err != nil {
 		return Held{}, err
 	}
-	if m.BackupID != id {
+	if id != "" && m.BackupID != id {
 		return Held{}, fmt.Errorf("%w: %s: the manifest names backup %q", ErrInvalid, path, m.BackupID)
 	}
 	return Held{Path: path, Size: info.Size(), ModTime: info.ModTime(), Manifest: m}, nil

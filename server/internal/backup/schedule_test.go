@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"log/slog"
@@ -144,7 +145,17 @@ func TestExpireDeletesOnlyOldBackups(t *testing.T) {
 		t.Fatal(err)
 	}
 	foreign = append(foreign, linked, outside, folder)
+	// A compressed backup, as a stream received by backup create, and one
+	// left under the name it is received under by a killed backup create.
+	var zst bytes.Buffer
+	zm, err := w.creator.write(context.Background(), &zst, true, newID(), now.Add(-40*day))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldZst := write(FileName(zm.CreatedAt, zm.BackupID)+".zst", zst.Bytes())
+	incoming := write("progressdb-backup-incoming.tar", oldData)
 	stale := write(".progressdb-backup-20200101T000000Z-111111111111.tar.zst.tmp-123", []byte("partial"))
+	staleIncoming := write(".progressdb-backup-incoming.tar.tmp-77", []byte("partial"))
 	writing := filepath.Join(dir, ".progressdb-backup-20260101T000000Z-222222222222.tar.tmp-456")
 	if err := os.WriteFile(writing, []byte("partial"), 0o600); err != nil {
 		t.Fatal(err)
@@ -159,15 +170,16 @@ func TestExpireDeletesOnlyOldBackups(t *testing.T) {
 		deleted = append(deleted, h.Path)
 	}
 	slices.Sort(deleted)
-	want := []string{old, older}
+	want := []string{old, older, oldZst, incoming}
 	slices.Sort(want)
 	if !slices.Equal(deleted, want) {
 		t.Errorf("deleted %v, want %v", deleted, want)
 	}
-	if !slices.Equal(got.Partial, []string{stale}) {
-		t.Errorf("partial archives removed %v, want %v", got.Partial, []string{stale})
+	slices.Sort(got.Partial)
+	if partial := []string{stale, staleIncoming}; !slices.Equal(got.Partial, partial) {
+		t.Errorf("partial archives removed %v, want %v", got.Partial, partial)
 	}
-	for _, p := range append(want, stale) {
+	for _, p := range append(want, stale, staleIncoming) {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s still there: %v", p, err)
 		}
