@@ -200,4 +200,5 @@ var scenarios = []scenario{
 	{"B7", "retention policies", runB7},
 	{"B8", "export before purge", runB8},
 	{"B9", "HTTP write throughput and thread listing", runB9},
+	{"B10", "backup and restore with purge replay", runB10},
 }
