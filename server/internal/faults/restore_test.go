@@ -333,3 +333,56 @@ func TestFaultRestoreKilledMidReplay(t *testing.T) {
 		t.Fatalf("audit verify: %d\n%s", p.code, p.output())
 	}
 }
+
+// A trail that does not verify after the backup's head (a file deleted)
+// makes restore replay nothing and exit 1; --accept-broken-audit replays
+// what the trail still shows and says so in the replay's header.
+func TestFaultRestoreBrokenTrail(t *testing.T) {
+	s := newSite(t.TempDir())
+	fx := buildRestoreFixture(t, s.db, 2)
+	env := policyEnv(s)
+	archive := filepath.Join(s.dir, "b.tar")
+	if p := runCLI(t, env, "backup", "create", "--out", archive); p.code != 0 {
+		t.Fatalf("backup create: %d\n%s", p.code, p.output())
+	}
+	first, res := runRetention(t, env)
+	if first.code != 0 || res == nil || res.Purged == 0 {
+		t.Fatalf("retention run: %d %+v\n%s", first.code, res, first.output())
+	}
+	// A second run (nothing due) follows the first; then the first's file
+	// goes missing, which breaks the chain after the backup's head.
+	if p, _ := runRetention(t, env); p.code != 0 {
+		t.Fatalf("second run: %d\n%s", p.code, p.output())
+	}
+	must(t, os.Remove(res.AuditFile))
+
+	restored := filepath.Join(s.dir, "restored")
+	p := runCLI(t, env, "restore", archive, "--db", restored)
+	if p.code != 1 || !strings.Contains(p.stderr.String(), "does not verify") {
+		t.Fatalf("restore over a broken trail: %d, want 1 naming the trail\n%s", p.code, p.output())
+	}
+	st := openStore(t, restored)
+	for _, tid := range fx.threads {
+		if ok, _ := st.ItemExists(context.Background(), store.KindThread, tid); !ok {
+			t.Fatalf("thread %s replayed although the trail does not verify", tid)
+		}
+	}
+	st.Close()
+
+	again := filepath.Join(s.dir, "again")
+	p = runCLI(t, env, "restore", archive, "--db", again, "--accept-broken-audit", "--json")
+	if p.code != 0 {
+		t.Fatalf("restore --accept-broken-audit: %d\n%s", p.code, p.output())
+	}
+	var rep struct {
+		Replay struct {
+			AuditFile string `json:"audit_file"`
+		} `json:"replay"`
+	}
+	must(t, json.Unmarshal([]byte(p.stdout.String()), &rep))
+	data, err := os.ReadFile(rep.Replay.AuditFile)
+	must(t, err)
+	if !strings.Contains(string(data), `"accept_broken_audit":true`) {
+		t.Fatalf("the replay's header does not record the accepted broken trail:\n%s", data)
+	}
+}
