@@ -11,6 +11,13 @@ import (
 
 // retentionStatus answers GET /admin/retention.
 func (s *server) retentionStatus(w http.ResponseWriter, r *http.Request) error {
+	if s.cluster != nil {
+		st, err := s.cluster.RetentionStatus(r)
+		if err != nil {
+			return err
+		}
+		return s.writeJSON(w, r, http.StatusOK, st)
+	}
 	if s.retention == nil {
 		return errNoRetention
 	}
@@ -25,7 +32,7 @@ func (s *server) retentionStatus(w http.ResponseWriter, r *http.Request) error {
 // waits for the run and answers its result; ?wait=false starts it in the
 // background and answers the run ID.
 func (s *server) retentionRun(w http.ResponseWriter, r *http.Request) error {
-	if s.retention == nil {
+	if s.retention == nil && s.cluster == nil {
 		return errNoRetention
 	}
 	var req struct {
@@ -39,6 +46,13 @@ func (s *server) retentionRun(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	run := retention.RunRequest{DryRun: req.DryRun, Trigger: "admin"}
+	if s.cluster != nil {
+		status, body, err := s.cluster.RetentionRun(r, run, wait)
+		if err != nil {
+			return err
+		}
+		return s.writeJSON(w, r, status, body)
+	}
 
 	if !wait {
 		id, err := s.retention.Start(r.Context(), run)
@@ -80,7 +94,7 @@ func (s *server) setLegalHold(w http.ResponseWriter, r *http.Request) error {
 	if req.LegalHold == nil {
 		return badRequest("legal_hold is required")
 	}
-	t, err := s.store.SetLegalHold(r.Context(), tid, *req.LegalHold)
+	t, err := s.st(r).SetLegalHold(r.Context(), tid, *req.LegalHold)
 	if err != nil {
 		return err
 	}
@@ -116,14 +130,14 @@ func (s *server) setRetentionPause(w http.ResponseWriter, r *http.Request) error
 
 // threadPolicy answers GET /admin/threads/{tid}/retention.
 func (s *server) threadPolicy(w http.ResponseWriter, r *http.Request) error {
-	if s.retention == nil {
+	if s.ret(r) == nil {
 		return errNoRetention
 	}
 	tid, err := pathID(r, "tid", "thread id")
 	if err != nil {
 		return err
 	}
-	p, err := s.retention.ThreadPolicy(r.Context(), tid)
+	p, err := s.ret(r).ThreadPolicy(r.Context(), tid)
 	if err != nil {
 		return err
 	}
@@ -134,7 +148,7 @@ func (s *server) threadPolicy(w http.ResponseWriter, r *http.Request) error {
 // message_period?, max_age?, max_messages?}: the body replaces the
 // thread's override; absent fields inherit.
 func (s *server) setThreadPolicy(w http.ResponseWriter, r *http.Request) error {
-	if s.retention == nil {
+	if s.ret(r) == nil {
 		return errNoRetention
 	}
 	tid, err := pathID(r, "tid", "thread id")
@@ -158,7 +172,7 @@ func (s *server) setThreadPolicy(w http.ResponseWriter, r *http.Request) error {
 		}
 		o.MaxMessages = &n
 	}
-	p, err := s.retention.SetThreadPolicy(r.Context(), tid, o)
+	p, err := s.ret(r).SetThreadPolicy(r.Context(), tid, o)
 	if err != nil {
 		return err
 	}
@@ -167,14 +181,14 @@ func (s *server) setThreadPolicy(w http.ResponseWriter, r *http.Request) error {
 
 // clearThreadPolicy answers DELETE /admin/threads/{tid}/retention.
 func (s *server) clearThreadPolicy(w http.ResponseWriter, r *http.Request) error {
-	if s.retention == nil {
+	if s.ret(r) == nil {
 		return errNoRetention
 	}
 	tid, err := pathID(r, "tid", "thread id")
 	if err != nil {
 		return err
 	}
-	if err := s.retention.ClearThreadPolicy(r.Context(), tid); err != nil {
+	if err := s.ret(r).ClearThreadPolicy(r.Context(), tid); err != nil {
 		return err
 	}
 	return noContent(w)
@@ -188,7 +202,7 @@ func (s *server) adminThread(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	t, err := s.store.GetThread(r.Context(), tid)
+	t, err := s.st(r).GetThread(r.Context(), tid)
 	if err != nil {
 		return err
 	}
@@ -203,9 +217,16 @@ type heldThreads struct {
 // legalHolds answers GET /admin/legal_holds: every thread on legal hold,
 // deleted or not, in ID order.
 func (s *server) legalHolds(w http.ResponseWriter, r *http.Request) error {
-	threads, err := s.store.LegalHolds(r.Context())
+	holds := func(r *http.Request) ([]wire.Thread, error) {
+		ts, err := s.store.LegalHolds(r.Context())
+		return wire.Threads(ts), err
+	}
+	if s.cluster != nil {
+		holds = s.cluster.LegalHolds
+	}
+	threads, err := holds(r)
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(w, r, http.StatusOK, heldThreads{Threads: wire.Threads(threads)})
+	return s.writeJSON(w, r, http.StatusOK, heldThreads{Threads: threads})
 }

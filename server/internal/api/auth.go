@@ -49,8 +49,24 @@ func bearerToken(r *http.Request) (string, bool) {
 // the response.
 func (s *server) guard(a access, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cluster != nil {
+			admitted, err := s.cluster.Admit(r)
+			if err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			r = admitted
+		}
 		if err := s.authorize(a, r); err != nil {
 			s.fail(w, r, err)
+			return
+		}
+		r, answered, err := s.routeThread(w, r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if answered {
 			return
 		}
 		if err := h(w, r); err != nil {

@@ -76,6 +76,9 @@ const internalErrorMsg = "internal error"
 // IDs only.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := classify(err)
+	if s.cluster != nil {
+		s.cluster.Failed(err)
+	}
 	if status == http.StatusInternalServerError {
 		s.log.LogAttrs(r.Context(), slog.LevelError, "http_internal_error",
 			append(requestAttrs(r), slog.Int("status", status), slog.Any("err", err))...)
@@ -92,6 +95,9 @@ func classify(err error) (int, errorBody) {
 		held    *retention.LeaseHeldError
 		runFail *runFailedError
 	)
+	if status, ok := statusOf(err); ok {
+		return status, errorBody{Error: err.Error()}
+	}
 	switch {
 	case errors.As(err, &he):
 		return he.status, errorBody{Error: he.msg}
@@ -106,6 +112,9 @@ func classify(err error) (int, errorBody) {
 	case errors.Is(err, store.ErrExists), errors.Is(err, store.ErrPurgeInProgress),
 		errors.Is(err, store.ErrIDUnavailable):
 		return http.StatusConflict, errorBody{Error: err.Error()}
+	case errors.Is(err, store.ErrFenced):
+		// A newer owner of the shard has written: this node is deposed.
+		return http.StatusServiceUnavailable, errorBody{Error: err.Error()}
 	case errors.Is(err, store.ErrMalformed):
 		return http.StatusInternalServerError, errorBody{Error: internalErrorMsg}
 

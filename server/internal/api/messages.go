@@ -66,7 +66,7 @@ func (s *server) appendMessage(w http.ResponseWriter, r *http.Request) error {
 	if err := checkBody(req.Body); err != nil {
 		return err
 	}
-	m, err := s.store.AppendMessage(r.Context(), tid, store.Message{ID: req.ID, Author: req.Author, Body: req.Body})
+	m, err := s.st(r).AppendMessage(r.Context(), tid, store.Message{ID: req.ID, Author: req.Author, Body: req.Body})
 	if err != nil {
 		return err
 	}
@@ -83,10 +83,10 @@ func (s *server) listMessages(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.visibleThread(r.Context(), tid, o.IncludeDeleted); err != nil {
+	if _, err := s.visibleThread(r, tid, o.IncludeDeleted); err != nil {
 		return err
 	}
-	msgs, next, err := s.store.ListMessages(r.Context(), tid, o)
+	msgs, next, err := s.st(r).ListMessages(r.Context(), tid, o)
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func (s *server) messageRead(r *http.Request) (tid, mid string, inc bool, err er
 	if inc, err = boolParam(r, "include_deleted", false); err != nil {
 		return "", "", false, err
 	}
-	if _, err = s.visibleThread(r.Context(), tid, inc); err != nil {
+	if _, err = s.visibleThread(r, tid, inc); err != nil {
 		return "", "", false, err
 	}
 	return tid, mid, inc, nil
@@ -113,7 +113,7 @@ func (s *server) getMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	m, err := s.store.GetMessage(r.Context(), tid, mid)
+	m, err := s.st(r).GetMessage(r.Context(), tid, mid)
 	if err != nil {
 		return err
 	}
@@ -138,10 +138,10 @@ func (s *server) editMessage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	// Like appending, editing needs a live thread.
-	if _, err := s.visibleThread(r.Context(), tid, false); err != nil {
+	if _, err := s.visibleThread(r, tid, false); err != nil {
 		return err
 	}
-	m, err := s.store.EditMessage(r.Context(), tid, mid, req.Body)
+	m, err := s.st(r).EditMessage(r.Context(), tid, mid, req.Body)
 	if err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func (s *server) deleteMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.store.DeleteMessage(r.Context(), tid, mid); err != nil {
+	if _, err := s.st(r).DeleteMessage(r.Context(), tid, mid); err != nil {
 		return err
 	}
 	return noContent(w)
@@ -164,7 +164,7 @@ func (s *server) restoreMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	m, err := s.store.RestoreMessage(r.Context(), tid, mid)
+	m, err := s.st(r).RestoreMessage(r.Context(), tid, mid)
 	if err != nil {
 		return err
 	}
@@ -186,7 +186,7 @@ func (s *server) listVersions(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var out *bufio.Writer
-	next, err := s.store.ScanVersions(r.Context(), tid, mid, o, func(m store.Message) error {
+	next, err := s.st(r).ScanVersions(r.Context(), tid, mid, o, func(m store.Message) error {
 		b, err := json.Marshal(wire.MessageOf(m))
 		if err != nil {
 			return err

@@ -49,8 +49,8 @@ func (s *server) instrument(next http.Handler) http.Handler {
 				stack := debug.Stack()
 				s.log.LogAttrs(r.Context(), slog.LevelError, "http_panic",
 					append(requestAttrs(r), slog.Any("panic", p), slog.String("stack", string(stack)))...)
-				if store.IsStoragePanic(stack) {
-					s.store.Fatal(fmt.Sprintf("panic in storage: %v", p))
+				if st := s.st(r); st != nil && store.IsStoragePanic(stack) {
+					st.Fatal(fmt.Sprintf("panic in storage: %v", p))
 				}
 				if rec.status == 0 {
 					s.writeJSON(rec, r, http.StatusInternalServerError, errorBody{Error: internalErrorMsg})

@@ -44,6 +44,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// MaxBodyBytes limits request bodies (DefaultMaxBodyBytes when 0).
 	MaxBodyBytes int64
+	// Cluster, on a cluster node, routes each thread to its shard's store
+	// and forwards what other nodes own; Store is then unused.
+	Cluster Cluster
 }
 
 // server holds what the handlers share. It is built once by New.
@@ -58,11 +61,13 @@ type server struct {
 	scrape     http.Handler // /metrics
 	openAPI    []byte       // /openapi.yaml
 	maxBody    int64
+	cluster    Cluster         // nil on a single node
+	ids        *store.IDSource // new thread IDs in a cluster
 }
 
 // New builds the HTTP handler.
 func New(opts Options) (http.Handler, error) {
-	if opts.Store == nil {
+	if opts.Store == nil && opts.Cluster == nil {
 		return nil, errors.New("api: Options.Store is required")
 	}
 	if opts.MaxBodyBytes < 0 {
@@ -77,6 +82,8 @@ func New(opts Options) (http.Handler, error) {
 		adminToken: newSecret(opts.AdminToken),
 		maxBody:    opts.MaxBodyBytes,
 		openAPI:    apispec.OpenAPI(),
+		cluster:    opts.Cluster,
+		ids:        store.NewIDSource(),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -188,12 +195,18 @@ func (s *server) register(mux *http.ServeMux) {
 // healthz answers 200 only when the store can commit (store.Check), 503
 // otherwise, so that a supervisor replaces a process on a failed disk.
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
-	if err := s.store.Check(r.Context()); err != nil {
+	check := s.checkStores
+	if s.cluster != nil {
+		check = s.cluster.Check
+	}
+	if err := check(r.Context()); err != nil {
 		s.log.LogAttrs(r.Context(), slog.LevelError, "healthz_failed", slog.Any("err", err))
 		return s.writeJSON(w, r, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
 	}
 	return s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 }
+
+func (s *server) checkStores(ctx context.Context) error { return s.store.Check(ctx) }
 
 func (s *server) serveMetrics(w http.ResponseWriter, r *http.Request) error {
 	s.scrape.ServeHTTP(w, r)

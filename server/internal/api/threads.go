@@ -1,7 +1,9 @@
 package api
 
 import (
-	"context"
+	"bytes"
+	"encoding/json"
+	"io"
 	"net/http"
 
 	"github.com/progressdb/progressdb/server/internal/wire"
@@ -31,7 +33,23 @@ func (s *server) createThread(w http.ResponseWriter, r *http.Request) error {
 	if err := textField("author", req.Author, maxAuthorBytes); err != nil {
 		return err
 	}
-	t, err := s.store.CreateThread(r.Context(), store.Thread{ID: req.ID, Title: req.Title, Author: req.Author})
+	if s.cluster != nil {
+		// The ID decides the shard: pick it here, then serve or forward.
+		if req.ID == "" {
+			req.ID = s.ids.Next()
+		}
+		body, err := json.Marshal(req)
+		if err != nil {
+			return err
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		routed, sh, answered, err := s.cluster.Thread(w, r, req.ID)
+		if err != nil || answered {
+			return err
+		}
+		r = withShard(routed, sh)
+	}
+	t, err := s.st(r).CreateThread(r.Context(), store.Thread{ID: req.ID, Title: req.Title, Author: req.Author})
 	if err != nil {
 		return err
 	}
@@ -44,11 +62,18 @@ func (s *server) listThreads(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	threads, next, err := s.store.ListThreads(r.Context(), o)
+	list := func(r *http.Request, o store.ListOptions) ([]wire.Thread, string, error) {
+		ts, next, err := s.store.ListThreads(r.Context(), o)
+		return wire.Threads(ts), next, err
+	}
+	if s.cluster != nil {
+		list = s.cluster.ListThreads
+	}
+	threads, next, err := list(r, o)
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(w, r, http.StatusOK, threadList{Threads: wire.Threads(threads), NextCursor: next})
+	return s.writeJSON(w, r, http.StatusOK, threadList{Threads: threads, NextCursor: next})
 }
 
 func (s *server) getThread(w http.ResponseWriter, r *http.Request) error {
@@ -60,7 +85,7 @@ func (s *server) getThread(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	t, err := s.visibleThread(r.Context(), tid, inc)
+	t, err := s.visibleThread(r, tid, inc)
 	if err != nil {
 		return err
 	}
@@ -72,7 +97,7 @@ func (s *server) deleteThread(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.store.DeleteThread(r.Context(), tid); err != nil {
+	if _, err := s.st(r).DeleteThread(r.Context(), tid); err != nil {
 		return err
 	}
 	return noContent(w)
@@ -83,7 +108,7 @@ func (s *server) restoreThread(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	t, err := s.store.RestoreThread(r.Context(), tid)
+	t, err := s.st(r).RestoreThread(r.Context(), tid)
 	if err != nil {
 		return err
 	}
@@ -93,8 +118,8 @@ func (s *server) restoreThread(w http.ResponseWriter, r *http.Request) error {
 // visibleThread returns the thread unless it is absent or soft-deleted; a
 // soft-deleted thread, and everything in it, shows only with
 // include_deleted.
-func (s *server) visibleThread(ctx context.Context, tid string, includeDeleted bool) (store.Thread, error) {
-	t, err := s.store.GetThread(ctx, tid)
+func (s *server) visibleThread(r *http.Request, tid string, includeDeleted bool) (store.Thread, error) {
+	t, err := s.st(r).GetThread(r.Context(), tid)
 	if err != nil {
 		return store.Thread{}, err
 	}

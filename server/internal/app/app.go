@@ -31,11 +31,7 @@ import (
 // answer; then the store closes, after every run has ended.
 func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if cfg.Cluster.Enabled() {
-		// Ownership, fencing and the settings exist, request routing does
-		// not yet: a node serving its folder as a single node would take
-		// writes that no other node sees.
-		return &StartupError{Var: config.VarClusterEtcd, Value: cfg.Cluster.Etcd,
-			Rule: "unset it to run a single node", Err: ErrClusterNotServed}
+		return serveCluster(ctx, cfg, logger)
 	}
 	if err := Validate(cfg); err != nil {
 		return err
@@ -180,18 +176,19 @@ func hostname() string {
 // is enabled and withScheduler is set) and the service over both.
 // signingKey signs audit footers when set (see SigningKey).
 func NewRetention(st *store.Store, cfg config.Retention, logger *slog.Logger, reg prometheus.Registerer, withScheduler bool, signingKey ed25519.PrivateKey) (*retention.Manager, error) {
-	metrics := retention.NewMetrics(reg)
-	runner, err := retention.NewRunner(retention.RunnerOptions{
-		Store:   st,
-		Config:  cfg,
-		Logger:  logger,
-		Metrics: metrics,
-		Host:    hostname(),
-		// The audit header names the build that wrote it, as `progressdb
-		// version` does.
-		Version:    buildinfo.Read().Version,
-		SigningKey: signingKey,
-	})
+	return newRetention(retention.RunnerOptions{Store: st, Config: cfg, Logger: logger, Metrics: retention.NewMetrics(reg),
+		SigningKey: signingKey}, withScheduler)
+}
+
+// newRetention completes o (host, version) and builds the runner, its
+// scheduler and the service over both.
+func newRetention(o retention.RunnerOptions, withScheduler bool) (*retention.Manager, error) {
+	cfg, logger, metrics := o.Config, o.Logger, o.Metrics
+	o.Host = hostname()
+	// The audit header names the build that wrote it, as `progressdb
+	// version` does.
+	o.Version = buildinfo.Read().Version
+	runner, err := retention.NewRunner(o)
 	if err != nil {
 		return nil, fmt.Errorf("retention: %w", err)
 	}

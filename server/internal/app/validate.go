@@ -29,11 +29,6 @@ func (e *StartupError) Error() string {
 
 func (e *StartupError) Unwrap() error { return e.Err }
 
-// ErrClusterNotServed refuses to serve with PROGRESSDB_CLUSTER_ETCD set: this
-// version has cluster settings, shard ownership and fencing, but does not
-// route requests between nodes yet.
-var ErrClusterNotServed = errors.New("cluster mode does not serve requests in this version")
-
 // folder is one folder the server needs, and the setting that names it.
 type folder struct {
 	Var, Value, Rule string

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,15 +110,21 @@ func TestConfigCheckClusterSettings(t *testing.T) {
 	newHarness(t, "PROGRESSDB_NODE_ID=").mustRun("config", "check")
 }
 
-// Until nodes route requests to each other, serve refuses cluster mode,
-// naming the variable, rather than serve as a single node.
-func TestServeRefusesClusterModeForNow(t *testing.T) {
+// A node whose etcd does not answer stops (exit 1, naming etcd) instead of
+// waiting for it, and writes nothing before it has read the shard map.
+func TestServeStopsWithoutEtcd(t *testing.T) {
 	root := t.TempDir()
-	h := newHarness(t, "PROGRESSDB_CLUSTER_ETCD=http://127.0.0.1:2379", "PROGRESSDB_NODE_ID=node-1",
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	h := newHarness(t, "PROGRESSDB_CLUSTER_ETCD="+dead, "PROGRESSDB_NODE_ID=node-1",
 		"PROGRESSDB_ADVERTISE_URL=http://127.0.0.1:8080", "PROGRESSDB_CLUSTER_SECRET=0123456789abcdef",
 		"PROGRESSDB_DB_PATH="+filepath.Join(root, "data"), "PROGRESSDB_ADDR=127.0.0.1:0")
 	code, _, errOut := h.run("serve")
-	if code != exitUsage || !strings.Contains(errOut, "PROGRESSDB_CLUSTER_ETCD") {
+	if code != exitFailed || !strings.Contains(errOut, "shard map") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	if entries, _ := os.ReadDir(root); len(entries) != 0 {

@@ -95,3 +95,13 @@ func (g *idGen) next() string {
 
 // NewID returns a new time-sortable ID (ULID-like, Crockford base32).
 func (s *Store) NewID() string { return s.ids.next() }
+
+// IDSource makes IDs like Store.NewID's without a store: a cluster node
+// picks a new thread's ID before it knows the shard, which the ID decides.
+type IDSource struct{ g *idGen }
+
+// NewIDSource returns a source of new IDs on the system clock.
+func NewIDSource() *IDSource { return &IDSource{g: newIDGen(time.Now)} }
+
+// Next returns a new time-sortable ID.
+func (s *IDSource) Next() string { return s.g.next() }

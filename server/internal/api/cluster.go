@@ -1,0 +1,116 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/internal/wire"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// Cluster routes requests over a cluster's shards (spec §11). The handlers
+// stay the single node's: a thread's request runs them over the store of
+// the thread's shard when this node owns it, and is forwarded otherwise.
+type Cluster interface {
+	// Admit reads the node headers of a request (node-to-node calls carry
+	// the cluster secret) and removes them: a request with node headers but
+	// without the secret is refused, so no client can pose as a node.
+	Admit(r *http.Request) (*http.Request, error)
+	// Thread routes a request about thread tid. When this node serves the
+	// thread's shard it returns the shard with the request to run the
+	// handler on (its context carries the shard's epoch for writes);
+	// otherwise it answers the request itself (forwarded to the owner) and
+	// returns answered.
+	Thread(w http.ResponseWriter, r *http.Request, tid string) (_ *http.Request, _ Shard, answered bool, _ error)
+	// ListThreads merges every shard's page in ID order.
+	ListThreads(r *http.Request, o store.ListOptions) ([]wire.Thread, string, error)
+	// LegalHolds lists every shard's threads on hold, in ID order.
+	LegalHolds(r *http.Request) ([]wire.Thread, error)
+	// RetentionStatus and RetentionRun answer GET /admin/retention and POST
+	// /admin/retention/run for every shard of the cluster.
+	RetentionStatus(r *http.Request) (any, error)
+	RetentionRun(r *http.Request, req retention.RunRequest, wait bool) (status int, body any, err error)
+	// Status answers GET /admin/cluster.
+	Status(r *http.Request) (any, error)
+	// Check answers for /healthz: every shard this node holds can commit.
+	Check(ctx context.Context) error
+	// Failed sees every error a request ended with (fencing refusals are
+	// counted).
+	Failed(err error)
+}
+
+// Shard is what a node serves a thread from: the shard's store and its
+// retention service.
+type Shard struct {
+	Store     *store.Store
+	Retention retention.Service
+}
+
+type shardKey struct{}
+
+// StatusError is an error that names its own HTTP status (a cluster's 421
+// and 503 answers).
+type StatusError interface {
+	error
+	HTTPStatus() int
+}
+
+var errNotInCluster = &httpError{http.StatusNotFound, "not a cluster node: PROGRESSDB_CLUSTER_ETCD is unset"}
+
+// routeThread runs before a thread's handler in cluster mode.
+func (s *server) routeThread(w http.ResponseWriter, r *http.Request) (*http.Request, bool, error) {
+	tid := r.PathValue("tid")
+	if s.cluster == nil || tid == "" || store.ValidateID(tid) != nil {
+		// A bad ID is refused by the handler before it reads a store.
+		return r, false, nil
+	}
+	r, sh, answered, err := s.cluster.Thread(w, r, tid)
+	if err != nil || answered {
+		return r, true, err
+	}
+	return withShard(r, sh), false, nil
+}
+
+func withShard(r *http.Request, sh Shard) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), shardKey{}, sh))
+}
+
+// st is the store a handler reads and writes: the thread's shard's in a
+// cluster, the one store otherwise.
+func (s *server) st(r *http.Request) *store.Store {
+	if sh, ok := r.Context().Value(shardKey{}).(Shard); ok {
+		return sh.Store
+	}
+	return s.store
+}
+
+// ret is the retention service of the thread's shard in a cluster, the one
+// service otherwise.
+func (s *server) ret(r *http.Request) retention.Service {
+	if sh, ok := r.Context().Value(shardKey{}).(Shard); ok {
+		return sh.Retention
+	}
+	return s.retention
+}
+
+// clusterStatus answers GET /admin/cluster.
+func (s *server) clusterStatus(w http.ResponseWriter, r *http.Request) error {
+	if s.cluster == nil {
+		return errNotInCluster
+	}
+	st, err := s.cluster.Status(r)
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(w, r, http.StatusOK, st)
+}
+
+func statusOf(err error) (int, bool) {
+	var se StatusError
+	if errors.As(err, &se) {
+		return se.HTTPStatus(), true
+	}
+	return 0, false
+}

@@ -1,0 +1,195 @@
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/progressdb/progressdb/server/internal/api"
+	"github.com/progressdb/progressdb/server/internal/buildinfo"
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/internal/router"
+	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// etcdDialTimeout bounds the first connection to etcd at startup.
+const etcdDialTimeout = 10 * time.Second
+
+// ErrClusterNotCreated: etcd holds no shard map for the cluster's name.
+var ErrClusterNotCreated = errors.New("the cluster has not been created in etcd (no shard map)")
+
+// EtcdClient dials the cluster's etcd with its TLS files.
+func EtcdClient(cfg config.Cluster) (*clientv3.Client, error) {
+	cc := clientv3.Config{Endpoints: cfg.Endpoints(), DialTimeout: etcdDialTimeout, Logger: zap.NewNop()}
+	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
+		t := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.EtcdCA != "" {
+			pem, err := os.ReadFile(cfg.EtcdCA)
+			if err != nil {
+				return nil, &StartupError{Var: config.VarClusterEtcdCA, Value: cfg.EtcdCA, Rule: "must be a readable PEM file", Err: err}
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, &StartupError{Var: config.VarClusterEtcdCA, Value: cfg.EtcdCA, Rule: "must hold PEM certificates",
+					Err: errors.New("no certificate found")}
+			}
+			t.RootCAs = pool
+		}
+		if cfg.EtcdCert != "" {
+			pair, err := tls.LoadX509KeyPair(cfg.EtcdCert, cfg.EtcdKey)
+			if err != nil {
+				return nil, &StartupError{Var: config.VarClusterEtcdCert, Value: cfg.EtcdCert,
+					Rule: "must be a PEM certificate matching " + config.VarClusterEtcdKey, Err: err}
+			}
+			t.Certificates = []tls.Certificate{pair}
+		}
+		cc.TLS = t
+	}
+	c, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("etcd %v: %w", cc.Endpoints, err)
+	}
+	return c, nil
+}
+
+// serveCluster runs a cluster node (spec §11): it opens the shards whose
+// data it holds, keeps their ownership, registers itself and serves every
+// request, its own shards' from their stores and the others' through their
+// owners. Shutdown stops HTTP, the retention runs, then gives up the
+// ownerships and the registration before the stores close.
+func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	client, err := EtcdClient(cfg.Cluster)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	keys := cluster.Keys{Name: cfg.Cluster.ClusterName}
+	// An etcd that does not answer stops the start instead of hanging it.
+	startCtx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
+	defer cancel()
+	m, err := cluster.ReadMap(startCtx, client, keys)
+	if errors.Is(err, cluster.ErrNoCluster) {
+		return fmt.Errorf("cluster %q: %w", keys.Name, ErrClusterNotCreated)
+	}
+	if err != nil {
+		return err
+	}
+	if err := cluster.RecordShards(startCtx, client, keys, cfg.Cluster.Shards); err != nil {
+		var sc *cluster.ShardCountError
+		if errors.As(err, &sc) {
+			return &StartupError{Var: config.VarClusterShards, Value: strconv.Itoa(cfg.Cluster.Shards),
+				Rule: "must be the number the cluster was created with", Err: err}
+		}
+		return err
+	}
+	// The folders are checked (and made) once the cluster is known.
+	if err := Validate(cfg); err != nil {
+		return err
+	}
+	held := m.HeldBy(cfg.NodeID)
+	shards, err := cluster.OpenShards(cfg.DBPath, held, store.Options{Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := shards.Close(); err != nil {
+			logger.Error("store_close_failed", "err", err)
+		}
+	}()
+
+	// The view ends with the node; the ownerships and the node's
+	// registration are released by owner.Close.
+	nodeCtx, stopNode := context.WithCancel(ctx)
+	defer stopNode()
+	owner, err := cluster.StartOwner(nodeCtx, cluster.OwnerOptions{Client: client, Keys: keys, Node: cfg.NodeID,
+		URL:   cfg.AdvertiseURL,
+		Owner: cfg.NodeID + "/" + hostname() + "/" + strconv.Itoa(os.Getpid()) + "/" + rand.Text()[:8],
+		TTL:   cfg.Cluster.OwnerTTL, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer owner.Close()
+	view, err := router.NewView(nodeCtx, client, keys, logger)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Read().Collector())
+	key, err := SigningKey(cfg)
+	if err != nil {
+		return err
+	}
+	rmetrics := retention.NewMetrics(reg)
+	services := make(map[int]retention.Service, len(held))
+	for _, n := range held {
+		st, _ := shards.Store(n)
+		svc, err := shardRetention(ctx, st, n, owner, cfg, logger, rmetrics, key)
+		if err != nil {
+			return err
+		}
+		defer svc.Close()
+		defer context.AfterFunc(ctx, svc.Close)()
+		services[n] = svc
+	}
+	rt, err := router.New(router.Options{Node: cfg.NodeID, Secret: cfg.Cluster.Secret, View: view, Shards: shards,
+		Owner: owner, Retention: services, Logger: logger,
+		Metrics: router.NewMetrics(reg, func() int { return len(owner.Owned()) })})
+	if err != nil {
+		return err
+	}
+	h, err := api.New(api.Options{Cluster: rt, Logger: logger, APIKey: cfg.APIKey, AdminToken: cfg.AdminToken, Registry: reg})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	bi := buildinfo.Read()
+	logger.Info("server_started", "addr", ln.Addr().String(), "db_path", cfg.DBPath, "node", cfg.NodeID,
+		"advertise_url", cfg.AdvertiseURL, "shards", held, "retention_enabled", cfg.Retention.Enabled,
+		"version", bi.Version, "commit", bi.Commit)
+	err = api.Serve(ctx, ln, h, logger)
+	logger.Info("server_stopping")
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// shardRetention builds shard n's retention service: its runs hold the
+// shard's ownership as their lease and write under its epoch, with the
+// shard's own audit folder.
+func shardRetention(ctx context.Context, st *store.Store, n int, owner *cluster.Owner, cfg config.Config,
+	logger *slog.Logger, metrics *retention.Metrics, key []byte) (*retention.Manager, error) {
+	rc := cfg.Retention
+	rc.AuditPath = cluster.ShardAuditPath(cfg.Retention.AuditPath, n)
+	shard := n
+	svc, err := newRetention(retention.RunnerOptions{Store: st, Config: rc, Logger: logger.With("shard", n),
+		Metrics: metrics, SigningKey: key, Coordinator: owner.Coordinator(n), Fenced: true, Shard: &shard}, true)
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: %w", n, err)
+	}
+	if _, err := svc.Recover(ctx); err != nil {
+		logger.Error("retention_recover_failed", "shard", n, "err", err)
+	}
+	svc.StartScheduler(ctx)
+	return svc, nil
+}

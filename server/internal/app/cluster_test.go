@@ -1,0 +1,252 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+const (
+	testSecret     = "0123456789abcdef-secret"
+	testAdminToken = "admin-token"
+	testShards     = 4
+)
+
+// testNode is one cluster node served in the test process.
+type testNode struct {
+	id, addr, dir string
+	stop          context.CancelFunc
+	done          chan error
+}
+
+func (n *testNode) url() string { return "http://" + n.addr }
+
+// startNode serves node id of the cluster on etcd until the test ends or
+// it is stopped.
+func startNode(t *testing.T, etcd *etcdtest.Server, id, dir string) *testNode {
+	t.Helper()
+	n := &testNode{id: id, addr: freeAddr(t), dir: dir, done: make(chan error, 1)}
+	cfg, err := config.Load([]string{
+		"PROGRESSDB_DB_PATH=" + filepath.Join(dir, "data"),
+		"PROGRESSDB_ADDR=" + n.addr,
+		"PROGRESSDB_ADMIN_TOKEN=" + testAdminToken,
+		"PROGRESSDB_CLUSTER_ETCD=" + strings.Join(etcd.Endpoints(), ","),
+		"PROGRESSDB_CLUSTER_NAME=chat",
+		"PROGRESSDB_NODE_ID=" + id,
+		"PROGRESSDB_ADVERTISE_URL=" + n.url(),
+		"PROGRESSDB_CLUSTER_SECRET=" + testSecret,
+		fmt.Sprintf("PROGRESSDB_CLUSTER_SHARDS=%d", testShards),
+		"PROGRESSDB_CLUSTER_LEASE_TTL=3s",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.stop = cancel
+	go func() { n.done <- Serve(ctx, cfg, testLogger(t)) }()
+	t.Cleanup(n.shutdown)
+	if code := waitAnswering(t, n.addr); code != http.StatusOK {
+		t.Fatalf("node %s /healthz: %d", id, code)
+	}
+	return n
+}
+
+func (n *testNode) shutdown() {
+	if n.stop == nil {
+		return
+	}
+	n.stop()
+	n.stop = nil
+	<-n.done
+}
+
+// startCluster creates a cluster of the nodes named and starts them; each
+// node's home shards are owned before it returns.
+func startCluster(t *testing.T, ids ...string) (*etcdtest.Server, []*testNode) {
+	t.Helper()
+	etcd := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.CreateCluster(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, testShards, ids); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*testNode
+	for _, id := range ids {
+		nodes = append(nodes, startNode(t, etcd, id, t.TempDir()))
+	}
+	waitOwned(t, nodes[0], testShards)
+	return etcd, nodes
+}
+
+// waitOwned waits until the cluster status seen by n shows want shards
+// owned.
+func waitOwned(t *testing.T, n *testNode, want int) cluster.Status {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var st cluster.Status
+		code, body := call(t, http.MethodGet, n.url()+"/admin/cluster", "", adminAuth)
+		if code == http.StatusOK {
+			if err := json.Unmarshal(body, &st); err != nil {
+				t.Fatal(err)
+			}
+			owned := 0
+			for _, s := range st.Shards {
+				if s.State == cluster.ShardOwned {
+					owned++
+				}
+			}
+			if owned == want {
+				return st
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d shards owned not seen by %s: %d %s", want, n.id, code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var adminAuth = http.Header{"Authorization": {"Bearer " + testAdminToken}}
+
+func call(t *testing.T, method, url, body string, h http.Header) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// openShard opens shard n of a stopped node's folder.
+func openShard(t *testing.T, n *testNode, shard int) *store.Store {
+	t.Helper()
+	st, err := store.Open(cluster.ShardDBPath(filepath.Join(n.dir, "data"), shard), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// Writes through any node land in the thread's shard on the node that owns
+// it, and read back through every node; the listing through any node
+// merges every shard's page in ID order, page by page with the cursor.
+func TestClusterRoutesAndMergesListings(t *testing.T) {
+	_, nodes := startCluster(t, "node-a", "node-b", "node-c")
+	var ids []string
+	for i := range 12 {
+		via := nodes[i%len(nodes)]
+		id := fmt.Sprintf("t%02d", i)
+		code, body := call(t, http.MethodPost, via.url()+"/v1/threads",
+			fmt.Sprintf(`{"id":%q,"title":"x","author":"u"}`, id), nil)
+		if code != http.StatusCreated {
+			t.Fatalf("create %s through %s: %d %s", id, via.id, code, body)
+		}
+		code, body = call(t, http.MethodPost, via.url()+"/v1/threads/"+id+"/messages", `{"author":"u","body":{"text":"hi"}}`, nil)
+		if code != http.StatusCreated {
+			t.Fatalf("append to %s through %s: %d %s", id, via.id, code, body)
+		}
+		ids = append(ids, id)
+	}
+	for _, n := range nodes {
+		for _, id := range ids {
+			if code, body := call(t, http.MethodGet, n.url()+"/v1/threads/"+id+"/messages", "", nil); code != http.StatusOK ||
+				!bytes.Contains(body, []byte(`"hi"`)) {
+				t.Fatalf("read %s through %s: %d %s", id, n.id, code, body)
+			}
+		}
+	}
+	for _, n := range nodes {
+		var got []string
+		cursor := ""
+		for pages := 0; ; pages++ {
+			url := n.url() + "/v1/threads?limit=5"
+			if cursor != "" {
+				url += "&cursor=" + cursor
+			}
+			code, body := call(t, http.MethodGet, url, "", nil)
+			var page struct {
+				Threads []struct {
+					ID string `json:"id"`
+				} `json:"threads"`
+				NextCursor string `json:"next_cursor"`
+			}
+			if code != http.StatusOK || json.Unmarshal(body, &page) != nil {
+				t.Fatalf("list through %s: %d %s", n.id, code, body)
+			}
+			if len(page.Threads) != 5 && page.NextCursor != "" {
+				t.Fatalf("short page with a cursor through %s: %s", n.id, body)
+			}
+			for _, th := range page.Threads {
+				got = append(got, th.ID)
+			}
+			if cursor = page.NextCursor; cursor == "" {
+				break
+			}
+			if pages > 10 {
+				t.Fatal("listing does not end")
+			}
+		}
+		if !slices.Equal(got, ids) {
+			t.Fatalf("listing through %s = %v, want %v", n.id, got, ids)
+		}
+	}
+	// Each thread is in its shard's database on that shard's home node
+	// and nowhere else.
+	for _, n := range nodes {
+		n.shutdown()
+	}
+	homes := map[int]*testNode{}
+	for i := range testShards {
+		homes[i] = nodes[i%len(nodes)] // CreateCluster spreads round robin
+	}
+	opened := map[int]*store.Store{}
+	for _, id := range ids {
+		shard := cluster.ShardOf(id, testShards)
+		if opened[shard] == nil {
+			opened[shard] = openShard(t, homes[shard], shard)
+		}
+		if _, err := opened[shard].GetThread(context.Background(), id); err != nil {
+			t.Fatalf("thread %s not in shard %d on %s: %v", id, shard, homes[shard].id, err)
+		}
+	}
+}
+
+// testLogger logs warnings and errors through t.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -1,0 +1,195 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/progressdb/progressdb/server/internal/retention"
+)
+
+// ShardRetention is one shard's part of a fanned-out retention route: its
+// status, its run's summary or run ID, or why it has none.
+type ShardRetention struct {
+	Shard  int               `json:"shard"`
+	Node   string            `json:"node"`
+	Status *retention.Status `json:"status,omitempty"` // GET /admin/retention
+	Result *retention.Result `json:"result,omitempty"` // POST /admin/retention/run
+	RunID  string            `json:"run_id,omitempty"` // POST /admin/retention/run?wait=false
+	Code   int               `json:"code"`             // the HTTP status of this shard's part
+	Error  string            `json:"error,omitempty"`
+}
+
+// ClusterRetention is the answer of the retention admin routes on a
+// cluster node: one entry per shard, in shard order.
+type ClusterRetention struct {
+	Shards []ShardRetention `json:"shards"`
+}
+
+// errNoShardRetention: a held shard has no retention service (never in a
+// served node; tests may build one so).
+var errNoShardRetention = errors.New("retention not configured for this shard")
+
+// RetentionStatus implements api.Cluster: every shard's retention status.
+// A shard that cannot answer shows its error in its entry.
+func (rt *Router) RetentionStatus(r *http.Request) (any, error) {
+	ctx := r.Context()
+	if n, ok, err := rt.shardCall(r); ok {
+		if err != nil {
+			return nil, err
+		}
+		svc := rt.o.Retention[n]
+		if svc == nil {
+			return nil, unavailable(n, "%v", errNoShardRetention)
+		}
+		return svc.Status(ctx)
+	}
+	out := ClusterRetention{Shards: make([]ShardRetention, rt.o.View.Shards())}
+	homes := rt.o.View.state().m.Homes
+	_ = rt.eachShard(func(n int) error {
+		e := &out.Shards[n]
+		e.Shard, e.Node = n, homes[n]
+		if _, held := rt.o.Shards.Store(n); held {
+			svc := rt.o.Retention[n]
+			if svc == nil {
+				e.Code, e.Error = http.StatusServiceUnavailable, errNoShardRetention.Error()
+				return nil
+			}
+			st, err := svc.Status(ctx)
+			if err != nil {
+				e.Code, e.Error = http.StatusInternalServerError, err.Error()
+				return nil
+			}
+			e.Code, e.Status = http.StatusOK, &st
+			return nil
+		}
+		var st retention.Status
+		code, msg, err := rt.ask(ctx, r, n, http.MethodGet, "/admin/retention", nil, &st)
+		e.fill(code, msg, err)
+		if e.Code == http.StatusOK {
+			e.Status = &st
+		}
+		return nil
+	})
+	return out, nil
+}
+
+func (e *ShardRetention) fill(code int, msg string, err error) {
+	if err != nil {
+		code, msg = http.StatusServiceUnavailable, err.Error()
+		if s, ok := err.(interface{ HTTPStatus() int }); ok {
+			code = s.HTTPStatus()
+		}
+	}
+	e.Code, e.Error = code, msg
+}
+
+// RetentionRun implements api.Cluster: runs every shard's retention at
+// once, each on its owner, and answers every shard's summary. The answer
+// is 200 (202 for wait=false) when every shard ran; otherwise the status
+// of the first shard that did not, in shard order, with every shard's part.
+func (rt *Router) RetentionRun(r *http.Request, req retention.RunRequest, wait bool) (int, any, error) {
+	ctx := r.Context()
+	ok := http.StatusOK
+	if !wait {
+		ok = http.StatusAccepted
+	}
+	if n, isCall, err := rt.shardCall(r); isCall {
+		if err != nil {
+			return 0, nil, err
+		}
+		e := rt.runLocal(r, n, req, wait)
+		if e.Error != "" && e.Result == nil {
+			return e.Code, map[string]string{"error": e.Error}, nil
+		}
+		if !wait {
+			return e.Code, map[string]string{"run_id": e.RunID}, nil
+		}
+		return e.Code, e.Result, nil
+	}
+	body, err := json.Marshal(map[string]bool{"dry_run": req.DryRun})
+	if err != nil {
+		return 0, nil, err
+	}
+	uri := "/admin/retention/run"
+	if !wait {
+		uri += "?wait=false"
+	}
+	out := ClusterRetention{Shards: make([]ShardRetention, rt.o.View.Shards())}
+	homes := rt.o.View.state().m.Homes
+	_ = rt.eachShard(func(n int) error {
+		e := &out.Shards[n]
+		if _, held := rt.o.Shards.Store(n); held {
+			*e = rt.runLocal(r, n, req, wait)
+		} else {
+			var res retention.Result
+			var started struct {
+				RunID string `json:"run_id"`
+			}
+			var dst any = &res
+			if !wait {
+				dst = &started
+			}
+			code, msg, err := rt.ask(ctx, r, n, http.MethodPost, uri, bytes.Clone(body), dst)
+			e.fill(code, msg, err)
+			switch {
+			case e.Code == ok && wait:
+				e.Result = &res
+			case e.Code == ok:
+				e.RunID = started.RunID
+			}
+		}
+		e.Shard, e.Node = n, homes[n]
+		return nil
+	})
+	status := ok
+	for _, e := range out.Shards {
+		if e.Code != ok {
+			status = e.Code
+			break
+		}
+	}
+	return status, out, nil
+}
+
+// runLocal runs held shard n's retention.
+func (rt *Router) runLocal(r *http.Request, n int, req retention.RunRequest, wait bool) ShardRetention {
+	e := ShardRetention{Shard: n, Node: rt.o.Node}
+	svc := rt.o.Retention[n]
+	if svc == nil {
+		e.Code, e.Error = http.StatusServiceUnavailable, errNoShardRetention.Error()
+		return e
+	}
+	if !wait {
+		id, err := svc.Start(r.Context(), req)
+		if err != nil {
+			e.Code, e.Error = runStatus(err), err.Error()
+			return e
+		}
+		e.Code, e.RunID = http.StatusAccepted, id
+		return e
+	}
+	res, err := svc.Run(r.Context(), req)
+	if err != nil {
+		e.Code, e.Error = runStatus(err), err.Error()
+		if res.RunID != "" {
+			e.Result = &res
+		}
+		return e
+	}
+	e.Code, e.Result = http.StatusOK, &res
+	return e
+}
+
+// runStatus is the status a single node answers for a run's error.
+func runStatus(err error) int {
+	switch {
+	case errors.Is(err, retention.ErrLeaseHeld), errors.Is(err, retention.ErrDisabled), errors.Is(err, retention.ErrPaused):
+		return http.StatusConflict
+	case errors.Is(err, retention.ErrClosed):
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}

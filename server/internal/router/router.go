@@ -1,0 +1,340 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/progressdb/progressdb/server/internal/api"
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// Node headers: a node's call to another carries the cluster secret, the
+// epoch it believes the shard's owner holds, and for a fan-out the shard
+// it asks about. They are honoured only with the secret and never reach a
+// handler.
+const (
+	HeaderSecret = "X-Progressdb-Cluster-Secret"
+	HeaderEpoch  = "X-Progressdb-Epoch"
+	HeaderShard  = "X-Progressdb-Shard"
+	HeaderNode   = "X-Progressdb-Node"
+)
+
+var nodeHeaders = []string{HeaderSecret, HeaderEpoch, HeaderShard, HeaderNode}
+
+// Options configure a Router.
+type Options struct {
+	Node   string // this node's ID
+	Secret string // PROGRESSDB_CLUSTER_SECRET
+	View   *View
+	Shards *cluster.Shards // the shards this node holds
+	Owner  *cluster.Owner  // this node's ownership of them
+	// Retention is each held shard's retention service.
+	Retention map[int]retention.Service
+	// Client calls the other nodes (a client with timeouts when nil).
+	Client       *http.Client
+	Logger       *slog.Logger
+	Metrics      *Metrics
+	MaxBodyBytes int64 // api.DefaultMaxBodyBytes when 0
+}
+
+// Router is the api.Cluster of a node.
+type Router struct {
+	o      Options
+	secret [sha256.Size]byte
+}
+
+var _ api.Cluster = (*Router)(nil)
+
+// New builds a node's router.
+func New(o Options) (*Router, error) {
+	switch {
+	case o.View == nil || o.Shards == nil || o.Owner == nil:
+		return nil, errors.New("router: View, Shards and Owner are required")
+	case o.Secret == "":
+		return nil, errors.New("router: empty cluster secret")
+	}
+	if o.Client == nil {
+		// No overall timeout: a forwarded retention run may take minutes.
+		o.Client = &http.Client{Transport: &http.Transport{
+			Proxy:                 nil, // node to node, never through a proxy
+			ResponseHeaderTimeout: 0,
+			IdleConnTimeout:       90 * time.Second,
+			MaxIdleConnsPerHost:   32,
+		}}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil, nil)
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = api.DefaultMaxBodyBytes
+	}
+	return &Router{o: o, secret: sha256.Sum256([]byte(o.Secret))}, nil
+}
+
+// routeError is an answer of the router itself, with its status.
+type routeError struct {
+	status int
+	msg    string
+	err    error
+}
+
+func (e *routeError) Error() string   { return e.msg }
+func (e *routeError) Unwrap() error   { return e.err }
+func (e *routeError) HTTPStatus() int { return e.status }
+
+// Sentinels of the router's answers.
+var (
+	// ErrShardUnavailable: the shard's owner is down or unreachable (503).
+	ErrShardUnavailable = errors.New("shard unavailable")
+	// ErrMisdirected: a node forwarded with an epoch that is not the
+	// shard's current one here (421); it retries with the current map.
+	ErrMisdirected = errors.New("misdirected request")
+	// ErrNotNode: a request carried node headers without the secret.
+	ErrNotNode = errors.New("node headers without the cluster secret")
+)
+
+func unavailable(n int, format string, args ...any) error {
+	return &routeError{http.StatusServiceUnavailable,
+		fmt.Sprintf("shard %d unavailable: ", n) + fmt.Sprintf(format, args...), ErrShardUnavailable}
+}
+
+func misdirected(n int, format string, args ...any) error {
+	return &routeError{http.StatusMisdirectedRequest,
+		fmt.Sprintf("shard %d: ", n) + fmt.Sprintf(format, args...), ErrMisdirected}
+}
+
+// nodeCall is what a request from another node asks, read by Admit.
+type nodeCall struct {
+	from  string
+	epoch int64 // 0: none
+	shard int   // -1: none
+}
+
+type nodeCallKey struct{}
+
+func nodeCallOf(ctx context.Context) (nodeCall, bool) {
+	c, ok := ctx.Value(nodeCallKey{}).(nodeCall)
+	return c, ok
+}
+
+// Admit implements api.Cluster: node headers count only with the secret
+// (compared in constant time) and are always removed from the request.
+func (rt *Router) Admit(r *http.Request) (*http.Request, error) {
+	var present bool
+	vals := make(map[string]string, len(nodeHeaders))
+	for _, h := range nodeHeaders {
+		if _, ok := r.Header[http.CanonicalHeaderKey(h)]; ok {
+			present = true
+			vals[h] = r.Header.Get(h)
+			r.Header.Del(h)
+		}
+	}
+	if !present {
+		return r, nil
+	}
+	got := sha256.Sum256([]byte(vals[HeaderSecret]))
+	if vals[HeaderSecret] == "" || subtle.ConstantTimeCompare(got[:], rt.secret[:]) != 1 {
+		return nil, &routeError{http.StatusForbidden, "node headers (" + HeaderSecret + ", " + HeaderEpoch + ", " +
+			HeaderShard + ", " + HeaderNode + ") are for the cluster's nodes only", ErrNotNode}
+	}
+	c := nodeCall{from: vals[HeaderNode], shard: -1}
+	if v := vals[HeaderEpoch]; v != "" {
+		e, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || e < 1 {
+			return nil, &routeError{http.StatusBadRequest, HeaderEpoch + " must be a positive integer", ErrNotNode}
+		}
+		c.epoch = e
+	}
+	if v := vals[HeaderShard]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n >= rt.o.View.Shards() {
+			return nil, &routeError{http.StatusBadRequest, HeaderShard + " must name a shard", ErrNotNode}
+		}
+		c.shard = n
+	}
+	return r.WithContext(context.WithValue(r.Context(), nodeCallKey{}, c)), nil
+}
+
+func isRead(r *http.Request) bool { return r.Method == http.MethodGet || r.Method == http.MethodHead }
+
+// local returns shard n for a request this node serves itself: with the
+// shard's epoch on the context when it owns the shard; a read goes on
+// without ownership (the data is here), a write does not.
+func (rt *Router) local(r *http.Request, n int) (*http.Request, api.Shard, error) {
+	st, _ := rt.o.Shards.Store(n)
+	sh := api.Shard{Store: st}
+	if svc := rt.o.Retention[n]; svc != nil {
+		sh.Retention = svc
+	}
+	ctx, err := rt.o.Owner.Fence(r.Context(), n)
+	if err != nil {
+		if !isRead(r) {
+			return r, sh, unavailable(n, "this node holds it but does not own it now (%v); writes wait for its ownership", err)
+		}
+		return r, sh, nil
+	}
+	return r.WithContext(ctx), sh, nil
+}
+
+// Thread implements api.Cluster.
+func (rt *Router) Thread(w http.ResponseWriter, r *http.Request, tid string) (*http.Request, api.Shard, bool, error) {
+	n := cluster.ShardOf(tid, rt.o.View.Shards())
+	if call, ok := nodeCallOf(r.Context()); ok {
+		// Forwarded by a node: served here or refused, never forwarded on.
+		if err := rt.checkCall(n, call); err != nil {
+			return r, api.Shard{}, true, err
+		}
+		r, sh, err := rt.local(r, n)
+		return r, sh, err != nil, err
+	}
+	if _, held := rt.o.Shards.Store(n); held {
+		r, sh, err := rt.local(r, n)
+		return r, sh, err != nil, err
+	}
+	return r, api.Shard{}, true, rt.forward(w, r, n)
+}
+
+// checkCall refuses a node's call about shard n unless this node owns it
+// with the epoch the caller believes.
+func (rt *Router) checkCall(n int, call nodeCall) error {
+	if _, held := rt.o.Shards.Store(n); !held {
+		return misdirected(n, "node %s does not hold it", rt.o.Node)
+	}
+	e, err := rt.o.Owner.Epoch(n)
+	if err != nil {
+		return unavailable(n, "its owner %s is not holding it now: %v", rt.o.Node, err)
+	}
+	if call.epoch != e {
+		return misdirected(n, "epoch %d is not the current one (%d)", call.epoch, e)
+	}
+	return nil
+}
+
+// target is where shard n is served: its owner's URL and epoch.
+func (rt *Router) target(n int) (url string, epoch int64, err error) {
+	st := rt.o.View.state()
+	if n >= st.m.Shards {
+		return "", 0, unavailable(n, "not in the shard map")
+	}
+	o, owned := st.owners[n]
+	switch {
+	case !owned:
+		return "", 0, unavailable(n, "no node owns it (its home %s is down or has not taken it yet)", st.m.Homes[n])
+	case o.URL == "":
+		return "", 0, unavailable(n, "its owner %s has no advertised URL", o.Node)
+	}
+	return o.URL, o.epoch, nil
+}
+
+// hop-by-hop headers are not forwarded (RFC 9110 §7.6.1).
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// call sends one request about shard n to its owner, retrying once with the
+// current state from etcd when the owner answers 421. The caller closes
+// the response body.
+func (rt *Router) call(ctx context.Context, n int, method, uri string, h http.Header, body []byte) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		url, epoch, err := rt.target(n)
+		if err != nil {
+			rt.o.Metrics.forwarded.WithLabelValues("unavailable").Inc()
+			return nil, err
+		}
+		req, err := http.NewRequestWithContext(ctx, method, url+uri, bytes.NewReader(body))
+		if err != nil {
+			return nil, fmt.Errorf("forward to shard %d: %w", n, err)
+		}
+		for k, v := range h {
+			req.Header[k] = v
+		}
+		for _, k := range hopHeaders {
+			req.Header.Del(k)
+		}
+		req.Header.Set(HeaderSecret, rt.o.Secret)
+		req.Header.Set(HeaderEpoch, strconv.FormatInt(epoch, 10))
+		req.Header.Set(HeaderNode, rt.o.Node)
+		resp, err := rt.o.Client.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			rt.o.Metrics.forwarded.WithLabelValues("unavailable").Inc()
+			return nil, unavailable(n, "its owner at %s does not answer: %v", url, err)
+		}
+		if resp.StatusCode != http.StatusMisdirectedRequest || attempt > 0 {
+			result := "ok"
+			if resp.StatusCode == http.StatusMisdirectedRequest {
+				result = "misdirected"
+			}
+			rt.o.Metrics.forwarded.WithLabelValues(result).Inc()
+			return resp, nil
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+		rt.o.Metrics.forwarded.WithLabelValues("retried").Inc()
+		if err := rt.o.View.Refresh(ctx); err != nil {
+			rt.o.Metrics.etcdErrors.Inc()
+			return nil, unavailable(n, "the cluster state cannot be read: %v", err)
+		}
+	}
+}
+
+// forward answers r with the answer of shard n's owner.
+func (rt *Router) forward(w http.ResponseWriter, r *http.Request, n int) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rt.o.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return &routeError{http.StatusRequestEntityTooLarge, "request body too large", err}
+		}
+		return &routeError{http.StatusBadRequest, "reading the request body: " + err.Error(), err}
+	}
+	h := r.Header.Clone()
+	h.Del("Host")
+	resp, err := rt.call(r.Context(), n, r.Method, r.URL.RequestURI(), h, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	for _, k := range hopHeaders {
+		w.Header().Del(k)
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body) // a failed copy: one side went away
+	return nil
+}
+
+// Failed implements api.Cluster: it counts fencing refusals.
+func (rt *Router) Failed(err error) {
+	if errors.Is(err, store.ErrFenced) {
+		rt.o.Metrics.fenced.Inc()
+	}
+}
+
+// Check implements api.Cluster: every shard this node holds can commit.
+func (rt *Router) Check(ctx context.Context) error {
+	for _, n := range rt.o.Shards.Numbers() {
+		st, _ := rt.o.Shards.Store(n)
+		if err := st.Check(ctx); err != nil {
+			return fmt.Errorf("shard %d: %w", n, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,17 @@
+package router
+
+import (
+	"net/http"
+
+	"github.com/progressdb/progressdb/server/internal/cluster"
+)
+
+// Status implements api.Cluster: the cluster as etcd sees it now.
+func (rt *Router) Status(r *http.Request) (any, error) {
+	st, err := cluster.ReadStatus(r.Context(), rt.o.View.c, rt.o.View.k)
+	if err != nil {
+		rt.o.Metrics.etcdErrors.Inc()
+		return nil, &routeError{http.StatusServiceUnavailable, "cluster state unreadable: " + err.Error(), err}
+	}
+	return st, nil
+}
