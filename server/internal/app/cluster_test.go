@@ -88,34 +88,30 @@ func startCluster(t *testing.T, ids ...string) (*etcdtest.Server, []*testNode) {
 	for _, id := range ids {
 		nodes = append(nodes, startNode(t, etcd, id, t.TempDir()))
 	}
-	waitOwned(t, nodes[0], testShards)
+	waitOwned(t, etcd, testShards)
 	return etcd, nodes
 }
 
-// waitOwned waits until the cluster status seen by n shows want shards
-// owned.
-func waitOwned(t *testing.T, n *testNode, want int) cluster.Status {
+// waitOwned waits until etcd shows want shards owned.
+func waitOwned(t *testing.T, etcd *etcdtest.Server, want int) cluster.Status {
 	t.Helper()
+	c := etcd.Client(t)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var st cluster.Status
-		code, body := call(t, http.MethodGet, n.url()+"/admin/cluster", "", adminAuth)
-		if code == http.StatusOK {
-			if err := json.Unmarshal(body, &st); err != nil {
-				t.Fatal(err)
-			}
-			owned := 0
-			for _, s := range st.Shards {
-				if s.State == cluster.ShardOwned {
-					owned++
-				}
-			}
-			if owned == want {
-				return st
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		st, err := cluster.ReadStatus(ctx, c, cluster.Keys{Name: "chat"})
+		cancel()
+		owned := 0
+		for _, s := range st.Shards {
+			if s.State == cluster.ShardOwned {
+				owned++
 			}
 		}
+		if err == nil && owned == want {
+			return st
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d shards owned not seen by %s: %d %s", want, n.id, code, body)
+			t.Fatalf("%d shards owned not seen: %+v, %v", want, st, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

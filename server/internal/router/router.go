@@ -250,6 +250,13 @@ var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Pro
 func (rt *Router) call(ctx context.Context, n int, method, uri string, h http.Header, body []byte) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		url, epoch, err := rt.target(n)
+		if err != nil && attempt == 0 {
+			// The watch may not have delivered a new owner yet: ask etcd.
+			if rerr := rt.o.View.Refresh(ctx); rerr != nil {
+				rt.o.Metrics.etcdErrors.Inc()
+			}
+			url, epoch, err = rt.target(n)
+		}
 		if err != nil {
 			rt.o.Metrics.forwarded.WithLabelValues("unavailable").Inc()
 			return nil, err
