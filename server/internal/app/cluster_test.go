@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
 	"github.com/progressdb/progressdb/server/pkg/config"
@@ -245,4 +247,103 @@ type tWriter struct{ t *testing.T }
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// threadIn returns a thread ID in shard n.
+func threadIn(t *testing.T, n int) string {
+	t.Helper()
+	for i := range 10000 {
+		id := fmt.Sprintf("th%d", i)
+		if cluster.ShardOf(id, testShards) == n {
+			return id
+		}
+	}
+	t.Fatalf("no thread ID for shard %d", n)
+	return ""
+}
+
+// A client cannot pose as a node: node headers without the secret, or with
+// another, are refused. A node's call with an epoch that is not the
+// shard's current one gets 421; after the owner's ownership is taken again
+// with a new epoch, writes through another node still land (with the map
+// from etcd). A shard whose owner is down answers 503 naming it, and so
+// does the listing, instead of a short page.
+func TestClusterNodeHeadersEpochsAndOwnerDown(t *testing.T) {
+	etcd, nodes := startCluster(t, "node-a", "node-b", "node-c")
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	tb := threadIn(t, 1) // shard 1: node-b's
+	if code, body := call(t, http.MethodPost, a.url()+"/v1/threads", `{"id":"`+tb+`","title":"x","author":"u"}`, nil); code != http.StatusCreated {
+		t.Fatalf("create through node-a: %d %s", code, body)
+	}
+
+	for _, h := range []http.Header{
+		{"X-Progressdb-Epoch": {"1"}},
+		{"X-Progressdb-Shard": {"1"}},
+		{"X-Progressdb-Cluster-Secret": {"not-the-secret-at-all"}, "X-Progressdb-Epoch": {"1"}},
+		{"X-Progressdb-Cluster-Secret": {""}, "X-Progressdb-Node": {"node-a"}},
+	} {
+		for _, n := range nodes {
+			if code, body := call(t, http.MethodGet, n.url()+"/v1/threads/"+tb, "", h); code != http.StatusForbidden {
+				t.Fatalf("node headers %v through %s: %d %s", h, n.id, code, body)
+			}
+		}
+	}
+
+	st := waitOwned(t, etcd, testShards)
+	epoch := st.Shards[1].Epoch
+	stale := http.Header{"X-Progressdb-Cluster-Secret": {testSecret}, "X-Progressdb-Epoch": {fmt.Sprint(epoch - 1)},
+		"X-Progressdb-Node": {"node-a"}}
+	code, body := call(t, http.MethodGet, b.url()+"/v1/threads/"+tb, "", stale)
+	if code != http.StatusMisdirectedRequest || !bytes.Contains(body, []byte("shard 1")) {
+		t.Fatalf("stale epoch: %d %s", code, body)
+	}
+	current := http.Header{"X-Progressdb-Cluster-Secret": {testSecret}, "X-Progressdb-Epoch": {fmt.Sprint(epoch)}}
+	if code, body := call(t, http.MethodGet, b.url()+"/v1/threads/"+tb, "", current); code != http.StatusOK {
+		t.Fatalf("current epoch: %d %s", code, body)
+	}
+
+	// etcd ends node-b's ownership of shard 1 (as when its lease runs
+	// out); node-b takes it again with a larger epoch.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := etcd.DirectClient(t).Get(ctx, cluster.Keys{Name: "chat"}.ShardOwner(1))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("owner key: %v", err)
+	}
+	etcd.Revoke(t, clientv3.LeaseID(resp.Kvs[0].Lease))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st = waitOwned(t, etcd, testShards)
+		if st.Shards[1].Epoch > epoch {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shard 1 not taken again: %+v", st.Shards[1])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, body := call(t, http.MethodGet, b.url()+"/v1/threads/"+tb, "", current); code != http.StatusMisdirectedRequest {
+		t.Fatalf("the old epoch after a new ownership: %d %s", code, body)
+	}
+	code, body = call(t, http.MethodPost, a.url()+"/v1/threads/"+tb+"/messages", `{"author":"u","body":"after"}`, nil)
+	if code != http.StatusCreated {
+		t.Fatalf("write through node-a after the new epoch: %d %s", code, body)
+	}
+
+	// node-c stops: shard 2 has no owner.
+	c.shutdown()
+	tc := threadIn(t, 2)
+	code, body = call(t, http.MethodGet, a.url()+"/v1/threads/"+tc, "", nil)
+	if code != http.StatusServiceUnavailable || !bytes.Contains(body, []byte("shard 2")) {
+		t.Fatalf("thread of a down shard: %d %s", code, body)
+	}
+	code, body = call(t, http.MethodGet, b.url()+"/v1/threads", "", nil)
+	if code != http.StatusServiceUnavailable || !bytes.Contains(body, []byte("shard 2")) {
+		t.Fatalf("listing with a down shard: %d %s", code, body)
+	}
+	// The other shards go on.
+	if code, body := call(t, http.MethodGet, a.url()+"/v1/threads/"+tb+"/messages", "", nil); code != http.StatusOK ||
+		!bytes.Contains(body, []byte("after")) {
+		t.Fatalf("a live shard with one node down: %d %s", code, body)
+	}
 }
