@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -376,5 +377,56 @@ func TestServeWritesScheduledBackups(t *testing.T) {
 	}
 	if _, err := os.Stat(foreign); err != nil {
 		t.Errorf("foreign file: %v", err)
+	}
+}
+
+// lockedLog is a log sink safe for the server's goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// With backups on, an audit folder inside DB_PATH is warned about at
+// start: a copy of the data folder put back brings its old trail with it,
+// and the purges since could not be replayed. Outside, no warning.
+func TestServeWarnsOfAnAuditFolderInsideTheDatabase(t *testing.T) {
+	for _, inside := range []bool{true, false} {
+		root := t.TempDir()
+		env := []string{
+			"PROGRESSDB_DB_PATH=" + filepath.Join(root, "data"),
+			"PROGRESSDB_ADDR=" + freeAddr(t),
+			"PROGRESSDB_BACKUP_PATH=" + filepath.Join(root, "backups"),
+		}
+		if !inside {
+			env = append(env, "PROGRESSDB_RETENTION_AUDIT_PATH="+filepath.Join(root, "audit"))
+		}
+		cfg, err := config.Load(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs := &lockedLog{}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- Serve(ctx, cfg, slog.New(slog.NewTextHandler(logs, nil))) }()
+		waitAnswering(t, cfg.Addr)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(logs.String(), "audit_path_inside_db_path"); got != inside {
+			t.Errorf("audit folder inside: %v; warned: %v\n%s", inside, got, logs.String())
+		}
 	}
 }
