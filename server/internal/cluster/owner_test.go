@@ -32,16 +32,53 @@ func TestCreateClusterSpreadsShards(t *testing.T) {
 	if !slices.Equal(m.Homes, []string{"a", "b", "a", "b", "a"}) || !slices.Equal(m.HeldBy("b"), []int{1, 3}) {
 		t.Fatalf("map = %+v", m)
 	}
-	// Created once: a node started later changes nothing, and one started
-	// with another number of shards is refused.
-	if err := CreateCluster(ctx, c, k, 5, []string{"c"}); err != nil {
-		t.Fatal(err)
+	// Created once: the same creation again changes nothing; one with
+	// other nodes or another number of shards is refused.
+	if got, created, err := EnsureCluster(ctx, c, k, 5, []string{"a", "b"}); err != nil || created || !slices.Equal(got.Homes, m.Homes) {
+		t.Fatalf("same creation again: %+v created=%v err=%v", got, created, err)
+	}
+	var nodesErr *ClusterNodesError
+	for _, nodes := range [][]string{{"c"}, {"b", "a"}, {"a", "b", "c"}} {
+		err := CreateCluster(ctx, c, k, 5, nodes)
+		if !errors.As(err, &nodesErr) || !errors.Is(err, ErrClusterNodes) || !slices.Equal(nodesErr.Recorded, []string{"a", "b"}) {
+			t.Fatalf("creation with nodes %v = %v, want a ClusterNodesError", nodes, err)
+		}
 	}
 	if m2, _ := ReadMap(ctx, c, k); !slices.Equal(m2.Homes, m.Homes) {
-		t.Fatalf("second creation changed the map: %+v", m2)
+		t.Fatalf("refused creations changed the map: %+v", m2)
 	}
-	if err := CreateCluster(ctx, c, k, 8, []string{"a"}); !errors.Is(err, ErrShardCount) {
+	if err := CreateCluster(ctx, c, k, 8, []string{"a", "b"}); !errors.Is(err, ErrShardCount) {
 		t.Fatalf("another shard count = %v, want ErrShardCount", err)
+	}
+	if err := CreateCluster(ctx, c, k, 5, []string{"a", "a"}); err == nil {
+		t.Fatal("a node named twice was accepted")
+	}
+}
+
+// TestCreateClusterAfterRecordedCount: a shard count recorded alone (by
+// RecordShards) does not pass for a created cluster: the creation writes
+// the map when the count agrees and is refused when it does not.
+func TestCreateClusterAfterRecordedCount(t *testing.T) {
+	srv := etcdtest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		recorded int
+		wantErr  error
+	}{{"agrees", 4, nil}, {"differs", 8, ErrShardCount}} {
+		k := Keys{Name: tc.name}
+		if err := RecordShards(ctx, c, k, tc.recorded); err != nil {
+			t.Fatal(err)
+		}
+		_, created, err := EnsureCluster(ctx, c, k, 4, []string{"a", "b"})
+		if !errors.Is(err, tc.wantErr) || created != (tc.wantErr == nil) {
+			t.Fatalf("%s: created=%v err=%v, want %v", tc.name, created, err, tc.wantErr)
+		}
+		_, err = ReadMap(ctx, c, k)
+		if (tc.wantErr == nil) != (err == nil) {
+			t.Fatalf("%s: map after creation: %v", tc.name, err)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -18,6 +19,10 @@ import (
 type Map struct {
 	Shards int      `json:"shards"`
 	Homes  []string `json:"homes"` // Homes[n]: the node that holds shard n
+	// Nodes are the nodes the cluster was created with, in the order
+	// given: what a repeated creation is compared with, since moves change
+	// Homes.
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // ShardMap is the key of the map: one key, so that a move can compare and
@@ -28,37 +33,123 @@ func (k Keys) ShardMap() string { return "/" + k.Name + "/shards/map" }
 // ErrNoCluster: the cluster has not been created in etcd yet.
 var ErrNoCluster = errors.New("cluster not created")
 
+// ErrClusterNodes refuses to create a cluster again with other nodes than
+// it was created with: the shards are spread already.
+var ErrClusterNodes = errors.New("the cluster was created with other nodes")
+
+// ClusterNodesError is returned (wrapping ErrClusterNodes) with both lists.
+type ClusterNodesError struct{ Recorded, Asked []string }
+
+func (e *ClusterNodesError) Error() string {
+	return fmt.Sprintf("the cluster was created with nodes %s, not %s",
+		strings.Join(e.Recorded, ","), strings.Join(e.Asked, ","))
+}
+
+func (e *ClusterNodesError) Unwrap() error { return ErrClusterNodes }
+
 // CreateCluster records the number of shards and spreads the shards over
-// nodes, round robin in the order given, in one transaction. When the
-// cluster exists already it changes nothing and checks the number of
-// shards (a *ShardCountError when another).
+// nodes, round robin in the order given, in one transaction. Creating it
+// again with the same arguments changes nothing; with another number of
+// shards it is refused with a *ShardCountError, with other nodes with a
+// *ClusterNodesError.
 func CreateCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, nodes []string) error {
+	_, _, err := EnsureCluster(ctx, c, k, shards, nodes)
+	return err
+}
+
+// EnsureCluster is CreateCluster that also answers the map in etcd and
+// whether this call created it.
+func EnsureCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, nodes []string) (Map, bool, error) {
 	if shards < 1 {
-		return fmt.Errorf("create cluster: %d shards", shards)
+		return Map{}, false, fmt.Errorf("create cluster: %d shards", shards)
 	}
 	if len(nodes) == 0 || slices.Contains(nodes, "") {
-		return fmt.Errorf("create cluster: nodes %q", nodes)
+		return Map{}, false, fmt.Errorf("create cluster: nodes %q", nodes)
 	}
-	m := Map{Shards: shards, Homes: make([]string, shards)}
+	for i, n := range nodes {
+		if slices.Contains(nodes[:i], n) {
+			return Map{}, false, fmt.Errorf("create cluster: node %q named twice", n)
+		}
+	}
+	m := Map{Shards: shards, Homes: make([]string, shards), Nodes: slices.Clone(nodes)}
 	for n := range m.Homes {
 		m.Homes[n] = nodes[n%len(nodes)]
 	}
 	v, err := json.Marshal(m)
 	if err != nil {
-		return fmt.Errorf("create cluster: %w", err)
+		return Map{}, false, fmt.Errorf("create cluster: %w", err)
 	}
-	count := k.ShardCount()
-	resp, err := c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(count), "=", 0)).
-		Then(clientv3.OpPut(count, strconv.Itoa(shards)), clientv3.OpPut(k.ShardMap(), string(v))).
-		Commit()
-	if err != nil {
-		return fmt.Errorf("create cluster: %w", err)
+	count, mapKey := k.ShardCount(), k.ShardMap()
+	// The shard count may have been recorded alone (RecordShards), so the
+	// map's absence is what says the cluster is not created; the count,
+	// when there, must agree. A race with another creation is answered by
+	// reading again.
+	for range 3 {
+		resp, err := c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(mapKey), "=", 0),
+				clientv3.Compare(clientv3.CreateRevision(count), "=", 0)).
+			Then(clientv3.OpPut(count, strconv.Itoa(shards)), clientv3.OpPut(mapKey, string(v))).
+			Else(clientv3.OpGet(count), clientv3.OpGet(mapKey)).
+			Commit()
+		if err != nil {
+			return Map{}, false, fmt.Errorf("create cluster: %w", err)
+		}
+		if resp.Succeeded {
+			return m, true, nil
+		}
+		countKVs := resp.Responses[0].GetResponseRange().GetKvs()
+		mapKVs := resp.Responses[1].GetResponseRange().GetKvs()
+		if len(mapKVs) > 0 {
+			var have Map
+			if err := json.Unmarshal(mapKVs[0].Value, &have); err != nil || have.Shards < 1 || len(have.Homes) != have.Shards {
+				return Map{}, false, fmt.Errorf("create cluster: %s is not a shard map: %q", mapKey, mapKVs[0].Value)
+			}
+			return have, false, sameCluster(have, shards, nodes)
+		}
+		if len(countKVs) == 0 {
+			continue // both deleted meanwhile
+		}
+		recorded, err := strconv.Atoi(string(countKVs[0].Value))
+		if err != nil || recorded < 1 {
+			return Map{}, false, fmt.Errorf("create cluster: %s holds %q, not a number of shards", count, countKVs[0].Value)
+		}
+		if recorded != shards {
+			return Map{}, false, &ShardCountError{Recorded: recorded, Asked: shards}
+		}
+		resp, err = c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(mapKey), "=", 0),
+				clientv3.Compare(clientv3.Value(count), "=", strconv.Itoa(shards))).
+			Then(clientv3.OpPut(mapKey, string(v))).
+			Commit()
+		if err != nil {
+			return Map{}, false, fmt.Errorf("create cluster: %w", err)
+		}
+		if resp.Succeeded {
+			return m, true, nil
+		}
 	}
-	if resp.Succeeded {
-		return nil
+	return Map{}, false, fmt.Errorf("create cluster: %s and %s keep changing", count, mapKey)
+}
+
+// sameCluster checks a repeated creation against the map in etcd.
+func sameCluster(have Map, shards int, nodes []string) error {
+	if have.Shards != shards {
+		return &ShardCountError{Recorded: have.Shards, Asked: shards}
 	}
-	return RecordShards(ctx, c, k, shards)
+	recorded := have.Nodes
+	if len(recorded) == 0 {
+		// A map written without its node list: the homes, in order of
+		// first appearance, are the nodes it was spread over.
+		for _, h := range have.Homes {
+			if !slices.Contains(recorded, h) {
+				recorded = append(recorded, h)
+			}
+		}
+	}
+	if !slices.Equal(recorded, nodes) {
+		return &ClusterNodesError{Recorded: recorded, Asked: slices.Clone(nodes)}
+	}
+	return nil
 }
 
 // ReadMap reads the shard map (ErrNoCluster before CreateCluster).

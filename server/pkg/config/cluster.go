@@ -64,6 +64,9 @@ var (
 // Enabled reports whether the server runs as a cluster node.
 func (c Cluster) Enabled() bool { return c.Etcd != "" }
 
+// ValidNodeID reports whether id is a valid PROGRESSDB_NODE_ID.
+func ValidNodeID(id string) bool { return nodeIDRule.MatchString(id) }
+
 // Endpoints returns the etcd client URLs.
 func (c Cluster) Endpoints() []string {
 	var out []string

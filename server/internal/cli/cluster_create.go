@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/progressdb/progressdb/server/internal/app"
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/pkg/config"
+)
+
+// clusterTimeout bounds one command's calls to etcd: an unreachable etcd
+// fails the command instead of hanging it.
+const clusterTimeout = 15 * time.Second
+
+// clusterCreateReport is what cluster create prints with --json.
+type clusterCreateReport struct {
+	Cluster string              `json:"cluster"` // PROGRESSDB_CLUSTER_NAME
+	Created bool                `json:"created"` // false: it existed with these arguments
+	Shards  int                 `json:"shards"`
+	Nodes   []clusterCreateNode `json:"nodes"`
+}
+
+type clusterCreateNode struct {
+	ID     string `json:"id"`
+	Shards []int  `json:"shards"` // whose data it holds
+}
+
+// clusterCreate records the shard count (PROGRESSDB_CLUSTER_SHARDS) and
+// spreads the shards over the nodes named, once: the same command again
+// changes nothing, one with another shard count or other nodes is refused.
+func (e env) clusterCreate(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("cluster create", flag.ContinueOnError)
+	nodesFlag := fs.String("nodes", "", "the node IDs (PROGRESSDB_NODE_ID) to spread the shards over, comma-separated, in order")
+	asJSON := fs.Bool("json", false, "print the shard map as JSON")
+	if !e.parseFlags(fs, args, false) {
+		return exitUsage
+	}
+	nodes, err := parseNodes(*nodesFlag)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "progressdb cluster create: --nodes: %v\n", err)
+		e.flagsHint(fs)
+		return exitUsage
+	}
+	cfg, ok := e.loadConfig()
+	if !ok {
+		return exitUsage
+	}
+	if !cfg.Cluster.Enabled() {
+		fmt.Fprintf(e.stderr, "progressdb cluster create: set %s to the cluster's etcd endpoints\n", config.VarClusterEtcd)
+		return exitUsage
+	}
+	c, err := app.EtcdClient(cfg.Cluster)
+	var startErr *app.StartupError
+	if errors.As(err, &startErr) {
+		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
+		return exitUsage
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "progressdb cluster create: %v\n", err)
+		return exitFailed
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	defer cancel()
+	k := cluster.Keys{Name: cfg.Cluster.ClusterName}
+	m, created, err := cluster.EnsureCluster(ctx, c, k, cfg.Cluster.Shards, nodes)
+	var countErr *cluster.ShardCountError
+	switch {
+	case errors.As(err, &countErr):
+		fmt.Fprintf(e.stderr, "progressdb cluster create: cluster %q exists with %d shards, not %d (%s): the shard count is fixed when a cluster is created\n",
+			k.Name, countErr.Recorded, countErr.Asked, config.VarClusterShards)
+		return exitFailed
+	case errors.Is(err, cluster.ErrClusterNodes):
+		fmt.Fprintf(e.stderr, "progressdb cluster create: cluster %q exists: %v; its shards are spread already (a shard moves with cluster move-shard)\n", k.Name, err)
+		return exitFailed
+	case errors.Is(err, context.DeadlineExceeded):
+		fmt.Fprintf(e.stderr, "progressdb cluster create: etcd at %s did not answer within %s\n", cfg.Cluster.Etcd, clusterTimeout)
+		return exitFailed
+	case err != nil:
+		fmt.Fprintf(e.stderr, "progressdb cluster create: %v\n", err)
+		return exitFailed
+	}
+	rep := clusterCreateReport{Cluster: k.Name, Created: created, Shards: m.Shards}
+	for _, id := range nodes {
+		rep.Nodes = append(rep.Nodes, clusterCreateNode{ID: id, Shards: append([]int{}, m.HeldBy(id)...)})
+	}
+	if *asJSON {
+		writeJSON(e.stdout, rep)
+		return exitOK
+	}
+	printClusterCreate(e.stdout, rep)
+	return exitOK
+}
+
+// parseNodes reads --nodes: distinct valid node IDs.
+func parseNodes(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("required: the node IDs to spread the shards over, such as --nodes node-1,node-2,node-3")
+	}
+	var nodes []string
+	for _, id := range strings.Split(s, ",") {
+		id = strings.TrimSpace(id)
+		switch {
+		case !config.ValidNodeID(id):
+			return nil, fmt.Errorf("%q is not a node ID (1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit)", id)
+		case slices.Contains(nodes, id):
+			return nil, fmt.Errorf("node %q named twice", id)
+		}
+		nodes = append(nodes, id)
+	}
+	return nodes, nil
+}
+
+func printClusterCreate(w io.Writer, rep clusterCreateReport) {
+	if rep.Created {
+		fmt.Fprintf(w, "cluster %q created: %d shards over %d nodes\n", rep.Cluster, rep.Shards, len(rep.Nodes))
+	} else {
+		fmt.Fprintf(w, "cluster %q exists with these %d shards and nodes: nothing changed\n", rep.Cluster, rep.Shards)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSHARDS")
+	for _, n := range rep.Nodes {
+		s := make([]string, len(n.Shards))
+		for i, x := range n.Shards {
+			s[i] = strconv.Itoa(x)
+		}
+		if len(s) == 0 {
+			s = []string{"-"}
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", n.ID, strings.Join(s, ","))
+	}
+	tw.Flush()
+}
