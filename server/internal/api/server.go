@@ -165,6 +165,7 @@ func (s *server) routes() []route {
 		{http.MethodPost, "/admin/backups", accessAdmin, s.createBackup},
 		{http.MethodGet, "/admin/backups", accessAdmin, s.listBackups},
 		{http.MethodPost, "/admin/backups/stream", accessAdmin, s.streamBackup},
+		{http.MethodGet, "/admin/cluster", accessAdmin, s.clusterStatus},
 	}
 }
 

@@ -1,0 +1,262 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/progressdb/progressdb/server/internal/api"
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/internal/router"
+	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+const (
+	secret     = "0123456789abcdef-cluster"
+	adminToken = "adm"
+)
+
+// node is a cluster node in the test process: its shards, ownership, view,
+// router and API on a loopback server.
+type node struct {
+	id    string
+	srv   *httptest.Server
+	owner *cluster.Owner
+	stop  func()
+}
+
+func startNode(t *testing.T, etcd *etcdtest.Server, id string) *node {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var h http.Handler
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
+	c := etcd.Client(t)
+	keys := cluster.Keys{Name: "chat"}
+	m, err := cluster.ReadMap(ctx, c, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	shards, err := cluster.OpenShards(filepath.Join(dir, "data"), m.HeldBy(id), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := cluster.StartOwner(ctx, cluster.OwnerOptions{Client: c, Keys: keys, Node: id, URL: srv.URL,
+		Owner: id + "/1", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := router.NewView(ctx, c, keys, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	services := map[int]retention.Service{}
+	for _, n := range shards.Numbers() {
+		st, _ := shards.Store(n)
+		shard := n
+		runner, err := retention.NewRunner(retention.RunnerOptions{Store: st,
+			Config: config.Retention{Enabled: true, Period: 30 * 24 * time.Hour, MessagePeriod: 30 * 24 * time.Hour,
+				MinPeriod: time.Hour, Cron: "0 2 * * *", AuditPath: cluster.ShardAuditPath(filepath.Join(dir, "audit"), n)},
+			Coordinator: owner.Coordinator(n), Fenced: true, Shard: &shard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc, err := retention.NewService(retention.ServiceOptions{Runner: runner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		services[n] = svc
+	}
+	rt, err := router.New(router.Options{Node: id, Secret: secret, View: view, Shards: shards, Owner: owner, Retention: services})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	h, err = api.New(api.Options{Cluster: rt, AdminToken: adminToken, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{id: id, srv: srv, owner: owner}
+	stopped := false
+	n.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		srv.Close()
+		api.CollectAnswered(t, reg)
+		owner.Close()
+		cancel()
+		if err := shards.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(n.stop)
+	return n
+}
+
+// send makes one request to n, checks its answer against the description
+// and its status against want.
+func send(t *testing.T, n *node, method, path, body string, h http.Header, want int) []byte {
+	t.Helper()
+	req, err := http.NewRequest(method, n.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.CheckAnswer(t, req, []byte(body), resp.StatusCode, resp.Header, b)
+	if resp.StatusCode != want {
+		t.Errorf("%s %s through %s with %v: %d, want %d: %s", method, path, n.id, h, resp.StatusCode, want, b)
+	}
+	return b
+}
+
+func threadIn(shard, shards int, prefix string) string {
+	for i := 0; ; i++ {
+		if id := fmt.Sprintf("%s%d", prefix, i); cluster.ShardOf(id, shards) == shard {
+			return id
+		}
+	}
+}
+
+// op is one operation on a thread (T) and its message (M).
+type op struct {
+	method, path, body string
+	admin              bool
+	ok                 int
+}
+
+// threadOps are every operation on one thread, in an order that succeeds.
+var threadOps = []op{
+	{"GET", "/v1/threads/T", "", false, 200},
+	{"POST", "/v1/threads/T/messages", `{"id":"M","author":"u","body":"x"}`, false, 201},
+	{"GET", "/v1/threads/T/messages", "", false, 200},
+	{"GET", "/v1/threads/T/messages/M", "", false, 200},
+	{"PUT", "/v1/threads/T/messages/M", `{"body":"y"}`, false, 200},
+	{"GET", "/v1/threads/T/messages/M/versions", "", false, 200},
+	{"DELETE", "/v1/threads/T/messages/M", "", false, 204},
+	{"POST", "/v1/threads/T/messages/M/restore", "", false, 200},
+	{"GET", "/admin/threads/T", "", true, 200},
+	{"PUT", "/admin/threads/T/legal_hold", `{"legal_hold":false}`, true, 200},
+	{"PUT", "/admin/threads/T/retention", `{"max_messages":5}`, true, 200},
+	{"GET", "/admin/threads/T/retention", "", true, 200},
+	{"DELETE", "/admin/threads/T/retention", "", true, 204},
+	{"DELETE", "/v1/threads/T", "", false, 204},
+	{"POST", "/v1/threads/T/restore", "", false, 200},
+}
+
+func (o op) on(tid, mid string) (string, string) {
+	r := strings.NewReplacer("T", tid, "M", mid)
+	return r.Replace(o.path), r.Replace(o.body)
+}
+
+func headers(admin bool, extra http.Header) http.Header {
+	h := http.Header{}
+	if admin {
+		h.Set("Authorization", "Bearer "+adminToken)
+	}
+	for k, v := range extra {
+		h[k] = v
+	}
+	return h
+}
+
+// TestClusterConformance runs every operation through cluster nodes (a
+// real etcd, two nodes, two shards) and checks every answer against the
+// description: served and forwarded answers, merged listings, the
+// fanned-out retention routes and the cluster status; 403 to a client
+// sending node headers without the secret, 421 to a node's call with a
+// stale epoch, and 503 naming the shard once its owner is down.
+func TestClusterConformance(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.CreateCluster(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, 2, []string{"node-a", "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := startNode(t, etcd, "node-a"), startNode(t, etcd, "node-b")
+	if _, err := a.owner.WaitOwned(ctx, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := b.owner.WaitOwned(ctx, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := headers(true, nil)
+	ta, tb := threadIn(0, 2, "ta"), threadIn(1, 2, "tb")
+
+	// Served on node-a and forwarded to node-b.
+	for _, tid := range []string{ta, tb} {
+		send(t, a, "POST", "/v1/threads", `{"id":"`+tid+`","title":"x","author":"u"}`, nil, 201)
+		for _, o := range threadOps {
+			path, body := o.on(tid, "m-"+tid)
+			send(t, a, o.method, path, body, headers(o.admin, nil), o.ok)
+		}
+	}
+	send(t, b, "POST", "/v1/threads", `{"title":"generated id","author":"u"}`, nil, 201)
+	send(t, b, "GET", "/v1/threads?limit=1", "", nil, 200)
+	send(t, a, "GET", "/v1/threads", "", nil, 200)
+	send(t, b, "GET", "/admin/legal_holds", "", admin, 200)
+	send(t, a, "GET", "/admin/retention", "", admin, 200)
+	send(t, a, "POST", "/admin/retention/run", `{"dry_run":true}`, admin, 200)
+	send(t, b, "POST", "/admin/retention/run?wait=false", `{"dry_run":true}`, admin, 202)
+	send(t, a, "GET", "/admin/cluster", "", admin, 200)
+
+	// A client posing as a node.
+	forged := http.Header{router.HeaderEpoch: {fmt.Sprint(epoch)}, router.HeaderShard: {"1"}}
+	for _, o := range threadOps {
+		path, body := o.on(tb, "m-"+tb)
+		send(t, a, o.method, path, body, headers(o.admin, forged), 403)
+	}
+	send(t, a, "POST", "/v1/threads", `{"title":"x","author":"u"}`, forged, 403)
+	send(t, b, "GET", "/v1/threads", "", headers(false, http.Header{router.HeaderSecret: {"wrong-secret-0123456789"}}), 403)
+
+	// A node's call with a stale epoch.
+	stale := http.Header{router.HeaderSecret: {secret}, router.HeaderEpoch: {fmt.Sprint(epoch - 1)}, router.HeaderNode: {"node-a"}}
+	for _, o := range threadOps {
+		path, body := o.on(tb, "m-"+tb)
+		send(t, b, o.method, path, body, headers(o.admin, stale), 421)
+	}
+	send(t, b, "POST", "/v1/threads", `{"id":"`+threadIn(1, 2, "new")+`","title":"x","author":"u"}`, stale, 421)
+	staleShard := headers(true, stale)
+	staleShard.Set(router.HeaderShard, "1")
+	send(t, b, "GET", "/v1/threads", "", staleShard, 421)
+	send(t, b, "GET", "/admin/legal_holds", "", staleShard, 421)
+	send(t, b, "GET", "/admin/retention", "", staleShard, 421)
+	send(t, b, "POST", "/admin/retention/run", `{"dry_run":true}`, staleShard, 421)
+
+	// node-b is gone: its shard has no owner.
+	b.stop()
+	for _, o := range threadOps {
+		path, body := o.on(tb, "m-"+tb)
+		if got := send(t, a, o.method, path, body, headers(o.admin, nil), 503); !strings.Contains(string(got), "shard 1") {
+			t.Errorf("%s %s: %s does not name the shard", o.method, path, got)
+		}
+	}
+	send(t, a, "POST", "/v1/threads", `{"id":"`+threadIn(1, 2, "new")+`","title":"x","author":"u"}`, nil, 503)
+	send(t, a, "GET", "/v1/threads", "", nil, 503)
+	send(t, a, "GET", "/admin/legal_holds", "", admin, 503)
+	send(t, a, "GET", "/v1/threads/"+ta, "", nil, 200)
+}
