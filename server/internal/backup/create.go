@@ -158,7 +158,7 @@ func (c *Creator) write(ctx context.Context, w io.Writer, compress bool, id stri
 	if err != nil {
 		return m, err
 	}
-	stats, err := store.Inspect(ctx, dir)
+	stats, err := store.Count(ctx, dir)
 	if err != nil {
 		return m, fmt.Errorf("backup: %w", err)
 	}
