@@ -243,3 +243,44 @@ func TestCatchUp(t *testing.T) {
 		t.Fatalf("second catch-up: %v %+v", err, res)
 	}
 }
+
+// Holds come from the backup: a thread on hold in it keeps its hold and
+// its messages, while a purge the trail records (made after a hold was
+// lifted) is replayed all the same.
+func TestReplayKeepsHolds(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.content("held", 1)
+	e.content("lifted", 1)
+	if _, err := e.st.SetLegalHold(ctx, "held", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.SetLegalHold(ctx, "lifted", true); err != nil {
+		t.Fatal(err)
+	}
+	e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+	backupDir := e.copyDB("backup")
+	// After the backup: the hold of "lifted" is lifted and it is purged.
+	if _, err := e.st.SetLegalHold(ctx, "lifted", false); err != nil {
+		t.Fatal(err)
+	}
+	e.deleteThread("lifted")
+	e.deleteThread("held")
+	e.at(31 * day)
+	res, _ := e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+	if res.Purged != 1 {
+		t.Fatalf("purged %d, want 1 (the held thread stays)", res.Purged)
+	}
+	st, r := e.restored(backupDir)
+	rep, err := r.Run(ctx, RunRequest{Trigger: audit.TriggerRestore})
+	if err != nil || rep.Purged != 1 {
+		t.Fatalf("replay: %v %+v", err, rep)
+	}
+	if ok, _ := st.ItemExists(ctx, store.KindThread, "lifted"); ok {
+		t.Fatal("the thread purged after its hold was lifted is back")
+	}
+	th, err := st.GetThread(ctx, "held")
+	if err != nil || !th.LegalHold || th.Deleted {
+		t.Fatalf("held thread %+v %v: want it as the backup had it, on hold, not deleted", th, err)
+	}
+}
