@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/progressdb/progressdb/server/internal/api"
 	"github.com/progressdb/progressdb/server/internal/cluster"
@@ -33,10 +34,18 @@ type node struct {
 	id    string
 	srv   *httptest.Server
 	owner *cluster.Owner
+	reg   *prometheus.Registry
 	stop  func()
 }
 
 func startNode(t *testing.T, etcd *etcdtest.Server, id string) *node {
+	t.Helper()
+	return startNodeWith(t, etcd, id, true)
+}
+
+// startNodeWith starts a node whose view of the cluster follows etcd's
+// changes when watch is set, and is read only when it asks otherwise.
+func startNodeWith(t *testing.T, etcd *etcdtest.Server, id string, watch bool) *node {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var h http.Handler
@@ -57,10 +66,15 @@ func startNode(t *testing.T, etcd *etcdtest.Server, id string) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	view, err := router.NewView(ctx, c, keys, nil)
+	viewCtx, stopWatch := context.WithCancel(ctx)
+	view, err := router.NewView(viewCtx, c, keys, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !watch {
+		stopWatch()
+	}
+
 	services := map[int]retention.Service{}
 	for _, n := range shards.Numbers() {
 		st, _ := shards.Store(n)
@@ -78,16 +92,17 @@ func startNode(t *testing.T, etcd *etcdtest.Server, id string) *node {
 		}
 		services[n] = svc
 	}
-	rt, err := router.New(router.Options{Node: id, Secret: secret, View: view, Shards: shards, Owner: owner, Retention: services})
+	reg := prometheus.NewRegistry()
+	rt, err := router.New(router.Options{Node: id, Secret: secret, View: view, Shards: shards, Owner: owner, Retention: services,
+		Metrics: router.NewMetrics(reg, func() int { return len(owner.Owned()) })})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
 	h, err = api.New(api.Options{Cluster: rt, AdminToken: adminToken, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{id: id, srv: srv, owner: owner}
+	n := &node{id: id, srv: srv, owner: owner, reg: reg}
 	stopped := false
 	n.stop = func() {
 		if stopped {
@@ -97,6 +112,7 @@ func startNode(t *testing.T, etcd *etcdtest.Server, id string) *node {
 		srv.Close()
 		api.CollectAnswered(t, reg)
 		owner.Close()
+		stopWatch()
 		cancel()
 		if err := shards.Close(); err != nil {
 			t.Error(err)
@@ -259,4 +275,65 @@ func TestClusterConformance(t *testing.T) {
 	send(t, a, "GET", "/v1/threads", "", nil, 503)
 	send(t, a, "GET", "/admin/legal_holds", "", admin, 503)
 	send(t, a, "GET", "/v1/threads/"+ta, "", nil, 200)
+}
+
+// counter reads a counter of n's registry.
+func (n *node) counter(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := n.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// A node forwarding with an epoch that has become stale (its view missed
+// the owner's new ownership) gets 421 from the owner, reads the cluster's
+// state from etcd and retries once: the client gets the owner's answer.
+func TestClusterRetriesAStaleEpochOnce(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	keys := cluster.Keys{Name: "chat"}
+	if err := cluster.CreateCluster(ctx, etcd.Client(t), keys, 2, []string{"node-a", "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	b := startNode(t, etcd, "node-b")
+	epoch, err := b.owner.WaitOwned(ctx, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startNodeWith(t, etcd, "node-a", false) // reads etcd once, then only when it asks
+	tb := threadIn(1, 2, "tb")
+	send(t, a, "POST", "/v1/threads", `{"id":"`+tb+`","title":"x","author":"u"}`, nil, 201)
+
+	// etcd ends node-b's ownership (as when its lease runs out); node-b
+	// takes the shard again with a larger epoch, which node-a has not seen.
+	resp, err := etcd.DirectClient(t).Get(ctx, keys.ShardOwner(1))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("owner key: %v", err)
+	}
+	etcd.Revoke(t, clientv3.LeaseID(resp.Kvs[0].Lease))
+	if _, err := b.owner.WaitOwned(ctx, 1, epoch); err != nil {
+		t.Fatal(err)
+	}
+	send(t, a, "POST", "/v1/threads/"+tb+"/messages", `{"author":"u","body":"after"}`, nil, 201)
+	if got := a.counter(t, "progressdb_cluster_forwarded_total", "result", "retried"); got != 1 {
+		t.Fatalf("forwarded_total{result=retried} = %v, want 1", got)
+	}
+	if got := a.counter(t, "progressdb_cluster_forwarded_total", "result", "ok"); got != 2 {
+		t.Fatalf("forwarded_total{result=ok} = %v, want 2", got)
+	}
 }

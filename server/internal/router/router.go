@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -31,6 +32,9 @@ const (
 )
 
 var nodeHeaders = []string{HeaderSecret, HeaderEpoch, HeaderShard, HeaderNode}
+
+// dialTimeout bounds connecting to another node.
+const dialTimeout = 5 * time.Second
 
 // Options configure a Router.
 type Options struct {
@@ -66,11 +70,12 @@ func New(o Options) (*Router, error) {
 	}
 	if o.Client == nil {
 		// No overall timeout: a forwarded retention run may take minutes.
+		// A node that does not take the connection is down: 503 soon.
 		o.Client = &http.Client{Transport: &http.Transport{
-			Proxy:                 nil, // node to node, never through a proxy
-			ResponseHeaderTimeout: 0,
-			IdleConnTimeout:       90 * time.Second,
-			MaxIdleConnsPerHost:   32,
+			Proxy:               nil, // node to node, never through a proxy
+			DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+			IdleConnTimeout:     90 * time.Second,
+			MaxIdleConnsPerHost: 32,
 		}}
 	}
 	if o.Logger == nil {
