@@ -46,22 +46,70 @@ func List(dir, auditRoot string, keep time.Duration, now time.Time) (Listing, er
 		return l, err
 	}
 	now = now.UTC()
-	for _, h := range held {
+	heads := make([]audit.Head, len(held))
+	for i, h := range held {
+		heads[i] = h.Manifest.AuditHead
+	}
+	purged, complete, err := pendingCounts(auditRoot, heads)
+	if err != nil {
+		return l, fmt.Errorf("backup list: audit trail: %w", err)
+	}
+	for i, h := range held {
 		m := h.Manifest
 		created := m.CreatedAt.UTC()
-		// Replays (restore, start) are passed over: they record again
-		// purges of runs already counted.
-		purged, complete, err := audit.Pending(auditRoot, m.AuditHead, "")
-		if err != nil {
-			return l, fmt.Errorf("backup list: audit trail: %w", err)
-		}
 		l.Backups = append(l.Backups, Entry{
 			File: filepath.Base(h.Path), BackupID: m.BackupID, CreatedAt: created,
 			Age: int64(max(now.Sub(created), 0) / time.Second), ExpiresAt: created.Add(keep),
-			Size: h.Size, AuditHead: m.AuditHead, PurgedItems: purged, PurgedItemsComplete: complete,
+			Size: h.Size, AuditHead: m.AuditHead, PurgedItems: purged[i], PurgedItemsComplete: complete[i],
 		})
 	}
 	return l, nil
+}
+
+// pendingCounts is audit.Pending for each head (replays not counted: they
+// record again purges of runs already counted). Backups made one after
+// another have heads on one chain: the trail is then read once, from the
+// oldest head (a year of daily runs and 30 backups: one pass instead of
+// 30). A head off that chain, or a chain that is not whole, is counted on
+// its own.
+func pendingCounts(root string, heads []audit.Head) (purged []int64, whole []bool, err error) {
+	purged, whole = make([]int64, len(heads)), make([]bool, len(heads))
+	if len(heads) == 0 {
+		return purged, whole, nil
+	}
+	steps, ok, err := audit.Steps(root, heads[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	at := make(map[string]int, len(steps)) // footer hash -> index in steps
+	for i, st := range steps {
+		at[st.Head.SHA256] = i
+	}
+	for i, h := range heads {
+		from := -1
+		if j, found := at[h.SHA256]; h == heads[0] {
+			from = 0
+		} else if ok && found && !h.IsZero() {
+			from = j + 1
+		}
+		if from < 0 {
+			if purged[i], whole[i], err = audit.Pending(root, h, ""); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		whole[i] = ok
+		for _, st := range steps[from:] {
+			switch {
+			case audit.IsReplay(st.Header):
+			case st.Purged < 0:
+				whole[i] = false
+			default:
+				purged[i] += st.Purged
+			}
+		}
+	}
+	return purged, whole, nil
 }
 
 // List describes the backups in BACKUP_PATH (ErrNoBackupPath when unset).
