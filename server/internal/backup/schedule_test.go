@@ -203,3 +203,30 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 	}
 	return d.Gauge.GetValue()
 }
+
+// The backup metrics of spec §10 (the restore's count is retention's), and
+// the schedule's period for the alert, are registered, the results at
+// zero from the start.
+func TestBackupMetricsRegistered(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, f := range fams {
+		got[f.GetName()] = len(f.GetMetric())
+	}
+	for _, name := range []string{
+		"progressdb_backup_total", "progressdb_backup_duration_seconds", "progressdb_backup_bytes",
+		"progressdb_backup_last_success_timestamp_seconds", "progressdb_backup_interval_seconds",
+	} {
+		if got[name] == 0 {
+			t.Errorf("metric %s not registered", name)
+		}
+	}
+	if got["progressdb_backup_total"] != 2 {
+		t.Errorf("progressdb_backup_total has %d series, want success and failed", got["progressdb_backup_total"])
+	}
+}
