@@ -430,3 +430,43 @@ func TestServeWarnsOfAnAuditFolderInsideTheDatabase(t *testing.T) {
 		}
 	}
 }
+
+// PROGRESSDB_BACKUP_PATH must be a folder the server can write, created
+// 0700 when missing: a typo there would fail every scheduled backup (and
+// their expiry) until the alert fired two periods later.
+func TestValidateBackupPath(t *testing.T) {
+	base := t.TempDir()
+	cfg, err := config.Load([]string{"PROGRESSDB_DB_PATH=" + filepath.Join(base, "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	readOnly := filepath.Join(base, "read-only")
+	if err := os.Mkdir(readOnly, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Backup.Path = filepath.Join(base, "new", "backups")
+	if err := Validate(cfg); err != nil {
+		t.Fatalf("a new backup folder refused: %v", err)
+	}
+	if info, err := os.Stat(cfg.Backup.Path); err != nil || info.Mode().Perm() != 0o700 {
+		t.Errorf("backup folder not created 0700: %v %v", info, err)
+	}
+	cases := []struct{ path, errHas string }{
+		{file, "not a directory"},
+		{filepath.Join(file, "backups"), "not a directory"},
+	}
+	if os.Geteuid() != 0 { // root writes anywhere
+		cases = append(cases, struct{ path, errHas string }{readOnly, "permission denied"})
+	}
+	for _, tc := range cases {
+		cfg.Backup.Path = tc.path
+		var se *StartupError
+		if err := Validate(cfg); !errors.As(err, &se) || se.Var != config.VarBackupPath || !strings.Contains(err.Error(), tc.errHas) {
+			t.Errorf("%s: got %v, want a startup error naming %s and %q", tc.path, err, config.VarBackupPath, tc.errHas)
+		}
+	}
+}

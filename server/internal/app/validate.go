@@ -40,13 +40,22 @@ type folder struct {
 
 // folders lists what the server needs on disk: the database folder must
 // be a folder it can write (Pebble writes its lock file there; created
-// 0700: it holds chat content); with retention enabled, the audit folder
+// 0700: it holds chat content), and so must the backup folder when set;
+// with retention enabled, the audit folder
 // must be creatable and writable, because a run that cannot write its
 // audit deletes nothing (better to refuse at startup than to fail every
 // run).
 func folders(cfg config.Config) []folder {
 	out := []folder{{Var: config.VarDBPath, Value: cfg.DBPath, Rule: "must be a writable folder",
 		dir: cfg.DBPath, perm: 0o700, writable: true}}
+	// Scheduled backups and POST /admin/backups write there: a folder they
+	// cannot write fails every backup, and the expiry with it, until the
+	// alert says so two periods later. Created 0700: backups hold chat
+	// content.
+	if p := cfg.Backup.Path; p != "" {
+		out = append(out, folder{Var: config.VarBackupPath, Value: p, Rule: "must be a writable folder",
+			dir: p, perm: 0o700, writable: true})
+	}
 	if !cfg.Retention.Enabled {
 		return out
 	}
