@@ -104,6 +104,9 @@ func (s *server) setLegalHold(w http.ResponseWriter, r *http.Request) error {
 
 // setRetentionPause answers PUT /admin/retention/pause {paused, reason?}.
 func (s *server) setRetentionPause(w http.ResponseWriter, r *http.Request) error {
+	if s.cluster != nil {
+		return errPauseNotInCluster
+	}
 	if s.retention == nil {
 		return errNoRetention
 	}

@@ -239,6 +239,7 @@ func TestClusterConformance(t *testing.T) {
 	send(t, a, "POST", "/admin/retention/run", `{"dry_run":true}`, admin, 200)
 	send(t, b, "POST", "/admin/retention/run?wait=false", `{"dry_run":true}`, admin, 202)
 	send(t, a, "GET", "/admin/cluster", "", admin, 200)
+	send(t, a, "PUT", "/admin/retention/pause", `{"paused":true}`, admin, 503)
 
 	// A client posing as a node.
 	forged := http.Header{router.HeaderEpoch: {fmt.Sprint(epoch)}, router.HeaderShard: {"1"}}

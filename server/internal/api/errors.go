@@ -31,6 +31,9 @@ var (
 	errWrongToken    = &httpError{http.StatusUnauthorized, "invalid bearer token"}
 	errAdminDisabled = &httpError{http.StatusForbidden, "admin API disabled: set PROGRESSDB_ADMIN_TOKEN"}
 	errNoRetention   = &httpError{http.StatusServiceUnavailable, "retention not configured"}
+	// Pause must hold for every shard at once; a pause per shard would
+	// leave some running.
+	errPauseNotInCluster = &httpError{http.StatusServiceUnavailable, "retention pause is not cluster-wide in this version: it is refused on a cluster node"}
 )
 
 // threadNotFound and messageNotFound hide soft-deleted items, worded like

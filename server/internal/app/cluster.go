@@ -31,7 +31,7 @@ import (
 const etcdDialTimeout = 10 * time.Second
 
 // ErrClusterNotCreated: etcd holds no shard map for the cluster's name.
-var ErrClusterNotCreated = errors.New("the cluster has not been created in etcd (no shard map)")
+var ErrClusterNotCreated = errors.New("the cluster has not been created in etcd: run progressdb cluster create --nodes ID,ID,... once")
 
 // EtcdClient dials the cluster's etcd with its TLS files.
 func EtcdClient(cfg config.Cluster) (*clientv3.Client, error) {

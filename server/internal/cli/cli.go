@@ -71,6 +71,7 @@ func commands() []command {
 		{"restore", "FILE --db DIR [--audit DIR] [--accept-broken-audit] [--json]", "restore a backup into an empty folder, then replay every purge the audit trail records after the backup (a restore never brings purged data back)", env.restore},
 		{"export read", "FILE [--item ID]", "print the records of an export file as JSON lines (all, or one item's)", env.exportRead},
 		{"cluster create", "--nodes ID,ID,... [--json]", "create the cluster in etcd once: fix its shard count (PROGRESSDB_CLUSTER_SHARDS) and spread the shards over the nodes named", env.clusterCreate},
+		{"cluster status", "[--json]", "the cluster as etcd has it: nodes (alive, URL, shards held) and shards (home, owner, epoch, state)", env.clusterStatus},
 		{"seed", "[--threads N --messages M ...]", "fill a database with realistic data, deletions back-dated, for demos", env.seed},
 		{"version", "[--json]", "print version, commit, Go and Pebble versions", env.version},
 		{"completion", "bash|zsh|fish", "print a shell completion script (bash, zsh or fish; see README)", env.completion},

@@ -1,0 +1,124 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/progressdb/progressdb/server/internal/app"
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/pkg/config"
+)
+
+// clusterStatusReport is what cluster status prints with --json: the
+// answer of GET /admin/cluster, read from etcd, so that it works whether
+// or not any node runs.
+type clusterStatusReport struct {
+	Cluster string `json:"cluster"` // PROGRESSDB_CLUSTER_NAME
+	cluster.Status
+}
+
+// clusterStatus prints the cluster's nodes (alive, URL, shards held) and
+// shards (home, owner, epoch, state) as etcd has them now.
+func (e env) clusterStatus(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("cluster status", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the status as JSON")
+	if !e.parseFlags(fs, args, false) {
+		return exitUsage
+	}
+	cfg, ok := e.loadConfig()
+	if !ok {
+		return exitUsage
+	}
+	if !cfg.Cluster.Enabled() {
+		fmt.Fprintf(e.stderr, "progressdb cluster status: set %s to the cluster's etcd endpoints\n", config.VarClusterEtcd)
+		return exitUsage
+	}
+	c, err := app.EtcdClient(cfg.Cluster)
+	var startErr *app.StartupError
+	if errors.As(err, &startErr) {
+		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
+		return exitUsage
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "progressdb cluster status: %v\n", err)
+		return exitFailed
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	defer cancel()
+	k := cluster.Keys{Name: cfg.Cluster.ClusterName}
+	st, err := cluster.ReadStatus(ctx, c, k)
+	switch {
+	case errors.Is(err, cluster.ErrNoCluster):
+		fmt.Fprintf(e.stderr, "progressdb cluster status: cluster %q has not been created: run progressdb cluster create --nodes ID,ID,...\n", k.Name)
+		return exitFailed
+	case errors.Is(err, context.DeadlineExceeded):
+		fmt.Fprintf(e.stderr, "progressdb cluster status: etcd at %s did not answer within %s\n", cfg.Cluster.Etcd, clusterTimeout)
+		return exitFailed
+	case err != nil:
+		fmt.Fprintf(e.stderr, "progressdb cluster status: %v\n", err)
+		return exitFailed
+	}
+	rep := clusterStatusReport{Cluster: k.Name, Status: st}
+	if *asJSON {
+		writeJSON(e.stdout, rep)
+		return exitOK
+	}
+	printClusterStatus(e.stdout, rep)
+	return exitOK
+}
+
+func printClusterStatus(w io.Writer, rep clusterStatusReport) {
+	owned := 0
+	for _, s := range rep.Shards {
+		if s.State == cluster.ShardOwned {
+			owned++
+		}
+	}
+	fmt.Fprintf(w, "cluster %q: %d shards, %d owned, %d unavailable\n", rep.Cluster, len(rep.Shards), owned, len(rep.Shards)-owned)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tALIVE\tURL\tSHARDS")
+	for _, n := range rep.Nodes {
+		url := n.URL
+		if url == "" {
+			url = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n.ID, yesNo(n.Alive), url, intList(n.Shards))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tHOME\tOWNER\tEPOCH\tSTATE")
+	for _, s := range rep.Shards {
+		owner, epoch := s.Owner, strconv.FormatInt(s.Epoch, 10)
+		if owner == "" {
+			owner, epoch = "-", "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", s.N, s.Home, owner, epoch, s.State)
+	}
+	tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func intList(ns []int) string {
+	if len(ns) == 0 {
+		return "-"
+	}
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
