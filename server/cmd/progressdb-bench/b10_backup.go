@@ -41,7 +41,7 @@ func runB10(ctx context.Context, b *bench) (*section, error) {
 			"from a checkpoint of one.", count(int64(sizes[0])), count(int64(sizes[1]))),
 		"**(a)** On the larger database, `backup.Creator.CreateFile` as `progressdb backup create --out FILE` "+
 			"runs it: the retention lease, a Pebble checkpoint (log synced) in a staging folder, the "+
-			"consistency check that counts threads and messages, every file hashed, then streamed into "+
+			"threads and messages counted, every file hashed, then streamed into "+
 			"the tar (or tar.zst) under a temporary name, synced, renamed; the staging folder removed. "+
 			"**copy**: every file of the data folder of a stopped server read and written into another "+
 			"folder on the same disk, each synced, as `cp -a` and a sync would.",
