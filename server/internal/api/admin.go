@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -102,12 +103,14 @@ func (s *server) setLegalHold(w http.ResponseWriter, r *http.Request) error {
 	return s.writeJSON(w, r, http.StatusOK, wire.ThreadOf(t))
 }
 
-// setRetentionPause answers PUT /admin/retention/pause {paused, reason?}.
+// setRetentionPause answers PUT /admin/retention/pause {paused, reason?}:
+// the database's switch on a single node, the cluster's (every shard's) on
+// a cluster node.
 func (s *server) setRetentionPause(w http.ResponseWriter, r *http.Request) error {
-	if s.cluster != nil {
+	if s.cluster != nil && s.pause == nil {
 		return errPauseNotInCluster
 	}
-	if s.retention == nil {
+	if s.pause == nil && s.retention == nil {
 		return errNoRetention
 	}
 	var req struct {
@@ -123,12 +126,23 @@ func (s *server) setRetentionPause(w http.ResponseWriter, r *http.Request) error
 	if !*req.Paused && req.Reason != "" {
 		return badRequest("reason is only for pausing")
 	}
-	st, err := s.retention.SetPause(r.Context(), *req.Paused, req.Reason)
+	st, err := s.setPause(r.Context(), *req.Paused, req.Reason)
 	if err != nil {
 		return err
 	}
 	s.log.InfoContext(r.Context(), "retention_pause_set", "paused", st.Paused, "reason", st.Reason)
 	return s.writeJSON(w, r, http.StatusOK, st)
+}
+
+func (s *server) setPause(ctx context.Context, paused bool, reason string) (retention.PauseState, error) {
+	if s.pause == nil {
+		return s.retention.SetPause(ctx, paused, reason)
+	}
+	p, err := s.pause.Set(ctx, paused, reason)
+	if err != nil {
+		return retention.PauseState{}, err
+	}
+	return retention.PauseStateOf(p), nil
 }
 
 // threadPolicy answers GET /admin/threads/{tid}/retention.

@@ -98,7 +98,7 @@ func startNodeWith(t *testing.T, etcd *etcdtest.Server, id string, watch bool) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err = api.New(api.Options{Cluster: rt, AdminToken: adminToken, Registry: reg})
+	h, err = api.New(api.Options{Cluster: rt, Pause: cluster.Pause{Client: c, Keys: keys}, AdminToken: adminToken, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,8 @@ func TestClusterConformance(t *testing.T) {
 	send(t, a, "POST", "/admin/retention/run", `{"dry_run":true}`, admin, 200)
 	send(t, b, "POST", "/admin/retention/run?wait=false", `{"dry_run":true}`, admin, 202)
 	send(t, a, "GET", "/admin/cluster", "", admin, 200)
-	send(t, a, "PUT", "/admin/retention/pause", `{"paused":true}`, admin, 503)
+	send(t, a, "PUT", "/admin/retention/pause", `{"paused":true}`, admin, 200)
+	send(t, b, "PUT", "/admin/retention/pause", `{"paused":false}`, admin, 200)
 
 	// A client posing as a node.
 	forged := http.Header{router.HeaderEpoch: {fmt.Sprint(epoch)}, router.HeaderShard: {"1"}}

@@ -47,6 +47,9 @@ type Options struct {
 	// Cluster, on a cluster node, routes each thread to its shard's store
 	// and forwards what other nodes own; Store is then unused.
 	Cluster Cluster
+	// Pause, on a cluster node, is the cluster-wide retention pause switch
+	// that PUT /admin/retention/pause sets (spec §11).
+	Pause retention.PauseSwitch
 }
 
 // server holds what the handlers share. It is built once by New.
@@ -61,8 +64,9 @@ type server struct {
 	scrape     http.Handler // /metrics
 	openAPI    []byte       // /openapi.yaml
 	maxBody    int64
-	cluster    Cluster         // nil on a single node
-	ids        *store.IDSource // new thread IDs in a cluster
+	cluster    Cluster               // nil on a single node
+	pause      retention.PauseSwitch // the cluster's pause switch; nil on a single node
+	ids        *store.IDSource       // new thread IDs in a cluster
 }
 
 // New builds the HTTP handler.
@@ -83,6 +87,7 @@ func New(opts Options) (http.Handler, error) {
 		maxBody:    opts.MaxBodyBytes,
 		openAPI:    apispec.OpenAPI(),
 		cluster:    opts.Cluster,
+		pause:      opts.Pause,
 		ids:        store.NewIDSource(),
 	}
 	if s.log == nil {

@@ -137,10 +137,13 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 		return err
 	}
 	rmetrics := retention.NewMetrics(reg)
+	// Pause is cluster-wide (spec §11): every shard's runner reads the
+	// switch in etcd, and PUT /admin/retention/pause sets it there.
+	pause := cluster.Pause{Client: client, Keys: keys}
 	services := make(map[int]retention.Service, len(held))
 	for _, n := range held {
 		st, _ := shards.Store(n)
-		svc, err := shardRetention(ctx, st, n, owner, cfg, logger, rmetrics, key)
+		svc, err := shardRetention(ctx, st, n, owner, pause, cfg, logger, rmetrics, key)
 		if err != nil {
 			return err
 		}
@@ -154,7 +157,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	h, err := api.New(api.Options{Cluster: rt, Logger: logger, APIKey: cfg.APIKey, AdminToken: cfg.AdminToken, Registry: reg})
+	h, err := api.New(api.Options{Cluster: rt, Pause: pause, Logger: logger, APIKey: cfg.APIKey, AdminToken: cfg.AdminToken, Registry: reg})
 	if err != nil {
 		return err
 	}
@@ -177,13 +180,13 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 // shardRetention builds shard n's retention service: its runs hold the
 // shard's ownership as their lease and write under its epoch, with the
 // shard's own audit folder.
-func shardRetention(ctx context.Context, st *store.Store, n int, owner *cluster.Owner, cfg config.Config,
+func shardRetention(ctx context.Context, st *store.Store, n int, owner *cluster.Owner, pause retention.PauseSwitch, cfg config.Config,
 	logger *slog.Logger, metrics *retention.Metrics, key []byte) (*retention.Manager, error) {
 	rc := cfg.Retention
 	rc.AuditPath = cluster.ShardAuditPath(cfg.Retention.AuditPath, n)
 	shard := n
 	svc, err := newRetention(retention.RunnerOptions{Store: st, Config: rc, Logger: logger.With("shard", n),
-		Metrics: metrics, SigningKey: key, Coordinator: owner.Coordinator(n), Fenced: true, Shard: &shard}, true)
+		Metrics: metrics, SigningKey: key, Coordinator: owner.Coordinator(n), Fenced: true, Shard: &shard, Pause: pause}, true)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", n, err)
 	}

@@ -10,16 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
-	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
-
-// clusterTimeout bounds one command's calls to etcd: an unreachable etcd
-// fails the command instead of hanging it.
-const clusterTimeout = 15 * time.Second
 
 // clusterCreateReport is what cluster create prints with --json.
 type clusterCreateReport struct {
@@ -58,15 +52,9 @@ func (e env) clusterCreate(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stderr, "progressdb cluster create: set %s to the cluster's etcd endpoints\n", config.VarClusterEtcd)
 		return exitUsage
 	}
-	c, err := app.EtcdClient(cfg.Cluster)
-	var startErr *app.StartupError
-	if errors.As(err, &startErr) {
-		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
-		return exitUsage
-	}
-	if err != nil {
-		fmt.Fprintf(e.stderr, "progressdb cluster create: %v\n", err)
-		return exitFailed
+	c, code := e.dialCluster(cfg, "cluster create")
+	if c == nil {
+		return code
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
@@ -82,11 +70,8 @@ func (e env) clusterCreate(ctx context.Context, args []string) int {
 	case errors.Is(err, cluster.ErrClusterNodes):
 		fmt.Fprintf(e.stderr, "progressdb cluster create: cluster %q exists: %v; its shards are spread already (a shard moves with cluster move-shard)\n", k.Name, err)
 		return exitFailed
-	case errors.Is(err, context.DeadlineExceeded):
-		fmt.Fprintf(e.stderr, "progressdb cluster create: etcd at %s did not answer within %s\n", cfg.Cluster.Etcd, clusterTimeout)
-		return exitFailed
 	case err != nil:
-		fmt.Fprintf(e.stderr, "progressdb cluster create: %v\n", err)
+		e.clusterError(cfg, "cluster create", err)
 		return exitFailed
 	}
 	rep := clusterCreateReport{Cluster: k.Name, Created: created, Shards: m.Shards}

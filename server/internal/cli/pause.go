@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/retention"
 )
 
@@ -34,18 +37,29 @@ func (e env) retentionPause(ctx context.Context, args []string, pause bool) int 
 	defer closer.Close()
 
 	var st retention.PauseState
-	code := e.onRetention(cfg, logger, name,
-		func(m *retention.Manager) (err error) {
-			st, err = m.SetPause(ctx, pause, *reason)
+	var code int
+	if cfg.Cluster.Enabled() {
+		// Pause is cluster-wide (spec §11): the switch is in etcd, where
+		// every node's shards read it.
+		code = e.onCluster(ctx, cfg, name, func(ctx context.Context, c *clientv3.Client, k cluster.Keys) error {
+			p, err := cluster.Pause{Client: c, Keys: k}.Set(ctx, pause, *reason)
+			st = retention.PauseStateOf(p)
 			return err
-		},
-		func(c *adminClient) error {
-			in := map[string]any{"paused": pause}
-			if *reason != "" {
-				in["reason"] = *reason
-			}
-			return c.do(ctx, http.MethodPut, "/admin/retention/pause", in, &st)
 		})
+	} else {
+		code = e.onRetention(cfg, logger, name,
+			func(m *retention.Manager) (err error) {
+				st, err = m.SetPause(ctx, pause, *reason)
+				return err
+			},
+			func(c *adminClient) error {
+				in := map[string]any{"paused": pause}
+				if *reason != "" {
+					in["reason"] = *reason
+				}
+				return c.do(ctx, http.MethodPut, "/admin/retention/pause", in, &st)
+			})
+	}
 	if code != exitOK {
 		return code
 	}

@@ -31,9 +31,31 @@ func PauseStateOf(p store.RetentionPause) PauseState {
 	return st
 }
 
-// Pause reads the pause switch from the database and refreshes the gauge.
+// PauseSwitch is where the pause switch lives: the database on a single
+// node (the default), one record in etcd for every shard of a cluster
+// (spec §11: pause is cluster-wide). Get answers paused, with the error,
+// when the switch cannot be read: a switch whose state cannot be told must
+// not let deletes through. Set keeps the first paused_at of a repeated
+// pause and clears it on resume, as the store does.
+type PauseSwitch interface {
+	Get(ctx context.Context) (store.RetentionPause, error)
+	Set(ctx context.Context, paused bool, reason string) (store.RetentionPause, error)
+}
+
+// storePause is the switch in the runner's database.
+type storePause struct{ st *store.Store }
+
+func (p storePause) Get(ctx context.Context) (store.RetentionPause, error) {
+	return p.st.RetentionPause(ctx)
+}
+
+func (p storePause) Set(ctx context.Context, paused bool, reason string) (store.RetentionPause, error) {
+	return p.st.SetRetentionPause(ctx, paused, reason)
+}
+
+// Pause reads the pause switch and refreshes the gauge.
 func (r *Runner) Pause(ctx context.Context) (PauseState, error) {
-	p, err := r.st.RetentionPause(ctx)
+	p, err := r.pause.Get(ctx)
 	if err != nil {
 		return PauseState{}, fmt.Errorf("retention pause: %w", err)
 	}
@@ -41,11 +63,11 @@ func (r *Runner) Pause(ctx context.Context) (PauseState, error) {
 	return PauseStateOf(p), nil
 }
 
-// SetPause pauses or resumes retention. The switch is stored in the
-// database, so it survives restarts; a run going stops at its next batch
-// boundary (checkpoint reads the switch).
+// SetPause pauses or resumes retention. The switch is stored durably (the
+// database, or etcd in a cluster), so it survives restarts; a run going
+// stops at its next batch boundary (checkpoint reads the switch).
 func (r *Runner) SetPause(ctx context.Context, paused bool, reason string) (PauseState, error) {
-	p, err := r.st.SetRetentionPause(ctx, paused, reason)
+	p, err := r.pause.Set(ctx, paused, reason)
 	if err != nil {
 		return PauseState{}, fmt.Errorf("retention pause: %w", err)
 	}
@@ -69,7 +91,7 @@ func (r *Runner) setPausedGauge(paused bool) {
 // paused reports whether the switch is on. A switch that cannot be read
 // counts as on (the store says so), so a broken record stops deletes.
 func (r *Runner) paused(ctx context.Context) (bool, error) {
-	p, err := r.st.RetentionPause(ctx)
+	p, err := r.pause.Get(ctx)
 	r.setPausedGauge(p.Paused)
 	return p.Paused, err
 }

@@ -62,6 +62,9 @@ type RunnerOptions struct {
 	// Shard, when set, is the cluster shard of Store, written into the
 	// audit header.
 	Shard *int
+	// Pause is the pause switch; the store's when nil. A cluster gives
+	// every shard's runner the one in etcd.
+	Pause PauseSwitch
 }
 
 // Runner performs retention runs against one store. It never runs two at
@@ -83,6 +86,7 @@ type Runner struct {
 	coord     Coordinator   // the run lease
 	fenced    bool          // writes carry the lease's epoch
 	shard     *int          // the cluster shard, for audit headers
+	pause     PauseSwitch   // the pause switch
 
 	slot   chan struct{}             // holds a token while a run is going
 	active atomic.Pointer[LeaseInfo] // lease of the run going, for refusals
@@ -160,6 +164,10 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 	}
 	if r.coord == nil {
 		r.coord = FileCoordinator{Config: r.leaseConfig()}
+	}
+	r.pause = o.Pause
+	if r.pause == nil {
+		r.pause = storePause{st: r.st}
 	}
 	return r, nil
 }

@@ -1,0 +1,149 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// TestPauseIsClusterWide: the pause switch set through one node's runner
+// (as PUT /admin/retention/pause does) lives in etcd, not in the shard's
+// database: every shard's runner, on every node, sees it and refuses to
+// purge; resumed through another node, both purge again.
+func TestPauseIsClusterWide(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := Keys{Name: "chat"}
+	if err := CreateCluster(ctx, srv.Client(t), k, 2, []string{"node-a", "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	type shardNode struct {
+		st     *store.Store
+		runner *retention.Runner
+	}
+	nodes := make([]shardNode, 2)
+	for n, node := range []string{"node-a", "node-b"} {
+		c := srv.Client(t)
+		w, err := StartOwner(ctx, OwnerOptions{Client: c, Keys: k, Node: node, Owner: node + "/1", TTL: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Close)
+		if _, err := w.WaitOwned(ctx, n, 0); err != nil {
+			t.Fatal(err)
+		}
+		sh, err := OpenShards(filepath.Join(dir, node), []int{n}, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sh.Close() })
+		st, _ := sh.Store(n)
+		wctx, err := w.Fence(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tid := range []string{"gone-1", "gone-2"} {
+			if _, err := st.CreateThread(wctx, store.Thread{ID: tid, Title: "x", Author: "y"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.DeleteThread(wctx, tid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		shard := n
+		r, err := retention.NewRunner(retention.RunnerOptions{
+			Store:       st,
+			Config:      config.Retention{Enabled: true, Period: 24 * time.Hour, AuditPath: ShardAuditPath(filepath.Join(dir, "audit-"+node), n)},
+			Now:         func() time.Time { return time.Now().Add(48 * time.Hour) },
+			Coordinator: w.Coordinator(n),
+			Fenced:      true,
+			Shard:       &shard,
+			Pause:       Pause{Client: c, Keys: k},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[n] = shardNode{st: st, runner: r}
+	}
+
+	st, err := nodes[0].runner.SetPause(ctx, true, "incident 42")
+	if err != nil || !st.Paused || st.Reason != "incident 42" || st.PausedAt.IsZero() {
+		t.Fatalf("pause: %+v, %v", st, err)
+	}
+	for n, sn := range nodes {
+		if _, err := sn.runner.Run(ctx, retention.RunRequest{Trigger: retention.TriggerCLI}); !errors.Is(err, retention.ErrPaused) {
+			t.Fatalf("shard %d run while paused = %v, want ErrPaused", n, err)
+		}
+		if got, err := sn.runner.Pause(ctx); err != nil || !got.Paused || got.Reason != "incident 42" {
+			t.Fatalf("shard %d pause state %+v, %v", n, got, err)
+		}
+		// The switch is the cluster's: the shard's own database holds none.
+		if p, err := sn.st.RetentionPause(ctx); err != nil || p.Paused {
+			t.Fatalf("shard %d database pause %+v, %v", n, p, err)
+		}
+		if _, err := sn.st.GetThread(ctx, "gone-1"); err != nil {
+			t.Fatalf("shard %d purged while paused: %v", n, err)
+		}
+	}
+	// A dry run still works while paused.
+	if res, err := nodes[1].runner.Run(ctx, retention.RunRequest{Trigger: retention.TriggerCLI, DryRun: true}); err != nil || res.Eligible != 2 {
+		t.Fatalf("dry run while paused: %+v, %v", res, err)
+	}
+	// Pausing again keeps the first paused_at.
+	again, err := nodes[1].runner.SetPause(ctx, true, "still")
+	if err != nil || !again.PausedAt.Equal(st.PausedAt.Time) || again.Reason != "still" {
+		t.Fatalf("second pause %+v (first %+v), %v", again, st, err)
+	}
+
+	if st, err := nodes[1].runner.SetPause(ctx, false, ""); err != nil || st.Paused || !st.PausedAt.IsZero() {
+		t.Fatalf("resume: %+v, %v", st, err)
+	}
+	for n, sn := range nodes {
+		res, err := sn.runner.Run(ctx, retention.RunRequest{Trigger: retention.TriggerCLI})
+		if err != nil || res.Status != audit.RunCompleted || res.Purged != 2 {
+			t.Fatalf("shard %d run after resume: %+v, %v", n, res, err)
+		}
+	}
+}
+
+// TestPauseUnreadableCountsAsPaused: a switch that cannot be read (etcd
+// out of reach, a record that is not one) stops deletes; a malformed record
+// is replaced by the next switch.
+func TestPauseUnreadableCountsAsPaused(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := Keys{Name: "chat"}
+	c := srv.DirectClient(t)
+	if _, err := c.Put(ctx, k.RetentionPause(), "not json"); err != nil {
+		t.Fatal(err)
+	}
+	p := Pause{Client: c, Keys: k}
+	if got, err := p.Get(ctx); !got.Paused || !errors.Is(err, store.ErrMalformed) {
+		t.Fatalf("malformed record: %+v, %v", got, err)
+	}
+	if got, err := p.Set(ctx, false, ""); err != nil || got.Paused {
+		t.Fatalf("resume over a malformed record: %+v, %v", got, err)
+	}
+	if got, err := p.Get(ctx); err != nil || got.Paused {
+		t.Fatalf("after resume: %+v, %v", got, err)
+	}
+
+	cut := Pause{Client: srv.Client(t), Keys: k}
+	srv.Partition()
+	shortCtx, stop := context.WithTimeout(ctx, 2*time.Second)
+	defer stop()
+	if got, err := cut.Get(shortCtx); !got.Paused || err == nil {
+		t.Fatalf("etcd out of reach: %+v, %v", got, err)
+	}
+}
