@@ -37,6 +37,9 @@ type Scheduler struct {
 	clock retention.Clock
 	log   *slog.Logger
 
+	// newest is the newest backup's time when Start ran (zero: none).
+	newest time.Time
+
 	mu      sync.Mutex
 	started bool
 	cancel  context.CancelFunc
@@ -101,8 +104,8 @@ func (s *Scheduler) Interval() time.Duration {
 // Start restores the last success time from the newest backup in the
 // folder, so a restart does not reset the alert's clock (call it before
 // the creator makes backups), and starts the loop, which first deletes
-// what expired while the server was down. It returns at once. Starting
-// twice does nothing.
+// what expired while the server was down and makes the backup it missed
+// meanwhile, if any. It returns at once. Starting twice does nothing.
 func (s *Scheduler) Start(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -139,6 +142,10 @@ func (s *Scheduler) loop(ctx context.Context) {
 	if _, err := s.expire(); err != nil {
 		s.log.Error("backup_expire_failed", "path", s.c.Path(), "err", err)
 	}
+	if due, ok := s.missed(s.clock.Now().UTC()); ok {
+		s.log.Info("backup_run_missed", "last_backup_at", s.newest, "missed_at", due)
+		s.fire(ctx)
+	}
 	var last time.Time
 	for {
 		now := s.clock.Now().UTC()
@@ -161,11 +168,27 @@ func (s *Scheduler) loop(ctx context.Context) {
 		case <-t.C():
 		}
 		last = next
-		res := s.Run(ctx)
-		if h := s.done; h != nil {
-			h(res)
-		}
+		s.fire(ctx)
 	}
+}
+
+func (s *Scheduler) fire(ctx context.Context) {
+	res := s.Run(ctx)
+	if h := s.done; h != nil {
+		h(res)
+	}
+}
+
+// missed reports whether a scheduled backup fell due since the newest
+// backup in the folder, while the server was down (systemd's
+// Persistent=true): it is made at start rather than a period late. With
+// no backup on record a fresh installation waits for its first tick.
+func (s *Scheduler) missed(now time.Time) (time.Time, bool) {
+	if s.newest.IsZero() {
+		return time.Time{}, false
+	}
+	due := s.sched.Next(s.newest.UTC())
+	return due, !due.IsZero() && !due.After(now)
 }
 
 // Run is one scheduled run: a backup into BACKUP_PATH, then the expiry.
@@ -212,6 +235,6 @@ func (s *Scheduler) restoreLastSuccess() {
 	if len(held) == 0 {
 		return
 	}
-	newest := held[len(held)-1].Manifest.CreatedAt // Scan sorts by it
-	s.c.metrics.LastSuccess.Set(float64(newest.UnixNano()) / 1e9)
+	s.newest = held[len(held)-1].Manifest.CreatedAt // Scan sorts by it
+	s.c.metrics.LastSuccess.Set(float64(s.newest.UnixNano()) / 1e9)
 }
