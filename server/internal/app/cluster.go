@@ -151,6 +151,12 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 		defer context.AfterFunc(ctx, svc.Close)()
 		services[n] = svc
 	}
+	// Every node reports the shards without an owner, so the alert fires
+	// while their home node is down, when it reports nothing itself.
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "progressdb_cluster_shards_unowned",
+		Help: "Shards that no node owns, as etcd shows them to this node: their requests answer 503.",
+	}, func() float64 { return float64(view.Unowned()) }))
 	rt, err := router.New(router.Options{Node: cfg.NodeID, Secret: cfg.Cluster.Secret, View: view, Shards: shards,
 		Owner: owner, Retention: services, Logger: logger,
 		Metrics: router.NewMetrics(reg, func() int { return len(owner.Owned()) })})

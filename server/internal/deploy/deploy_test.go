@@ -22,6 +22,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/progressdb/progressdb/server/internal/app"
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
@@ -52,24 +54,52 @@ var (
 
 // servedMetrics starts the real server once (app.Serve, as `progressdb
 // serve` does), answers one request so that the HTTP series exist, and
-// returns the metric families /metrics serves, with their types.
+// returns the metric families /metrics serves, with their types: a single
+// node's and a cluster node's (on a real embedded etcd).
 func servedMetrics(t *testing.T) map[string]string {
 	t.Helper()
-	servedOnce.Do(func() { served, servedErr = scrape(t.TempDir()) })
+	servedOnce.Do(func() {
+		served, servedErr = scrape(t.TempDir(), nil)
+		if servedErr != nil {
+			return
+		}
+		var node map[string]string
+		node, servedErr = scrapeClusterNode(t)
+		for name, typ := range node {
+			served[name] = typ
+		}
+	})
 	if servedErr != nil {
 		t.Fatal(servedErr)
 	}
 	return served
 }
 
-func scrape(dir string) (map[string]string, error) {
+// scrapeClusterNode scrapes a node of a one-node cluster.
+func scrapeClusterNode(t *testing.T) (map[string]string, error) {
+	etcd := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.CreateCluster(ctx, etcd.Client(t), cluster.Keys{Name: "progressdb"}, 2, []string{"node-1"}); err != nil {
+		return nil, err
+	}
+	return scrape(t.TempDir(), []string{
+		"PROGRESSDB_CLUSTER_ETCD=" + strings.Join(etcd.Endpoints(), ","),
+		"PROGRESSDB_NODE_ID=node-1",
+		"PROGRESSDB_ADVERTISE_URL=http://127.0.0.1:1",
+		"PROGRESSDB_CLUSTER_SECRET=0123456789abcdef",
+		"PROGRESSDB_CLUSTER_SHARDS=2",
+	})
+}
+
+func scrape(dir string, extra []string) (map[string]string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cfg, err := config.Load([]string{"PROGRESSDB_DB_PATH=" + filepath.Join(dir, "data"), "PROGRESSDB_ADDR=" + addr})
+	cfg, err := config.Load(append([]string{"PROGRESSDB_DB_PATH=" + filepath.Join(dir, "data"), "PROGRESSDB_ADDR=" + addr}, extra...))
 	if err != nil {
 		return nil, err
 	}
@@ -239,6 +269,8 @@ func TestGrafanaDashboard(t *testing.T) {
 		"progressdb_storage_disk_usage_bytes", "progressdb_storage_volume_free_bytes", "progressdb_storage_pending_compaction_bytes",
 		"progressdb_backup_last_success_timestamp_seconds", "progressdb_backup_total", "progressdb_backup_duration_seconds_bucket",
 		"progressdb_backup_bytes",
+		"progressdb_cluster_shards_owned", "progressdb_cluster_shards_unowned", "progressdb_cluster_forwarded_total",
+		"progressdb_cluster_fencing_rejections_total", "progressdb_cluster_etcd_errors_total",
 	} {
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("no panel shows %s", want)
@@ -294,6 +326,7 @@ func TestAlertRules(t *testing.T) {
 		"ProgressDBRetentionLeaseHeldTooLong", "ProgressDBRetentionEraseFailing",
 		"ProgressDBDown", "ProgressDBHealthzFailing", "ProgressDBDiskFillingUp", "ProgressDBDiskAlmostFull",
 		"ProgressDBBackupNoRecentSuccess",
+		"ProgressDBClusterShardWithoutOwner", "ProgressDBClusterFencingRejections", "ProgressDBClusterEtcdErrors",
 	} {
 		if !alerts[want] {
 			t.Errorf("alerts.yml has no %s", want)

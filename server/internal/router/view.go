@@ -132,3 +132,16 @@ func (v *View) state() state {
 
 // Shards is the cluster's number of shards.
 func (v *View) Shards() int { return v.state().m.Shards }
+
+// Unowned is the number of shards no node owns in this node's view: their
+// requests answer 503 until their home node takes them again.
+func (v *View) Unowned() int {
+	st := v.state()
+	n := 0
+	for i := range st.m.Shards {
+		if _, ok := st.owners[i]; !ok {
+			n++
+		}
+	}
+	return n
+}
