@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,25 +32,34 @@ const (
 // node is a cluster node in the test process: its shards, ownership, view,
 // router and API on a loopback server.
 type node struct {
-	id    string
-	srv   *httptest.Server
-	owner *cluster.Owner
-	reg   *prometheus.Registry
-	stop  func()
+	id     string
+	srv    *httptest.Server
+	owner  *cluster.Owner
+	reg    *prometheus.Registry
+	stop   func()
+	frozen atomic.Bool // answers nothing while set, as a stopped process
 }
 
 func startNode(t *testing.T, etcd *etcdtest.Server, id string) *node {
 	t.Helper()
-	return startNodeWith(t, etcd, id, true)
+	return startNodeWith(t, etcd, id, true, 0)
 }
 
 // startNodeWith starts a node whose view of the cluster follows etcd's
 // changes when watch is set, and is read only when it asks otherwise.
-func startNodeWith(t *testing.T, etcd *etcdtest.Server, id string, watch bool) *node {
+// A node's calls to others time out after timeout (the default when 0).
+func startNodeWith(t *testing.T, etcd *etcdtest.Server, id string, watch bool, timeout time.Duration) *node {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var h http.Handler
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
+	n := &node{id: id}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.frozen.Load() {
+			<-r.Context().Done() // a frozen process answers nothing
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
 	c := etcd.Client(t)
 	keys := cluster.Keys{Name: "chat"}
 	m, err := cluster.ReadMap(ctx, c, keys)
@@ -94,7 +104,7 @@ func startNodeWith(t *testing.T, etcd *etcdtest.Server, id string, watch bool) *
 	}
 	reg := prometheus.NewRegistry()
 	rt, err := router.New(router.Options{Node: id, Secret: secret, View: view, Shards: shards, Owner: owner, Retention: services,
-		Metrics: router.NewMetrics(reg, func() int { return len(owner.Owned()) })})
+		Metrics: router.NewMetrics(reg, func() int { return len(owner.Owned()) }), RequestTimeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +112,7 @@ func startNodeWith(t *testing.T, etcd *etcdtest.Server, id string, watch bool) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{id: id, srv: srv, owner: owner, reg: reg}
+	n.srv, n.owner, n.reg = srv, owner, reg
 	stopped := false
 	n.stop = func() {
 		if stopped {
@@ -317,7 +327,7 @@ func TestClusterRetriesAStaleEpochOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := startNodeWith(t, etcd, "node-a", false) // reads etcd once, then only when it asks
+	a := startNodeWith(t, etcd, "node-a", false, 0) // reads etcd once, then only when it asks
 	tb := threadIn(1, 2, "tb")
 	send(t, a, "POST", "/v1/threads", `{"id":"`+tb+`","title":"x","author":"u"}`, nil, 201)
 
@@ -338,4 +348,34 @@ func TestClusterRetriesAStaleEpochOnce(t *testing.T) {
 	if got := a.counter(t, "progressdb_cluster_forwarded_total", "result", "ok"); got != 2 {
 		t.Fatalf("forwarded_total{result=ok} = %v, want 2", got)
 	}
+}
+
+// An owner that takes connections but answers nothing (a frozen process)
+// costs a request the node's request timeout, then 503 naming the shard;
+// a listing too.
+func TestClusterFrozenOwner(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.CreateCluster(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, 2, []string{"node-a", "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := startNodeWith(t, etcd, "node-a", true, 300*time.Millisecond), startNode(t, etcd, "node-b")
+	if _, err := b.owner.WaitOwned(ctx, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.owner.WaitOwned(ctx, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	tb := threadIn(1, 2, "tb")
+	send(t, a, "POST", "/v1/threads", `{"id":"`+tb+`","title":"x","author":"u"}`, nil, 201)
+	b.frozen.Store(true)
+	for _, path := range []string{"/v1/threads/" + tb, "/v1/threads"} {
+		if got := send(t, a, "GET", path, "", nil, 503); !strings.Contains(string(got), "shard 1") ||
+			!strings.Contains(string(got), "did not answer in time") {
+			t.Errorf("GET %s with its owner frozen: %s", path, got)
+		}
+	}
+	b.frozen.Store(false)
+	send(t, a, "GET", "/v1/threads/"+tb, "", nil, 200)
 }

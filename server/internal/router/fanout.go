@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -41,7 +42,13 @@ func (rt *Router) eachShard(f func(n int) error) error {
 // ask calls shard n's owner about that shard alone (HeaderShard) with the
 // client's credentials and request ID, and decodes a 200 answer into dst.
 // Any other answer is returned as the status and the answer's error text.
-func (rt *Router) ask(ctx context.Context, r *http.Request, n int, method, uri string, body []byte, dst any) (int, string, error) {
+// The call is bounded by the request timeout unless long is set.
+func (rt *Router) ask(ctx context.Context, r *http.Request, n int, method, uri string, body []byte, dst any, long bool) (int, string, error) {
+	if !long {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, rt.o.RequestTimeout)
+		defer cancel()
+	}
 	h := http.Header{}
 	for _, k := range []string{"Authorization", "X-Request-Id", "Content-Type"} {
 		if v := r.Header.Values(k); len(v) > 0 {
@@ -56,6 +63,9 @@ func (rt *Router) ask(ctx context.Context, r *http.Request, n int, method, uri s
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxFanOutBody))
 	if err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return 0, "", ctx.Err()
+		}
 		return 0, "", unavailable(n, "reading its owner's answer: %v", err)
 	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
@@ -134,7 +144,7 @@ func (rt *Router) ListThreads(r *http.Request, o store.ListOptions) ([]wire.Thre
 			}
 			return nil
 		}
-		status, msg, err := rt.ask(ctx, r, n, http.MethodGet, "/v1/threads?"+q.Encode(), nil, &pages[n])
+		status, msg, err := rt.ask(ctx, r, n, http.MethodGet, "/v1/threads?"+q.Encode(), nil, &pages[n], false)
 		if err != nil {
 			return err
 		}
@@ -190,7 +200,7 @@ func (rt *Router) LegalHolds(r *http.Request) ([]wire.Thread, error) {
 			}
 			return nil
 		}
-		status, msg, err := rt.ask(ctx, r, n, http.MethodGet, "/admin/legal_holds", nil, &lists[n])
+		status, msg, err := rt.ask(ctx, r, n, http.MethodGet, "/admin/legal_holds", nil, &lists[n], false)
 		if err != nil {
 			return err
 		}

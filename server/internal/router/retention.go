@@ -65,7 +65,7 @@ func (rt *Router) RetentionStatus(r *http.Request) (any, error) {
 			return nil
 		}
 		var st retention.Status
-		code, msg, err := rt.ask(ctx, r, n, http.MethodGet, "/admin/retention", nil, &st)
+		code, msg, err := rt.ask(ctx, r, n, http.MethodGet, "/admin/retention", nil, &st, false)
 		e.fill(code, msg, err)
 		if e.Code == http.StatusOK {
 			e.Status = &st
@@ -131,7 +131,7 @@ func (rt *Router) RetentionRun(r *http.Request, req retention.RunRequest, wait b
 			if !wait {
 				dst = &started
 			}
-			code, msg, err := rt.ask(ctx, r, n, http.MethodPost, uri, bytes.Clone(body), dst)
+			code, msg, err := rt.ask(ctx, r, n, http.MethodPost, uri, bytes.Clone(body), dst, wait)
 			e.fill(code, msg, err)
 			switch {
 			case e.Code == ok && wait:

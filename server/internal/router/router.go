@@ -50,7 +50,14 @@ type Options struct {
 	Logger       *slog.Logger
 	Metrics      *Metrics
 	MaxBodyBytes int64 // api.DefaultMaxBodyBytes when 0
+	// RequestTimeout bounds a call to another node (DefaultRequestTimeout
+	// when 0), so that a frozen owner answers 503 instead of holding the
+	// request; retention runs, which may take minutes, are not bounded.
+	RequestTimeout time.Duration
 }
+
+// DefaultRequestTimeout bounds a call to another node.
+const DefaultRequestTimeout = 30 * time.Second
 
 // Router is the api.Cluster of a node.
 type Router struct {
@@ -86,6 +93,9 @@ func New(o Options) (*Router, error) {
 	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = api.DefaultMaxBodyBytes
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = DefaultRequestTimeout
 	}
 	return &Router{o: o, secret: sha256.Sum256([]byte(o.Secret))}, nil
 }
@@ -281,10 +291,13 @@ func (rt *Router) call(ctx context.Context, n int, method, uri string, h http.He
 		req.Header.Set(HeaderNode, rt.o.Node)
 		resp, err := rt.o.Client.Do(req)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil, ctx.Err() // the client went away
 			}
 			rt.o.Metrics.forwarded.WithLabelValues("unavailable").Inc()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, unavailable(n, "its owner at %s did not answer in time", url)
+			}
 			return nil, unavailable(n, "its owner at %s does not answer: %v", url, err)
 		}
 		if resp.StatusCode != http.StatusMisdirectedRequest || attempt > 0 {
@@ -317,7 +330,9 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, n int) error {
 	}
 	h := r.Header.Clone()
 	h.Del("Host")
-	resp, err := rt.call(r.Context(), n, r.Method, r.URL.RequestURI(), h, body)
+	ctx, cancel := context.WithTimeout(r.Context(), rt.o.RequestTimeout)
+	defer cancel()
+	resp, err := rt.call(ctx, n, r.Method, r.URL.RequestURI(), h, body)
 	if err != nil {
 		return err
 	}
