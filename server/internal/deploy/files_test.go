@@ -79,8 +79,13 @@ func TestSystemdUnit(t *testing.T) {
 	if !ok || !slices.Contains(state[1:], backups) {
 		t.Errorf("PROGRESSDB_BACKUP_PATH %q is not a state directory of its own (StateDirectory %v)", env["PROGRESSDB_BACKUP_PATH"], state)
 	}
-	if _, err := config.Load(environ); err != nil {
+	if cfg, err := config.Load(environ); err != nil {
 		t.Errorf("the unit's settings do not load: %v", err)
+	} else {
+		checkAuditOutsideDB(t, cfg)
+	}
+	if audit, ok := strings.CutPrefix(env["PROGRESSDB_RETENTION_AUDIT_PATH"], "/var/lib/"); !ok || !slices.Contains(state[1:], audit) {
+		t.Errorf("PROGRESSDB_RETENTION_AUDIT_PATH %q is not a state directory of its own (StateDirectory %v)", env["PROGRESSDB_RETENTION_AUDIT_PATH"], state)
 	}
 	exec0 := strings.Fields(strings.Join(s["ExecStart"], ""))
 	if len(exec0) != 2 || exec0[1] != "serve" {
@@ -342,8 +347,10 @@ func TestKubernetesManifests(t *testing.T) {
 	for k, v := range env {
 		environ = append(environ, k+"="+v)
 	}
-	if _, err := config.Load(environ); err != nil {
+	if cfg, err := config.Load(environ); err != nil {
 		t.Errorf("the ConfigMap's settings do not load: %v", err)
+	} else {
+		checkAuditOutsideDB(t, cfg)
 	}
 	if env["PROGRESSDB_RETENTION_ENABLED"] == "true" {
 		t.Error("the ConfigMap turns retention on: everywhere else it is off unless the operator turns it on (in the secret)")
@@ -369,8 +376,10 @@ func TestKubernetesManifests(t *testing.T) {
 			mounts[m.MountPath] = m.Name
 		}
 	}
-	if b := env["PROGRESSDB_BACKUP_PATH"]; mounts[b] == "" || mounts[b] == mounts[env["PROGRESSDB_DB_PATH"]] {
-		t.Errorf("PROGRESSDB_BACKUP_PATH %q is not the mount of a volumeClaimTemplate other than the database's", b)
+	for _, v := range []string{"PROGRESSDB_BACKUP_PATH", "PROGRESSDB_RETENTION_AUDIT_PATH"} {
+		if p := env[v]; mounts[p] == "" || mounts[p] == mounts[env["PROGRESSDB_DB_PATH"]] {
+			t.Errorf("%s %q is not the mount of a volumeClaimTemplate other than the database's", v, p)
+		}
 	}
 	port := 0
 	for _, p := range c.Ports {
@@ -470,4 +479,19 @@ func ignored(pattern, path string) bool {
 		}
 	}
 	return false
+}
+
+// checkAuditOutsideDB fails when scheduled backups are on and the audit
+// trail lies inside the database's folder: serve warns of it at start, and a
+// database copied back by hand would bring an old trail with it, so the
+// purges made since could not be replayed (docs/backup.md).
+func checkAuditOutsideDB(t *testing.T, cfg config.Config) {
+	t.Helper()
+	if cfg.Backup.Path == "" {
+		return
+	}
+	rel, err := filepath.Rel(cfg.DBPath, cfg.Retention.AuditPath)
+	if err != nil || rel == "." || !strings.HasPrefix(rel, "..") {
+		t.Errorf("audit folder %q is inside PROGRESSDB_DB_PATH %q while backups are on: set PROGRESSDB_RETENTION_AUDIT_PATH outside it", cfg.Retention.AuditPath, cfg.DBPath)
+	}
 }
