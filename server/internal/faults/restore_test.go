@@ -386,3 +386,73 @@ func TestFaultRestoreBrokenTrail(t *testing.T) {
 		t.Fatalf("the replay's header does not record the accepted broken trail:\n%s", data)
 	}
 }
+
+// copyFolder copies the regular files of src into a new folder dst, as an
+// operator's cp of a stopped server's data folder would.
+func copyFolder(t testing.TB, src, dst string) {
+	t.Helper()
+	must(t, os.MkdirAll(dst, 0o700))
+	entries, err := os.ReadDir(src)
+	must(t, err)
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		must(t, err)
+		must(t, os.WriteFile(filepath.Join(dst, e.Name()), data, 0o600))
+	}
+}
+
+// The operator's story of issue 20, word for word: stop the server, copy
+// DB_PATH (the audit folder elsewhere), start, delete three threads and a
+// message, run retention (4 purged), stop, copy the old folder back,
+// start. The first request after the start must not serve any of them.
+func TestFaultCopiedBackFolder(t *testing.T) {
+	s := newSite(t.TempDir())
+	const period = time.Second
+	env := s.env().with(
+		"PROGRESSDB_ADMIN_TOKEN", adminToken,
+		"PROGRESSDB_RETENTION_PERIOD", period.String(),
+		"PROGRESSDB_RETENTION_MESSAGE_PERIOD", period.String(),
+		"PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD", "true",
+		"PROGRESSDB_RETENTION_CRON", "@every 1h",
+	)
+	srv := startServer(t, env)
+	for i := range 4 {
+		tid := fmt.Sprintf("t%d", i)
+		srv.mustCall(t, "POST", "/v1/threads", map[string]string{"id": tid, "title": "title-of-" + tid, "author": "a"}, "", http.StatusCreated, nil)
+		srv.mustCall(t, "POST", "/v1/threads/"+tid+"/messages", map[string]any{"id": tid + "-m", "author": "a",
+			"body": "content-of-" + tid + "-m"}, "", http.StatusCreated, nil)
+	}
+	srv.stop(t)
+	old := filepath.Join(s.dir, "copy")
+	copyFolder(t, s.db, old)
+
+	srv = startServer(t, env)
+	for i := range 3 {
+		srv.mustCall(t, "DELETE", fmt.Sprintf("/v1/threads/t%d", i), nil, "", http.StatusNoContent, nil)
+	}
+	srv.mustCall(t, "DELETE", "/v1/threads/t3/messages/t3-m", nil, "", http.StatusNoContent, nil)
+	time.Sleep(period + 100*time.Millisecond)
+	var res struct {
+		Purged int `json:"purged"`
+	}
+	srv.mustCall(t, "POST", "/admin/retention/run", nil, adminToken, http.StatusOK, &res)
+	if res.Purged != 4 {
+		t.Fatalf("purged %d, want 4", res.Purged)
+	}
+	srv.stop(t)
+
+	must(t, os.RemoveAll(s.db))
+	copyFolder(t, old, s.db)
+	srv = startServer(t, env)
+	for i := range 3 {
+		srv.mustCall(t, "GET", fmt.Sprintf("/v1/threads/t%d?include_deleted=true", i), nil, "", http.StatusNotFound, nil)
+	}
+	srv.mustCall(t, "GET", "/v1/threads/t3/messages/t3-m", nil, "", http.StatusNotFound, nil)
+	srv.mustCall(t, "GET", "/v1/threads/t3", nil, "", http.StatusOK, nil)
+	srv.stop(t)
+	storetest.RequireNone(t, s.db, "title-of-t0", "title-of-t1", "title-of-t2", "content-of-t0-m", "content-of-t3-m")
+	storetest.RequireAll(t, s.db, "title-of-t3")
+}

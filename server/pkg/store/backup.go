@@ -94,6 +94,23 @@ func (s *Store) SetAuditHead(ctx context.Context, h AuditHead) error {
 	return nil
 }
 
+// initBackupState records a new database's identity and its head before
+// the first audit file.
+func (s *Store) initBackupState() error {
+	head, err := json.Marshal(AuditHead{})
+	if err != nil {
+		return err
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Set([]byte(databaseIDKey), []byte(newDatabaseID()), nil)
+	_ = b.Set([]byte(auditHeadKey), head, nil)
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("record database id: %w", err)
+	}
+	return nil
+}
+
 // NewDatabaseID returns a new identity for SetDatabaseID.
 func NewDatabaseID() string { return newDatabaseID() }
 

@@ -161,6 +161,12 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 			if err := s.db.Set([]byte(eraseKey), nil, pebble.NoSync); err != nil {
 				return fmt.Errorf("record erase state: %w", err)
 			}
+			// A new database has its identity, and reflects no audit run
+			// yet: a copy of it taken before its first run, put back later,
+			// lacks every purge its runs recorded (spec §10).
+			if err := s.initBackupState(); err != nil {
+				return err
+			}
 		}
 	}
 	_, err = s.RebuildDeletionIndex(ctx)
