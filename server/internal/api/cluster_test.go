@@ -379,3 +379,35 @@ func TestClusterFrozenOwner(t *testing.T) {
 	b.frozen.Store(false)
 	send(t, a, "GET", "/v1/threads/"+tb, "", nil, 200)
 }
+
+// A node that holds a shard but has lost its ownership (its lease ended
+// and it has not taken it again) goes on serving the shard's reads and
+// answers its writes 503 naming the shard; other nodes answer 503 for it.
+func TestClusterWritesWaitForOwnership(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.CreateCluster(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, 2, []string{"node-a", "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := startNode(t, etcd, "node-a"), startNode(t, etcd, "node-b")
+	if _, err := b.owner.WaitOwned(ctx, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.owner.WaitOwned(ctx, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	tb := threadIn(1, 2, "tb")
+	send(t, a, "POST", "/v1/threads", `{"id":"`+tb+`","title":"x","author":"u"}`, nil, 201)
+	b.owner.Close() // gives up its ownerships; its HTTP server goes on
+	send(t, b, "GET", "/v1/threads/"+tb, "", nil, 200)
+	for _, o := range threadOps[1:2] {
+		path, body := o.on(tb, "m1")
+		if got := send(t, b, o.method, path, body, nil, 503); !strings.Contains(string(got), "shard 1") {
+			t.Errorf("a write without ownership: %s", got)
+		}
+	}
+	if got := send(t, a, "GET", "/v1/threads/"+tb, "", nil, 503); !strings.Contains(string(got), "shard 1") {
+		t.Errorf("through another node: %s", got)
+	}
+}

@@ -199,6 +199,9 @@ func shardRetention(ctx context.Context, st *store.Store, n int, owner *cluster.
 	if _, err := svc.Recover(ctx); err != nil {
 		logger.Error("retention_recover_failed", "shard", n, "err", err)
 	}
+	if _, err := svc.RestoreLastSuccess(); err != nil {
+		logger.Warn("retention_last_success_unknown", "shard", n, "err", err)
+	}
 	svc.StartScheduler(ctx)
 	return svc, nil
 }

@@ -216,6 +216,14 @@ func TestClusterRoutesAndMergesListings(t *testing.T) {
 			t.Fatalf("listing through %s = %v, want %v", n.id, got, ids)
 		}
 	}
+	// node-a owns shards 0 and 3; the others' requests went to their owners.
+	code, body := call(t, http.MethodGet, nodes[0].url()+"/metrics", "", nil)
+	for _, want := range []string{"progressdb_cluster_shards_owned 2\n", `progressdb_cluster_forwarded_total{result="ok"}`,
+		"progressdb_cluster_fencing_rejections_total 0\n", "progressdb_cluster_etcd_errors_total"} {
+		if code != http.StatusOK || !bytes.Contains(body, []byte(want)) {
+			t.Fatalf("/metrics of node-a lacks %q: %d\n%s", want, code, body)
+		}
+	}
 	// Each thread is in its shard's database on that shard's home node
 	// and nowhere else.
 	for _, n := range nodes {
