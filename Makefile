@@ -11,7 +11,7 @@ LDFLAGS   := -X github.com/progressdb/progressdb/server/internal/buildinfo.versi
 # Short fault trials run in `make test`; `make faults` runs the long mode.
 FAULT_TRIALS ?= 30
 
-.PHONY: all build run demo test test-short faults fuzz bench lint vet fmt clean
+.PHONY: all build run demo cluster-demo test test-short faults fuzz bench lint vet fmt clean
 
 all: build
 
@@ -29,6 +29,13 @@ run: build
 # summaries and audit files, and verifies them.
 demo: build
 	./scripts/demo.sh ./$(BIN)
+
+# Starts an etcd (progressdb-dev-etcd, a development tool kept out of the
+# progressdb binary) and three nodes on loopback, writes through one node
+# and reads back through the others (docs/cluster.md).
+cluster-demo: build
+	$(GO) build -o bin/progressdb-dev-etcd ./server/cmd/progressdb-dev-etcd
+	./scripts/cluster-demo.sh ./$(BIN) ./bin/progressdb-dev-etcd
 
 test:
 	$(GO) vet ./...

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -120,5 +121,75 @@ func TestMakeRunStopsTheServerWhenMakeIsKilled(t *testing.T) {
 	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// freePorts returns n consecutive loopback ports nothing listens on now.
+func freePorts(t *testing.T, n int) int {
+	t.Helper()
+	for range 50 {
+		base := freePort(t)
+		ok := true
+		for p := base + 1; p < base+n && ok; p++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				ok = false
+				continue
+			}
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatalf("no %d consecutive free ports", n)
+	return 0
+}
+
+// scripts/cluster-demo.sh (make cluster-demo) starts etcd and three nodes,
+// writes through one node and reads back through the others, and stops
+// and removes everything it started.
+func TestClusterDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two binaries and runs three nodes")
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("no curl")
+	}
+	root := repoRoot(t)
+	tmp := t.TempDir()
+	bins := map[string]string{"progressdb": "", "progressdb-dev-etcd": ""}
+	for name := range bins {
+		bins[name] = filepath.Join(tmp, name)
+		build := exec.Command("go", "build", "-o", bins[name], "github.com/progressdb/progressdb/server/cmd/"+name)
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", name, err, out)
+		}
+	}
+	cmd := exec.Command(filepath.Join(root, "scripts", "cluster-demo.sh"), bins["progressdb"], bins["progressdb-dev-etcd"])
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp,
+		"CLUSTER_DEMO_PORT="+strconv.Itoa(freePorts(t, 4)), "CLUSTER_DEMO_ETCD_PORT="+strconv.Itoa(freePorts(t, 2)))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "cluster-demo: ok") ||
+		!strings.Contains(string(out), "node-3: all six messages read back") {
+		t.Fatalf("cluster-demo.sh: %v\n%s", err, out)
+	}
+	left, err := filepath.Glob(filepath.Join(tmp, "progressdb-cluster-demo.*"))
+	if err != nil || len(left) > 0 {
+		t.Errorf("the demo left %v behind (%v)", left, err)
+	}
+}
+
+// The progressdb binary carries no etcd server: only tests and the
+// development command progressdb-dev-etcd embed one.
+func TestProductBinaryCarriesNoEtcdServer(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/progressdb/progressdb/server/cmd/progressdb").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasPrefix(pkg, "go.etcd.io/etcd/server/") {
+			t.Fatalf("the progressdb binary links %s", pkg)
+		}
 	}
 }
