@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -40,7 +41,7 @@ type node struct {
 	frozen atomic.Bool // answers nothing while set, as a stopped process
 }
 
-func startNode(t *testing.T, etcd *etcdtest.Server, id string) *node {
+func startNode(t testing.TB, etcd *etcdtest.Server, id string) *node {
 	t.Helper()
 	return startNodeWith(t, etcd, id, true, 0)
 }
@@ -48,7 +49,7 @@ func startNode(t *testing.T, etcd *etcdtest.Server, id string) *node {
 // startNodeWith starts a node whose view of the cluster follows etcd's
 // changes when watch is set, and is read only when it asks otherwise.
 // A node's calls to others time out after timeout (the default when 0).
-func startNodeWith(t *testing.T, etcd *etcdtest.Server, id string, watch bool, timeout time.Duration) *node {
+func startNodeWith(t testing.TB, etcd *etcdtest.Server, id string, watch bool, timeout time.Duration) *node {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var h http.Handler
@@ -134,7 +135,7 @@ func startNodeWith(t *testing.T, etcd *etcdtest.Server, id string, watch bool, t
 
 // send makes one request to n, checks its answer against the description
 // and its status against want.
-func send(t *testing.T, n *node, method, path, body string, h http.Header, want int) []byte {
+func send(t testing.TB, n *node, method, path, body string, h http.Header, want int) []byte {
 	t.Helper()
 	req, err := http.NewRequest(method, n.srv.URL+path, strings.NewReader(body))
 	if err != nil {
@@ -246,7 +247,15 @@ func TestClusterConformance(t *testing.T) {
 	send(t, a, "GET", "/v1/threads", "", nil, 200)
 	send(t, b, "GET", "/admin/legal_holds", "", admin, 200)
 	send(t, a, "GET", "/admin/retention", "", admin, 200)
-	send(t, a, "POST", "/admin/retention/run", `{"dry_run":true}`, admin, 200)
+	var runs router.ClusterRetention
+	if err := json.Unmarshal(send(t, a, "POST", "/admin/retention/run", `{"dry_run":true}`, admin, 200), &runs); err != nil {
+		t.Fatal(err)
+	}
+	for n, e := range runs.Shards {
+		if e.Shard != n || e.Node != []string{"node-a", "node-b"}[n] || e.Code != 200 || e.Result == nil || !e.Result.DryRun {
+			t.Errorf("run of shard %d: %+v", n, e)
+		}
+	}
 	send(t, b, "POST", "/admin/retention/run?wait=false", `{"dry_run":true}`, admin, 202)
 	send(t, a, "GET", "/admin/cluster", "", admin, 200)
 	send(t, a, "PUT", "/admin/retention/pause", `{"paused":true}`, admin, 200)
@@ -284,6 +293,14 @@ func TestClusterConformance(t *testing.T) {
 		}
 	}
 	send(t, a, "POST", "/v1/threads", `{"id":"`+threadIn(1, 2, "new")+`","title":"x","author":"u"}`, nil, 503)
+	var status router.ClusterRetention
+	if err := json.Unmarshal(send(t, a, "GET", "/admin/retention", "", admin, 200), &status); err != nil {
+		t.Fatal(err)
+	}
+	if s := status.Shards; len(s) != 2 || s[0].Code != 200 || s[0].Status == nil || s[1].Code != 503 ||
+		s[1].Status != nil || !strings.Contains(s[1].Error, "shard 1") {
+		t.Errorf("retention status with node-b down: %+v", s)
+	}
 	send(t, a, "GET", "/v1/threads", "", nil, 503)
 	send(t, a, "GET", "/admin/legal_holds", "", admin, 503)
 	send(t, a, "GET", "/v1/threads/"+ta, "", nil, 200)
@@ -409,5 +426,45 @@ func TestClusterWritesWaitForOwnership(t *testing.T) {
 	}
 	if got := send(t, a, "GET", "/v1/threads/"+tb, "", nil, 503); !strings.Contains(string(got), "shard 1") {
 		t.Errorf("through another node: %s", got)
+	}
+}
+
+// BenchmarkClusterForwarding: the cost of forwarding, a thread read asked
+// of the node that owns its shard against the same read asked of another
+// node (two nodes on loopback, one etcd, in one process).
+//
+//	go test -run '^$' -bench ClusterForwarding -benchtime 3s ./server/internal/api
+func BenchmarkClusterForwarding(b *testing.B) {
+	etcd := etcdtest.Start(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.CreateCluster(ctx, etcd.Client(b), cluster.Keys{Name: "chat"}, 2, []string{"node-a", "node-b"}); err != nil {
+		b.Fatal(err)
+	}
+	na, nb := startNode(b, etcd, "node-a"), startNode(b, etcd, "node-b")
+	if _, err := nb.owner.WaitOwned(ctx, 1, 0); err != nil {
+		b.Fatal(err)
+	}
+	tb := threadIn(1, 2, "tb")
+	send(b, na, "POST", "/v1/threads", `{"id":"`+tb+`","title":"x","author":"u"}`, nil, 201)
+	send(b, na, "POST", "/v1/threads/"+tb+"/messages", `{"author":"u","body":"hello"}`, nil, 201)
+	for _, c := range []struct {
+		name string
+		via  *node
+	}{{"owner", nb}, {"forwarded", na}} {
+		b.Run(c.name, func(b *testing.B) {
+			url := c.via.srv.URL + "/v1/threads/" + tb + "/messages"
+			for b.Loop() {
+				resp, err := http.Get(url)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+			}
+		})
 	}
 }
