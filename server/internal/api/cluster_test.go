@@ -395,6 +395,12 @@ func TestClusterFrozenOwner(t *testing.T) {
 	}
 	b.frozen.Store(false)
 	send(t, a, "GET", "/v1/threads/"+tb, "", nil, 200)
+
+	// etcd out of reach: the cluster's state cannot be read.
+	etcd.Partition()
+	if got := send(t, a, "GET", "/admin/cluster", "", headers(true, nil), 503); !strings.Contains(string(got), "cluster state unreadable") {
+		t.Errorf("GET /admin/cluster without etcd: %s", got)
+	}
 }
 
 // A node that holds a shard but has lost its ownership (its lease ended

@@ -3,18 +3,14 @@ package router
 import (
 	"context"
 	"net/http"
-	"time"
 
 	"github.com/progressdb/progressdb/server/internal/cluster"
 )
 
-// statusTimeout bounds GET /admin/cluster's read of etcd.
-const statusTimeout = 10 * time.Second
-
 // Status implements api.Cluster: the cluster as etcd sees it now.
 func (rt *Router) Status(r *http.Request) (any, error) {
 	// An etcd that does not answer gets an answer too.
-	ctx, cancel := context.WithTimeout(r.Context(), statusTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), rt.o.RequestTimeout)
 	defer cancel()
 	st, err := cluster.ReadStatus(ctx, rt.o.View.c, rt.o.View.k)
 	if err != nil {
