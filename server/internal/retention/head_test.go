@@ -150,3 +150,28 @@ func TestSharedTrailOtherDatabase(t *testing.T) {
 		t.Fatalf("behind %d %v %v", lacks, whole, err)
 	}
 }
+
+// A run that could not record its file as the head, followed by another
+// run, leaves no gap: the next run settles past it before it begins.
+func TestNextRunSettlesPastAKilledRun(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.thread("a", 1, 1)
+	first, _ := e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+	e.deleteThread("a")
+	e.at(31 * day)
+	killed, _ := e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+	if killed.Purged != 1 {
+		t.Fatalf("purged %d", killed.Purged)
+	}
+	// As if it had died after sealing, before recording its head.
+	back := audit.HeadOf(e.cfg.AuditPath, first.AuditFile, first.RunID, footerHash(t, first.AuditFile))
+	if err := e.st.SetAuditHead(ctx, store.AuditHead(back)); err != nil {
+		t.Fatal(err)
+	}
+	e.at(31*day + time.Second)
+	next, _ := e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+	if h, _, _ := e.st.AuditHead(ctx); h.RunID != next.RunID {
+		t.Fatalf("head %q, want %q: the killed run's purges are in the database", h.RunID, next.RunID)
+	}
+}

@@ -163,6 +163,14 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	}
 	rn.journal.w = w
 	if !rn.dry {
+		// A run killed before it recorded its file as the head was the
+		// last to begin purging: the head settles past it while that is
+		// still known, before this run takes its place.
+		if !rn.replaying() {
+			if _, _, _, err := r.settle(ctx); err != nil {
+				r.log.Warn("retention_audit_head_unsettled", "run_id", rn.id, "err", err)
+			}
+		}
 		// Before any delete: this run's purges are in the database as far
 		// as they go, whether or not it lives to record its file as the
 		// head (settle).
