@@ -63,6 +63,9 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
 		return done(runReport{ExitCode: exitUsage, Reason: "invalid_configuration", Error: err.Error()}, "")
 	}
+	if cfg.Cluster.Enabled() {
+		return e.clusterRetentionRun(ctx, cfg, *dryRun, *asJSON)
+	}
 	bar := newProgressBar(e.stderr)
 	var logTo io.Writer // nil: e.stderr
 	if bar != nil {
@@ -236,6 +239,9 @@ func (e env) retentionStatus(ctx context.Context, args []string) int {
 	cfg, ok := e.loadConfig()
 	if !ok {
 		return exitUsage
+	}
+	if cfg.Cluster.Enabled() {
+		return e.clusterRetentionStatus(ctx, cfg, *asJSON)
 	}
 	rep, code := e.readStatus(ctx, cfg)
 	if rep == nil {
