@@ -164,6 +164,7 @@ func (rt *Router) runLocal(r *http.Request, n int, req retention.RunRequest, wai
 		return e
 	}
 	res, err := svc.Run(r.Context(), req)
+	rt.Failed(err) // a purge batch refused by the fence counts as one
 	if err != nil {
 		e.Code, e.Error = runStatus(err), err.Error()
 		if res.RunID != "" {

@@ -348,7 +348,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, n int) error {
 	return nil
 }
 
-// Failed implements api.Cluster: it counts fencing refusals.
+// Failed implements api.Cluster: it counts fencing refusals (nil: none).
 func (rt *Router) Failed(err error) {
 	if errors.Is(err, store.ErrFenced) {
 		rt.o.Metrics.fenced.Inc()
