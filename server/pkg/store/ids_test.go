@@ -99,3 +99,20 @@ func TestNewIDFollowsTimeAndSurvivesClockStepBack(t *testing.T) {
 		t.Fatalf("timestamp part of %s = %s", a, a[:10])
 	}
 }
+
+// An IDSource (a cluster node picks a new thread's ID before it knows the
+// store) makes IDs like a store's: valid, increasing, unique.
+func TestIDSource(t *testing.T) {
+	src := NewIDSource()
+	var ids []string
+	for range 1000 {
+		id := src.Next()
+		if err := ValidateID(id); err != nil || len(id) != 26 {
+			t.Fatalf("id %q: %v", id, err)
+		}
+		ids = append(ids, id)
+	}
+	if !slices.IsSorted(ids) || len(slices.Compact(slices.Clone(ids))) != len(ids) {
+		t.Fatal("ids not increasing and unique")
+	}
+}
