@@ -35,6 +35,11 @@ const (
 	TriggerStart   = "start"
 )
 
+// TriggerMove is the trigger of the record a cluster node leaves when one
+// of its shards has moved to another node (spec §11): no items, the node
+// it moved to in moved_to, and a footer saying the copy was deleted.
+const TriggerMove = "move"
+
 // ReasonAbsent is the reason of a replayed item the restored database
 // never held (or no longer held): nothing to purge.
 const ReasonAbsent = "absent"
@@ -105,6 +110,9 @@ type Header struct {
 	// Shard is the cluster shard whose database the run purged (spec §11);
 	// nil, and absent from the file, on a single node.
 	Shard *int `json:"shard,omitempty"`
+	// MovedTo is the node a shard moved to, in the record of the move
+	// (trigger "move") left by the node it moved from.
+	MovedTo string `json:"moved_to,omitempty"`
 }
 
 // Item records what happened to one thread or message. It holds IDs and

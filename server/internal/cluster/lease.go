@@ -89,6 +89,16 @@ func (c EtcdCoordinator) ttlSeconds() int64 { return int64((c.TTL + time.Second 
 // Acquire takes the lease or fails at once with a *retention.LeaseHeldError
 // naming the holder; it never queues.
 func (c EtcdCoordinator) Acquire(ctx context.Context) (retention.HeldLease, error) {
+	return c.acquire(ctx, nil, nil)
+}
+
+// ErrHandOver: a hand-over's transaction found the cluster changed (the
+// shard map or the move it belongs to), so nothing was taken.
+var ErrHandOver = errors.New("the cluster changed during the hand-over")
+
+// acquire is Acquire in a transaction that also requires cmps and applies
+// ops with the key's creation, all or nothing.
+func (c EtcdCoordinator) acquire(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op) (retention.HeldLease, error) {
 	c, err := c.withDefaults()
 	if err != nil {
 		return nil, err
@@ -105,8 +115,8 @@ func (c EtcdCoordinator) Acquire(ctx context.Context) (retention.HeldLease, erro
 		return nil, fmt.Errorf("etcd lease: encode holder: %w", err)
 	}
 	resp, err := c.Client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(c.Key), "=", 0)).
-		Then(clientv3.OpPut(c.Key, string(val), clientv3.WithLease(grant.ID))).
+		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(c.Key), "=", 0)}, cmps...)...).
+		Then(append([]clientv3.Op{clientv3.OpPut(c.Key, string(val), clientv3.WithLease(grant.ID))}, ops...)...).
 		Else(clientv3.OpGet(c.Key)).
 		Commit()
 	if err != nil {
@@ -115,6 +125,9 @@ func (c EtcdCoordinator) Acquire(ctx context.Context) (retention.HeldLease, erro
 	}
 	if !resp.Succeeded {
 		c.revoke(grant.ID)
+		if len(cmps) > 0 && len(resp.Responses[0].GetResponseRange().GetKvs()) == 0 {
+			return nil, fmt.Errorf("etcd lease %s: %w", c.Key, ErrHandOver)
+		}
 		return nil, c.heldError(ctx, resp)
 	}
 	// The session keeps the etcd lease alive in the background; the

@@ -37,12 +37,25 @@ type OwnerOptions struct {
 // write to the shard carries (Fence).
 type Owner struct {
 	o      OwnerOptions
+	ctx    context.Context // ends at Close
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	leases map[int]retention.HeldLease // held now; absent while lost
+	keeps  map[int]keeper              // the shards kept, until dropped
+	moving map[int]bool                // shards being moved away: no writes
 	wake   chan struct{}               // closed and replaced on every change, for Wait
 }
+
+// keeper stops the keeping of one shard.
+type keeper struct {
+	cancel context.CancelFunc
+	done   <-chan struct{}
+}
+
+// ErrMoving refuses a write to a shard being moved away (spec §11): it
+// answers 503 with Retry-After until the move ends, here or on the target.
+var ErrMoving = errors.New("shard being moved")
 
 // ErrNodeIDInUse refuses to start a node whose ID a live process has
 // registered: two processes with one PROGRESSDB_NODE_ID would both take
@@ -69,14 +82,32 @@ func StartOwner(ctx context.Context, o OwnerOptions) (*Owner, error) {
 		return nil, fmt.Errorf("register node %s: %w", o.Node, err)
 	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	w := &Owner{o: o, stop: stop, leases: make(map[int]retention.HeldLease), wake: make(chan struct{})}
+	w := &Owner{o: o, ctx: runCtx, stop: stop, leases: make(map[int]retention.HeldLease),
+		keeps: make(map[int]keeper), moving: make(map[int]bool), wake: make(chan struct{})}
 	w.wg.Add(1)
 	go w.register(runCtx, reg, node)
 	for _, n := range m.HeldBy(o.Node) {
-		w.wg.Add(1)
-		go w.keep(runCtx, n)
+		w.startKeep(n, nil)
 	}
 	return w, nil
+}
+
+// startKeep keeps shard n from now on, first with l when it is held
+// already (taken in a move's hand-over).
+func (w *Owner) startKeep(n int, l retention.HeldLease) {
+	ctx, cancel := context.WithCancel(w.ctx)
+	done := make(chan struct{})
+	w.mu.Lock()
+	w.keeps[n] = keeper{cancel: cancel, done: done}
+	w.mu.Unlock()
+	w.wg.Add(1)
+	go func() {
+		defer close(done)
+		if l != nil {
+			w.hold(ctx, n, l)
+		}
+		w.keep(ctx, n)
+	}()
 }
 
 func (w *Owner) coordinator(n int) EtcdCoordinator {
@@ -187,7 +218,11 @@ func (w *Owner) set(n int, l retention.HeldLease) {
 func (w *Owner) Epoch(n int) (int64, error) {
 	w.mu.Lock()
 	l := w.leases[n]
+	moving := w.moving[n]
 	w.mu.Unlock()
+	if moving {
+		return 0, fmt.Errorf("shard %d: %w: %w", n, ErrNotOwner, ErrMoving)
+	}
 	if l == nil {
 		return 0, fmt.Errorf("shard %d: %w", n, ErrNotOwner)
 	}
@@ -235,6 +270,71 @@ func (w *Owner) WaitOwned(ctx context.Context, n int, after int64) (int64, error
 		case <-wake:
 		}
 	}
+}
+
+// Freeze stops this node's writes to shard n while it is moved away:
+// Epoch and Fence answer ErrMoving (wrapping ErrNotOwner) until Thaw; the
+// ownership is kept, so retention can still be held and the copy taken.
+func (w *Owner) Freeze(n int) { w.setMoving(n, true) }
+
+// Thaw ends Freeze.
+func (w *Owner) Thaw(n int) { w.setMoving(n, false) }
+
+func (w *Owner) setMoving(n int, on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if on {
+		w.moving[n] = true
+	} else {
+		delete(w.moving, n)
+	}
+	close(w.wake)
+	w.wake = make(chan struct{})
+}
+
+// Moving reports whether shard n is frozen for a move.
+func (w *Owner) Moving(n int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.moving[n]
+}
+
+// Drop stops keeping shard n and releases its ownership (the key goes at
+// once, so a move's hand-over need not wait out the TTL); it returns when
+// both are done. Keep takes it up again.
+func (w *Owner) Drop(n int) {
+	w.mu.Lock()
+	k, ok := w.keeps[n]
+	delete(w.keeps, n)
+	w.mu.Unlock()
+	if ok {
+		k.cancel()
+		<-k.done
+	}
+}
+
+// Keep keeps shard n again after Drop: taken anew, with a larger epoch,
+// for as long as the shard map names this node its home.
+func (w *Owner) Keep(n int) {
+	w.mu.Lock()
+	_, ok := w.keeps[n]
+	w.mu.Unlock()
+	if !ok {
+		w.startKeep(n, nil)
+	}
+}
+
+// Take acquires shard n's ownership in the transaction that also checks
+// cmps and applies ops (a move's hand-over, which changes the shard map
+// in the same commit), and keeps it from then on. It returns the epoch.
+func (w *Owner) Take(ctx context.Context, n int, cmps []clientv3.Cmp, ops []clientv3.Op) (int64, error) {
+	l, err := w.coordinator(n).acquire(ctx, cmps, ops)
+	if err != nil {
+		return 0, err
+	}
+	w.Drop(n)
+	w.startKeep(n, l)
+	return l.Info().Epoch, nil
 }
 
 // Close stops keeping the shards and releases their leases, so another

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -40,6 +41,9 @@ func NodeCacheSize(owned int) int64 {
 // Shards are the shard databases one node holds, each a complete progressdb
 // store under <DB_PATH>/shards/<n>, sharing one block cache.
 type Shards struct {
+	dbPath string
+	opts   store.Options // every shard's, cache and memtable included
+	mu     sync.RWMutex  // a move adds and removes shards while requests read them
 	cache  *pebble.Cache
 	stores map[int]*store.Store
 }
@@ -47,8 +51,9 @@ type Shards struct {
 // OpenShards opens (creating when needed) the shards ns under dbPath, with
 // o for each store; o.Cache and o.MemTableSize are set here.
 func OpenShards(dbPath string, ns []int, o store.Options) (*Shards, error) {
-	s := &Shards{cache: pebble.NewCache(NodeCacheSize(len(ns))), stores: make(map[int]*store.Store, len(ns))}
+	s := &Shards{dbPath: dbPath, cache: pebble.NewCache(NodeCacheSize(len(ns))), stores: make(map[int]*store.Store, len(ns))}
 	o.Cache, o.MemTableSize = s.cache, ShardMemTableSize(len(ns))
+	s.opts = o
 	for _, n := range ns {
 		if _, dup := s.stores[n]; dup {
 			continue
@@ -64,12 +69,57 @@ func OpenShards(dbPath string, ns []int, o store.Options) (*Shards, error) {
 
 // Store returns shard n's store, if this node holds it.
 func (s *Shards) Store(n int) (*store.Store, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	st, ok := s.stores[n]
 	return st, ok
 }
 
+// ErrShardHeld: the node holds the shard already.
+var ErrShardHeld = errors.New("shard already held")
+
+// Open opens shard n's folder, which a move has just filled, and holds it
+// from now on, in the cache the others share.
+func (s *Shards) Open(n int) (*store.Store, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.stores[n]; ok {
+		return nil, fmt.Errorf("shard %d: %w", n, ErrShardHeld)
+	}
+	if s.cache == nil {
+		return nil, fmt.Errorf("open shard %d: %w", n, store.ErrClosed)
+	}
+	st, err := store.Open(ShardDBPath(s.dbPath, n), s.opts)
+	if err != nil {
+		return nil, fmt.Errorf("open shard %d: %w", n, err)
+	}
+	s.stores[n] = st
+	return st, nil
+}
+
+// Detach closes shard n and holds it no more (its folder stays); false
+// when it was not held.
+func (s *Shards) Detach(n int) (bool, error) {
+	s.mu.Lock()
+	st, ok := s.stores[n]
+	delete(s.stores, n)
+	s.mu.Unlock()
+	if !ok {
+		return false, nil
+	}
+	if err := st.Close(); err != nil {
+		return true, fmt.Errorf("close shard %d: %w", n, err)
+	}
+	return true, nil
+}
+
+// DBPath is the node's DB_PATH, under which the shards' folders lie.
+func (s *Shards) DBPath() string { return s.dbPath }
+
 // Numbers lists the shards held, in order.
 func (s *Shards) Numbers() []int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	ns := make([]int, 0, len(s.stores))
 	for n := range s.stores {
 		ns = append(ns, n)
@@ -82,7 +132,10 @@ func (s *Shards) Numbers() []int {
 // nothing.
 func (s *Shards) Close() error {
 	var errs []error
-	for _, n := range s.Numbers() {
+	ns := s.Numbers()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range ns {
 		if err := s.stores[n].Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close shard %d: %w", n, err))
 		}

@@ -128,3 +128,20 @@ func (s *Store) set(ctx context.Context, key, value []byte, opts *pebble.WriteOp
 	_ = b.Set(key, value, nil)
 	return s.commit(ctx, b, opts)
 }
+
+// RaiseFence makes epoch the newest fencing token the database has seen,
+// durably and with no other write: once it returns, every batch carrying
+// an older token is refused, and every batch admitted before it is
+// applied. A shard moved away is fenced this way before its copy is taken,
+// so that no write its owner acknowledges can miss the copy. An epoch
+// older than the newest seen is refused with ErrFenced.
+func (s *Store) RaiseFence(ctx context.Context, epoch int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if epoch < 1 {
+		return fmt.Errorf("%w: fencing token %d", ErrInvalidArgument, epoch)
+	}
+	// admit writes the token into the batch when it is newer.
+	return s.commit(WithEpoch(ctx, epoch), s.db.NewBatch(), pebble.Sync)
+}

@@ -141,3 +141,34 @@ func TestFenceRaiseOrdersWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestRaiseFenceWithoutWrite: a raise alone fences the older epoch, with
+// no data written, survives a restart, and is refused below the newest.
+func TestRaiseFenceWithoutWrite(t *testing.T) {
+	dir := t.TempDir()
+	clk := newClock()
+	s := openAt(t, dir, clk)
+	bg := context.Background()
+	if _, err := s.CreateThread(store.WithEpoch(bg, 5), store.Thread{ID: "t1", Title: "x", Author: "ana"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RaiseFence(bg, 9); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Epoch(); got != 9 {
+		t.Fatalf("Epoch = %d, want 9", got)
+	}
+	_, err := s.CreateThread(store.WithEpoch(bg, 5), store.Thread{ID: "t2", Title: "x", Author: "ana"})
+	wantErr(t, err, store.ErrFenced)
+	if _, err := s.GetThread(bg, "t2"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("refused thread is there: %v", err)
+	}
+	wantErr(t, s.RaiseFence(bg, 8), store.ErrFenced)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openAt(t, dir, clk)
+	if got := s.Epoch(); got != 9 {
+		t.Fatalf("Epoch after reopening = %d, want 9", got)
+	}
+}

@@ -1,0 +1,531 @@
+package cluster
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/backup"
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/internal/wire"
+	"github.com/progressdb/progressdb/server/pkg/config"
+)
+
+// NodeOptions configure a node's part in moves.
+type NodeOptions struct {
+	Node   string
+	Owner  *Owner
+	Shards *Shards
+	// Retention is the node's retention configuration; its AuditPath is
+	// the root of the shards' trails (<AUDIT_PATH>/shards/<n>).
+	Retention  config.Retention
+	SigningKey ed25519.PrivateKey
+	Version    string
+	Logger     *slog.Logger
+	// Holder returns shard n's retention runner (retention.Runner): a
+	// shard moved away is held from its fence until its copy is deleted,
+	// so no run purges or writes into its trail meanwhile.
+	Holder func(n int) (backup.Holder, bool)
+	// Detach, when set, is called before a shard moved away is closed
+	// (its retention service stops); Attach once a shard moved here is
+	// owned (its retention service starts).
+	Detach, Attach func(n int)
+}
+
+// Node is one node's part in moves, as the source (MoveSource) of the
+// shards it owns and the target (MoveTarget) of others.
+type Node struct {
+	o   NodeOptions
+	mu  sync.Mutex
+	out map[int]*outgoing // shards being moved away
+	in  map[int]*incoming // shards being moved here
+}
+
+type outgoing struct {
+	epoch   int64 // the ownership's epoch when fenced
+	head    audit.Head
+	release func() // lets retention runs go on
+}
+
+type incoming struct{ trail, db bool } // what this move created
+
+var (
+	_ MoveSource = (*Node)(nil)
+	_ MoveTarget = (*Node)(nil)
+)
+
+// NewNode returns a node's part in moves.
+func NewNode(o NodeOptions) (*Node, error) {
+	if o.Owner == nil || o.Shards == nil || o.Holder == nil || o.Node == "" {
+		return nil, errors.New("cluster node: a node, its owner, shards and retention runners are needed")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Node{o: o, out: make(map[int]*outgoing), in: make(map[int]*incoming)}, nil
+}
+
+func (nd *Node) auditPath(n int) string { return ShardAuditPath(nd.o.Retention.AuditPath, n) }
+func (nd *Node) dbPath(n int) string    { return ShardDBPath(nd.o.Shards.DBPath(), n) }
+
+func (nd *Node) publicKey() ed25519.PublicKey {
+	if nd.o.SigningKey == nil {
+		return nil
+	}
+	pub, _ := nd.o.SigningKey.Public().(ed25519.PublicKey)
+	return pub
+}
+
+func (nd *Node) outgoing(n int) (*outgoing, error) {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	og := nd.out[n]
+	if og == nil {
+		return nil, fmt.Errorf("shard %d is not being moved from node %s", n, nd.o.Node)
+	}
+	return og, nil
+}
+
+// Fence implements MoveSource: writes stop (ErrMoving), running purges
+// end and no run starts, and the database refuses every batch older than
+// fence. A write acknowledged before Fence returns is in the copy.
+func (nd *Node) Fence(ctx context.Context, n int, fence int64) error {
+	st, ok := nd.o.Shards.Store(n)
+	if !ok {
+		return fmt.Errorf("shard %d: node %s does not hold it", n, nd.o.Node)
+	}
+	epoch, err := nd.o.Owner.Epoch(n)
+	if err != nil {
+		return err
+	}
+	holder, ok := nd.o.Holder(n)
+	if !ok {
+		return fmt.Errorf("shard %d: no retention runner", n)
+	}
+	nd.mu.Lock()
+	if nd.out[n] != nil {
+		nd.mu.Unlock()
+		return fmt.Errorf("shard %d: %w", n, ErrMoveInProgress)
+	}
+	nd.out[n] = &outgoing{epoch: epoch, release: func() {}}
+	nd.mu.Unlock()
+	nd.o.Owner.Freeze(n)
+	// A run purging now ends before the copy is taken.
+	head, release, err := holder.Hold(ctx)
+	if err != nil {
+		return fmt.Errorf("shard %d: hold retention: %w", n, err)
+	}
+	nd.mu.Lock()
+	nd.out[n].head, nd.out[n].release = head, release
+	nd.mu.Unlock()
+	// Writes that took the epoch before the freeze commit before the
+	// raise or are refused after it.
+	if err := st.RaiseFence(ctx, fence); err != nil {
+		return fmt.Errorf("shard %d: raise fence: %w", n, err)
+	}
+	nd.o.Logger.Info("cluster_shard_fenced", "shard", n, "epoch", epoch, "fence", fence)
+	return nil
+}
+
+// heldHolder hands the backup creator the hold the move keeps already.
+type heldHolder struct{ head audit.Head }
+
+func (h heldHolder) Hold(context.Context) (audit.Head, func(), error) { return h.head, func() {}, nil }
+
+// Backup implements MoveSource with the backup package's creator.
+func (nd *Node) Backup(ctx context.Context, n int, w io.Writer) (backup.Manifest, error) {
+	og, err := nd.outgoing(n)
+	if err != nil {
+		return backup.Manifest{}, err
+	}
+	st, ok := nd.o.Shards.Store(n)
+	if !ok {
+		return backup.Manifest{}, fmt.Errorf("shard %d: node %s does not hold it", n, nd.o.Node)
+	}
+	c, err := backup.NewCreator(backup.Options{Store: st, Hold: heldHolder{og.head}, SigningKey: nd.o.SigningKey,
+		Version: nd.o.Version, Logger: nd.o.Logger.With("shard", n)})
+	if err != nil {
+		return backup.Manifest{}, err
+	}
+	return c.Write(ctx, w, false)
+}
+
+// Trail implements MoveSource: the sealed files of the shard's audit
+// folder, by their path in it.
+func (nd *Node) Trail(ctx context.Context, n int, w io.Writer) error {
+	if _, err := nd.outgoing(n); err != nil {
+		return err
+	}
+	root := nd.auditPath(n)
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) && path == root {
+			return fs.SkipAll // a shard that never ran retention
+		}
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() || !strings.HasSuffix(d.Name(), ".jsonl") {
+			return nil
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		info, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: filepath.ToSlash(rel), Size: info.Size(),
+			Mode: 0o640, ModTime: info.ModTime(), Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+		_, err = io.CopyN(tw, f, info.Size())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("shard %d: audit trail: %w", n, err)
+	}
+	return tw.Close()
+}
+
+// Release implements MoveSource.
+func (nd *Node) Release(_ context.Context, n int) error {
+	if _, err := nd.outgoing(n); err != nil {
+		return err
+	}
+	nd.o.Owner.Drop(n)
+	return nil
+}
+
+// Remove implements MoveSource: the shard's retention stops, its store
+// closes and its folder is deleted, all between the header and the footer
+// of a record in the shard's trail (trigger "move", moved_to).
+func (nd *Node) Remove(ctx context.Context, n int, to string, epoch int64) error {
+	og, err := nd.outgoing(n)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		nd.mu.Lock()
+		delete(nd.out, n)
+		nd.mu.Unlock()
+		nd.o.Owner.Thaw(n)
+		og.release()
+	}()
+	if nd.o.Detach != nil {
+		nd.o.Detach(n)
+	}
+	var dbID string
+	if st, ok := nd.o.Shards.Store(n); ok {
+		dbID, _ = st.DatabaseID(ctx, false)
+	}
+	if _, err := nd.o.Shards.Detach(n); err != nil {
+		return err
+	}
+	start := time.Now().UTC()
+	host, _ := os.Hostname()
+	shard := n
+	h := audit.Header{StartedAt: start, Period: config.FormatDuration(nd.o.Retention.Period),
+		MessagePeriod: config.FormatDuration(nd.o.Retention.MessagePeriod), Cutoff: start,
+		Owner: nd.o.Node, Host: host, PID: os.Getpid(), Epoch: og.epoch, Version: nd.o.Version,
+		BatchSize: nd.o.Retention.BatchSize, DatabaseID: dbID, Trigger: audit.TriggerMove, Shard: &shard, MovedTo: to}
+	// The header is durable before anything is deleted.
+	w, err := audit.CreateWith(nd.auditPath(n), newRunID(), h, audit.Options{SigningKey: nd.o.SigningKey})
+	if err != nil {
+		return fmt.Errorf("shard %d: record the move: %w", n, err)
+	}
+	dir := nd.dbPath(n)
+	erase := time.Now()
+	derr := os.RemoveAll(dir)
+	if derr == nil {
+		derr = syncDir(filepath.Dir(dir))
+	}
+	f := w.Counts()
+	f.FinishedAt = time.Now().UTC()
+	f.DurationMS = time.Since(start).Milliseconds()
+	f.EraseMS = time.Since(erase).Milliseconds()
+	if derr != nil {
+		f.Status, f.Reason = audit.RunFailed, fmt.Sprintf("shard %d moved to node %s (epoch %d); deleting this copy failed: %v", n, to, epoch, derr)
+	} else {
+		f.Status, f.Erased = audit.RunCompleted, true
+		f.Reason = fmt.Sprintf("shard %d moved to node %s (epoch %d); this copy was deleted", n, to, epoch)
+	}
+	if _, err := w.Close(f); err != nil {
+		return errors.Join(derr, fmt.Errorf("shard %d: record the move: %w", n, err))
+	}
+	if derr != nil {
+		return fmt.Errorf("shard %d: delete %s: %w", n, dir, derr)
+	}
+	nd.o.Logger.Info("cluster_shard_moved_away", "shard", n, "to", to, "epoch", epoch, "audit_file", w.Path())
+	return nil
+}
+
+// Abort implements MoveSource: the node takes the shard up again, with
+// an epoch above the fence, and lets writes and runs go on.
+func (nd *Node) Abort(_ context.Context, n int) error {
+	nd.mu.Lock()
+	og := nd.out[n]
+	delete(nd.out, n)
+	nd.mu.Unlock()
+	nd.o.Owner.Drop(n)
+	nd.o.Owner.Thaw(n)
+	nd.o.Owner.Keep(n)
+	if og != nil {
+		og.release()
+	}
+	return nil
+}
+
+func (nd *Node) incoming(n int) *incoming {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	in := nd.in[n]
+	if in == nil {
+		in = &incoming{}
+		nd.in[n] = in
+	}
+	return in
+}
+
+// ReceiveTrail implements MoveTarget.
+func (nd *Node) ReceiveTrail(ctx context.Context, n int, r io.Reader) error {
+	root := nd.auditPath(n)
+	if err := backup.CheckEmpty(root); err != nil {
+		return fmt.Errorf("shard %d: audit folder: %w", n, err)
+	}
+	nd.incoming(n).trail = true
+	dirs := map[string]bool{root: true}
+	if err := os.MkdirAll(root, 0o750); err != nil {
+		return err
+	}
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("shard %d: audit trail: %w", n, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		name := filepath.FromSlash(hdr.Name)
+		if hdr.Typeflag != tar.TypeReg || !filepath.IsLocal(name) || !strings.HasSuffix(name, ".jsonl") {
+			return fmt.Errorf("shard %d: audit trail: %q is not an audit file", n, hdr.Name)
+		}
+		path := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return err
+		}
+		dirs[filepath.Dir(path)] = true
+		if err := writeFileSync(path, io.LimitReader(tr, hdr.Size), 0o640); err != nil {
+			return fmt.Errorf("shard %d: audit trail: %w", n, err)
+		}
+	}
+	for d := range dirs {
+		if err := syncDir(d); err != nil {
+			return err
+		}
+	}
+	return syncDir(filepath.Dir(root))
+}
+
+// Restore implements MoveTarget: the backup is written beside the
+// shards, verified while unpacked (backup.Extract), opened as the shard,
+// and the purges its trail records after the backup's head are replayed
+// (trigger "restore") before the shard is taken.
+func (nd *Node) Restore(ctx context.Context, n int, r io.Reader) (RestoreResult, error) {
+	var rr RestoreResult
+	dir := nd.dbPath(n)
+	if err := backup.CheckEmpty(dir); err != nil {
+		return rr, fmt.Errorf("shard %d: %w", n, err)
+	}
+	nd.incoming(n).db = true
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return rr, err
+	}
+	tmp := filepath.Join(filepath.Dir(dir), ".move-"+strconv.Itoa(n)+".tar")
+	defer os.Remove(tmp)
+	if err := backup.WriteAtomic(tmp, func(w io.Writer) error {
+		_, err := io.Copy(w, r)
+		return err
+	}); err != nil {
+		return rr, fmt.Errorf("shard %d: receive backup: %w", n, err)
+	}
+	pub := nd.publicKey()
+	rep, err := backup.Extract(ctx, tmp, dir, pub)
+	if err != nil {
+		return rr, fmt.Errorf("shard %d: %w", n, err)
+	}
+	if !rep.Valid {
+		return rr, fmt.Errorf("shard %d: the backup does not verify: %s", n, strings.Join(rep.Problems, "; "))
+	}
+	rr.Backup = rep.Manifest
+	st, err := nd.o.Shards.Open(n)
+	if err != nil {
+		return rr, err
+	}
+	rc := nd.o.Retention
+	rc.AuditPath = nd.auditPath(n)
+	shard := n
+	runner, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: rc, Logger: nd.o.Logger.With("shard", n),
+		Version: nd.o.Version, SigningKey: nd.o.SigningKey, Coordinator: copyCoordinator{owner: nd.o.Node}, Shard: &shard})
+	if err != nil {
+		return rr, fmt.Errorf("shard %d: %w", n, err)
+	}
+	res, err := runner.Run(ctx, retention.RunRequest{Trigger: audit.TriggerRestore,
+		Replay: retention.ReplayOptions{BackupID: rep.Manifest.BackupID, PublicKey: pub}})
+	rr.Replay = res
+	if err != nil {
+		return rr, fmt.Errorf("shard %d: replay: %w", n, err)
+	}
+	if res.Status != audit.RunCompleted {
+		return rr, fmt.Errorf("shard %d: the replay ended %s: %s", n, res.Status, res.Error)
+	}
+	return rr, nil
+}
+
+// Take implements MoveTarget.
+func (nd *Node) Take(ctx context.Context, n int, cmps []clientv3.Cmp, ops []clientv3.Op) (int64, error) {
+	epoch, err := nd.o.Owner.Take(ctx, n, cmps, ops)
+	if err != nil {
+		return 0, err
+	}
+	nd.mu.Lock()
+	delete(nd.in, n)
+	nd.mu.Unlock()
+	if nd.o.Attach != nil {
+		nd.o.Attach(n)
+	}
+	return epoch, nil
+}
+
+// Discard implements MoveTarget: only what this move created goes.
+func (nd *Node) Discard(_ context.Context, n int) error {
+	nd.mu.Lock()
+	in := nd.in[n]
+	delete(nd.in, n)
+	nd.mu.Unlock()
+	if in == nil {
+		return nil
+	}
+	var errs []error
+	if in.db {
+		if _, err := nd.o.Shards.Detach(n); err != nil {
+			errs = append(errs, err)
+		}
+		errs = append(errs, os.RemoveAll(nd.dbPath(n)))
+	}
+	if in.trail {
+		// A copy of the old owner's trail, which keeps its own.
+		errs = append(errs, os.RemoveAll(nd.auditPath(n)))
+	}
+	return errors.Join(errs...)
+}
+
+// copyCoordinator is the run lease of the replay on a shard's new copy
+// before the hand-over: nothing else reaches the copy, which is neither
+// owned nor served yet, so the lease is local, and its writes carry no
+// epoch (the copy's fence is below the one the hand-over brings).
+type copyCoordinator struct{ owner string }
+
+func (c copyCoordinator) Acquire(ctx context.Context) (retention.HeldLease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	now := wire.At(time.Now().UTC())
+	return &copyLease{info: retention.LeaseInfo{Owner: c.owner + "/move", Host: host, PID: os.Getpid(),
+		AcquiredAt: now, RenewedAt: now}, done: make(chan struct{})}, nil
+}
+
+type copyLease struct {
+	info retention.LeaseInfo
+	once sync.Once
+	done chan struct{}
+}
+
+func (l *copyLease) Info() retention.LeaseInfo { return l.info }
+func (l *copyLease) Done() <-chan struct{}     { return l.done }
+func (l *copyLease) Renew(context.Context) error {
+	return l.Check()
+}
+
+func (l *copyLease) Check() error {
+	select {
+	case <-l.done:
+		return fmt.Errorf("%w: released", retention.ErrLeaseLost)
+	default:
+		return nil
+	}
+}
+
+func (l *copyLease) Heartbeat(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-l.done:
+	}
+}
+
+func (l *copyLease) Release() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func writeFileSync(path string, r io.Reader, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// newRunID returns 12 lowercase hex characters, like a run's.
+func newRunID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
