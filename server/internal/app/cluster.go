@@ -116,10 +116,17 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	// registration are released by owner.Close.
 	nodeCtx, stopNode := context.WithCancel(ctx)
 	defer stopNode()
-	owner, err := cluster.StartOwner(nodeCtx, cluster.OwnerOptions{Client: client, Keys: keys, Node: cfg.NodeID,
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Read().Collector())
+	// The cluster metrics count the ownerships' etcd errors too, so they
+	// exist before the owner; nothing scrapes them before it is set.
+	var owner *cluster.Owner
+	cmetrics := router.NewMetrics(reg, func() int { return len(owner.Owned()) })
+	owner, err = cluster.StartOwner(nodeCtx, cluster.OwnerOptions{Client: client, Keys: keys, Node: cfg.NodeID,
 		URL:   cfg.AdvertiseURL,
 		Owner: cfg.NodeID + "/" + hostname() + "/" + strconv.Itoa(os.Getpid()) + "/" + rand.Text()[:8],
-		TTL:   cfg.Cluster.OwnerTTL, Logger: logger})
+		TTL:   cfg.Cluster.OwnerTTL, Logger: logger, OnEtcdError: cmetrics.EtcdError})
 	if err != nil {
 		return err
 	}
@@ -129,9 +136,6 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 		return err
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		buildinfo.Read().Collector())
 	key, err := SigningKey(cfg)
 	if err != nil {
 		return err
@@ -139,7 +143,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	rmetrics := retention.NewMetrics(reg)
 	// Pause is cluster-wide (spec §11): every shard's runner reads the
 	// switch in etcd, and PUT /admin/retention/pause sets it there.
-	pause := cluster.Pause{Client: client, Keys: keys}
+	pause := cluster.Pause{Client: client, Keys: keys, OnError: cmetrics.EtcdError}
 	services := make(map[int]retention.Service, len(held))
 	for _, n := range held {
 		st, _ := shards.Store(n)
@@ -159,7 +163,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	}, func() float64 { return float64(view.Unowned()) }))
 	rt, err := router.New(router.Options{Node: cfg.NodeID, Secret: cfg.Cluster.Secret, View: view, Shards: shards,
 		Owner: owner, Retention: services, Logger: logger,
-		Metrics: router.NewMetrics(reg, func() int { return len(owner.Owned()) })})
+		Metrics: cmetrics})
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,9 @@ type EtcdCoordinator struct {
 	// Node and URL, when set, name the cluster node that holds the lease
 	// and where it answers, for status.
 	Node, URL string
+	// OnError, when set, sees every renewal etcd did not answer
+	// (progressdb_cluster_etcd_errors_total).
+	OnError func(error)
 }
 
 var (
@@ -80,6 +83,14 @@ func (c EtcdCoordinator) withDefaults() (EtcdCoordinator, error) {
 		c.Now = time.Now
 	}
 	return c, nil
+}
+
+// failed reports an etcd call that did not succeed, unless the caller
+// ended it.
+func (c EtcdCoordinator) failed(err error) {
+	if c.OnError != nil && !errors.Is(err, context.Canceled) {
+		c.OnError(err)
+	}
 }
 
 // ttlSeconds rounds the TTL up: etcd's lease may outlive our deadline,
@@ -265,12 +276,14 @@ func (l *etcdLease) Renew(ctx context.Context) error {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return l.lose(errors.New("etcd lease expired"))
 	case err != nil:
+		l.c.failed(err)
 		return fmt.Errorf("renew etcd lease: %w", err)
 	case ka.TTL <= 0:
 		return l.lose(errors.New("etcd lease expired"))
 	}
 	get, err := l.c.Client.Get(rctx, l.c.Key)
 	if err != nil {
+		l.c.failed(err)
 		return fmt.Errorf("renew etcd lease: read %s: %w", l.c.Key, err)
 	}
 	info := l.Info()

@@ -28,6 +28,10 @@ type OwnerOptions struct {
 	Owner  string        // unique per process (lease owner)
 	TTL    time.Duration // ownership lease
 	Logger *slog.Logger  // slog.Default() when nil
+	// OnEtcdError, when set, sees every etcd call of the ownerships and the
+	// registration that failed: renewals, acquisitions, reads of the map
+	// (progressdb_cluster_etcd_errors_total).
+	OnEtcdError func(error)
 }
 
 // Owner keeps this node's ownership of the shards whose data it holds: one
@@ -72,7 +76,8 @@ func StartOwner(ctx context.Context, o OwnerOptions) (*Owner, error) {
 	if err != nil {
 		return nil, err
 	}
-	reg := EtcdCoordinator{Client: o.Client, Key: o.Keys.Node(o.Node), TTL: o.TTL, Owner: o.Owner, Node: o.Node, URL: o.URL}
+	reg := EtcdCoordinator{Client: o.Client, Key: o.Keys.Node(o.Node), TTL: o.TTL, Owner: o.Owner, Node: o.Node, URL: o.URL,
+		OnError: o.OnEtcdError}
 	node, err := reg.Acquire(ctx)
 	var held *retention.LeaseHeldError
 	if errors.As(err, &held) {
@@ -110,9 +115,16 @@ func (w *Owner) startKeep(n int, l retention.HeldLease) {
 	}()
 }
 
+// failed reports a failed etcd call, unless the Owner is closing.
+func (w *Owner) failed(err error) {
+	if w.o.OnEtcdError != nil && !errors.Is(err, context.Canceled) {
+		w.o.OnEtcdError(err)
+	}
+}
+
 func (w *Owner) coordinator(n int) EtcdCoordinator {
 	return EtcdCoordinator{Client: w.o.Client, Key: w.o.Keys.ShardOwner(n), TTL: w.o.TTL, Owner: w.o.Owner,
-		Node: w.o.Node, URL: w.o.URL}
+		Node: w.o.Node, URL: w.o.URL, OnError: w.o.OnEtcdError}
 }
 
 // register keeps the node's registration alive, taking it again after a
@@ -139,6 +151,9 @@ func (w *Owner) register(ctx context.Context, reg EtcdCoordinator, l retention.H
 				l = next
 				break
 			}
+			if !errors.Is(err, retention.ErrLeaseHeld) {
+				w.failed(err)
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(retry):
@@ -157,6 +172,7 @@ func (w *Owner) keep(ctx context.Context, n int) {
 		m, err := ReadMap(ctx, w.o.Client, w.o.Keys)
 		switch {
 		case err != nil:
+			w.failed(err)
 			w.o.Logger.Warn("cluster_shard_map_unreadable", "shard", n, "err", err)
 		case n >= m.Shards || m.Homes[n] != w.o.Node:
 			w.o.Logger.Info("cluster_shard_not_home", "shard", n)
@@ -168,6 +184,7 @@ func (w *Owner) keep(ctx context.Context, n int) {
 				continue
 			}
 			if !errors.Is(err, retention.ErrLeaseHeld) {
+				w.failed(err)
 				w.o.Logger.Warn("cluster_shard_acquire_failed", "shard", n, "err", err)
 			}
 		}

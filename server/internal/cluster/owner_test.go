@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,5 +162,39 @@ func TestOwnerFencesADeposedEpoch(t *testing.T) {
 	}
 	if got := b.Owned(); !slices.Equal(got, []int{1}) {
 		t.Fatalf("node-b owns %v, want only its own shard 1", got)
+	}
+}
+
+// TestOwnerReportsEtcdErrors: once etcd is out of reach, the renewals of
+// the ownerships and of the registration that fail are reported
+// (progressdb_cluster_etcd_errors_total), and the shard is lost.
+func TestOwnerReportsEtcdErrors(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := Keys{Name: "chat"}
+	if err := CreateCluster(ctx, srv.Client(t), k, 1, []string{"node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	var errs atomic.Int64
+	w, err := StartOwner(ctx, OwnerOptions{Client: srv.Client(t), Keys: k, Node: "node-a", Owner: "node-a/1", TTL: 3 * time.Second,
+		OnEtcdError: func(error) { errs.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.WaitOwned(ctx, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := errs.Load(); n != 0 {
+		t.Fatalf("%d etcd errors before the partition", n)
+	}
+	srv.Partition()
+	for errs.Load() == 0 || len(w.Owned()) != 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("after the partition: %d etcd errors, owned %v", errs.Load(), w.Owned())
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }

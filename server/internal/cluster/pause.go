@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,6 +23,15 @@ type Pause struct {
 	Client *clientv3.Client
 	Keys   Keys
 	Now    func() time.Time // time.Now when nil
+	// OnError, when set, sees every etcd call that failed
+	// (progressdb_cluster_etcd_errors_total).
+	OnError func(error)
+}
+
+func (p Pause) failed(err error) {
+	if p.OnError != nil && !errors.Is(err, context.Canceled) {
+		p.OnError(err)
+	}
 }
 
 var _ retention.PauseSwitch = Pause{}
@@ -37,6 +47,7 @@ func (p Pause) get(ctx context.Context) (store.RetentionPause, int64, error) {
 	key := p.Keys.RetentionPause()
 	resp, err := p.Client.Get(ctx, key)
 	if err != nil {
+		p.failed(err)
 		return store.RetentionPause{Paused: true}, 0, fmt.Errorf("read retention pause: %w", err)
 	}
 	if len(resp.Kvs) == 0 {
@@ -84,6 +95,7 @@ func (p Pause) Set(ctx context.Context, paused bool, reason string) (store.Reten
 			Then(clientv3.OpPut(key, string(v))).
 			Commit()
 		if err != nil {
+			p.failed(err)
 			return store.RetentionPause{}, fmt.Errorf("write retention pause: %w", err)
 		}
 		if resp.Succeeded {

@@ -139,11 +139,15 @@ func TestPauseUnreadableCountsAsPaused(t *testing.T) {
 		t.Fatalf("after resume: %+v, %v", got, err)
 	}
 
-	cut := Pause{Client: srv.Client(t), Keys: k}
+	var failed []error
+	cut := Pause{Client: srv.Client(t), Keys: k, OnError: func(err error) { failed = append(failed, err) }}
 	srv.Partition()
 	shortCtx, stop := context.WithTimeout(ctx, 2*time.Second)
 	defer stop()
 	if got, err := cut.Get(shortCtx); !got.Paused || err == nil {
 		t.Fatalf("etcd out of reach: %+v, %v", got, err)
+	}
+	if len(failed) != 1 {
+		t.Fatalf("etcd errors reported: %v, want the one read", failed)
 	}
 }

@@ -42,3 +42,8 @@ func NewMetrics(reg prometheus.Registerer, owned func() int) *Metrics {
 	}
 	return m
 }
+
+// EtcdError counts a failed etcd call made outside the router: the
+// ownerships' renewals and acquisitions, the node's registration, the
+// retention pause switch.
+func (m *Metrics) EtcdError(error) { m.etcdErrors.Inc() }
