@@ -248,6 +248,7 @@ func (s *Store) BeginReplayPurge(ctx context.Context, m PurgeMarker) (PurgeMarke
 		return m, err
 	}
 	m.Replayed = true
+	ctx = context.WithValue(ctx, replayWriteKey{}, true)
 	var err error
 	if m.Kind == KindThread {
 		var t Thread
@@ -286,6 +287,12 @@ func (s *Store) BeginReplayPurge(ctx context.Context, m PurgeMarker) (PurgeMarke
 	}
 	return m, nil
 }
+
+// replayWriteKey marks the context of a replayed purge's soft delete
+// (commitUser).
+type replayWriteKey struct{}
+
+func replayWrite(ctx context.Context) bool { return ctx.Value(replayWriteKey{}) != nil }
 
 // DirStats is what Inspect finds in a database folder.
 type DirStats struct {

@@ -256,6 +256,20 @@ func (s *Store) commitUser(ctx context.Context, h *held, b *pebble.Batch) error 
 		_ = b.Close()
 		return err
 	}
+	if replayWrite(ctx) {
+		// Part of a replayed purge (BeginReplayPurge): the purge's group
+		// sync makes it durable before any record says purged, and a crash
+		// before that only means the replay does it again. Not counted as
+		// a user write: it does not compete with the purge it belongs to.
+		err := s.db.Apply(b, pebble.NoSync)
+		release(err == nil)
+		h.release()
+		_ = b.Close()
+		if err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		return nil
+	}
 	if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
 		// The batch may still sit in Pebble's commit queue: it is not
 		// closed (returned to the pool), only dropped.
