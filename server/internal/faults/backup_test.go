@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net/http"
@@ -34,7 +35,8 @@ func verifyBackup(t testing.TB, path string) backup.Report {
 // the same archive to standard output.
 func TestFaultBackupThroughServer(t *testing.T) {
 	s := newSite(t.TempDir())
-	env := s.env().with("PROGRESSDB_ADMIN_TOKEN", adminToken)
+	backups := filepath.Join(s.dir, "backups")
+	env := s.env().with("PROGRESSDB_ADMIN_TOKEN", adminToken, "PROGRESSDB_BACKUP_PATH", backups)
 	srv := startServer(t, env)
 	env = env.with("PROGRESSDB_ADDR", strings.TrimPrefix(srv.url, "http://"))
 
@@ -107,6 +109,17 @@ func TestFaultBackupThroughServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	verifyBackup(t, streamed)
+
+	// Without --out, the server writes it into its BACKUP_PATH.
+	p = runCLI(t, env, "backup", "create", "--json")
+	if p.code != 0 {
+		t.Fatalf("backup create: %d\n%s", p.code, p.output())
+	}
+	var made struct {
+		Manifest backup.Manifest `json:"manifest"`
+	}
+	must(t, json.Unmarshal([]byte(p.stdout.String()), &made))
+	verifyBackup(t, filepath.Join(backups, backup.FileName(made.Manifest.CreatedAt, made.Manifest.BackupID)))
 	srv.stop(t)
 }
 
