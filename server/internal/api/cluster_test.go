@@ -104,7 +104,7 @@ func startNodeWith(t testing.TB, etcd *etcdtest.Server, id string, watch bool, t
 		services[n] = svc
 	}
 	reg := prometheus.NewRegistry()
-	rt, err := router.New(router.Options{Node: id, Secret: secret, View: view, Shards: shards, Owner: owner, Retention: services,
+	rt, err := router.New(router.Options{Node: id, Secret: secret, View: view, Shards: shards, Owner: owner, Retention: func(n int) retention.Service { return services[n] },
 		Metrics: router.NewMetrics(reg, func() int { return len(owner.Owned()) }), RequestTimeout: timeout})
 	if err != nil {
 		t.Fatal(err)
@@ -473,4 +473,47 @@ func BenchmarkClusterForwarding(b *testing.B) {
 			}
 		})
 	}
+}
+
+// While a shard is frozen for a move, its reads go on through every node
+// and its writes answer 503 naming it with Retry-After; once thawed, they
+// land again.
+func TestClusterShardMovingRefusesWrites(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.CreateCluster(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, 2, []string{"node-a", "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := startNode(t, etcd, "node-a"), startNode(t, etcd, "node-b")
+	if _, err := b.owner.WaitOwned(ctx, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.owner.WaitOwned(ctx, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	tb := threadIn(1, 2, "tb")
+	send(t, a, "POST", "/v1/threads", `{"id":"`+tb+`","title":"x","author":"u"}`, nil, 201)
+	b.owner.Freeze(1)
+	for _, n := range []*node{a, b} {
+		send(t, n, "GET", "/v1/threads/"+tb, "", nil, 200)
+		send(t, n, "GET", "/v1/threads", "", nil, 200)
+		req, err := http.NewRequest("POST", n.srv.URL+"/v1/threads/"+tb+"/messages", strings.NewReader(`{"author":"u","body":"x"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		api.CheckAnswer(t, req, []byte(`{"author":"u","body":"x"}`), resp.StatusCode, resp.Header, body)
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "shard 1") ||
+			!strings.Contains(string(body), "moved") {
+			t.Errorf("a write through %s while shard 1 moves: %d %q %s", n.id, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	}
+	b.owner.Thaw(1)
+	send(t, a, "POST", "/v1/threads/"+tb+"/messages", `{"author":"u","body":"x"}`, nil, 201)
 }

@@ -162,7 +162,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 		Help: "Shards that no node owns, as etcd shows them to this node: their requests answer 503.",
 	}, func() float64 { return float64(view.Unowned()) }))
 	rt, err := router.New(router.Options{Node: cfg.NodeID, Secret: cfg.Cluster.Secret, View: view, Shards: shards,
-		Owner: owner, Retention: services, Logger: logger,
+		Owner: owner, Retention: func(n int) retention.Service { return services[n] }, Logger: logger,
 		Metrics: cmetrics})
 	if err != nil {
 		return err

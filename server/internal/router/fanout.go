@@ -91,7 +91,7 @@ func (rt *Router) shardCall(r *http.Request) (int, bool, error) {
 	if call.shard < 0 {
 		return 0, true, &routeError{http.StatusBadRequest, HeaderShard + " is required on this route", ErrNotNode}
 	}
-	return call.shard, true, rt.checkCall(call.shard, call)
+	return call.shard, true, rt.checkCall(call.shard, call, isRead(r))
 }
 
 type threadPage struct {

@@ -39,7 +39,7 @@ func (rt *Router) RetentionStatus(r *http.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		svc := rt.o.Retention[n]
+		svc := rt.retentionOf(n)
 		if svc == nil {
 			return nil, unavailable(n, "%v", errNoShardRetention)
 		}
@@ -51,7 +51,7 @@ func (rt *Router) RetentionStatus(r *http.Request) (any, error) {
 		e := &out.Shards[n]
 		e.Shard, e.Node = n, homes[n]
 		if _, held := rt.o.Shards.Store(n); held {
-			svc := rt.o.Retention[n]
+			svc := rt.retentionOf(n)
 			if svc == nil {
 				e.Code, e.Error = http.StatusServiceUnavailable, errNoShardRetention.Error()
 				return nil
@@ -149,7 +149,7 @@ func (rt *Router) RetentionRun(r *http.Request, req retention.RunRequest, wait b
 // runLocal runs held shard n's retention.
 func (rt *Router) runLocal(r *http.Request, n int, req retention.RunRequest, wait bool) ShardRetention {
 	e := ShardRetention{Shard: n, Node: rt.o.Node}
-	svc := rt.o.Retention[n]
+	svc := rt.retentionOf(n)
 	if svc == nil {
 		e.Code, e.Error = http.StatusServiceUnavailable, errNoShardRetention.Error()
 		return e

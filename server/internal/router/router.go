@@ -43,8 +43,9 @@ type Options struct {
 	View   *View
 	Shards *cluster.Shards // the shards this node holds
 	Owner  *cluster.Owner  // this node's ownership of them
-	// Retention is each held shard's retention service.
-	Retention map[int]retention.Service
+	// Retention returns held shard n's retention service (nil: none). A
+	// function, so that shards can come and go while the node runs.
+	Retention func(n int) retention.Service
 	// Client calls the other nodes (a client with timeouts when nil).
 	Client       *http.Client
 	Logger       *slog.Logger
@@ -127,6 +128,20 @@ func unavailable(n int, format string, args ...any) error {
 		fmt.Sprintf("shard %d unavailable: ", n) + fmt.Sprintf(format, args...), ErrShardUnavailable}
 }
 
+// retryAfterSeconds is the Retry-After of a write refused while its shard
+// moves: a move takes seconds.
+const retryAfterSeconds = "1"
+
+// movingError refuses a write to a shard while it is moved (503 with
+// Retry-After, spec §11).
+type movingError struct{ *routeError }
+
+func moving(n int) error {
+	return movingError{&routeError{http.StatusServiceUnavailable,
+		fmt.Sprintf("shard %d unavailable: it is being moved to another node; writes resume once it is, reads go on", n),
+		fmt.Errorf("%w: %w", ErrShardUnavailable, cluster.ErrMoving)}}
+}
+
 func misdirected(n int, format string, args ...any) error {
 	return &routeError{http.StatusMisdirectedRequest,
 		fmt.Sprintf("shard %d: ", n) + fmt.Sprintf(format, args...), ErrMisdirected}
@@ -192,25 +207,37 @@ func isRead(r *http.Request) bool { return r.Method == http.MethodGet || r.Metho
 func (rt *Router) local(r *http.Request, n int) (*http.Request, api.Shard, error) {
 	st, _ := rt.o.Shards.Store(n)
 	sh := api.Shard{Store: st}
-	if svc := rt.o.Retention[n]; svc != nil {
+	if svc := rt.retentionOf(n); svc != nil {
 		sh.Retention = svc
 	}
 	ctx, err := rt.o.Owner.Fence(r.Context(), n)
-	if err != nil {
-		if !isRead(r) {
-			return r, sh, unavailable(n, "this node holds it but does not own it now (%v); writes wait for its ownership", err)
-		}
+	switch {
+	case err == nil:
+		return r.WithContext(ctx), sh, nil
+	case isRead(r):
 		return r, sh, nil
+	case errors.Is(err, cluster.ErrMoving):
+		return r, sh, moving(n)
+	default:
+		return r, sh, unavailable(n, "this node holds it but does not own it now (%v); writes wait for its ownership", err)
 	}
-	return r.WithContext(ctx), sh, nil
 }
 
 // Thread implements api.Cluster.
 func (rt *Router) Thread(w http.ResponseWriter, r *http.Request, tid string) (*http.Request, api.Shard, bool, error) {
+	r, sh, answered, err := rt.thread(w, r, tid)
+	var mv movingError
+	if errors.As(err, &mv) {
+		w.Header().Set("Retry-After", retryAfterSeconds)
+	}
+	return r, sh, answered, err
+}
+
+func (rt *Router) thread(w http.ResponseWriter, r *http.Request, tid string) (*http.Request, api.Shard, bool, error) {
 	n := cluster.ShardOf(tid, rt.o.View.Shards())
 	if call, ok := nodeCallOf(r.Context()); ok {
 		// Forwarded by a node: served here or refused, never forwarded on.
-		if err := rt.checkCall(n, call); err != nil {
+		if err := rt.checkCall(n, call, isRead(r)); err != nil {
 			return r, api.Shard{}, true, err
 		}
 		r, sh, err := rt.local(r, n)
@@ -224,13 +251,19 @@ func (rt *Router) Thread(w http.ResponseWriter, r *http.Request, tid string) (*h
 }
 
 // checkCall refuses a node's call about shard n unless this node owns it
-// with the epoch the caller believes.
-func (rt *Router) checkCall(n int, call nodeCall) error {
+// with the epoch the caller believes. A read goes on while the shard is
+// frozen for a move: its data is here and does not change.
+func (rt *Router) checkCall(n int, call nodeCall, read bool) error {
 	if _, held := rt.o.Shards.Store(n); !held {
 		return misdirected(n, "node %s does not hold it", rt.o.Node)
 	}
 	e, err := rt.o.Owner.Epoch(n)
-	if err != nil {
+	switch {
+	case errors.Is(err, cluster.ErrMoving) && read:
+		return nil
+	case errors.Is(err, cluster.ErrMoving):
+		return moving(n)
+	case err != nil:
 		return unavailable(n, "its owner %s is not holding it now: %v", rt.o.Node, err)
 	}
 	if call.epoch != e {
@@ -346,6 +379,13 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, n int) error {
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body) // a failed copy: one side went away
 	return nil
+}
+
+func (rt *Router) retentionOf(n int) retention.Service {
+	if rt.o.Retention == nil {
+		return nil
+	}
+	return rt.o.Retention(n)
 }
 
 // Failed implements api.Cluster: it counts fencing refusals (nil: none).
