@@ -147,7 +147,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	services := make(map[int]retention.Service, len(held))
 	for _, n := range held {
 		st, _ := shards.Store(n)
-		svc, err := shardRetention(ctx, st, n, owner, pause, cfg, logger, rmetrics, key)
+		svc, err := shardRetention(ctx, st, n, owner, pause, cmetrics, cfg, logger, rmetrics, key)
 		if err != nil {
 			return err
 		}
@@ -190,13 +190,15 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 // shardRetention builds shard n's retention service: its runs hold the
 // shard's ownership as their lease and write under its epoch, with the
 // shard's own audit folder.
-func shardRetention(ctx context.Context, st *store.Store, n int, owner *cluster.Owner, pause retention.PauseSwitch, cfg config.Config,
+func shardRetention(ctx context.Context, st *store.Store, n int, owner *cluster.Owner, pause retention.PauseSwitch,
+	cmetrics *router.Metrics, cfg config.Config,
 	logger *slog.Logger, metrics *retention.Metrics, key []byte) (*retention.Manager, error) {
 	rc := cfg.Retention
 	rc.AuditPath = cluster.ShardAuditPath(cfg.Retention.AuditPath, n)
 	shard := n
 	svc, err := newRetention(retention.RunnerOptions{Store: st, Config: rc, Logger: logger.With("shard", n),
-		Metrics: metrics, SigningKey: key, Coordinator: owner.Coordinator(n), Fenced: true, Shard: &shard, Pause: pause}, true)
+		Metrics: metrics, SigningKey: key, Coordinator: owner.Coordinator(n), Fenced: true, Shard: &shard, Pause: pause,
+		OnFenced: cmetrics.Fenced}, true)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", n, err)
 	}

@@ -116,3 +116,69 @@ func TestShardRetentionUnderOwnership(t *testing.T) {
 		t.Fatalf("ownership after the run: %d, %v", e, err)
 	}
 }
+
+// TestShardRetentionReportsFencedWrites: a run whose writes carry an epoch
+// older than the newest the shard's database has seen (the shard was
+// fenced for a newer owner) is interrupted, purges nothing, and reports
+// the refusal (progressdb_cluster_fencing_rejections_total).
+func TestShardRetentionReportsFencedWrites(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := Keys{Name: "chat"}
+	if err := CreateCluster(ctx, srv.Client(t), k, 1, []string{"node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := StartOwner(ctx, OwnerOptions{Client: srv.Client(t), Keys: k, Node: "node-a", Owner: "node-a/1", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	epoch, err := w.WaitOwned(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := OpenShards(filepath.Join(t.TempDir(), "data"), []int{0}, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
+	st, _ := sh.Store(0)
+	wctx, err := w.Fence(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateThread(wctx, store.Thread{ID: "gone", Title: "x", Author: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DeleteThread(wctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RaiseFence(ctx, epoch+1000); err != nil {
+		t.Fatal(err)
+	}
+	var fenced []error
+	n := 0
+	r, err := retention.NewRunner(retention.RunnerOptions{
+		Store:       st,
+		Config:      config.Retention{Enabled: true, Period: 24 * time.Hour, AuditPath: ShardAuditPath(t.TempDir(), n)},
+		Now:         func() time.Time { return time.Now().Add(48 * time.Hour) },
+		Coordinator: w.Coordinator(n),
+		Fenced:      true,
+		Shard:       &n,
+		OnFenced:    func(err error) { fenced = append(fenced, err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _ := r.Run(ctx, retention.RunRequest{Trigger: retention.TriggerCLI})
+	if res.Status != audit.RunInterrupted || res.Purged != 0 {
+		t.Fatalf("run under a raised fence: %+v", res)
+	}
+	if len(fenced) != 1 || !errors.Is(fenced[0], store.ErrFenced) {
+		t.Fatalf("fenced writes reported: %v, want one ErrFenced", fenced)
+	}
+	if _, err := st.GetThread(ctx, "gone"); err != nil {
+		t.Fatalf("thread purged through the fence: %v", err)
+	}
+}

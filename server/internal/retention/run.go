@@ -625,6 +625,9 @@ func (rn *run) halt(err error) {
 			reason = reasonLeaseLost + reason
 		}
 		rn.r.log.Warn("retention_lease_lost", "run_id", rn.id, "err", err)
+		if errors.Is(err, store.ErrFenced) && rn.r.onFenced != nil {
+			rn.r.onFenced(err)
+		}
 	}
 	rn.setStop(&stopCause{status: audit.RunInterrupted, reason: reason})
 }

@@ -65,6 +65,10 @@ type RunnerOptions struct {
 	// Pause is the pause switch; the store's when nil. A cluster gives
 	// every shard's runner the one in etcd.
 	Pause PauseSwitch
+	// OnFenced, when set, sees the write of a run that the store refused
+	// because a newer owner's epoch had written (store.ErrFenced): a
+	// cluster counts it in progressdb_cluster_fencing_rejections_total.
+	OnFenced func(error)
 }
 
 // Runner performs retention runs against one store. It never runs two at
@@ -87,6 +91,7 @@ type Runner struct {
 	fenced    bool          // writes carry the lease's epoch
 	shard     *int          // the cluster shard, for audit headers
 	pause     PauseSwitch   // the pause switch
+	onFenced  func(error)   // a write refused by the fence; nil: not reported
 
 	slot   chan struct{}             // holds a token while a run is going
 	active atomic.Pointer[LeaseInfo] // lease of the run going, for refusals
@@ -166,6 +171,7 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 		r.coord = FileCoordinator{Config: r.leaseConfig()}
 	}
 	r.pause = o.Pause
+	r.onFenced = o.OnFenced
 	if r.pause == nil {
 		r.pause = storePause{st: r.st}
 	}

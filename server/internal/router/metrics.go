@@ -47,3 +47,7 @@ func NewMetrics(reg prometheus.Registerer, owned func() int) *Metrics {
 // ownerships' renewals and acquisitions, the node's registration, the
 // retention pause switch.
 func (m *Metrics) EtcdError(error) { m.etcdErrors.Inc() }
+
+// Fenced counts a write refused by a shard's fence outside a request: a
+// retention run's batch, marker or stamp.
+func (m *Metrics) Fenced(error) { m.fenced.Inc() }
