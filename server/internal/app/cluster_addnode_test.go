@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestClusterNodeWithoutShards: a node started after the cluster was
@@ -28,6 +30,43 @@ func TestClusterNodeWithoutShards(t *testing.T) {
 	for _, n := range st.Nodes {
 		if n.ID == "node-c" && (!n.Alive || len(n.Shards) != 0) {
 			t.Fatalf("added node in the status: %+v", n)
+		}
+	}
+}
+
+// TestClusterShardsUnownedMetric: once a node stops, the other nodes
+// report its shards as unowned (the basis of the alert
+// ProgressDBClusterShardWithoutOwner, since the stopped node reports
+// nothing), and report none once it is back.
+func TestClusterShardsUnownedMetric(t *testing.T) {
+	etcd, nodes := startCluster(t, "node-a", "node-b")
+	a, b := nodes[0], nodes[1]
+	unowned := func() string {
+		_, body := call(t, http.MethodGet, a.url()+"/metrics", "", nil)
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, "progressdb_cluster_shards_unowned "); ok {
+				return v
+			}
+		}
+		t.Fatalf("no progressdb_cluster_shards_unowned in node-a's metrics")
+		return ""
+	}
+	if v := unowned(); v != "0" {
+		t.Fatalf("unowned with every node up: %s", v)
+	}
+	b.shutdown()
+	want := fmt.Sprint(testShards / 2) // node-b's home shards
+	waitFor(t, func() bool { return unowned() == want }, "node-a to report node-b's shards unowned")
+	startNode(t, etcd, "node-b", b.dir)
+	waitFor(t, func() bool { return unowned() == "0" }, "node-a to report every shard owned again")
+}
+
+// waitFor polls cond; the bound only keeps a broken build from hanging.
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s", what)
 		}
 	}
 }

@@ -3,7 +3,9 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,5 +151,94 @@ func TestPauseUnreadableCountsAsPaused(t *testing.T) {
 	}
 	if len(failed) != 1 {
 		t.Fatalf("etcd errors reported: %v, want the one read", failed)
+	}
+}
+
+// pausedByAnother is the cluster's switch as one node's runner reads it,
+// with another node pausing the cluster (a real write to etcd through its
+// own client) just before the runner's read number at.
+type pausedByAnother struct {
+	Pause
+	other Pause
+	at    int64
+	reads *atomic.Int64
+}
+
+func (p pausedByAnother) Get(ctx context.Context) (store.RetentionPause, error) {
+	if p.reads.Add(1) == p.at {
+		if _, err := p.other.Set(ctx, true, "paused from node-b"); err != nil {
+			return store.RetentionPause{Paused: true}, err
+		}
+	}
+	return p.Pause.Get(ctx)
+}
+
+// TestClusterPauseStopsARunGoing: a run going on one node stops at its
+// next batch once another node pauses the cluster, with what it purged so
+// far accounted; after the resume a run purges the rest.
+func TestClusterPauseStopsARunGoing(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := Keys{Name: "chat"}
+	if err := CreateCluster(ctx, srv.Client(t), k, 1, []string{"node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := StartOwner(ctx, OwnerOptions{Client: srv.Client(t), Keys: k, Node: "node-a", Owner: "node-a/1", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.WaitOwned(ctx, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := OpenShards(filepath.Join(t.TempDir(), "data"), []int{0}, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
+	st, _ := sh.Store(0)
+	wctx, err := w.Fence(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const threads = 30
+	for i := range threads {
+		tid := fmt.Sprintf("gone-%02d", i)
+		if _, err := st.CreateThread(wctx, store.Thread{ID: tid, Title: "x", Author: "y"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.DeleteThread(wctx, tid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sw := pausedByAnother{Pause: Pause{Client: srv.Client(t), Keys: k}, other: Pause{Client: srv.Client(t), Keys: k},
+		at: 4, reads: new(atomic.Int64)}
+	n := 0
+	r, err := retention.NewRunner(retention.RunnerOptions{
+		Store:       st,
+		Config:      config.Retention{Enabled: true, Period: 24 * time.Hour, BatchSize: 1, AuditPath: ShardAuditPath(t.TempDir(), n)},
+		Now:         func() time.Time { return time.Now().Add(48 * time.Hour) },
+		Coordinator: w.Coordinator(n),
+		Fenced:      true,
+		Shard:       &n,
+		Pause:       sw,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(ctx, retention.RunRequest{Trigger: retention.TriggerCLI})
+	if res.Status != audit.RunInterrupted || res.Purged == 0 || res.Purged >= threads {
+		t.Fatalf("run paused from another node: %+v, %v", res, err)
+	}
+	if err := audit.VerifyFile(res.AuditFile); err != nil {
+		t.Fatalf("the paused run's audit file: %v", err)
+	}
+	if _, err := sw.other.Set(ctx, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := r.Run(ctx, retention.RunRequest{Trigger: retention.TriggerCLI})
+	if err != nil || rest.Status != audit.RunCompleted || res.Purged+rest.Purged != threads {
+		t.Fatalf("run after the resume: %+v, %v (first purged %d)", rest, err, res.Purged)
 	}
 }
