@@ -95,5 +95,29 @@ echo
 step "progressdb cluster status (read from etcd)"
 env $(node_env 1) "$bin" cluster status
 
+step "stop node-3: its shards have no other copy, so their threads answer 503"
+node3=${pids[3]}
+kill "$node3"
+wait "$node3" 2>/dev/null || true
+down=0
+for t in alpha bravo charlie delta echo foxtrot; do
+	code=$(curl -s -o "$dir/answer" -w '%{http_code}' "$(url 1)/v1/threads/$t/messages")
+	echo "$t through node-1: $code $(head -c 120 "$dir/answer")"
+	if [ "$code" = 503 ]; then down=$((down + 1)); fi
+done
+[ "$down" -gt 0 ] || fail "no thread was on node-3's shards"
+code=$(curl -s -o /dev/null -w '%{http_code}' "$(url 1)/v1/threads")
+echo "GET /v1/threads through node-1: $code (never a silently short listing)"
+[ "$code" = 503 ] || fail "the listing answered $code with a shard down"
+
+step "start node-3 again on its data: it takes its shards back with new epochs"
+env $(node_env 3) "$bin" serve >>"$dir/node-3/log" 2>&1 &
+pids+=($!)
+wait_for curl -fsS "$(url 3)/healthz" || { cat "$dir/node-3/log" >&2; fail "node-3 did not start again"; }
+for t in alpha bravo charlie delta echo foxtrot; do
+	wait_for curl -fsS "$(url 1)/v1/threads/$t/messages" || fail "$t not readable after node-3 came back"
+done
+echo "all six threads read through node-1 again"
+
 echo
 echo "cluster-demo: ok"
