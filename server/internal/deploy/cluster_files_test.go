@@ -61,6 +61,10 @@ type k8sObject struct {
 	} `yaml:"metadata"`
 	Data map[string]string `yaml:"data"`
 	Spec struct {
+		MaxUnavailable any `yaml:"maxUnavailable"`
+		Selector       struct {
+			MatchLabels map[string]string `yaml:"matchLabels"`
+		} `yaml:"selector"`
 		Replicas                 *int   `yaml:"replicas"`
 		ServiceName              string `yaml:"serviceName"`
 		ClusterIP                string `yaml:"clusterIP"`
@@ -239,6 +243,11 @@ func TestKubernetesClusterManifests(t *testing.T) {
 		if db, audit := mounts[cfg.DBPath], mounts[cfg.Retention.AuditPath]; db == "" || audit == "" || db == audit {
 			t.Errorf("database %q and audit trail %q need claims of their own: %v", cfg.DBPath, cfg.Retention.AuditPath, mounts)
 		}
+	}
+	// Voluntary disruptions take one node, and so its shards, at a time.
+	pdb, ok := objects["PodDisruptionBudget/"+sts.Metadata.Name]
+	if !ok || pdb.Spec.MaxUnavailable != 1 || !maps.Equal(pdb.Spec.Selector.MatchLabels, sts.Spec.Selector.MatchLabels) {
+		t.Errorf("want a PodDisruptionBudget of maxUnavailable 1 over the StatefulSet's pods: %+v", pdb.Spec)
 	}
 	if p := node.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
 		t.Error("the node needs a readiness probe on /healthz")
