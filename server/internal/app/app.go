@@ -75,7 +75,7 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		logger.Warn("audit_path_inside_db_path", "audit_path", cfg.Retention.AuditPath, "db_path", cfg.DBPath,
 			"why", "a database restored by copying DB_PATH back brings an old audit trail with it, and its purges since are not replayed; set PROGRESSDB_RETENTION_AUDIT_PATH outside DB_PATH (docs/backup.md)")
 	}
-	if res, err := svc.CatchUp(ctx); err != nil {
+	if res, err := svc.CatchUp(ctx, true); err != nil {
 		return fmt.Errorf("replay the purges the database lacks (docs/backup.md): %w", err)
 	} else if res != nil {
 		logger.Warn("retention_replayed_at_start", "run_id", res.RunID, "purged", res.Purged, "absent", res.Skipped,

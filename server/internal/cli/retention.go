@@ -118,7 +118,7 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 		// A database copied back by hand first gets the purges it lacks
 		// (a dry run changes nothing: it previews the database as it is).
 		if !*dryRun {
-			replayed, cerr := svc.CatchUp(ctx)
+			replayed, cerr := svc.CatchUp(ctx, false)
 			var held *retention.LeaseHeldError
 			switch {
 			case errors.As(cerr, &held):

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -233,8 +234,10 @@ var errTrailUnreadable = errors.New("audit folder unreadable")
 // first request, or a retention run purges (trigger "start"): a database
 // copied back by hand is behind its trail. It does nothing when the
 // database is not behind. A replay that cannot complete is an error: the
-// database would serve purged content.
-func (m *Manager) CatchUp(ctx context.Context) (*Result, error) {
+// database would serve purged content. When the lease is held elsewhere
+// (a run of another database sharing the trail), wait says whether to
+// wait for it (a server start) or return the *LeaseHeldError.
+func (m *Manager) CatchUp(ctx context.Context, wait bool) (*Result, error) {
 	lacks, whole, err := m.runner.Behind(ctx)
 	if errors.Is(err, errTrailUnreadable) {
 		// Not a trail that says anything: the server starts as it always
@@ -251,7 +254,26 @@ func (m *Manager) CatchUp(ctx context.Context) (*Result, error) {
 	}
 	m.log.Warn("retention_database_behind_trail", "purges_lacking", lacks, "trail_whole", whole,
 		"action", "replaying them before serving")
-	res, err := m.Run(ctx, RunRequest{Trigger: audit.TriggerStart})
+	var res Result
+	for waited := false; ; waited = true {
+		res, err = m.Run(ctx, RunRequest{Trigger: audit.TriggerStart})
+		var held *LeaseHeldError
+		if !errors.As(err, &held) || !wait {
+			break
+		}
+		// A run of another database sharing the trail: the replay waits
+		// for it, as nothing may be served before the replay.
+		if !waited {
+			m.log.Warn("retention_replay_waits_for_lease", "holder", held.Holder.Owner)
+		}
+		t := time.NewTimer(holdRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
 	if err != nil {
 		return &res, err
 	}

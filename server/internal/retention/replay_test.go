@@ -219,7 +219,7 @@ func TestCatchUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer svc.Close()
-	if res, err := svc.CatchUp(ctx); err != nil || res != nil {
+	if res, err := svc.CatchUp(ctx, false); err != nil || res != nil {
 		t.Fatalf("catch-up of a database that is not behind: %v %+v", err, res)
 	}
 	st, r := e.restored(backupDir)
@@ -229,7 +229,7 @@ func TestCatchUp(t *testing.T) {
 	}
 	defer rsvc.Close()
 	e.at(31*day + 1e9)
-	res, err := rsvc.CatchUp(ctx)
+	res, err := rsvc.CatchUp(ctx, false)
 	if err != nil || res == nil || res.Purged != 1 {
 		t.Fatalf("catch-up: %v %+v", err, res)
 	}
@@ -239,7 +239,7 @@ func TestCatchUp(t *testing.T) {
 	if ok, _ := st.ItemExists(ctx, store.KindThread, "x"); ok {
 		t.Fatal("thread x still there after the catch-up")
 	}
-	if res, err := rsvc.CatchUp(ctx); err != nil || res != nil {
+	if res, err := rsvc.CatchUp(ctx, false); err != nil || res != nil {
 		t.Fatalf("second catch-up: %v %+v", err, res)
 	}
 }
@@ -282,5 +282,47 @@ func TestReplayKeepsHolds(t *testing.T) {
 	th, err := st.GetThread(ctx, "held")
 	if err != nil || !th.LegalHold || th.Deleted {
 		t.Fatalf("held thread %+v %v: want it as the backup had it, on hold, not deleted", th, err)
+	}
+}
+
+// A catch-up that finds the lease held (a run of another database sharing
+// the trail) waits for it rather than serving what the database lacks.
+func TestCatchUpWaitsForTheLease(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.content("x", 1)
+	e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+	backupDir := e.copyDB("backup")
+	e.deleteThread("x")
+	e.at(31 * day)
+	e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+
+	other := e.runner()
+	_, release, err := other.Hold(ctx) // holds the lease, as a run elsewhere would
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, r := e.restored(backupDir)
+	svc, err := NewService(ServiceOptions{Runner: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := svc.CatchUp(ctx, true)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("catch-up ended while the lease was held: %v", err)
+	default:
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := st.ItemExists(ctx, store.KindThread, "x"); ok {
+		t.Fatal("thread x still there after the catch-up")
 	}
 }
