@@ -1,9 +1,13 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/wire"
@@ -34,6 +38,10 @@ type Cluster interface {
 	RetentionRun(r *http.Request, req retention.RunRequest, wait bool) (status int, body any, err error)
 	// Status answers GET /admin/cluster.
 	Status(r *http.Request) (any, error)
+	// Move answers POST /admin/cluster/shards/{n}/move: it moves shard n
+	// to node to when this node is to, and forwards the request (body as
+	// read) to node to otherwise, which it says by answered.
+	Move(w http.ResponseWriter, r *http.Request, n int, to string, body []byte) (answered bool, result any, err error)
 	// Check answers for /healthz: every shard this node holds can commit.
 	Check(ctx context.Context) error
 	// Failed sees every error a request ended with (fencing refusals are
@@ -113,4 +121,35 @@ func statusOf(err error) (int, bool) {
 		return se.HTTPStatus(), true
 	}
 	return 0, false
+}
+
+// moveRequest is the body of POST /admin/cluster/shards/{n}/move.
+type moveRequest struct {
+	To string `json:"to"`
+}
+
+// moveShard answers POST /admin/cluster/shards/{n}/move (spec §11).
+func (s *server) moveShard(w http.ResponseWriter, r *http.Request) error {
+	if s.cluster == nil {
+		return errNotInCluster
+	}
+	n, err := strconv.Atoi(r.PathValue("n"))
+	if err != nil || n < 0 {
+		return &httpError{http.StatusBadRequest, "the shard must be a number: " + r.PathValue("n")}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4<<10))
+	if err != nil {
+		return &httpError{http.StatusBadRequest, "reading the request body: " + err.Error()}
+	}
+	var req moveRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.To == "" {
+		return &httpError{http.StatusBadRequest, `the body must be {"to": "<node id>"}`}
+	}
+	answered, res, err := s.cluster.Move(w, r, n, req.To, body)
+	if err != nil || answered {
+		return err
+	}
+	return s.writeJSON(w, r, http.StatusOK, res)
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/progressdb/progressdb/server/internal/api"
+	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
 	"github.com/progressdb/progressdb/server/internal/retention"
@@ -86,33 +88,70 @@ func startNodeWith(t testing.TB, etcd *etcdtest.Server, id string, watch bool, t
 		stopWatch()
 	}
 
-	services := map[int]retention.Service{}
-	for _, n := range shards.Numbers() {
+	rcfg := config.Retention{Enabled: true, Period: 30 * 24 * time.Hour, MessagePeriod: 30 * 24 * time.Hour,
+		MinPeriod: time.Hour, Cron: "0 2 * * *", AuditPath: filepath.Join(dir, "audit")}
+	var svcMu sync.Mutex
+	services := map[int]*retention.Manager{}
+	attach := func(n int) {
 		st, _ := shards.Store(n)
 		shard := n
-		runner, err := retention.NewRunner(retention.RunnerOptions{Store: st,
-			Config: config.Retention{Enabled: true, Period: 30 * 24 * time.Hour, MessagePeriod: 30 * 24 * time.Hour,
-				MinPeriod: time.Hour, Cron: "0 2 * * *", AuditPath: cluster.ShardAuditPath(filepath.Join(dir, "audit"), n)},
+		rc := rcfg
+		rc.AuditPath = cluster.ShardAuditPath(rcfg.AuditPath, n)
+		runner, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: rc,
 			Coordinator: owner.Coordinator(n), Fenced: true, Shard: &shard})
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			return
 		}
 		svc, err := retention.NewService(retention.ServiceOptions{Runner: runner})
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			return
 		}
+		svcMu.Lock()
 		services[n] = svc
+		svcMu.Unlock()
+	}
+	for _, n := range shards.Numbers() {
+		attach(n)
+	}
+	service := func(n int) *retention.Manager {
+		svcMu.Lock()
+		defer svcMu.Unlock()
+		return services[n]
+	}
+	mover, err := cluster.NewNode(cluster.NodeOptions{Node: id, Owner: owner, Shards: shards, Retention: rcfg, Version: "test",
+		Holder: func(n int) (backup.Holder, bool) { svc := service(n); return svc, svc != nil },
+		Attach: attach,
+		Detach: func(n int) {
+			svcMu.Lock()
+			delete(services, n)
+			svcMu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rt, err := router.New(router.Options{Node: id, Secret: secret, View: view, Shards: shards, Owner: owner, Retention: func(n int) retention.Service { return services[n] },
+	rt, err := router.New(router.Options{Node: id, Secret: secret, View: view, Shards: shards, Owner: owner,
+		Retention: func(n int) retention.Service {
+			if svc := service(n); svc != nil {
+				return svc
+			}
+			return nil
+		},
+		Mover:   mover,
 		Metrics: router.NewMetrics(reg, func() int { return len(owner.Owned()) }), RequestTimeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err = api.New(api.Options{Cluster: rt, Pause: cluster.Pause{Client: c, Keys: keys}, AdminToken: adminToken, Registry: reg})
+	ah, err := api.New(api.Options{Cluster: rt, Pause: cluster.Pause{Client: c, Keys: keys}, AdminToken: adminToken, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
+	mux := http.NewServeMux()
+	mux.Handle(router.MoveStepsPath, rt.MoveSteps())
+	mux.Handle("/", ah)
+	h = mux
 	n.srv, n.owner, n.reg = srv, owner, reg
 	stopped := false
 	n.stop = func() {
@@ -516,4 +555,85 @@ func TestClusterShardMovingRefusesWrites(t *testing.T) {
 	}
 	b.owner.Thaw(1)
 	send(t, a, "POST", "/v1/threads/"+tb+"/messages", `{"author":"u","body":"x"}`, nil, 201)
+}
+
+// TestClusterMoveShard moves a shard between two running nodes through
+// POST /admin/cluster/shards/{n}/move, asked of the shard's home: the
+// request goes to the target, which pulls the shard from its home over
+// the nodes' move steps; every thread and message is then served by the
+// target through both nodes, writes go on, and the home holds it no more.
+// A move to the node that holds the shard is 400, one while another move
+// of the shard is under way 409, one to a node not running 503.
+func TestClusterMoveShard(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := etcd.Client(t)
+	keys := cluster.Keys{Name: "chat"}
+	if err := cluster.CreateCluster(ctx, c, keys, 2, []string{"node-a", "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := startNode(t, etcd, "node-a"), startNode(t, etcd, "node-b")
+	if _, err := a.owner.WaitOwned(ctx, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.owner.WaitOwned(ctx, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	admin := headers(true, nil)
+	ta := threadIn(0, 2, "ta")
+	send(t, a, "POST", "/v1/threads", `{"id":"`+ta+`","title":"x","author":"u"}`, nil, 201)
+	for i := range 5 {
+		via := []*node{a, b}[i%2]
+		send(t, via, "POST", "/v1/threads/"+ta+"/messages", fmt.Sprintf(`{"id":"m%d","author":"u","body":"x"}`, i), nil, 201)
+	}
+
+	var res cluster.MoveResult
+	body := send(t, a, "POST", "/admin/cluster/shards/0/move", `{"to":"node-b"}`, admin, 200)
+	if err := json.Unmarshal(body, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.From != "node-a" || res.To != "node-b" || !res.Removed || res.Threads != 1 || res.Messages != 5 {
+		t.Fatalf("move: %s", body)
+	}
+	if e, err := b.owner.WaitOwned(ctx, 0, 0); err != nil || e != res.Epoch {
+		t.Fatalf("node-b owns shard 0 with %d, %v; want %d", e, err, res.Epoch)
+	}
+	for i, via := range []*node{a, b} {
+		var page struct {
+			Messages []json.RawMessage `json:"messages"`
+		}
+		if err := json.Unmarshal(send(t, via, "GET", "/v1/threads/"+ta+"/messages", "", nil, 200), &page); err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Messages) != 5+i {
+			t.Errorf("through %s after the move: %d messages, want %d", via.id, len(page.Messages), 5+i)
+		}
+		send(t, via, "POST", "/v1/threads/"+ta+"/messages", `{"author":"u","body":"after"}`, nil, 201)
+	}
+	var st struct {
+		Shards []struct {
+			N     int    `json:"n"`
+			Home  string `json:"home"`
+			Owner string `json:"owner"`
+		} `json:"shards"`
+	}
+	if err := json.Unmarshal(send(t, a, "GET", "/admin/cluster", "", admin, 200), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Shards[0].Home != "node-b" {
+		t.Errorf("cluster status after the move: %+v", st.Shards)
+	}
+
+	send(t, a, "POST", "/admin/cluster/shards/0/move", `{"to":"node-b"}`, admin, 400)
+	send(t, a, "POST", "/admin/cluster/shards/0/move", `{}`, admin, 400)
+	send(t, a, "POST", "/admin/cluster/shards/9/move", `{"to":"node-a"}`, admin, 400)
+	send(t, a, "POST", "/admin/cluster/shards/0/move", `{"to":"node-z"}`, admin, 503)
+	if _, err := c.Put(ctx, keys.ShardMove(1), `{"from":"node-b","to":"node-a"}`); err != nil {
+		t.Fatal(err)
+	}
+	send(t, b, "POST", "/admin/cluster/shards/1/move", `{"to":"node-a"}`, admin, 409)
+	// The move refused left shard 1 serving on node-b.
+	tb := threadIn(1, 2, "tb")
+	send(t, a, "POST", "/v1/threads", `{"id":"`+tb+`","title":"x","author":"u"}`, nil, 201)
 }

@@ -171,6 +171,7 @@ func (s *server) routes() []route {
 		{http.MethodGet, "/admin/backups", accessAdmin, s.listBackups},
 		{http.MethodPost, "/admin/backups/stream", accessAdmin, s.streamBackup},
 		{http.MethodGet, "/admin/cluster", accessAdmin, s.clusterStatus},
+		{http.MethodPost, "/admin/cluster/shards/{n}/move", accessAdmin, s.moveShard},
 	}
 }
 

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/progressdb/progressdb/server/internal/api"
+	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/buildinfo"
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/retention"
@@ -144,16 +147,44 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	// Pause is cluster-wide (spec §11): every shard's runner reads the
 	// switch in etcd, and PUT /admin/retention/pause sets it there.
 	pause := cluster.Pause{Client: client, Keys: keys, OnError: cmetrics.EtcdError}
-	services := make(map[int]retention.Service, len(held))
+	// Shards come (moved here) and go (moved away) while the node runs.
+	services := &shardServices{m: make(map[int]*retention.Manager, len(held))}
+	defer services.closeAll()
 	for _, n := range held {
 		st, _ := shards.Store(n)
 		svc, err := shardRetention(ctx, st, n, owner, pause, cmetrics, cfg, logger, rmetrics, key)
 		if err != nil {
 			return err
 		}
-		defer svc.Close()
-		defer context.AfterFunc(ctx, svc.Close)()
-		services[n] = svc
+		services.add(n, svc)
+	}
+	defer context.AfterFunc(ctx, services.closeAll)()
+	mover, err := cluster.NewNode(cluster.NodeOptions{Node: cfg.NodeID, Owner: owner, Shards: shards,
+		Retention: cfg.Retention, SigningKey: key, Version: buildinfo.Read().Version, Logger: logger,
+		Holder: func(n int) (backup.Holder, bool) {
+			svc := services.get(n)
+			return svc, svc != nil
+		},
+		Detach: func(n int) {
+			if svc := services.remove(n); svc != nil {
+				svc.Close()
+			}
+		},
+		Attach: func(n int) {
+			st, ok := shards.Store(n)
+			if !ok {
+				return
+			}
+			svc, err := shardRetention(ctx, st, n, owner, pause, cmetrics, cfg, logger, rmetrics, key)
+			if err != nil {
+				logger.Error("retention_start_failed", "shard", n, "err", err)
+				return
+			}
+			services.add(n, svc)
+		},
+	})
+	if err != nil {
+		return err
 	}
 	// Every node reports the shards without an owner, so the alert fires
 	// while their home node is down, when it reports nothing itself.
@@ -162,7 +193,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 		Help: "Shards that no node owns, as etcd shows them to this node: their requests answer 503.",
 	}, func() float64 { return float64(view.Unowned()) }))
 	rt, err := router.New(router.Options{Node: cfg.NodeID, Secret: cfg.Cluster.Secret, View: view, Shards: shards,
-		Owner: owner, Retention: func(n int) retention.Service { return services[n] }, Logger: logger,
+		Owner: owner, Retention: services.service, Mover: mover, Logger: logger,
 		Metrics: cmetrics})
 	if err != nil {
 		return err
@@ -171,6 +202,10 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	if err != nil {
 		return err
 	}
+	// The nodes' own move steps are served beside the API, not in it.
+	mux := http.NewServeMux()
+	mux.Handle(router.MoveStepsPath, rt.MoveSteps())
+	mux.Handle("/", h)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
@@ -179,7 +214,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	logger.Info("server_started", "addr", ln.Addr().String(), "db_path", cfg.DBPath, "node", cfg.NodeID,
 		"advertise_url", cfg.AdvertiseURL, "shards", held, "retention_enabled", cfg.Retention.Enabled,
 		"version", bi.Version, "commit", bi.Commit)
-	err = api.Serve(ctx, ln, h, logger)
+	err = api.Serve(ctx, ln, mux, logger)
 	logger.Info("server_stopping")
 	if errors.Is(err, context.Canceled) {
 		err = nil
@@ -210,4 +245,58 @@ func shardRetention(ctx context.Context, st *store.Store, n int, owner *cluster.
 	}
 	svc.StartScheduler(ctx)
 	return svc, nil
+}
+
+// shardServices are the retention services of the shards a node holds,
+// which a move adds and removes while requests read them.
+type shardServices struct {
+	mu     sync.Mutex
+	m      map[int]*retention.Manager
+	closed bool
+}
+
+func (s *shardServices) add(n int, svc *retention.Manager) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		svc.Close()
+		return
+	}
+	s.m[n] = svc
+}
+
+func (s *shardServices) get(n int) *retention.Manager {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[n]
+}
+
+// service is get for the router: no service is a nil interface.
+func (s *shardServices) service(n int) retention.Service {
+	if svc := s.get(n); svc != nil {
+		return svc
+	}
+	return nil
+}
+
+func (s *shardServices) remove(n int) *retention.Manager {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	svc := s.m[n]
+	delete(s.m, n)
+	return svc
+}
+
+// closeAll stops every service (closing one twice does nothing).
+func (s *shardServices) closeAll() {
+	s.mu.Lock()
+	svcs := make([]*retention.Manager, 0, len(s.m))
+	for _, svc := range s.m {
+		svcs = append(svcs, svc)
+	}
+	s.closed = true
+	s.mu.Unlock()
+	for _, svc := range svcs {
+		svc.Close()
+	}
 }

@@ -16,6 +16,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
 	"github.com/progressdb/progressdb/server/pkg/config"
@@ -353,5 +354,57 @@ func TestClusterNodeHeadersEpochsAndOwnerDown(t *testing.T) {
 	if code, body := call(t, http.MethodGet, a.url()+"/v1/threads/"+tb+"/messages", "", nil); code != http.StatusOK ||
 		!bytes.Contains(body, []byte("after")) {
 		t.Fatalf("a live shard with one node down: %d %s", code, body)
+	}
+}
+
+// A shard moves between nodes run by serve: asked of its home, the target
+// pulls the shard's trail and backup from it, restores and takes it; the
+// home deletes its copy and records the move in the shard's trail, which
+// verifies. With the old home stopped, the shard is served by the target
+// (reads and writes through it), and the old home started again leaves it
+// there.
+func TestClusterMoveShardBetweenServedNodes(t *testing.T) {
+	etcd, nodes := startCluster(t, "node-a", "node-b")
+	a, b := nodes[0], nodes[1]
+	tid := threadIn(t, 0) // home node-a
+	if code, body := call(t, http.MethodPost, b.url()+"/v1/threads", `{"id":"`+tid+`","title":"x","author":"u"}`, nil); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	if code, body := call(t, http.MethodPost, b.url()+"/v1/threads/"+tid+"/messages", `{"author":"u","body":"before"}`, nil); code != http.StatusCreated {
+		t.Fatalf("append: %d %s", code, body)
+	}
+	code, body := call(t, http.MethodPost, a.url()+"/admin/cluster/shards/0/move", `{"to":"node-b"}`, adminAuth)
+	if code != http.StatusOK {
+		t.Fatalf("move: %d %s", code, body)
+	}
+	var res cluster.MoveResult
+	if err := json.Unmarshal(body, &res); err != nil || !res.Removed || res.Threads != 1 || res.Messages != 1 {
+		t.Fatalf("move: %s (%v)", body, err)
+	}
+	if m, _ := filepath.Glob(cluster.ShardDBPath(filepath.Join(a.dir, "data"), 0)); len(m) != 0 {
+		t.Fatalf("node-a's copy of shard 0 is still there")
+	}
+	trail := cluster.ShardAuditPath(filepath.Join(a.dir, "data", "purge_audit"), 0)
+	if rep, err := audit.VerifyDirWith(trail, audit.VerifyOptions{}); err != nil || len(rep.Problems) > 0 || rep.Files != 1 {
+		t.Fatalf("node-a's trail of shard 0: %+v, %v", rep, err)
+	}
+
+	a.shutdown()
+	waitOwned(t, etcd, testShards/2+1) // node-b's own two and shard 0
+	if code, body := call(t, http.MethodGet, b.url()+"/v1/threads/"+tid+"/messages", "", nil); code != http.StatusOK ||
+		!bytes.Contains(body, []byte(`"before"`)) {
+		t.Fatalf("read with node-a down: %d %s", code, body)
+	}
+	if code, body := call(t, http.MethodPost, b.url()+"/v1/threads/"+tid+"/messages", `{"author":"u","body":"after"}`, nil); code != http.StatusCreated {
+		t.Fatalf("write with node-a down: %d %s", code, body)
+	}
+	a = startNode(t, etcd, "node-a", a.dir)
+	waitOwned(t, etcd, testShards)
+	if code, body := call(t, http.MethodGet, a.url()+"/v1/threads/"+tid+"/messages", "", nil); code != http.StatusOK ||
+		!bytes.Contains(body, []byte(`"after"`)) {
+		t.Fatalf("read through node-a started again: %d %s", code, body)
+	}
+	if m, _ := filepath.Glob(cluster.ShardDBPath(filepath.Join(a.dir, "data"), 0)); len(m) != 0 {
+		t.Fatalf("node-a opened shard 0 again")
 	}
 }
