@@ -21,7 +21,11 @@ func TestFaultServerKilledMidRun(t *testing.T) {
 		t.Run(fmt.Sprintf("trial_%d", i), func(t *testing.T) {
 			rng := trialRand(t, i)
 			s, fx, before := prepareSite(t, t.TempDir(), spec, rng)
+			// Slower than pacedEnv: the kill waits for the audit file,
+			// which a loaded machine reads slowly, and must still land
+			// before the run ends.
 			onDemand := pacedEnv(s).with(
+				"PROGRESSDB_RETENTION_BATCH_PAUSE", "20ms",
 				"PROGRESSDB_ADMIN_TOKEN", adminToken,
 				"PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD", "true",
 				"PROGRESSDB_RETENTION_RUN_MISSED", "false",
