@@ -146,7 +146,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	rmetrics := retention.NewMetrics(reg)
 	// Pause is cluster-wide (spec §11): every shard's runner reads the
 	// switch in etcd, and PUT /admin/retention/pause sets it there.
-	pause := cluster.Pause{Client: client, Keys: keys, OnError: cmetrics.EtcdError}
+	pause := &cluster.Pause{Client: client, Keys: keys, OnError: cmetrics.EtcdError}
 	// Shards come (moved here) and go (moved away) while the node runs.
 	services := &shardServices{m: make(map[int]*retention.Manager, len(held))}
 	defer services.closeAll()

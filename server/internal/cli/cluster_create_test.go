@@ -102,7 +102,7 @@ func TestClusterRetentionPause(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); err != nil || !st.Paused || st.Reason != "legal review" {
 		t.Fatalf("pause --json: %v %s", err, out)
 	}
-	sw := cluster.Pause{Client: srv.Client(t), Keys: cluster.Keys{Name: "progressdb"}}
+	sw := &cluster.Pause{Client: srv.Client(t), Keys: cluster.Keys{Name: "progressdb"}}
 	if p, err := sw.Get(context.Background()); err != nil || !p.Paused || p.Reason != "legal review" {
 		t.Fatalf("switch in etcd after pause: %+v, %v", p, err)
 	}

@@ -42,7 +42,7 @@ func (e env) retentionPause(ctx context.Context, args []string, pause bool) int 
 		// Pause is cluster-wide (spec §11): the switch is in etcd, where
 		// every node's shards read it.
 		code = e.onCluster(ctx, cfg, name, func(ctx context.Context, c *clientv3.Client, k cluster.Keys) error {
-			p, err := cluster.Pause{Client: c, Keys: k}.Set(ctx, pause, *reason)
+			p, err := (&cluster.Pause{Client: c, Keys: k}).Set(ctx, pause, *reason)
 			st = retention.PauseStateOf(p)
 			return err
 		})

@@ -70,7 +70,9 @@ func TestPauseIsClusterWide(t *testing.T) {
 			Coordinator: w.Coordinator(n),
 			Fenced:      true,
 			Shard:       &shard,
-			Pause:       Pause{Client: c, Keys: k},
+			// Every read asks etcd: the test reads on one node right
+			// after a switch on another.
+			Pause: &Pause{Client: c, Keys: k, MaxAge: -1},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -130,7 +132,7 @@ func TestPauseUnreadableCountsAsPaused(t *testing.T) {
 	if _, err := c.Put(ctx, k.RetentionPause(), "not json"); err != nil {
 		t.Fatal(err)
 	}
-	p := Pause{Client: c, Keys: k}
+	p := &Pause{Client: c, Keys: k}
 	if got, err := p.Get(ctx); !got.Paused || !errors.Is(err, store.ErrMalformed) {
 		t.Fatalf("malformed record: %+v, %v", got, err)
 	}
@@ -142,7 +144,7 @@ func TestPauseUnreadableCountsAsPaused(t *testing.T) {
 	}
 
 	var failed []error
-	cut := Pause{Client: srv.Client(t), Keys: k, OnError: func(err error) { failed = append(failed, err) }}
+	cut := &Pause{Client: srv.Client(t), Keys: k, OnError: func(err error) { failed = append(failed, err) }}
 	srv.Partition()
 	shortCtx, stop := context.WithTimeout(ctx, 2*time.Second)
 	defer stop()
@@ -158,8 +160,8 @@ func TestPauseUnreadableCountsAsPaused(t *testing.T) {
 // with another node pausing the cluster (a real write to etcd through its
 // own client) just before the runner's read number at.
 type pausedByAnother struct {
-	Pause
-	other Pause
+	*Pause
+	other *Pause
 	at    int64
 	reads *atomic.Int64
 }
@@ -171,6 +173,15 @@ func (p pausedByAnother) Get(ctx context.Context) (store.RetentionPause, error) 
 		}
 	}
 	return p.Pause.Get(ctx)
+}
+
+func (p pausedByAnother) GetAtBatch(ctx context.Context) (store.RetentionPause, error) {
+	if p.reads.Add(1) == p.at {
+		if _, err := p.other.Set(ctx, true, "paused from node-b"); err != nil {
+			return store.RetentionPause{Paused: true}, err
+		}
+	}
+	return p.Pause.GetAtBatch(ctx)
 }
 
 // TestClusterPauseStopsARunGoing: a run going on one node stops at its
@@ -212,7 +223,10 @@ func TestClusterPauseStopsARunGoing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sw := pausedByAnother{Pause: Pause{Client: srv.Client(t), Keys: k}, other: Pause{Client: srv.Client(t), Keys: k},
+	// The runner's batch reads ask etcd every time (MaxAge < 0), so the
+	// run stops at the batch after the pause; TestPauseBatchReadsAge
+	// covers the reads a run trusts for a while.
+	sw := pausedByAnother{Pause: &Pause{Client: srv.Client(t), Keys: k, MaxAge: -1}, other: &Pause{Client: srv.Client(t), Keys: k},
 		at: 4, reads: new(atomic.Int64)}
 	n := 0
 	r, err := retention.NewRunner(retention.RunnerOptions{
@@ -240,5 +254,38 @@ func TestClusterPauseStopsARunGoing(t *testing.T) {
 	rest, err := r.Run(ctx, retention.RunRequest{Trigger: retention.TriggerCLI})
 	if err != nil || rest.Status != audit.RunCompleted || res.Purged+rest.Purged != threads {
 		t.Fatalf("run after the resume: %+v, %v (first purged %d)", rest, err, res.Purged)
+	}
+}
+
+// TestPauseBatchReadsAge: between batches a node trusts its last read of
+// the switch for MaxAge, so a pause set on another node is seen there at
+// the latest MaxAge later; a read before a run (Get) always asks etcd, and
+// a node sees its own switch at once.
+func TestPauseBatchReadsAge(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx := context.Background()
+	k := Keys{Name: "chat"}
+	a := &Pause{Client: srv.Client(t), Keys: k, MaxAge: time.Hour}
+	b := &Pause{Client: srv.Client(t), Keys: k}
+	if p, err := a.GetAtBatch(ctx); err != nil || p.Paused {
+		t.Fatalf("first read: %+v, %v", p, err)
+	}
+	if _, err := b.Set(ctx, true, "from b"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := a.GetAtBatch(ctx); err != nil || p.Paused {
+		t.Fatalf("a batch read within MaxAge asked etcd: %+v, %v", p, err)
+	}
+	if p, err := a.Get(ctx); err != nil || !p.Paused {
+		t.Fatalf("a read before a run did not ask etcd: %+v, %v", p, err)
+	}
+	if p, err := a.GetAtBatch(ctx); err != nil || !p.Paused {
+		t.Fatalf("a batch read after a fresh read: %+v, %v", p, err)
+	}
+	if _, err := a.Set(ctx, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := a.GetAtBatch(ctx); err != nil || p.Paused {
+		t.Fatalf("a node's own resume not seen at once: %+v, %v", p, err)
 	}
 }

@@ -42,6 +42,15 @@ type PauseSwitch interface {
 	Set(ctx context.Context, paused bool, reason string) (store.RetentionPause, error)
 }
 
+// BatchPauseSwitch is a PauseSwitch with a cheaper read for the checks a
+// run going makes at every batch boundary: a switch in etcd answers a
+// recent read there instead of asking etcd each time. Get stays the read
+// before a run starts and for status.
+type BatchPauseSwitch interface {
+	PauseSwitch
+	GetAtBatch(ctx context.Context) (store.RetentionPause, error)
+}
+
 // storePause is the switch in the runner's database.
 type storePause struct{ st *store.Store }
 
@@ -91,7 +100,19 @@ func (r *Runner) setPausedGauge(paused bool) {
 // paused reports whether the switch is on. A switch that cannot be read
 // counts as on (the store says so), so a broken record stops deletes.
 func (r *Runner) paused(ctx context.Context) (bool, error) {
-	p, err := r.pause.Get(ctx)
+	return r.pausedBy(ctx, r.pause.Get)
+}
+
+// pausedAtBatch is paused for the check at a batch boundary.
+func (r *Runner) pausedAtBatch(ctx context.Context) (bool, error) {
+	if b, ok := r.pause.(BatchPauseSwitch); ok {
+		return r.pausedBy(ctx, b.GetAtBatch)
+	}
+	return r.paused(ctx)
+}
+
+func (r *Runner) pausedBy(ctx context.Context, get func(context.Context) (store.RetentionPause, error)) (bool, error) {
+	p, err := get(ctx)
 	r.setPausedGauge(p.Paused)
 	return p.Paused, err
 }

@@ -528,7 +528,7 @@ func (rn *run) checkpoint(ctx context.Context) error {
 		return err
 	}
 	if !rn.dry && !rn.replaying() {
-		if paused, err := rn.r.paused(ctx); paused {
+		if paused, err := rn.r.pausedAtBatch(ctx); paused {
 			if err != nil {
 				return fmt.Errorf("%w: %w", ErrPaused, err)
 			}
