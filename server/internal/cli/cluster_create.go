@@ -68,7 +68,7 @@ func (e env) clusterCreate(ctx context.Context, args []string) int {
 			k.Name, countErr.Recorded, countErr.Asked, config.VarClusterShards)
 		return exitFailed
 	case errors.Is(err, cluster.ErrClusterNodes):
-		fmt.Fprintf(e.stderr, "progressdb cluster create: cluster %q exists: %v; its shards are spread already (a shard moves with cluster move-shard)\n", k.Name, err)
+		fmt.Fprintf(e.stderr, "progressdb cluster create: cluster %q exists: %v; its shards are spread already (a shard moves with POST /admin/cluster/shards/{n}/move)\n", k.Name, err)
 		return exitFailed
 	case err != nil:
 		e.clusterError(cfg, "cluster create", err)
