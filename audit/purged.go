@@ -1,8 +1,6 @@
 package audit
 
 import (
-	"errors"
-	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -45,26 +43,10 @@ func PurgedSince(root, runID string, want map[ItemKey]bool) (map[ItemKey]bool, e
 
 // purgedIn adds to found the items of want that file path records purged.
 func purgedIn(path string, want, found map[ItemKey]bool) error {
-	r, err := Open(path)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	for {
-		rec, err := r.Next()
-		var p *Problem
-		switch {
-		case errors.Is(err, io.EOF):
-			return nil
-		case errors.As(err, &p):
-			continue
-		case err != nil:
-			return err
+	return Purged(path, func(it Item) error {
+		if k := (ItemKey{it.ItemType, it.ItemID}); want[k] {
+			found[k] = true
 		}
-		if it := rec.Item; it != nil && it.Status == StatusPurged {
-			if k := (ItemKey{it.ItemType, it.ItemID}); want[k] {
-				found[k] = true
-			}
-		}
-	}
+		return nil
+	})
 }
