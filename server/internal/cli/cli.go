@@ -72,6 +72,7 @@ func commands() []command {
 		{"export read", "FILE [--item ID]", "print the records of an export file as JSON lines (all, or one item's)", env.exportRead},
 		{"cluster create", "--nodes ID,ID,... [--json]", "create the cluster in etcd once: fix its shard count (PROGRESSDB_CLUSTER_SHARDS) and spread the shards over the nodes named", env.clusterCreate},
 		{"cluster status", "[--json]", "the cluster as etcd has it: nodes (alive, URL, shards held) and shards (home, owner, epoch, state)", env.clusterStatus},
+		{"cluster move-shard", "N --to NODE [--json]", "move shard N to node NODE through the node at PROGRESSDB_ADDR: fenced, backed up, restored with purge replay on NODE, handed over with a new epoch, the old copy deleted", env.clusterMoveShard},
 		{"seed", "[--threads N --messages M ...]", "fill a database with realistic data, deletions back-dated, for demos", env.seed},
 		{"version", "[--json]", "print version, commit, Go and Pebble versions", env.version},
 		{"completion", "bash|zsh|fish", "print a shell completion script (bash, zsh or fish; see README)", env.completion},
