@@ -116,7 +116,13 @@ type MoveOptions struct {
 	Source MoveSource
 	Target MoveTarget
 	Logger *slog.Logger
+	// TTL is the lease of the move's key (DefaultMoveTTL when below 1s).
+	TTL time.Duration
 }
+
+// DefaultMoveTTL: a mover that stops renewing for this long is taken for
+// dead, and the shard's home undoes or finishes the move.
+const DefaultMoveTTL = 10 * time.Second
 
 // MoveShard moves a shard from its home to node o.To. Until the hand-over
 // any failure leaves the shard where it was (taken up again with a new
@@ -163,10 +169,35 @@ func MoveShard(ctx context.Context, o MoveOptions) (res MoveResult, err error) {
 	// than the owner's epoch and older than the next, is the fence.
 	mv, _ := json.Marshal(moveValue{From: res.From, To: o.To, StartedAt: time.Now().UTC()})
 	moveKey := k.ShardMove(n)
+	// The key lives under a lease this mover keeps alive: if it dies, the
+	// key expires and the shard's home undoes (or finishes) the move.
+	ttl := o.TTL
+	if ttl < time.Second {
+		ttl = DefaultMoveTTL
+	}
+	grant, err := c.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
+	if err != nil {
+		return res, fmt.Errorf("move shard %d: %w", n, err)
+	}
+	kaCtx, stopKA := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		stopKA()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, _ = c.Revoke(rctx, grant.ID)
+	}()
+	ka, err := c.KeepAlive(kaCtx, grant.ID)
+	if err != nil {
+		return res, fmt.Errorf("move shard %d: %w", n, err)
+	}
+	go func() {
+		for range ka { // drained: the client renews on its own
+		}
+	}()
 	tresp, err := c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(moveKey), "=", 0),
 			clientv3.Compare(clientv3.ModRevision(k.ShardMap()), "=", mapRev)).
-		Then(clientv3.OpPut(moveKey, string(mv))).
+		Then(clientv3.OpPut(moveKey, string(mv), clientv3.WithLease(grant.ID))).
 		Commit()
 	if err != nil {
 		return res, fmt.Errorf("move shard %d: %w", n, err)

@@ -59,6 +59,7 @@ func startMoveNode(t *testing.T, ctx context.Context, srv *etcdtest.Server, k Ke
 		mn.attach(n)
 	}
 	mn.node, err = NewNode(NodeOptions{Node: id, Owner: mn.owner, Shards: mn.shards, Retention: mn.cfg, Version: "test",
+		MoveGrace: 100 * time.Millisecond,
 		Holder: func(n int) (backup.Holder, bool) {
 			mn.mu.Lock()
 			defer mn.mu.Unlock()
@@ -468,4 +469,93 @@ func verifyTrail(t *testing.T, dir string) {
 	if len(rep.Problems) > 0 {
 		t.Fatalf("trail %s does not verify: %+v", dir, rep.Problems)
 	}
+}
+
+// TestMoveShardMoverDies: a mover that dies once the shard is fenced (the
+// lease of its move key runs out) leaves nothing frozen: the home takes
+// the shard up again with an epoch above the fence and its writes go on,
+// while the epoch before the move stays refused. A mover that dies after
+// the hand-over, before the old copy is removed, leaves the home to remove
+// it and record the move.
+func TestMoveShardMoverDies(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := Keys{Name: "chat"}
+	c := srv.Client(t)
+	if err := CreateCluster(ctx, c, k, 2, []string{"node-a", "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	a := startMoveNode(t, ctx, srv, k, "node-a")
+	b := startMoveNode(t, ctx, srv, k, "node-b")
+	oldEpoch, err := a.owner.WaitOwned(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A mover claims the move under its lease and fences the shard.
+	claim := func() (clientv3.LeaseID, int64) {
+		t.Helper()
+		grant, err := c.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		put, err := c.Put(ctx, k.ShardMove(0), `{"from":"node-a","to":"node-b"}`, clientv3.WithLease(grant.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.node.Fence(ctx, 0, put.Header.Revision); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.owner.Fence(ctx, 0); !errors.Is(err, ErrMoving) {
+			t.Fatalf("writes while fenced: %v, want ErrMoving", err)
+		}
+		return grant.ID, put.Header.Revision
+	}
+	lease, fence := claim()
+	srv.Revoke(t, lease) // the mover is gone: its key goes with its lease
+	epoch, err := a.owner.WaitOwned(ctx, 0, fence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, err := a.owner.Fence(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.store(0).CreateThread(wctx, store.Thread{ID: "after", Title: "x", Author: "y"}); err != nil {
+		t.Fatalf("write after the move was undone (epoch %d): %v", epoch, err)
+	}
+	if _, err := a.store(0).CreateThread(store.WithEpoch(ctx, oldEpoch), store.Thread{ID: "old", Title: "x", Author: "y"}); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("write under the epoch before the move: %v, want ErrFenced", err)
+	}
+
+	// Handed over, then the mover dies before the old copy is removed.
+	lease, fence = claim()
+	if err := a.node.Release(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ReadMap(ctx, c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Homes[0] = "node-b"
+	nm, _ := json.Marshal(m)
+	if _, err := b.owner.Take(ctx, 0, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.ShardMove(0)), "=", fence)},
+		[]clientv3.Op{clientv3.OpPut(k.ShardMap(), string(nm)), clientv3.OpDelete(k.ShardMove(0))}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Revoke(t, lease)
+	for {
+		if _, held := a.shards.Store(0); !held && len(records(t, ShardAuditPath(a.cfg.AuditPath, 0), audit.TriggerMove)) == 1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("node-a did not remove the copy a dead mover left")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if _, err := os.Stat(ShardDBPath(filepath.Join(a.dir, "data"), 0)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("node-a's copy: %v", err)
+	}
+	verifyTrail(t, ShardAuditPath(a.cfg.AuditPath, 0))
 }

@@ -46,7 +46,16 @@ type NodeOptions struct {
 	// (its retention service stops); Attach once a shard moved here is
 	// owned (its retention service starts).
 	Detach, Attach func(n int)
+	// MoveGrace is how long a shard fenced for a move waits, once the
+	// move's key is gone (the hand-over, an undo, or the lease of a mover
+	// that died), for the mover to finish or undo the move before the
+	// node does it itself (DefaultMoveGrace when 0).
+	MoveGrace time.Duration
 }
+
+// DefaultMoveGrace: a live mover removes or undoes within milliseconds of
+// deleting the move's key.
+const DefaultMoveGrace = 30 * time.Second
 
 // Node is one node's part in moves, as the source (MoveSource) of the
 // shards it owns and the target (MoveTarget) of others.
@@ -59,8 +68,10 @@ type Node struct {
 
 type outgoing struct {
 	epoch   int64 // the ownership's epoch when fenced
+	fence   int64 // the move key's creation revision
 	head    audit.Head
-	release func() // lets retention runs go on
+	release func()        // lets retention runs go on
+	done    chan struct{} // closed once Remove or Abort claims the move
 }
 
 type incoming struct{ trail, db bool } // what this move created
@@ -77,6 +88,9 @@ func NewNode(o NodeOptions) (*Node, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.MoveGrace <= 0 {
+		o.MoveGrace = DefaultMoveGrace
 	}
 	return &Node{o: o, out: make(map[int]*outgoing), in: make(map[int]*incoming)}, nil
 }
@@ -123,16 +137,25 @@ func (nd *Node) Fence(ctx context.Context, n int, fence int64) error {
 		nd.mu.Unlock()
 		return fmt.Errorf("shard %d: %w", n, ErrMoveInProgress)
 	}
-	nd.out[n] = &outgoing{epoch: epoch, release: func() {}}
+	og := &outgoing{epoch: epoch, fence: fence, release: func() {}, done: make(chan struct{})}
+	nd.out[n] = og
 	nd.mu.Unlock()
 	nd.o.Owner.Freeze(n)
+	go nd.watchMove(n, og)
 	// A run purging now ends before the copy is taken.
 	head, release, err := holder.Hold(ctx)
 	if err != nil {
 		return fmt.Errorf("shard %d: hold retention: %w", n, err)
 	}
 	nd.mu.Lock()
-	nd.out[n].head, nd.out[n].release = head, release
+	select {
+	case <-og.done: // undone meanwhile
+		nd.mu.Unlock()
+		release()
+		return fmt.Errorf("shard %d: the move was undone", n)
+	default:
+		og.head, og.release = head, release
+	}
 	nd.mu.Unlock()
 	// Writes that took the epoch before the freeze commit before the
 	// raise or are refused after it.
@@ -154,11 +177,14 @@ func (nd *Node) Backup(ctx context.Context, n int, w io.Writer) (backup.Manifest
 	if err != nil {
 		return backup.Manifest{}, err
 	}
+	nd.mu.Lock()
+	head := og.head
+	nd.mu.Unlock()
 	st, ok := nd.o.Shards.Store(n)
 	if !ok {
 		return backup.Manifest{}, fmt.Errorf("shard %d: node %s does not hold it", n, nd.o.Node)
 	}
-	c, err := backup.NewCreator(backup.Options{Store: st, Hold: heldHolder{og.head}, SigningKey: nd.o.SigningKey,
+	c, err := backup.NewCreator(backup.Options{Store: st, Hold: heldHolder{head}, SigningKey: nd.o.SigningKey,
 		Version: nd.o.Version, Logger: nd.o.Logger.With("shard", n)})
 	if err != nil {
 		return backup.Manifest{}, err
@@ -226,16 +252,13 @@ func (nd *Node) Release(_ context.Context, n int) error {
 // closes and its folder is deleted, all between the header and the footer
 // of a record in the shard's trail (trigger "move", moved_to).
 func (nd *Node) Remove(ctx context.Context, n int, to string, epoch int64) error {
-	og, err := nd.outgoing(n)
-	if err != nil {
-		return err
+	og := nd.claim(n)
+	if og == nil {
+		return fmt.Errorf("shard %d is not being moved from node %s", n, nd.o.Node)
 	}
 	defer func() {
-		nd.mu.Lock()
-		delete(nd.out, n)
-		nd.mu.Unlock()
 		nd.o.Owner.Thaw(n)
-		og.release()
+		nd.releaseOf(og)()
 	}()
 	if nd.o.Detach != nil {
 		nd.o.Detach(n)
@@ -288,17 +311,117 @@ func (nd *Node) Remove(ctx context.Context, n int, to string, epoch int64) error
 // Abort implements MoveSource: the node takes the shard up again, with
 // an epoch above the fence, and lets writes and runs go on.
 func (nd *Node) Abort(_ context.Context, n int) error {
-	nd.mu.Lock()
-	og := nd.out[n]
-	delete(nd.out, n)
-	nd.mu.Unlock()
+	og := nd.claim(n)
+	if og == nil {
+		return nil // never fenced, or undone already
+	}
 	nd.o.Owner.Drop(n)
 	nd.o.Owner.Thaw(n)
 	nd.o.Owner.Keep(n)
-	if og != nil {
-		og.release()
-	}
+	nd.releaseOf(og)()
+	nd.o.Logger.Info("cluster_shard_move_undone", "shard", n)
 	return nil
+}
+
+// releaseOf reads og's release, which Fence sets once it holds the runs.
+func (nd *Node) releaseOf(og *outgoing) func() {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return og.release
+}
+
+// claim takes shard n's move for Remove or Abort, once.
+func (nd *Node) claim(n int) *outgoing {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	og := nd.out[n]
+	if og != nil {
+		delete(nd.out, n)
+		close(og.done)
+	}
+	return og
+}
+
+// watchMove finishes a move its mover left: once the move's key is gone
+// and the mover has neither removed nor undone the move within the grace,
+// the node removes its copy when the map names another home for the shard
+// (handed over), and takes the shard up again otherwise. The key lives
+// under the mover's lease, so a mover that dies lets it expire.
+func (nd *Node) watchMove(n int, og *outgoing) {
+	w := nd.o.Owner
+	c, key := w.o.Client, w.o.Keys.ShardMove(n)
+	ctx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-og.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	retry := max(w.o.TTL/3, 100*time.Millisecond)
+	for !nd.moveKeyGone(ctx, c, key, og.fence) {
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(nd.o.MoveGrace):
+	}
+	for ctx.Err() == nil {
+		m, err := ReadMap(ctx, c, w.o.Keys)
+		if err == nil && n < m.Shards {
+			if m.Homes[n] == nd.o.Node {
+				nd.o.Logger.Warn("cluster_shard_move_abandoned", "shard", n, "action", "undo")
+				_ = nd.Abort(ctx, n)
+				return
+			}
+			var epoch int64
+			if r, err := c.Get(ctx, w.o.Keys.ShardOwner(n)); err == nil && len(r.Kvs) > 0 {
+				epoch = r.Kvs[0].CreateRevision
+			}
+			nd.o.Logger.Warn("cluster_shard_move_abandoned", "shard", n, "action", "remove", "to", m.Homes[n])
+			if err := nd.Remove(context.WithoutCancel(ctx), n, m.Homes[n], epoch); err != nil {
+				nd.o.Logger.Error("cluster_shard_old_copy_not_removed", "shard", n, "err", err)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(retry):
+		}
+	}
+}
+
+// moveKeyGone waits until the move's key (created at revision fence) is
+// deleted, and reports whether it saw it gone; false when ctx ended or
+// etcd failed (the caller asks again).
+func (nd *Node) moveKeyGone(ctx context.Context, c *clientv3.Client, key string, fence int64) bool {
+	resp, err := c.Get(ctx, key)
+	if err != nil {
+		return false
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != fence {
+		return true
+	}
+	for wr := range c.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
+		if wr.Err() != nil {
+			return false
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (nd *Node) incoming(n int) *incoming {
