@@ -240,6 +240,10 @@ func shardRetention(ctx context.Context, st *store.Store, n int, owner *cluster.
 	if _, err := svc.Recover(ctx); err != nil {
 		logger.Error("retention_recover_failed", "shard", n, "err", err)
 	}
+	if err := catchUpShard(ctx, svc, n, logger); err != nil {
+		svc.Close()
+		return nil, err
+	}
 	if _, err := svc.RestoreLastSuccess(); err != nil {
 		logger.Warn("retention_last_success_unknown", "shard", n, "err", err)
 	}
@@ -299,4 +303,21 @@ func (s *shardServices) closeAll() {
 	for _, svc := range svcs {
 		svc.Close()
 	}
+}
+
+// catchUpShard replays the purges shard n's audit trail records after its
+// database's head, before the node answers a request (spec §10, per shard
+// by §11): a shard's folder copied back by hand must not serve what was
+// purged since. The replay is a retention run under the shard's ownership,
+// whose epoch fences its purges: it waits until the node holds it.
+func catchUpShard(ctx context.Context, svc *retention.Manager, n int, logger *slog.Logger) error {
+	res, err := svc.CatchUp(ctx, true)
+	if err != nil {
+		return fmt.Errorf("replay the purges shard %d lacks (docs/backup.md): %w", n, err)
+	}
+	if res != nil {
+		logger.Warn("retention_replayed_at_start", "shard", n, "run_id", res.RunID, "purged", res.Purged,
+			"absent", res.Skipped, "audit_file", res.AuditFile)
+	}
+	return nil
 }
