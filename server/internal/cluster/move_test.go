@@ -25,7 +25,7 @@ import (
 // moveNode is one node of a move test: its ownership, its shards' stores
 // in its own folders, a retention runner per shard, and its part in moves.
 type moveNode struct {
-	t       *testing.T
+	t       testing.TB
 	id      string
 	dir     string
 	owner   *Owner
@@ -36,7 +36,7 @@ type moveNode struct {
 	node    *Node
 }
 
-func startMoveNode(t *testing.T, ctx context.Context, srv *etcdtest.Server, k Keys, id string) *moveNode {
+func startMoveNode(t testing.TB, ctx context.Context, srv *etcdtest.Server, k Keys, id string) *moveNode {
 	t.Helper()
 	mn := &moveNode{t: t, id: id, dir: filepath.Join(t.TempDir(), id), runners: make(map[int]*retention.Runner)}
 	mn.cfg = config.Retention{Enabled: true, Period: 24 * time.Hour, MessagePeriod: 24 * time.Hour,
@@ -558,4 +558,54 @@ func TestMoveShardMoverDies(t *testing.T) {
 		t.Fatalf("node-a's copy: %v", err)
 	}
 	verifyTrail(t, ShardAuditPath(a.cfg.AuditPath, 0))
+}
+
+// BenchmarkMoveShard moves a shard of 32 MiB of messages (2048 threads of
+// 16 messages of 1 KiB) between two nodes in one process, on one disk:
+// how long a move takes, and how long the shard's writes wait for it
+// (from the fence to the hand-over, which is most of it).
+//
+//	go test -run '^$' -bench MoveShard -benchtime 1x ./server/internal/cluster
+func BenchmarkMoveShard(b *testing.B) {
+	srv := etcdtest.Start(b)
+	ctx := context.Background()
+	k := Keys{Name: "chat"}
+	c := srv.Client(b)
+	if err := CreateCluster(ctx, c, k, 1, []string{"node-a", "node-b"}); err != nil {
+		b.Fatal(err)
+	}
+	nodes := map[string]*moveNode{"node-a": startMoveNode(b, ctx, srv, k, "node-a"),
+		"node-b": startMoveNode(b, ctx, srv, k, "node-b")}
+	if _, err := nodes["node-a"].owner.WaitOwned(ctx, 0, 0); err != nil {
+		b.Fatal(err)
+	}
+	const threads, perThread, bodySize = 2048, 16, 1024
+	body, _ := json.Marshal(strings.Repeat("x", bodySize))
+	bk := nodes["node-a"].store(0).NewBulk()
+	for i := range threads {
+		tid := fmt.Sprintf("t%05d", i)
+		if err := bk.PutThread(store.Thread{ID: tid, Title: "x", Author: "y", CreatedTS: 1}); err != nil {
+			b.Fatal(err)
+		}
+		for j := range perThread {
+			if err := bk.PutMessage([]store.Message{{ID: fmt.Sprintf("%s-m%02d", tid, j), Thread: tid, Author: "y",
+				Body: body, TS: int64(j + 1), Version: 1}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := bk.Close(); err != nil {
+		b.Fatal(err)
+	}
+	// One move per run: a shard cannot move back to a node that held it.
+	b.ResetTimer()
+	start := time.Now()
+	res, err := MoveShard(ctx, MoveOptions{Client: c, Keys: k, Shard: 0, To: "node-b", Source: nodes["node-a"].node,
+		Target: nodes["node-b"].node})
+	total := time.Since(start)
+	if err != nil || !res.Removed || res.Messages != threads*perThread {
+		b.Fatalf("move: %+v, %v", res, err)
+	}
+	b.ReportMetric(total.Seconds(), "s/move")
+	b.ReportMetric(float64(threads*perThread*bodySize)/(1<<20)/total.Seconds(), "MiB/s")
 }
