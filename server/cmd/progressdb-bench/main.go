@@ -184,7 +184,7 @@ func commandLine(args []string) string {
 	return strings.Join(parts, " ")
 }
 
-// scenario is one benchmark of the issues (B1..B9).
+// scenario is one benchmark of the issues (B1..B11).
 type scenario struct {
 	id, title string
 	run       func(ctx context.Context, b *bench) (*section, error)
@@ -201,4 +201,5 @@ var scenarios = []scenario{
 	{"B8", "export before purge", runB8},
 	{"B9", "HTTP write throughput and thread listing", runB9},
 	{"B10", "backup and restore with purge replay", runB10},
+	{"B11", "cluster: 1 node vs 3, forwarding, purge over shards", runB11},
 }
