@@ -74,7 +74,12 @@ type outgoing struct {
 	done    chan struct{} // closed once Remove or Abort claims the move
 }
 
-type incoming struct{ trail, db bool } // what this move created
+// incoming is what a move here created: the trail, the database, and the
+// folder the node's own older trail of the shard was set aside to.
+type incoming struct {
+	trail, db bool
+	aside     string
+}
 
 var (
 	_ MoveSource = (*Node)(nil)
@@ -439,7 +444,22 @@ func (nd *Node) incoming(n int) *incoming {
 func (nd *Node) ReceiveTrail(ctx context.Context, n int, r io.Reader) error {
 	root := nd.auditPath(n)
 	if err := backup.CheckEmpty(root); err != nil {
-		return fmt.Errorf("shard %d: audit folder: %w", n, err)
+		if !errors.Is(err, backup.ErrNotEmpty) {
+			return fmt.Errorf("shard %d: audit folder: %w", n, err)
+		}
+		// The shard comes back to a node that held it: its trail here ends
+		// with the record of its move away, which the trail coming in
+		// does not hold. It is set aside whole, never deleted, and the
+		// shard's trail goes on from the one coming in.
+		aside := root + ".before-" + time.Now().UTC().Format("20060102T150405.000000000Z")
+		if err := os.Rename(root, aside); err != nil {
+			return fmt.Errorf("shard %d: set the older audit trail aside: %w", n, err)
+		}
+		if err := syncDir(filepath.Dir(root)); err != nil {
+			return err
+		}
+		nd.incoming(n).aside = aside
+		nd.o.Logger.Info("cluster_shard_trail_set_aside", "shard", n, "folder", aside)
 	}
 	nd.incoming(n).trail = true
 	dirs := map[string]bool{root: true}
@@ -568,6 +588,9 @@ func (nd *Node) Discard(_ context.Context, n int) error {
 	if in.trail {
 		// A copy of the old owner's trail, which keeps its own.
 		errs = append(errs, os.RemoveAll(nd.auditPath(n)))
+	}
+	if in.aside != "" {
+		errs = append(errs, os.Rename(in.aside, nd.auditPath(n)))
 	}
 	return errors.Join(errs...)
 }
