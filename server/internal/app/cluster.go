@@ -143,7 +143,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	rmetrics := retention.NewMetrics(reg)
+	smetrics := newShardMetrics(reg, logger)
 	// Pause is cluster-wide (spec §11): every shard's runner reads the
 	// switch in etcd, and PUT /admin/retention/pause sets it there.
 	pause := &cluster.Pause{Client: client, Keys: keys, OnError: cmetrics.EtcdError}
@@ -152,7 +152,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	defer services.closeAll()
 	for _, n := range held {
 		st, _ := shards.Store(n)
-		svc, err := shardRetention(ctx, st, n, owner, pause, cmetrics, cfg, logger, rmetrics, key)
+		svc, err := shardRetention(ctx, st, n, owner, pause, cmetrics, cfg, logger, smetrics.add(n, st), key)
 		if err != nil {
 			return err
 		}
@@ -169,13 +169,14 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 			if svc := services.remove(n); svc != nil {
 				svc.Close()
 			}
+			smetrics.remove(n)
 		},
 		Attach: func(n int) {
 			st, ok := shards.Store(n)
 			if !ok {
 				return
 			}
-			svc, err := shardRetention(ctx, st, n, owner, pause, cmetrics, cfg, logger, rmetrics, key)
+			svc, err := shardRetention(ctx, st, n, owner, pause, cmetrics, cfg, logger, smetrics.add(n, st), key)
 			if err != nil {
 				logger.Error("retention_start_failed", "shard", n, "err", err)
 				return

@@ -47,6 +47,26 @@ func startNodeWith(t *testing.T, etcd *etcdtest.Server, id, dir string, extra ..
 	return n
 }
 
+// startClusterWith is startCluster with more settings for every node; each
+// node's audit root is outside its database folder.
+func startClusterWith(t *testing.T, ids []string, extra ...string) (*etcdtest.Server, []*testNode) {
+	t.Helper()
+	etcd := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.CreateCluster(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, testShards, ids); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*testNode
+	for _, id := range ids {
+		dir := t.TempDir()
+		env := append([]string{"PROGRESSDB_RETENTION_AUDIT_PATH=" + filepath.Join(dir, "audit")}, extra...)
+		nodes = append(nodes, startNodeWith(t, etcd, id, dir, env...))
+	}
+	waitOwned(t, etcd, testShards)
+	return etcd, nodes
+}
+
 // A shard's folder copied back by hand, from before a purge, is caught at
 // start: the node replays the purges the shard's own audit trail records
 // after the copy's head (trigger "start") before it answers, so the purged

@@ -138,10 +138,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Errors.WithLabelValues(s)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Runs, m.ItemsPurged, m.KeysDeleted, m.ExportedItems, m.RunDuration, m.LastSuccess,
-			m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped, m.Enabled, m.DryRun, m.EraseDuration, m.ReplayedItems)
+		reg.MustRegister(m.Collectors()...)
 	}
 	return m
+}
+
+// Collectors lists the metrics NewMetrics registers, so that a caller can
+// unregister them (a cluster node, for a shard moved away).
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Runs, m.ItemsPurged, m.KeysDeleted, m.ExportedItems, m.RunDuration, m.LastSuccess,
+		m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped, m.Enabled, m.DryRun, m.EraseDuration, m.ReplayedItems}
 }
 
 func (m *Metrics) countError(stage string) { m.Errors.WithLabelValues(stage).Inc() }
