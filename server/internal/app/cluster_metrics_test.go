@@ -70,4 +70,3 @@ func TestClusterMetricsPerShard(t *testing.T) {
 		}
 	}
 }
-
