@@ -637,3 +637,33 @@ func TestClusterMoveShard(t *testing.T) {
 	tb := threadIn(1, 2, "tb")
 	send(t, a, "POST", "/v1/threads", `{"id":"`+tb+`","title":"x","author":"u"}`, nil, 201)
 }
+
+// A move whose home does not answer (a frozen process) fails with 503
+// once a node's call times out, and leaves the shard where it was: no
+// move key, and writes go on once the home answers again.
+func TestClusterMoveShardHomeFrozen(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := etcd.Client(t)
+	keys := cluster.Keys{Name: "chat"}
+	if err := cluster.CreateCluster(ctx, c, keys, 2, []string{"node-a", "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	a := startNodeWith(t, etcd, "node-a", true, time.Second)
+	b := startNodeWith(t, etcd, "node-b", true, time.Second)
+	if _, err := a.owner.WaitOwned(ctx, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	ta := threadIn(0, 2, "ta")
+	send(t, b, "POST", "/v1/threads", `{"id":"`+ta+`","title":"x","author":"u"}`, nil, 201)
+	a.frozen.Store(true)
+	if got := send(t, b, "POST", "/admin/cluster/shards/0/move", `{"to":"node-b"}`, headers(true, nil), 503); !strings.Contains(string(got), "stays on node-a") {
+		t.Errorf("move from a frozen home: %s", got)
+	}
+	a.frozen.Store(false)
+	if r, err := c.Get(ctx, keys.ShardMove(0), clientv3.WithCountOnly()); err != nil || r.Count != 0 {
+		t.Fatalf("move key left: %v, %v", r, err)
+	}
+	send(t, b, "POST", "/v1/threads/"+ta+"/messages", `{"author":"u","body":"x"}`, nil, 201)
+}

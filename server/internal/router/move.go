@@ -142,6 +142,14 @@ var _ cluster.MoveSource = (*remoteSource)(nil)
 
 // step calls one move step; the answer's body goes to w when set.
 func (s *remoteSource) step(ctx context.Context, n int, step string, q url.Values, w io.Writer) error {
+	// A home that stops answering (frozen, cut off) fails the move instead
+	// of holding it: each step but the streams is bounded (the fence waits
+	// that long at most for a run purging the shard to end).
+	if step != "trail" && step != "backup" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.rt.o.RequestTimeout)
+		defer cancel()
+	}
 	uri := MoveStepsPath + strconv.Itoa(n) + "/" + step
 	if len(q) > 0 {
 		uri += "?" + q.Encode()
