@@ -15,12 +15,13 @@ import (
 
 const clusterShards = 3
 
-// clusterNodeEnv is node id's environment over etcd, with its data under dir.
-func clusterNodeEnv(etcd *etcdtest.Server, id, dir string) envVars {
+// clusterNodeEnv is node id's environment over the etcd at endpoints
+// (comma-separated), with its data under dir.
+func clusterNodeEnv(endpoints, id, dir string) envVars {
 	return envVars{
 		"PROGRESSDB_DB_PATH":           filepath.Join(dir, "data"),
 		"PROGRESSDB_ADMIN_TOKEN":       adminToken,
-		"PROGRESSDB_CLUSTER_ETCD":      strings.Join(etcd.Endpoints(), ","),
+		"PROGRESSDB_CLUSTER_ETCD":      endpoints,
 		"PROGRESSDB_NODE_ID":           id,
 		"PROGRESSDB_CLUSTER_SECRET":    "0123456789abcdef-faults",
 		"PROGRESSDB_CLUSTER_SHARDS":    fmt.Sprint(clusterShards),
@@ -32,7 +33,13 @@ func clusterNodeEnv(etcd *etcdtest.Server, id, dir string) envVars {
 // loopback port, advertised as such, and waits until it answers /healthz.
 func startClusterNode(t testing.TB, env envVars) *server {
 	t.Helper()
-	addr := freeAddr(t)
+	return startClusterNodeAt(t, env, freeAddr(t))
+}
+
+// startClusterNodeAt is startClusterNode on addr: a node restarted where
+// it was, as a deployment restarts it.
+func startClusterNodeAt(t testing.TB, env envVars, addr string) *server {
+	t.Helper()
 	s := &server{proc: start(t, env.with("PROGRESSDB_ADDR", addr, "PROGRESSDB_ADVERTISE_URL", "http://"+addr), "serve"),
 		url: "http://" + addr}
 	waitFor(t, time.Minute, "the node to answer /healthz", func() bool {
@@ -102,7 +109,7 @@ func TestFaultClusterNodeKilled(t *testing.T) {
 	ids := []string{"node-1", "node-2", "node-3"}
 	envs := map[string]envVars{}
 	for _, id := range ids {
-		envs[id] = clusterNodeEnv(etcd, id, t.TempDir())
+		envs[id] = clusterNodeEnv(strings.Join(etcd.Endpoints(), ","), id, t.TempDir())
 	}
 	if p := runCLI(t, envs["node-1"].with("PROGRESSDB_ADVERTISE_URL", "http://127.0.0.1:1"), "cluster", "create", "--nodes", strings.Join(ids, ",")); p.code != 0 {
 		t.Fatalf("cluster create: %d\n%s", p.code, p.output())

@@ -1,0 +1,173 @@
+package faults
+
+import (
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/router"
+)
+
+var clusterIDs = []string{"node-1", "node-2", "node-3"}
+
+// clusterEnvs are the three nodes' environments over the etcd at
+// endpoints, each with extra set, each in a folder of its own.
+func clusterEnvs(t testing.TB, endpoints string, extra ...string) map[string]envVars {
+	t.Helper()
+	envs := map[string]envVars{}
+	for _, id := range clusterIDs {
+		envs[id] = clusterNodeEnv(endpoints, id, t.TempDir()).with(extra...)
+	}
+	return envs
+}
+
+// createCluster runs `progressdb cluster create` for the three nodes.
+func createCluster(t testing.TB, envs map[string]envVars) {
+	t.Helper()
+	if p := runCLI(t, envs["node-1"].with("PROGRESSDB_ADVERTISE_URL", "http://127.0.0.1:1"), "cluster", "create", "--nodes", strings.Join(clusterIDs, ",")); p.code != 0 {
+		t.Fatalf("cluster create: %d\n%s", p.code, p.output())
+	}
+}
+
+// startNodes starts the three nodes and waits until every shard is owned.
+func startNodes(t testing.TB, envs map[string]envVars) []*server {
+	t.Helper()
+	nodes := make([]*server, len(clusterIDs))
+	for i, id := range clusterIDs {
+		nodes[i] = startClusterNode(t, envs[id])
+	}
+	waitFor(t, time.Minute, "every shard to be owned", func() bool { return ownedShards(clusterState(t, nodes[0])) == clusterShards })
+	return nodes
+}
+
+// shardSite is shard n of the node whose environment is env, as a site
+// the retention checks read. Its runs hold the shard's ownership, not a
+// lease file.
+func shardSite(env envVars, n int) site {
+	return site{
+		dir:   filepath.Dir(env["PROGRESSDB_DB_PATH"]),
+		db:    cluster.ShardDBPath(env["PROGRESSDB_DB_PATH"], n),
+		audit: cluster.ShardAuditPath(env["PROGRESSDB_RETENTION_AUDIT_PATH"], n),
+	}
+}
+
+// threadInShard returns an ID in shard n, distinct for each i.
+func threadInShard(n, i int) string {
+	for k := 0; ; k++ {
+		id := fmt.Sprintf("s%d-%d-%d", n, i, k)
+		if cluster.ShardOf(id, clusterShards) == n {
+			return id
+		}
+	}
+}
+
+// waitUnregistered waits until etcd no longer shows node id alive.
+func waitUnregistered(t testing.TB, via *server, id string) {
+	t.Helper()
+	waitFor(t, time.Minute, id+"'s registration to expire", func() bool {
+		for _, n := range clusterState(t, via).Nodes {
+			if n.ID == id {
+				return !n.Alive
+			}
+		}
+		return false
+	})
+}
+
+// TestFaultClusterNodeKilledMidPurge kills node-3 with SIGKILL in the
+// middle of its shard's purge, run on every shard through node-1. Its
+// shard answers 503 naming it through the other nodes while their shards
+// serve reads and writes; restarted on its folder, node-3 takes the shard
+// again, the next run finishes the purge, and the shard's trail verifies
+// with exactly one purged record per item (the invariants of the single
+// node's crash tests, on the shard's database and trail).
+func TestFaultClusterNodeKilledMidPurge(t *testing.T) {
+	spec := crashSpec()
+	for i := range pick(1, max(2, suite.trials/10)) {
+		t.Run(fmt.Sprintf("trial_%d", i), func(t *testing.T) {
+			rng := trialRand(t, i)
+			etcd := startEtcd(t)
+			envs := clusterEnvs(t, etcd.endpoints())
+			for id, env := range envs {
+				envs[id] = env.with(
+					"PROGRESSDB_RETENTION_AUDIT_PATH", filepath.Join(filepath.Dir(env["PROGRESSDB_DB_PATH"]), "audit"),
+					"PROGRESSDB_RETENTION_ENABLED", "true",
+					"PROGRESSDB_RETENTION_PERIOD", period,
+					"PROGRESSDB_RETENTION_MESSAGE_PERIOD", period,
+					"PROGRESSDB_RETENTION_CRON", "0 2 1 1 *",
+					"PROGRESSDB_RETENTION_RUN_MISSED", "false",
+					// Slow enough for the kill to land mid-run.
+					"PROGRESSDB_RETENTION_BATCH_SIZE", "50",
+					"PROGRESSDB_RETENTION_BATCH_PAUSE", "20ms",
+				)
+			}
+			createCluster(t, envs)
+			// node-3 is shard 2's home (round robin). The fixture is seeded
+			// into its folder before it starts: the shard's retention purges
+			// what its database holds, whatever shard the IDs hash to.
+			s := shardSite(envs["node-3"], 2)
+			fx := seedFixture(t, s.db, spec, rng)
+			before := snapshotLive(t, s.db)
+			nodes := startNodes(t, envs)
+
+			var started router.ClusterRetention
+			nodes[0].mustCall(t, "POST", "/admin/retention/run?wait=false", nil, adminToken, http.StatusAccepted, &started)
+			runID := ""
+			for _, sh := range started.Shards {
+				if sh.Code != http.StatusAccepted {
+					t.Fatalf("shard %d's run: %+v", sh.Shard, sh)
+				}
+				if sh.Shard == 2 {
+					runID = sh.RunID
+				}
+			}
+			killMidRun(t, nodes[2].proc, s, runID, len(fx.due), rng)
+			crashes := &crashLog{}
+			crashes.killed(t, s, fx, before, "node-3 mid-purge")
+
+			// Shard 2 answers 503 naming it; shards 0 and 1 serve.
+			for _, n := range nodes[:2] {
+				for j, method := range []string{"GET", "POST"} {
+					path := "/v1/threads/" + threadInShard(2, j) + "/messages"
+					code, body := n.call(t, method, path, map[string]any{"author": "a", "body": "x"}, "")
+					if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "shard 2") {
+						t.Fatalf("%s %s through %s with shard 2's node killed: %d %s", method, path, n.url, code, body)
+					}
+				}
+				for shard := range 2 {
+					tid := threadInShard(shard, 0)
+					if code, _ := n.call(t, "GET", "/v1/threads/"+tid, nil, ""); code == http.StatusNotFound {
+						n.mustCall(t, "POST", "/v1/threads", map[string]string{"id": tid, "title": "t", "author": "a"}, "", http.StatusCreated, nil)
+					}
+					n.mustCall(t, "POST", "/v1/threads/"+tid+"/messages", map[string]any{"author": "a", "body": "x"}, "", http.StatusCreated, nil)
+					n.mustCall(t, "GET", "/v1/threads/"+tid+"/messages", nil, "", http.StatusOK, nil)
+				}
+			}
+
+			waitUnregistered(t, nodes[0], "node-3")
+			nodes[2] = startClusterNodeAt(t, envs["node-3"], strings.TrimPrefix(nodes[2].url, "http://"))
+			waitFor(t, time.Minute, "node-3 to own its shard again", func() bool { return ownedShards(clusterState(t, nodes[0])) == clusterShards })
+			var done router.ClusterRetention
+			nodes[1].mustCall(t, "POST", "/admin/retention/run", nil, adminToken, http.StatusOK, &done)
+			for _, sh := range done.Shards {
+				if sh.Code != http.StatusOK || sh.Result == nil || sh.Result.Status != audit.RunCompleted {
+					t.Fatalf("shard %d's run after the restart: %+v", sh.Shard, sh)
+				}
+			}
+			for _, n := range nodes {
+				if code := n.stop(t); code != 0 {
+					t.Fatalf("node exit status %d after SIGTERM\n%s", code, n.output())
+				}
+			}
+			checkInvariants(t, s, fx, before, crashes.abandoned)
+			if p := runCLI(t, envVars{}, "audit", "verify", s.audit); p.code != 0 {
+				t.Fatalf("progressdb audit verify %s: exit %d\n%s", s.audit, p.code, p.output())
+			}
+		})
+	}
+}

@@ -1,0 +1,57 @@
+package faults
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// devEtcdBinary builds progressdb-dev-etcd once, beside the progressdb
+// binary, for the tests that kill and restart etcd as a process of its own.
+var devEtcdBinary = sync.OnceValues(func() (string, error) {
+	out := filepath.Join(filepath.Dir(binary), "progressdb-dev-etcd")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/progressdb/progressdb/server/cmd/progressdb-dev-etcd")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	return out, cmd.Run()
+})
+
+// etcdProc is a single-member etcd run as a process
+// (progressdb-dev-etcd), on a data folder and ports it keeps across
+// restarts.
+type etcdProc struct {
+	dir, client, peer string
+	p                 *proc
+}
+
+// startEtcd starts an etcd process on free loopback ports.
+func startEtcd(t testing.TB) *etcdProc {
+	t.Helper()
+	e := &etcdProc{dir: filepath.Join(t.TempDir(), "etcd"), client: freeAddr(t), peer: freeAddr(t)}
+	e.start(t)
+	return e
+}
+
+func (e *etcdProc) start(t testing.TB) {
+	t.Helper()
+	bin, err := devEtcdBinary()
+	if err != nil {
+		t.Fatalf("build progressdb-dev-etcd: %v", err)
+	}
+	e.p = startCommand(t, envVars{}, []string{bin, "--dir", e.dir, "--listen", e.client, "--peer", e.peer})
+	waitFor(t, time.Minute, "etcd to be ready", func() bool {
+		if e.p.exited() {
+			t.Fatalf("etcd exited with status %d\n%s", e.p.code, e.p.output())
+		}
+		return strings.Contains(e.p.output(), "etcd ready")
+	})
+}
+
+func (e *etcdProc) endpoints() string { return "http://" + e.client }
+
+// kill stops etcd with SIGKILL: every node loses it at once, as when
+// quorum is lost.
+func (e *etcdProc) kill() { e.p.kill() }
