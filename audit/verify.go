@@ -181,6 +181,7 @@ func VerifyDirWith(root string, o VerifyOptions) (Report, error) {
 		rep.Problems = append(rep.Problems, Problem{File: path, Line: line, Reason: reason})
 	}
 	var sealed []string
+	shards := filepath.Join(filepath.Clean(root), ShardsDir)
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			problem(path, 0, "cannot read: "+err.Error())
@@ -188,6 +189,8 @@ func VerifyDirWith(root string, o VerifyOptions) (Report, error) {
 		}
 		name := d.Name()
 		switch {
+		case d.IsDir() && path == shards:
+			return filepath.SkipDir // each shard's trail is a chain of its own
 		case d.IsDir():
 		case isLeaseFile(root, path) || o.Belongs != nil && o.Belongs(path):
 		case !d.Type().IsRegular():
@@ -262,6 +265,10 @@ func VerifyDirWith(root string, o VerifyOptions) (Report, error) {
 		problem(path, 0, "in progress, but no live run holds the lease: left by a crashed run (the next start or run seals it), or a sealed file renamed")
 	}
 	rep.Problems = append(rep.Problems, chainProblems(nodes, aside, rep.Live)...)
+	shardsVerified, err := verifyShards(shards, o, &rep)
+	if err != nil {
+		return rep, err
+	}
 	// A sealed file verifies when no problem names it: its own lines, its
 	// name and its links to the files around it. A file whose own lines
 	// chain but whose footer no longer matches what the next file recorded
@@ -275,6 +282,7 @@ func VerifyDirWith(root string, o VerifyOptions) (Report, error) {
 			rep.Verified++
 		}
 	}
+	rep.Verified += shardsVerified
 	slices.SortStableFunc(rep.Problems, func(a, b Problem) int {
 		if c := strings.Compare(a.File, b.File); c != 0 {
 			return c
@@ -282,6 +290,49 @@ func VerifyDirWith(root string, o VerifyOptions) (Report, error) {
 		return a.Line - b.Line
 	})
 	return rep, nil
+}
+
+// ShardsDir is the folder of a cluster node's audit root holding one trail
+// per shard, <AUDIT_PATH>/shards/<n>/ (spec §11). Each is a chain of its
+// own, verified as such; so is a shard's older trail a move set aside
+// beside it.
+const ShardsDir = "shards"
+
+// verifyShards verifies each folder under shards as a trail of its own and
+// adds what it finds to rep. It returns how many of their sealed files
+// verified.
+func verifyShards(shards string, o VerifyOptions, rep *Report) (int, error) {
+	entries, err := os.ReadDir(shards)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return 0, nil
+	case err != nil:
+		rep.Problems = append(rep.Problems, Problem{File: shards, Reason: "cannot read: " + err.Error()})
+		return 0, nil
+	}
+	verified := 0
+	for _, e := range entries {
+		path := filepath.Join(shards, e.Name())
+		if !e.IsDir() {
+			rep.Other = append(rep.Other, path)
+			rep.Problems = append(rep.Problems, Problem{File: path, Reason: "not a shard's audit folder"})
+			continue
+		}
+		sub, err := VerifyDirWith(path, o)
+		if err != nil {
+			return verified, err
+		}
+		rep.Files += sub.Files
+		verified += sub.Verified
+		rep.InProgress = append(rep.InProgress, sub.InProgress...)
+		rep.Quarantined = append(rep.Quarantined, sub.Quarantined...)
+		rep.Other = append(rep.Other, sub.Other...)
+		rep.Problems = append(rep.Problems, sub.Problems...)
+		if rep.Live == "" {
+			rep.Live = sub.Live
+		}
+	}
+	return verified, nil
 }
 
 // isLeaseFile reports whether path is one of the lease's files at its

@@ -221,3 +221,48 @@ func assertProblem(t *testing.T, err error, file string, line int, reason string
 		t.Fatalf("problem = %s:%d: %s\nwant     %s:%d: …%s…", p.File, p.Line, p.Reason, file, line, reason)
 	}
 }
+
+// TestVerifyDirShardTrails: a cluster node's audit root holds one trail per
+// shard under shards/<n>/, each a chain of its own (spec §11); each is
+// verified as such, and a change in one is found and named.
+func TestVerifyDirShardTrails(t *testing.T) {
+	root := t.TempDir()
+	var files []string
+	for _, shard := range []string{"0", "1", "3.before-20250401T000000Z"} {
+		dir := filepath.Join(root, ShardsDir, shard)
+		files = append(files,
+			writeRunAt(t, dir, "a", fixedStart, Options{}),
+			writeRunAt(t, dir, "b", fixedStart.Add(time.Hour), Options{}))
+	}
+	rep, err := VerifyDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Files != 6 || rep.Verified != 6 || len(rep.Problems) != 0 {
+		t.Fatalf("files %d verified %d problems %v, want 6, 6 and none", rep.Files, rep.Verified, rep.Problems)
+	}
+
+	mutate(t, files[2], replaceIn(3, "m-0002", "m-0003")) // shard 1's first file
+	if err := os.WriteFile(filepath.Join(root, ShardsDir, "notes.txt"), []byte("x"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = VerifyDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Files != 6 || rep.Verified != 5 {
+		t.Errorf("files %d verified %d, want 6 and 5 (shard 1's changed file fails)", rep.Files, rep.Verified)
+	}
+	named := map[string]bool{}
+	for _, p := range rep.Problems {
+		named[p.File] = true
+	}
+	if !named[files[2]] || !named[filepath.Join(root, ShardsDir, "notes.txt")] {
+		t.Errorf("problems %v: want the changed file of shard 1 and the stray file named", rep.Problems)
+	}
+	for _, f := range append(files[:2:2], files[4:]...) {
+		if named[f] {
+			t.Errorf("problems %v name %s of an untouched shard", rep.Problems, f)
+		}
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/progressdb/progressdb/audit"
 )
 
 // ShardOf returns the shard of thread tid: fnv1a-64(tid) mod shards (spec
@@ -25,9 +27,9 @@ func ShardDBPath(dbPath string, n int) string {
 }
 
 // ShardAuditPath is shard n's audit folder, with its own chain:
-// <AUDIT_PATH>/shards/<n>.
+// <AUDIT_PATH>/shards/<n>, where audit verify looks for shards' chains.
 func ShardAuditPath(auditPath string, n int) string {
-	return filepath.Join(auditPath, "shards", strconv.Itoa(n))
+	return filepath.Join(auditPath, audit.ShardsDir, strconv.Itoa(n))
 }
 
 // Keys names the cluster's keys in etcd, all under /<name>/, so several
