@@ -2,6 +2,7 @@ package faults
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -79,6 +80,65 @@ func waitUnregistered(t testing.TB, via *server, id string) {
 	})
 }
 
+// startPurgeCluster starts etcd and three nodes whose retention purges
+// slowly, with the fixture of spec seeded into shard 2 on node-3 (its home,
+// round robin) before it starts. The shard's retention purges what its
+// database holds, whatever shard the fixture's IDs hash to.
+func startPurgeCluster(t *testing.T, spec fixtureSpec, rng *rand.Rand) (map[string]envVars, site, *fixture, dbState, []*server) {
+	t.Helper()
+	etcd := startEtcd(t)
+	envs := clusterEnvs(t, etcd.endpoints())
+	for id, env := range envs {
+		envs[id] = env.with(
+			"PROGRESSDB_RETENTION_AUDIT_PATH", filepath.Join(filepath.Dir(env["PROGRESSDB_DB_PATH"]), "audit"),
+			"PROGRESSDB_RETENTION_ENABLED", "true",
+			"PROGRESSDB_RETENTION_PERIOD", period,
+			"PROGRESSDB_RETENTION_MESSAGE_PERIOD", period,
+			"PROGRESSDB_RETENTION_CRON", "0 2 1 1 *",
+			"PROGRESSDB_RETENTION_RUN_MISSED", "false",
+			// Slow enough for a fault to land mid-run.
+			"PROGRESSDB_RETENTION_BATCH_SIZE", "50",
+			"PROGRESSDB_RETENTION_BATCH_PAUSE", "20ms",
+		)
+	}
+	createCluster(t, envs)
+	s := shardSite(envs["node-3"], 2)
+	fx := seedFixture(t, s.db, spec, rng)
+	before := snapshotLive(t, s.db)
+	return envs, s, fx, before, startNodes(t, envs)
+}
+
+// startShardRuns starts a run on every shard through n and returns shard
+// 2's run ID.
+func startShardRuns(t testing.TB, n *server) string {
+	t.Helper()
+	var started router.ClusterRetention
+	n.mustCall(t, "POST", "/admin/retention/run?wait=false", nil, adminToken, http.StatusAccepted, &started)
+	runID := ""
+	for _, sh := range started.Shards {
+		if sh.Code != http.StatusAccepted {
+			t.Fatalf("shard %d's run: %+v", sh.Shard, sh)
+		}
+		if sh.Shard == 2 {
+			runID = sh.RunID
+		}
+	}
+	return runID
+}
+
+// runAllShards runs retention on every shard through n and waits for
+// every run to complete.
+func runAllShards(t testing.TB, n *server) {
+	t.Helper()
+	var done router.ClusterRetention
+	n.mustCall(t, "POST", "/admin/retention/run", nil, adminToken, http.StatusOK, &done)
+	for _, sh := range done.Shards {
+		if sh.Code != http.StatusOK || sh.Result == nil || sh.Result.Status != audit.RunCompleted {
+			t.Fatalf("shard %d's run: %+v", sh.Shard, sh)
+		}
+	}
+}
+
 // TestFaultClusterNodeKilledMidPurge kills node-3 with SIGKILL in the
 // middle of its shard's purge, run on every shard through node-1. Its
 // shard answers 503 naming it through the other nodes while their shards
@@ -91,41 +151,9 @@ func TestFaultClusterNodeKilledMidPurge(t *testing.T) {
 	for i := range pick(1, max(2, suite.trials/10)) {
 		t.Run(fmt.Sprintf("trial_%d", i), func(t *testing.T) {
 			rng := trialRand(t, i)
-			etcd := startEtcd(t)
-			envs := clusterEnvs(t, etcd.endpoints())
-			for id, env := range envs {
-				envs[id] = env.with(
-					"PROGRESSDB_RETENTION_AUDIT_PATH", filepath.Join(filepath.Dir(env["PROGRESSDB_DB_PATH"]), "audit"),
-					"PROGRESSDB_RETENTION_ENABLED", "true",
-					"PROGRESSDB_RETENTION_PERIOD", period,
-					"PROGRESSDB_RETENTION_MESSAGE_PERIOD", period,
-					"PROGRESSDB_RETENTION_CRON", "0 2 1 1 *",
-					"PROGRESSDB_RETENTION_RUN_MISSED", "false",
-					// Slow enough for the kill to land mid-run.
-					"PROGRESSDB_RETENTION_BATCH_SIZE", "50",
-					"PROGRESSDB_RETENTION_BATCH_PAUSE", "20ms",
-				)
-			}
-			createCluster(t, envs)
-			// node-3 is shard 2's home (round robin). The fixture is seeded
-			// into its folder before it starts: the shard's retention purges
-			// what its database holds, whatever shard the IDs hash to.
-			s := shardSite(envs["node-3"], 2)
-			fx := seedFixture(t, s.db, spec, rng)
-			before := snapshotLive(t, s.db)
-			nodes := startNodes(t, envs)
+			envs, s, fx, before, nodes := startPurgeCluster(t, spec, rng)
 
-			var started router.ClusterRetention
-			nodes[0].mustCall(t, "POST", "/admin/retention/run?wait=false", nil, adminToken, http.StatusAccepted, &started)
-			runID := ""
-			for _, sh := range started.Shards {
-				if sh.Code != http.StatusAccepted {
-					t.Fatalf("shard %d's run: %+v", sh.Shard, sh)
-				}
-				if sh.Shard == 2 {
-					runID = sh.RunID
-				}
-			}
+			runID := startShardRuns(t, nodes[0])
 			killMidRun(t, nodes[2].proc, s, runID, len(fx.due), rng)
 			crashes := &crashLog{}
 			crashes.killed(t, s, fx, before, "node-3 mid-purge")
@@ -152,13 +180,7 @@ func TestFaultClusterNodeKilledMidPurge(t *testing.T) {
 			waitUnregistered(t, nodes[0], "node-3")
 			nodes[2] = startClusterNodeAt(t, envs["node-3"], strings.TrimPrefix(nodes[2].url, "http://"))
 			waitFor(t, time.Minute, "node-3 to own its shard again", func() bool { return ownedShards(clusterState(t, nodes[0])) == clusterShards })
-			var done router.ClusterRetention
-			nodes[1].mustCall(t, "POST", "/admin/retention/run", nil, adminToken, http.StatusOK, &done)
-			for _, sh := range done.Shards {
-				if sh.Code != http.StatusOK || sh.Result == nil || sh.Result.Status != audit.RunCompleted {
-					t.Fatalf("shard %d's run after the restart: %+v", sh.Shard, sh)
-				}
-			}
+			runAllShards(t, nodes[1])
 			for _, n := range nodes {
 				if code := n.stop(t); code != 0 {
 					t.Fatalf("node exit status %d after SIGTERM\n%s", code, n.output())

@@ -1,0 +1,134 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+var fencingRejections = regexp.MustCompile(`(?m)^progressdb_cluster_fencing_rejections_total (\S+)$`)
+
+// signal sends sig to p, failing the test if it cannot.
+func signal(t testing.TB, p *proc, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v to %s: %v", sig, p, err)
+	}
+}
+
+// TestFaultClusterNodeFrozen freezes node-3 with SIGSTOP in the middle of
+// its shard's purge, past its ownership's lease: etcd expires the
+// ownership and the shard answers 503 through the other nodes. Only a
+// shard's home takes its ownership (a move needs the frozen home's own
+// steps, so nothing else can take the shard over), so the deposed process
+// itself, resumed with SIGCONT, takes the shard again under a new epoch.
+// The run it was in stops without completing, the next run finishes the
+// purge with exact audit, and the shard's database, which has seen the new
+// epoch, refuses every batch carrying the old one (a write, a thread, a
+// fence raise) and keeps nothing of them.
+func TestFaultClusterNodeFrozen(t *testing.T) {
+	spec := crashSpec()
+	for i := range pick(1, max(2, suite.trials/10)) {
+		t.Run(fmt.Sprintf("trial_%d", i), func(t *testing.T) {
+			rng := trialRand(t, i)
+			_, s, fx, before, nodes := startPurgeCluster(t, spec, rng)
+			old := clusterState(t, nodes[0]).Shards[2].Epoch
+
+			runID := startShardRuns(t, nodes[0])
+			k := 1 + rng.IntN(max(1, len(fx.due)/2))
+			waitFor(t, 2*time.Minute, fmt.Sprintf("run %s to record %d items", runID, k), func() bool {
+				f := fileOfRun(readAudit(t, s.audit), runID)
+				return f != nil && len(f.items) >= k
+			})
+			signal(t, nodes[2].proc, syscall.SIGSTOP)
+			t.Cleanup(func() { _ = nodes[2].cmd.Process.Signal(syscall.SIGCONT) })
+			if f := fileOfRun(readAudit(t, s.audit), runID); f == nil || f.sealed {
+				t.Fatalf("run %s finished before the freeze: the fixture is too small", runID)
+			}
+			waitFor(t, time.Minute, "the frozen node's ownership to expire in etcd", func() bool {
+				sh := clusterState(t, nodes[0]).Shards[2]
+				return sh.Owner == "" && sh.Epoch == 0
+			})
+			code, body := nodes[0].call(t, "GET", "/v1/threads/"+threadInShard(2, 0)+"/messages", nil, "")
+			if code != http.StatusServiceUnavailable {
+				t.Fatalf("shard 2 with its owner frozen past its lease: %d %s", code, body)
+			}
+
+			signal(t, nodes[2].proc, syscall.SIGCONT)
+			var epoch int64
+			waitFor(t, time.Minute, "node-3 to take its shard again", func() bool {
+				sh := clusterState(t, nodes[0]).Shards[2]
+				epoch = sh.Epoch
+				return sh.Owner == "node-3" && epoch > old
+			})
+			waitFor(t, time.Minute, "the frozen run to end", func() bool {
+				f := fileOfRun(readAudit(t, s.audit), runID)
+				return f != nil && f.sealed
+			})
+			if f := fileOfRun(readAudit(t, s.audit), runID); f.footer == nil || f.footer.Status == audit.RunCompleted {
+				t.Fatalf("the run under epoch %d went on past the freeze: footer %+v", old, f.footer)
+			}
+			runAllShards(t, nodes[1])
+			resp, err := httpClient.Get(nodes[2].url + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			metrics, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := fencingRejections.FindStringSubmatch(string(metrics))
+			if m == nil {
+				t.Fatalf("node-3 reports no progressdb_cluster_fencing_rejections_total")
+			}
+			t.Logf("node-3: epoch %d → %d, progressdb_cluster_fencing_rejections_total %s", old, epoch, m[1])
+			for _, n := range nodes {
+				if code := n.stop(t); code != 0 {
+					t.Fatalf("node exit status %d after SIGTERM\n%s", code, n.output())
+				}
+			}
+			checkInvariants(t, s, fx, before, nil)
+
+			// The late batches of the deposed epoch, against the shard's
+			// database as the processes left it.
+			settled := snapshotLive(t, s.db)
+			st := openStore(t, s.db)
+			if got := st.Epoch(); got < epoch {
+				t.Fatalf("shard 2's database has seen epoch %d, not the new owner's %d", got, epoch)
+			}
+			late := store.WithEpoch(context.Background(), old)
+			var tid string
+			for ref := range fx.threadOf {
+				tid = fx.threadOf[ref]
+				if !fx.mustGo(threadRef(tid)) {
+					break
+				}
+			}
+			if _, err := st.AppendMessage(late, tid, store.Message{Author: "late", Body: []byte(`"late"`)}); !errors.Is(err, store.ErrFenced) {
+				t.Errorf("a write under the old epoch %d: %v, want store.ErrFenced", old, err)
+			}
+			if _, err := st.CreateThread(late, store.Thread{ID: "late-thread", Title: "t", Author: "late"}); !errors.Is(err, store.ErrFenced) {
+				t.Errorf("a thread under the old epoch %d: %v, want store.ErrFenced", old, err)
+			}
+			if err := st.RaiseFence(context.Background(), old); !errors.Is(err, store.ErrFenced) {
+				t.Errorf("raising the fence back to %d: %v, want store.ErrFenced", old, err)
+			}
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if after := snapshotLive(t, s.db); len(after.keys) != len(settled.keys) {
+				t.Errorf("refused batches left keys behind: %d keys, %d before", len(after.keys), len(settled.keys))
+			}
+		})
+	}
+}
