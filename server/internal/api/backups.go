@@ -3,8 +3,10 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/progressdb/progressdb/server/internal/backup"
 )
@@ -23,13 +25,54 @@ type Backups interface {
 
 var errNoBackups = &httpError{http.StatusServiceUnavailable, "backups not configured"}
 
+// ShardBackups makes the backups of a cluster node's shards (spec §10 per
+// shard, §11): each shard is a database of its own, backed up on the node
+// that holds it into <BACKUP_PATH>/shards/<n>/.
+type ShardBackups interface {
+	// Shard returns shard n's backups when this node holds it.
+	Shard(n int) (Backups, bool)
+	// Held lists the shards this node holds.
+	Held() []int
+	// List describes every shard's backups under BACKUP_PATH
+	// (backup.ErrNoBackupPath when unset).
+	List(ctx context.Context) (backup.Listing, error)
+}
+
+// backupsFor picks what a backup request backs up: the database on a
+// single node; on a cluster node the shard named by ?shard=N, which this
+// node must hold (409 otherwise: its owner makes its backups).
+func (s *server) backupsFor(r *http.Request) (Backups, error) {
+	if s.shardBacks == nil {
+		if s.backups == nil {
+			return nil, errNoBackups
+		}
+		return s.backups, nil
+	}
+	v := r.URL.Query().Get("shard")
+	if v == "" {
+		return nil, badRequest("a cluster node backs up one shard per request: name it with ?shard=N (this node holds %v)",
+			s.shardBacks.Held())
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return nil, badRequest("shard %q: want a shard number", v)
+	}
+	b, ok := s.shardBacks.Shard(n)
+	if !ok {
+		return nil, &httpError{http.StatusConflict, fmt.Sprintf(
+			"shard %d is not held by this node (it holds %v): ask its owner (GET /admin/cluster)", n, s.shardBacks.Held())}
+	}
+	return b, nil
+}
+
 // createBackup answers POST /admin/backups: a backup written into
 // BACKUP_PATH, 201 with its manifest; 409 when BACKUP_PATH is unset.
 func (s *server) createBackup(w http.ResponseWriter, r *http.Request) error {
-	if s.backups == nil {
-		return errNoBackups
+	b, err := s.backupsFor(r)
+	if err != nil {
+		return err
 	}
-	m, _, err := s.backups.CreateInPath(r.Context())
+	m, _, err := b.CreateInPath(r.Context())
 	if errors.Is(err, backup.ErrNoBackupPath) {
 		return &httpError{http.StatusConflict, err.Error() + ": use POST /admin/backups/stream, or set it"}
 	}
@@ -43,10 +86,16 @@ func (s *server) createBackup(w http.ResponseWriter, r *http.Request) error {
 // their age, expiry, size and the purged items each still holds; 409
 // when BACKUP_PATH is unset.
 func (s *server) listBackups(w http.ResponseWriter, r *http.Request) error {
-	if s.backups == nil {
+	var l backup.Listing
+	var err error
+	switch {
+	case s.shardBacks != nil:
+		l, err = s.shardBacks.List(r.Context())
+	case s.backups != nil:
+		l, err = s.backups.List(r.Context())
+	default:
 		return errNoBackups
 	}
-	l, err := s.backups.List(r.Context())
 	if errors.Is(err, backup.ErrNoBackupPath) {
 		return &httpError{http.StatusConflict, err.Error()}
 	}
@@ -61,8 +110,9 @@ func (s *server) listBackups(w http.ResponseWriter, r *http.Request) error {
 // before the archive is complete: a backup that fails part way breaks the
 // connection, so no client can take a cut archive for a whole one.
 func (s *server) streamBackup(w http.ResponseWriter, r *http.Request) error {
-	if s.backups == nil {
-		return errNoBackups
+	b, err := s.backupsFor(r)
+	if err != nil {
+		return err
 	}
 	compress := false
 	switch c := r.URL.Query().Get("compress"); c {
@@ -77,7 +127,7 @@ func (s *server) streamBackup(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Content-Type", "application/zstd")
 	}
 	sw := &startWriter{w: w}
-	_, err := s.backups.Write(r.Context(), sw, compress)
+	_, err = b.Write(r.Context(), sw, compress)
 	if err != nil && !sw.started {
 		w.Header().Del("Content-Type")
 		return err

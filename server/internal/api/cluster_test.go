@@ -144,7 +144,8 @@ func startNodeWith(t testing.TB, etcd *etcdtest.Server, id string, watch bool, t
 	if err != nil {
 		t.Fatal(err)
 	}
-	ah, err := api.New(api.Options{Cluster: rt, Pause: &cluster.Pause{Client: c, Keys: keys}, AdminToken: adminToken, Registry: reg})
+	ah, err := api.New(api.Options{Cluster: rt, Pause: &cluster.Pause{Client: c, Keys: keys}, AdminToken: adminToken, Registry: reg,
+		ShardBackups: &shardBackups{shards: shards, service: service, path: filepath.Join(dir, "backups"), audit: rcfg.AuditPath}})
 	if err != nil {
 		t.Fatal(err)
 	}

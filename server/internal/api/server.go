@@ -33,6 +33,8 @@ type Options struct {
 	Retention retention.Service
 	// Backups serves the admin backup routes; nil makes them answer 503.
 	Backups Backups
+	// ShardBackups serves them on a cluster node instead, per shard.
+	ShardBackups ShardBackups
 	// Logger receives request and error events; nothing is logged when nil.
 	Logger *slog.Logger
 	// APIKey, when set, is the bearer token /v1 requires.
@@ -57,6 +59,7 @@ type server struct {
 	store      *store.Store
 	retention  retention.Service
 	backups    Backups
+	shardBacks ShardBackups
 	log        *slog.Logger
 	apiKey     *secret // nil: /v1 is open
 	adminToken *secret // nil: /admin is disabled
@@ -81,6 +84,7 @@ func New(opts Options) (http.Handler, error) {
 		store:      opts.Store,
 		retention:  opts.Retention,
 		backups:    opts.Backups,
+		shardBacks: opts.ShardBackups,
 		log:        opts.Logger,
 		apiKey:     newSecret(opts.APIKey),
 		adminToken: newSecret(opts.AdminToken),

@@ -150,6 +150,10 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	// Shards come (moved here) and go (moved away) while the node runs.
 	services := &shardServices{m: make(map[int]*retention.Manager, len(held))}
 	defer services.closeAll()
+	// Stopped before the retention services and the stores: a backup
+	// being written holds both.
+	backups := newShardBackups(nodeCtx, cfg, key, logger)
+	defer backups.close()
 	for _, n := range held {
 		st, _ := shards.Store(n)
 		svc, err := shardRetention(ctx, st, n, owner, pause, cmetrics, cfg, logger, smetrics.add(n, st), key)
@@ -157,6 +161,9 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 			return err
 		}
 		services.add(n, svc)
+		if err := backups.add(n, st, svc, smetrics.backups(n)); err != nil {
+			return err
+		}
 	}
 	defer context.AfterFunc(ctx, services.closeAll)()
 	mover, err := cluster.NewNode(cluster.NodeOptions{Node: cfg.NodeID, Owner: owner, Shards: shards,
@@ -166,6 +173,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 			return svc, svc != nil
 		},
 		Detach: func(n int) {
+			backups.remove(n)
 			if svc := services.remove(n); svc != nil {
 				svc.Close()
 			}
@@ -182,6 +190,9 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 				return
 			}
 			services.add(n, svc)
+			if err := backups.add(n, st, svc, smetrics.backups(n)); err != nil {
+				logger.Error("backup_start_failed", "shard", n, "err", err)
+			}
 		},
 	})
 	if err != nil {
@@ -199,7 +210,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	h, err := api.New(api.Options{Cluster: rt, Pause: pause, Logger: logger, APIKey: cfg.APIKey, AdminToken: cfg.AdminToken, Registry: reg})
+	h, err := api.New(api.Options{Cluster: rt, Pause: pause, ShardBackups: backups, Logger: logger, APIKey: cfg.APIKey, AdminToken: cfg.AdminToken, Registry: reg})
 	if err != nil {
 		return err
 	}

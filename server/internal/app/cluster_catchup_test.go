@@ -48,7 +48,8 @@ func startNodeWith(t *testing.T, etcd *etcdtest.Server, id, dir string, extra ..
 }
 
 // startClusterWith is startCluster with more settings for every node; each
-// node's audit root is outside its database folder.
+// node's audit root is outside its database folder, and its backups go to
+// <dir>/backups.
 func startClusterWith(t *testing.T, ids []string, extra ...string) (*etcdtest.Server, []*testNode) {
 	t.Helper()
 	etcd := etcdtest.Start(t)
@@ -60,7 +61,8 @@ func startClusterWith(t *testing.T, ids []string, extra ...string) (*etcdtest.Se
 	var nodes []*testNode
 	for _, id := range ids {
 		dir := t.TempDir()
-		env := append([]string{"PROGRESSDB_RETENTION_AUDIT_PATH=" + filepath.Join(dir, "audit")}, extra...)
+		env := append([]string{"PROGRESSDB_RETENTION_AUDIT_PATH=" + filepath.Join(dir, "audit"),
+			"PROGRESSDB_BACKUP_PATH=" + filepath.Join(dir, "backups")}, extra...)
 		nodes = append(nodes, startNodeWith(t, etcd, id, dir, env...))
 	}
 	waitOwned(t, etcd, testShards)

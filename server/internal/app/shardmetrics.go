@@ -7,15 +7,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/storagemetrics"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
-// shardMetrics registers the retention and storage metrics of each shard a
-// cluster node holds under a `shard` label: the shards' runs and stores are
-// separate, and one set of series would show whichever shard set it last.
-// A shard moved away takes its series with it.
+// shardMetrics registers the retention, storage and backup metrics of
+// each shard a cluster node holds under a `shard` label: the shards' runs,
+// stores and backups are separate, and one set of series would show
+// whichever shard set it last. A shard moved away takes its series with it.
 type shardMetrics struct {
 	reg    prometheus.Registerer
 	logger *slog.Logger
@@ -27,6 +28,7 @@ type shardMetrics struct {
 type shardSeries struct {
 	reg       prometheus.Registerer
 	retention *retention.Metrics
+	backup    *backup.Metrics
 	storage   prometheus.Collector
 }
 
@@ -43,10 +45,18 @@ func (s *shardMetrics) add(n int, st *store.Store) *retention.Metrics {
 		return ss.retention
 	}
 	reg := prometheus.WrapRegistererWith(prometheus.Labels{"shard": strconv.Itoa(n)}, s.reg)
-	ss := shardSeries{reg: reg, retention: retention.NewMetrics(reg), storage: storagemetrics.New(st, s.logger.With("shard", n))}
+	ss := shardSeries{reg: reg, retention: retention.NewMetrics(reg), backup: backup.NewMetrics(reg),
+		storage: storagemetrics.New(st, s.logger.With("shard", n))}
 	reg.MustRegister(ss.storage)
 	s.shards[n] = ss
 	return ss.retention
+}
+
+// backups returns shard n's backup metrics (nil before add).
+func (s *shardMetrics) backups(n int) *backup.Metrics {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shards[n].backup
 }
 
 // remove unregisters shard n's series.
@@ -58,7 +68,7 @@ func (s *shardMetrics) remove(n int) {
 		return
 	}
 	delete(s.shards, n)
-	for _, c := range append(ss.retention.Collectors(), ss.storage) {
+	for _, c := range append(append(ss.retention.Collectors(), ss.backup.Collectors()...), ss.storage) {
 		ss.reg.Unregister(c)
 	}
 }

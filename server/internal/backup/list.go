@@ -34,6 +34,9 @@ type Entry struct {
 	// PurgedItemsComplete is false when the trail after the head does not
 	// link up (a file missing or changed): the count may then be short.
 	PurgedItemsComplete bool `json:"purged_items_complete"`
+	// Shard is the cluster shard the backup holds (spec §11); File is
+	// then shards/<n>/<name> within BACKUP_PATH. Absent on a single node.
+	Shard *int `json:"shard,omitempty"`
 }
 
 // List describes the backups in dir against the audit trail at auditRoot,

@@ -41,9 +41,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.Total.WithLabelValues("success")
 	m.Total.WithLabelValues("failed")
 	if reg != nil {
-		reg.MustRegister(m.Total, m.Duration, m.Bytes, m.LastSuccess, m.Interval)
+		reg.MustRegister(m.Collectors()...)
 	}
 	return m
+}
+
+// Collectors lists the metrics NewMetrics registers, so that a caller can
+// unregister them (a cluster node, for a shard moved away).
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Total, m.Duration, m.Bytes, m.LastSuccess, m.Interval}
 }
 
 func (m *Metrics) observe(err error, took time.Duration, bytes int64, now time.Time) {

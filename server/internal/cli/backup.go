@@ -13,8 +13,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/backup"
+	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -39,6 +42,7 @@ func (e env) backupCreate(ctx context.Context, args []string) int {
 	out := fs.String("out", "", "write the backup to FILE (compressed when it ends .tar.zst), or to standard output with -; default: PROGRESSDB_BACKUP_PATH, or the current folder, under its own name")
 	zst := fs.Bool("zstd", false, "compress with zstd (implied by an --out name ending .tar.zst)")
 	asJSON := fs.Bool("json", false, "print the file and its manifest as JSON")
+	shard := fs.Int("shard", -1, "on a cluster node: the shard to back up, through the node at PROGRESSDB_ADDR, which must hold it")
 	if !e.parseFlags(fs, args, false) {
 		return exitUsage
 	}
@@ -47,6 +51,10 @@ func (e env) backupCreate(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	defer closer.Close()
+	if cfg.Cluster.Enabled() != (*shard >= 0) {
+		fmt.Fprintln(e.stderr, "progressdb backup create: --shard N is required on a cluster node (each shard is a database of its own) and refused elsewhere")
+		return exitUsage
+	}
 	key, err := app.SigningKey(cfg)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
@@ -59,6 +67,18 @@ func (e env) backupCreate(ctx context.Context, args []string) int {
 	}
 
 	var rep backupReport
+	if *shard >= 0 {
+		// A cluster node's shards are backed up by the node holding them.
+		c, err := newAdminClient(cfg)
+		if err != nil {
+			return fail(err)
+		}
+		rep, err = e.remoteBackup(ctx, c, cfg, *out, compress, *shard)
+		if err != nil {
+			return fail(err)
+		}
+		return e.reportBackup(rep, *out, *asJSON)
+	}
 	st, err := openStore(cfg, logger, mustExist)
 	switch {
 	case errors.Is(err, store.ErrDatabaseLocked):
@@ -66,7 +86,7 @@ func (e env) backupCreate(ctx context.Context, args []string) int {
 		if cerr != nil {
 			return fail(fmt.Errorf("the database at %s is open in a running server; %w", cfg.DBPath, cerr))
 		}
-		rep, err = e.remoteBackup(ctx, c, cfg, *out, compress)
+		rep, err = e.remoteBackup(ctx, c, cfg, *out, compress, -1)
 	case err != nil:
 		return fail(err)
 	default:
@@ -78,11 +98,16 @@ func (e env) backupCreate(ctx context.Context, args []string) int {
 	if err != nil {
 		return fail(err)
 	}
+	return e.reportBackup(rep, *out, *asJSON)
+}
+
+// reportBackup prints what backup create made.
+func (e env) reportBackup(rep backupReport, out string, asJSON bool) int {
 	switch {
-	case *out == "-":
+	case out == "-":
 		fmt.Fprintf(e.stderr, "progressdb backup create: backup %s written to standard output (audit head %s)\n",
 			rep.Manifest.BackupID, headName(rep.Manifest))
-	case *asJSON:
+	case asJSON:
 		writeJSON(e.stdout, rep)
 	default:
 		printBackup(e.stdout, rep)
@@ -114,22 +139,37 @@ func (e env) localBackup(ctx context.Context, st *store.Store, cfg config.Config
 }
 
 // remoteBackup asks the running server: into its BACKUP_PATH when no
-// --out is given and it has one, else as a stream written here.
-func (e env) remoteBackup(ctx context.Context, c *adminClient, cfg config.Config, out string, compress bool) (backupReport, error) {
+// --out is given and it has one, else as a stream written here. On a
+// cluster node shard names the shard (-1 on a single node), whose backups
+// go to BACKUP_PATH/shards/<n>/.
+func (e env) remoteBackup(ctx context.Context, c *adminClient, cfg config.Config, out string, compress bool, shard int) (backupReport, error) {
 	var rep backupReport
+	q := url.Values{}
+	folder := cfg.Backup.Path
+	if shard >= 0 {
+		q.Set("shard", strconv.Itoa(shard))
+		folder = cluster.ShardBackupPath(cfg.Backup.Path, shard)
+	}
 	if out == "" && cfg.Backup.Path != "" {
 		// A backup takes longer than one admin call may: ctx bounds it.
 		long := *c
 		hc := *c.hc
 		hc.Timeout = 0
 		long.hc = &hc
-		err := long.do(ctx, http.MethodPost, "/admin/backups", nil, &rep.Manifest)
-		rep.File = filepath.Join(cfg.Backup.Path, backup.FileName(rep.Manifest.CreatedAt, rep.Manifest.BackupID))
+		path := "/admin/backups"
+		if len(q) > 0 {
+			path += "?" + q.Encode()
+		}
+		err := long.do(ctx, http.MethodPost, path, nil, &rep.Manifest)
+		rep.File = filepath.Join(folder, backup.FileName(rep.Manifest.CreatedAt, rep.Manifest.BackupID))
 		return rep, err
 	}
-	path := "/admin/backups/stream"
 	if compress {
-		path += "?compress=zstd"
+		q.Set("compress", "zstd")
+	}
+	path := "/admin/backups/stream"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
 	}
 	body, err := c.stream(ctx, http.MethodPost, path)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/server/internal/backup"
+	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
@@ -32,7 +33,13 @@ func (e env) backupList(ctx context.Context, args []string) int {
 	if err := ctx.Err(); err != nil {
 		return exitFailed
 	}
-	l, err := backup.List(cfg.Backup.Path, cfg.Retention.AuditPath, cfg.Backup.Keep, time.Now())
+	list := backup.List
+	if cfg.Cluster.Enabled() {
+		// A cluster node's backups are per shard, each against the
+		// shard's own audit trail.
+		list = cluster.ListBackups
+	}
+	l, err := list(cfg.Backup.Path, cfg.Retention.AuditPath, cfg.Backup.Keep, time.Now())
 	if err != nil {
 		fmt.Fprintf(e.stderr, "progressdb backup list: %v\n", err)
 		return exitFailed

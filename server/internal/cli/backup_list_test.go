@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/backup"
+	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // backup list shows each backup in BACKUP_PATH with the purged items it
@@ -53,5 +57,45 @@ func TestBackupList(t *testing.T) {
 	code, _, errOut := h2.run("backup", "list")
 	if code != exitUsage || !strings.Contains(errOut, "PROGRESSDB_BACKUP_PATH") {
 		t.Errorf("without BACKUP_PATH: exit %d, %s", code, errOut)
+	}
+}
+
+type noHold struct{}
+
+func (noHold) Hold(context.Context) (audit.Head, func(), error) { return audit.Head{}, func() {}, nil }
+
+// On a cluster node, backup list shows every shard's backups under
+// BACKUP_PATH/shards/<n>/, each with its shard.
+func TestBackupListCluster(t *testing.T) {
+	dir := t.TempDir()
+	backups := filepath.Join(dir, "backups")
+	st, err := store.Open(cluster.ShardDBPath(filepath.Join(dir, "data"), 3), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	c, err := backup.NewCreator(backup.Options{Store: st, Hold: noHold{}, Path: cluster.ShardBackupPath(backups, 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := c.CreateInPath(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, "PROGRESSDB_BACKUP_PATH="+backups, "PROGRESSDB_RETENTION_AUDIT_PATH="+filepath.Join(dir, "audit"),
+		"PROGRESSDB_DB_PATH="+filepath.Join(dir, "data"),
+		"PROGRESSDB_CLUSTER_ETCD=http://127.0.0.1:2379", "PROGRESSDB_NODE_ID=node-1",
+		"PROGRESSDB_ADVERTISE_URL=http://127.0.0.1:8080", "PROGRESSDB_CLUSTER_SECRET=0123456789abcdef-secret")
+	var l backup.Listing
+	out := h.mustRun("backup", "list", "--json")
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("backup list --json: %v\n%s", err, out)
+	}
+	if len(l.Backups) != 1 || l.Backups[0].Shard == nil || *l.Backups[0].Shard != 3 || l.Backups[0].BackupID != m.BackupID ||
+		l.Backups[0].File != "shards/3/"+backup.FileName(m.CreatedAt, m.BackupID) {
+		t.Fatalf("listing %s", out)
+	}
+	if out := h.mustRun("backup", "list"); !strings.Contains(out, l.Backups[0].File) {
+		t.Fatalf("backup list lacks %s:\n%s", l.Backups[0].File, out)
 	}
 }

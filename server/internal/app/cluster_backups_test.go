@@ -1,0 +1,91 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/server/internal/backup"
+)
+
+// A cluster node backs up each shard it holds as a database of its own:
+// POST /admin/backups?shard=N writes one into <BACKUP_PATH>/shards/N/ and
+// /stream?shard=N sends one, both verifying; a shard the node does not
+// hold answers 409 and no shard 400. Scheduled backups write one per shard
+// into the shard's folder, and GET /admin/backups lists every shard's with
+// its shard.
+func TestClusterBackupsPerShard(t *testing.T) {
+	_, nodes := startClusterWith(t, []string{"node-a", "node-b"}, "PROGRESSDB_BACKUP_CRON=@every 1s")
+	a := nodes[0] // shards 0 and 2
+	tid := threadIn(t, 2)
+	if code, body := call(t, http.MethodPost, a.url()+"/v1/threads", fmt.Sprintf(`{"id":%q,"title":"x","author":"u"}`, tid), nil); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	code, body := call(t, http.MethodPost, a.url()+"/admin/backups?shard=2", "", adminAuth)
+	var m backup.Manifest
+	if code != http.StatusCreated || json.Unmarshal(body, &m) != nil || m.Threads != 1 {
+		t.Fatalf("POST /admin/backups?shard=2: %d %s", code, body)
+	}
+	name := filepath.Join(a.dir, "backups", "shards", "2", backup.FileName(m.CreatedAt, m.BackupID))
+	if rep, err := backup.Verify(context.Background(), name, nil, t.TempDir()); err != nil || !rep.Valid {
+		t.Fatalf("shard 2's backup %s: %+v %v", name, rep, err)
+	}
+
+	code, body = call(t, http.MethodPost, a.url()+"/admin/backups/stream?shard=0", "", adminAuth)
+	if code != http.StatusOK {
+		t.Fatalf("stream shard 0: %d %s", code, body)
+	}
+	streamed := filepath.Join(t.TempDir(), "shard-0.tar")
+	if err := os.WriteFile(streamed, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := backup.Verify(context.Background(), streamed, nil, t.TempDir()); err != nil || !rep.Valid || rep.Manifest.Threads != 0 {
+		t.Fatalf("streamed shard 0: %+v %v", rep, err)
+	}
+	for url, want := range map[string]int{
+		"/admin/backups":                http.StatusBadRequest,
+		"/admin/backups?shard=1":        http.StatusConflict,
+		"/admin/backups/stream":         http.StatusBadRequest,
+		"/admin/backups/stream?shard=x": http.StatusBadRequest,
+		"/admin/backups/stream?shard=3": http.StatusConflict,
+	} {
+		if code, body := call(t, http.MethodPost, a.url()+url, "", adminAuth); code != want {
+			t.Fatalf("POST %s: %d %s, want %d", url, code, body, want)
+		}
+	}
+
+	// The schedule fires every second: each shard gets backups of its own.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		code, body := call(t, http.MethodGet, a.url()+"/admin/backups", "", adminAuth)
+		var l backup.Listing
+		if code != http.StatusOK || json.Unmarshal(body, &l) != nil {
+			t.Fatalf("GET /admin/backups: %d %s", code, body)
+		}
+		per := map[int]int{}
+		for _, e := range l.Backups {
+			if e.Shard == nil {
+				t.Fatalf("entry without a shard: %s", body)
+			}
+			if _, err := os.Stat(filepath.Join(l.Path, e.File)); err != nil || filepath.Dir(e.File) != fmt.Sprintf("shards/%d", *e.Shard) {
+				t.Fatalf("entry %s of shard %d: %v", e.File, *e.Shard, err)
+			}
+			per[*e.Shard]++
+		}
+		if per[1] != 0 || per[3] != 0 {
+			t.Fatalf("node-a lists shards it does not hold: %s", body)
+		}
+		if per[0] >= 2 && per[2] >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no scheduled backups of both shards: %s", body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -1,0 +1,147 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/progressdb/progressdb/server/internal/api"
+	"github.com/progressdb/progressdb/server/internal/backup"
+	"github.com/progressdb/progressdb/server/internal/buildinfo"
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// shardBackups makes the backups of the shards a cluster node holds, each
+// a backup of the shard's own database against its own audit trail (spec
+// §10 per shard, §11), into <BACKUP_PATH>/shards/<n>/, with a scheduler
+// per shard when PROGRESSDB_BACKUP_PATH is set. Shards come and go with
+// moves.
+type shardBackups struct {
+	ctx    context.Context // the node's: schedulers run until it ends
+	cfg    config.Config
+	key    []byte
+	logger *slog.Logger
+
+	mu     sync.Mutex
+	shards map[int]shardBackup
+	closed bool
+}
+
+type shardBackup struct {
+	creator *backup.Creator
+	sched   *backup.Scheduler // nil: not scheduled
+}
+
+var _ api.ShardBackups = (*shardBackups)(nil)
+
+func newShardBackups(ctx context.Context, cfg config.Config, key []byte, logger *slog.Logger) *shardBackups {
+	return &shardBackups{ctx: ctx, cfg: cfg, key: key, logger: logger, shards: make(map[int]shardBackup)}
+}
+
+// add makes shard n's creator over its store, held by its retention
+// service, and starts its scheduler.
+func (b *shardBackups) add(n int, st *store.Store, svc *retention.Manager, metrics *backup.Metrics) error {
+	path := ""
+	if b.cfg.Backup.Path != "" {
+		path = cluster.ShardBackupPath(b.cfg.Backup.Path, n)
+	}
+	c, err := backup.NewCreator(backup.Options{Store: st, Hold: svc, SigningKey: b.key, Version: buildinfo.Read().Version,
+		Path: path, AuditPath: cluster.ShardAuditPath(b.cfg.Retention.AuditPath, n), Keep: b.cfg.Backup.Keep,
+		Logger: b.logger.With("shard", n), Metrics: metrics})
+	if err != nil {
+		return fmt.Errorf("shard %d: %w", n, err)
+	}
+	sb := shardBackup{creator: c}
+	if path != "" {
+		sb.sched, err = backup.NewScheduler(backup.SchedulerOptions{Creator: c, Spec: b.cfg.Backup.Schedule,
+			Keep: b.cfg.Backup.Keep, Logger: b.logger.With("shard", n)})
+		if err != nil {
+			return fmt.Errorf("shard %d: %w", n, err)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	if old, ok := b.shards[n]; ok && old.sched != nil {
+		old.sched.Stop()
+	}
+	b.shards[n] = sb
+	if sb.sched != nil {
+		sb.sched.Start(b.ctx)
+	}
+	return nil
+}
+
+// remove stops shard n's scheduler (a backup being written is cancelled)
+// and forgets the shard; its backups stay in its folder.
+func (b *shardBackups) remove(n int) {
+	b.mu.Lock()
+	sb, ok := b.shards[n]
+	delete(b.shards, n)
+	b.mu.Unlock()
+	if ok && sb.sched != nil {
+		sb.sched.Stop()
+	}
+}
+
+// close stops every scheduler; it is called before the retention
+// services and the stores close, since a backup holds both.
+func (b *shardBackups) close() {
+	b.mu.Lock()
+	b.closed = true
+	var scheds []*backup.Scheduler
+	for _, sb := range b.shards {
+		if sb.sched != nil {
+			scheds = append(scheds, sb.sched)
+		}
+	}
+	b.shards = map[int]shardBackup{}
+	b.mu.Unlock()
+	for _, s := range scheds {
+		s.Stop()
+	}
+}
+
+// Shard implements api.ShardBackups: shard n's backups, when this node
+// holds it.
+func (b *shardBackups) Shard(n int) (api.Backups, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sb, ok := b.shards[n]
+	if !ok {
+		return nil, false
+	}
+	return sb.creator, true
+}
+
+// Held implements api.ShardBackups: the shards this node backs up.
+func (b *shardBackups) Held() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	held := make([]int, 0, len(b.shards))
+	for n := range b.shards {
+		held = append(held, n)
+	}
+	sort.Ints(held)
+	return held
+}
+
+// List implements api.ShardBackups: every shard's backups under
+// BACKUP_PATH (backup.ErrNoBackupPath when unset).
+func (b *shardBackups) List(ctx context.Context) (backup.Listing, error) {
+	if b.cfg.Backup.Path == "" {
+		return backup.Listing{}, backup.ErrNoBackupPath
+	}
+	if err := ctx.Err(); err != nil {
+		return backup.Listing{}, err
+	}
+	return cluster.ListBackups(b.cfg.Backup.Path, b.cfg.Retention.AuditPath, b.cfg.Backup.Keep, time.Now())
+}
