@@ -65,7 +65,7 @@ func commands() []command {
 		{"audit verify", "[DIR] [--json] [--public-key FILE] [--exports DIR]", "check every audit file (chain, seq, footer, counts, name), the chain between files, signatures with a key, each export a footer names, every export file, and report any other file in the tree", env.auditVerify},
 		{"audit show", "FILE [--status S]", "print one audit file for people: the run, its items, the footer, and whether the file verifies", env.auditShow},
 		{"audit find", "ID [DIR] [--json]", "was this thread or message purged, when, why, and which audit file proves it: every record of it in the trail", env.auditFind},
-		{"backup create", "[--out FILE|-] [--zstd] [--json]", "make an online backup (through the running server when there is one): a Pebble checkpoint and manifest.json in one tar file", env.backupCreate},
+		{"backup create", "[--out FILE|-] [--zstd] [--shard N] [--json]", "make an online backup (through the running server when there is one; on a cluster node, of shard N through the node holding it): a Pebble checkpoint and manifest.json in one tar file", env.backupCreate},
 		{"backup list", "[--json]", "the backups in PROGRESSDB_BACKUP_PATH: age, expiry (PROGRESSDB_BACKUP_KEEP), size, and how many purged items each still holds", env.backupList},
 		{"backup verify", "FILE [--public-key F] [--json]", "check a backup: every file's hash, the manifest and its signature, and the database opened on a temporary copy with the store's consistency check", env.backupVerify},
 		{"restore", "FILE --db DIR [--audit DIR] [--accept-broken-audit] [--json]", "restore a backup into an empty folder, then replay every purge the audit trail records after the backup (a restore never brings purged data back)", env.restore},
