@@ -30,7 +30,8 @@ func signal(t testing.TB, p *proc, sig syscall.Signal) {
 // ownership and the shard answers 503 through the other nodes. Only a
 // shard's home takes its ownership (a move needs the frozen home's own
 // steps, so nothing else can take the shard over), so the deposed process
-// itself, resumed with SIGCONT, takes the shard again under a new epoch.
+// itself, resumed with SIGCONT, takes the shard again under a new epoch;
+// in the long mode a move asked meanwhile fails and leaves it there.
 // The run it was in stops without completing, the next run finishes the
 // purge with exact audit, and the shard's database, which has seen the new
 // epoch, refuses every batch carrying the old one (a write, a thread, a
@@ -63,6 +64,18 @@ func TestFaultClusterNodeFrozen(t *testing.T) {
 				t.Fatalf("shard 2 with its owner frozen past its lease: %d %s", code, body)
 			}
 
+			if suite.long {
+				// A move of the shard needs its home's own steps: asked while
+				// the home is frozen, it fails once the call to the home times
+				// out (30 s) and leaves the shard where it was.
+				code, body := nodes[0].call(t, "POST", "/admin/cluster/shards/2/move", map[string]string{"to": "node-1"}, adminToken)
+				if code != http.StatusServiceUnavailable {
+					t.Fatalf("moving shard 2 off its frozen home: %d %s", code, body)
+				}
+				if home := clusterState(t, nodes[0]).Shards[2].Home; home != "node-3" {
+					t.Fatalf("shard 2's home after a failed move: %s", home)
+				}
+			}
 			signal(t, nodes[2].proc, syscall.SIGCONT)
 			var epoch int64
 			waitFor(t, time.Minute, "node-3 to take its shard again", func() bool {
@@ -101,19 +114,21 @@ func TestFaultClusterNodeFrozen(t *testing.T) {
 
 			// The late batches of the deposed epoch, against the shard's
 			// database as the processes left it.
-			settled := snapshotLive(t, s.db)
 			st := openStore(t, s.db)
 			if got := st.Epoch(); got < epoch {
 				t.Fatalf("shard 2's database has seen epoch %d, not the new owner's %d", got, epoch)
 			}
-			late := store.WithEpoch(context.Background(), old)
-			var tid string
-			for ref := range fx.threadOf {
-				tid = fx.threadOf[ref]
-				if !fx.mustGo(threadRef(tid)) {
-					break
-				}
+			// A thread of the current epoch for the late write to target.
+			const tid = "late-target"
+			if _, err := st.CreateThread(store.WithEpoch(context.Background(), st.Epoch()), store.Thread{ID: tid, Title: "t", Author: "a"}); err != nil {
+				t.Fatal(err)
 			}
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			settled := snapshotLive(t, s.db)
+			st = openStore(t, s.db)
+			late := store.WithEpoch(context.Background(), old)
 			if _, err := st.AppendMessage(late, tid, store.Message{Author: "late", Body: []byte(`"late"`)}); !errors.Is(err, store.ErrFenced) {
 				t.Errorf("a write under the old epoch %d: %v, want store.ErrFenced", old, err)
 			}
