@@ -165,6 +165,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 			return err
 		}
 	}
+	backups.startSweep()
 	defer context.AfterFunc(ctx, services.closeAll)()
 	mover, err := cluster.NewNode(cluster.NodeOptions{Node: cfg.NodeID, Owner: owner, Shards: shards,
 		Retention: cfg.Retention, SigningKey: key, Version: buildinfo.Read().Version, Logger: logger,

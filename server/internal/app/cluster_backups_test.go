@@ -3,14 +3,20 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/backup"
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // A cluster node backs up each shard it holds as a database of its own:
@@ -87,5 +93,50 @@ func TestClusterBackupsPerShard(t *testing.T) {
 			t.Fatalf("no scheduled backups of both shards: %s", body)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+type noHold struct{}
+
+func (noHold) Hold(context.Context) (audit.Head, func(), error) { return audit.Head{}, func() {}, nil }
+
+// The backups of a shard the node no longer holds (moved away) expire
+// with BACKUP_KEEP too: the node sweeps their folders, so purged content
+// in them does not outlive KEEP because the shard's scheduler stopped.
+func TestClusterExpiresBackupsOfShardsMovedAway(t *testing.T) {
+	dir := t.TempDir()
+	folder := filepath.Join(dir, "backups", "shards", "1") // node-a holds 0 and 2
+	st, err := store.Open(filepath.Join(t.TempDir(), "db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, age := range []time.Duration{48 * time.Hour, time.Hour} {
+		c, err := backup.NewCreator(backup.Options{Store: st, Hold: noHold{}, Path: folder,
+			Now: func() time.Time { return time.Now().Add(-age) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, file, err := c.CreateInPath(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, file)
+	}
+	st.Close()
+
+	etcd := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.CreateCluster(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, testShards, []string{"node-a", "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	startNodeWith(t, etcd, "node-a", dir, "PROGRESSDB_RETENTION_AUDIT_PATH="+filepath.Join(dir, "audit"),
+		"PROGRESSDB_BACKUP_PATH="+filepath.Join(dir, "backups"), "PROGRESSDB_BACKUP_KEEP=1d")
+	if _, err := os.Stat(files[0]); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("backup older than KEEP of a shard not held: %v", err)
+	}
+	if _, err := os.Stat(files[1]); err != nil {
+		t.Fatalf("backup within KEEP of a shard not held: %v", err)
 	}
 }

@@ -2,9 +2,15 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -28,9 +34,11 @@ type shardBackups struct {
 	key    []byte
 	logger *slog.Logger
 
-	mu     sync.Mutex
-	shards map[int]shardBackup
-	closed bool
+	mu        sync.Mutex
+	shards    map[int]shardBackup
+	closed    bool
+	wg        sync.WaitGroup     // the sweep of shards not held
+	stopSweep context.CancelFunc // nil: no sweep
 }
 
 type shardBackup struct {
@@ -92,8 +100,64 @@ func (b *shardBackups) remove(n int) {
 	}
 }
 
-// close stops every scheduler; it is called before the retention
-// services and the stores close, since a backup holds both.
+// sweepEvery is how often a node expires the backups of the shards it
+// no longer holds (moved away): their schedulers stopped with the move,
+// and without the sweep their purged content would outlive BACKUP_KEEP.
+const sweepEvery = time.Hour
+
+// startSweep expires, now and every sweepEvery until the node's context
+// ends, the backups older than BACKUP_KEEP in the folders under
+// <BACKUP_PATH>/shards/ of shards this node does not hold. A held shard's
+// scheduler expires its own.
+func (b *shardBackups) startSweep() {
+	if b.cfg.Backup.Path == "" {
+		return
+	}
+	b.sweep()
+	ctx, cancel := context.WithCancel(b.ctx)
+	b.mu.Lock()
+	b.stopSweep = cancel
+	b.mu.Unlock()
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		t := time.NewTicker(sweepEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				b.sweep()
+			}
+		}
+	}()
+}
+
+func (b *shardBackups) sweep() {
+	root := filepath.Join(b.cfg.Backup.Path, "shards")
+	dirs, err := os.ReadDir(root)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			b.logger.Error("backup_expire_failed", "path", root, "err", err)
+		}
+		return
+	}
+	held := b.Held()
+	for _, d := range dirs {
+		n, err := strconv.Atoi(d.Name())
+		if err != nil || !d.IsDir() || strconv.Itoa(n) != d.Name() || slices.Contains(held, n) {
+			continue
+		}
+		dir := cluster.ShardBackupPath(b.cfg.Backup.Path, n)
+		if _, err := backup.Expire(dir, b.cfg.Backup.Keep, time.Now(), b.logger.With("shard", n)); err != nil {
+			b.logger.Error("backup_expire_failed", "shard", n, "path", dir, "err", err)
+		}
+	}
+}
+
+// close stops every scheduler and the sweep; it is called before the
+// retention services and the stores close, since a backup holds both.
 func (b *shardBackups) close() {
 	b.mu.Lock()
 	b.closed = true
@@ -104,10 +168,15 @@ func (b *shardBackups) close() {
 		}
 	}
 	b.shards = map[int]shardBackup{}
+	stop := b.stopSweep
 	b.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 	for _, s := range scheds {
 		s.Stop()
 	}
+	b.wg.Wait()
 }
 
 // Shard implements api.ShardBackups: shard n's backups, when this node
