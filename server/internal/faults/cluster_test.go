@@ -135,6 +135,7 @@ func TestFaultClusterNodeKilled(t *testing.T) {
 	}
 
 	// node-3 holds shard 2 (the shards are spread round robin).
+	before := clusterState(t, nodes[0]).Shards[2].Epoch
 	nodes[2].kill()
 	var inDead, inLive string
 	for _, tid := range threads {
@@ -157,16 +158,17 @@ func TestFaultClusterNodeKilled(t *testing.T) {
 		n.mustCall(t, "GET", "/v1/threads/"+inLive+"/messages", nil, "", http.StatusOK, nil)
 	}
 
-	// Its registration expires with its lease; then it starts again.
-	waitFor(t, time.Minute, "the killed node's registration to expire", func() bool {
-		for _, n := range clusterState(t, nodes[0]).Nodes {
+	// Its registration and its ownership expire with their leases (two
+	// leases, expiring apart); then it starts again.
+	waitFor(t, time.Minute, "the killed node's registration and ownership to expire", func() bool {
+		st := clusterState(t, nodes[0])
+		for _, n := range st.Nodes {
 			if n.ID == "node-3" {
-				return !n.Alive
+				return !n.Alive && st.Shards[2].State == cluster.ShardUnavailable
 			}
 		}
 		return false
 	})
-	before := clusterState(t, nodes[0]).Shards[2].Epoch
 	nodes[2] = startClusterNode(t, envs["node-3"])
 	waitFor(t, time.Minute, "the restarted node to own its shard", func() bool { return ownedShards(clusterState(t, nodes[1])) == clusterShards })
 	if after := clusterState(t, nodes[1]).Shards[2].Epoch; after <= before {
