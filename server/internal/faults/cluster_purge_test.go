@@ -126,17 +126,27 @@ func startShardRuns(t testing.TB, n *server) string {
 	return runID
 }
 
-// runAllShards runs retention on every shard through n and waits for
-// every run to complete.
+// runAllShards runs retention on every shard through n until every
+// shard's run completes. A shard answering 503 is asked again: a node
+// just restarted owns its shard in etcd a moment before n's view of it
+// and the node itself agree.
 func runAllShards(t testing.TB, n *server) {
 	t.Helper()
-	var done router.ClusterRetention
-	n.mustCall(t, "POST", "/admin/retention/run", nil, adminToken, http.StatusOK, &done)
-	for _, sh := range done.Shards {
-		if sh.Code != http.StatusOK || sh.Result == nil || sh.Result.Status != audit.RunCompleted {
-			t.Fatalf("shard %d's run: %+v", sh.Shard, sh)
+	waitFor(t, time.Minute, "a run to complete on every shard", func() bool {
+		var done router.ClusterRetention
+		n.mustCall(t, "POST", "/admin/retention/run", nil, adminToken, http.StatusOK, &done)
+		for _, sh := range done.Shards {
+			if sh.Code == http.StatusServiceUnavailable {
+				t.Logf("shard %d's run: %d %s; asking again", sh.Shard, sh.Code, sh.Error)
+				time.Sleep(100 * time.Millisecond)
+				return false
+			}
+			if sh.Code != http.StatusOK || sh.Result == nil || sh.Result.Status != audit.RunCompleted {
+				t.Fatalf("shard %d's run: %+v", sh.Shard, sh)
+			}
 		}
-	}
+		return true
+	})
 }
 
 // TestFaultClusterNodeKilledMidPurge kills node-3 with SIGKILL in the
