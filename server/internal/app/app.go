@@ -71,10 +71,7 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	// A database copied back by hand lacks the purges its trail records
 	// after its head: they are replayed before the first request.
-	if cfg.Backup.Path != "" && within(cfg.Retention.AuditPath, cfg.DBPath) {
-		logger.Warn("audit_path_inside_db_path", "audit_path", cfg.Retention.AuditPath, "db_path", cfg.DBPath,
-			"why", "a database restored by copying DB_PATH back brings an old audit trail with it, and its purges since are not replayed; set PROGRESSDB_RETENTION_AUDIT_PATH outside DB_PATH (docs/backup.md)")
-	}
+	warnAuditInsideDB(cfg, logger)
 	if res, err := svc.CatchUp(ctx, true); err != nil {
 		return fmt.Errorf("replay the purges the database lacks (docs/backup.md): %w", err)
 	} else if res != nil {
@@ -151,6 +148,16 @@ func NewBackups(st *store.Store, cfg config.Config, svc *retention.Manager, logg
 		Logger:     logger,
 		Metrics:    backup.NewMetrics(reg),
 	})
+}
+
+// warnAuditInsideDB warns, while backups are on, of an audit trail inside
+// DB_PATH: a database (or a node's shards) restored by copying DB_PATH back
+// brings an old trail with it, and the purges made since are not replayed.
+func warnAuditInsideDB(cfg config.Config, logger *slog.Logger) {
+	if cfg.Backup.Path != "" && within(cfg.Retention.AuditPath, cfg.DBPath) {
+		logger.Warn("audit_path_inside_db_path", "audit_path", cfg.Retention.AuditPath, "db_path", cfg.DBPath,
+			"why", "a database restored by copying DB_PATH back brings an old audit trail with it, and its purges since are not replayed; set PROGRESSDB_RETENTION_AUDIT_PATH outside DB_PATH (docs/backup.md)")
+	}
 }
 
 // within reports whether path is dir or lies under it.

@@ -104,6 +104,8 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	if err := Validate(cfg); err != nil {
 		return err
 	}
+	// Each shard replays at start what its trail records after its head.
+	warnAuditInsideDB(cfg, logger)
 	held := m.HeldBy(cfg.NodeID)
 	shards, err := cluster.OpenShards(cfg.DBPath, held, store.Options{Logger: logger})
 	if err != nil {

@@ -7,44 +7,18 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
-	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
 // startNodeWith is startNode with more settings (later ones win).
 func startNodeWith(t *testing.T, etcd *etcdtest.Server, id, dir string, extra ...string) *testNode {
 	t.Helper()
-	n := &testNode{id: id, addr: freeAddr(t), dir: dir, done: make(chan error, 1)}
-	env := append([]string{
-		"PROGRESSDB_DB_PATH=" + filepath.Join(dir, "data"),
-		"PROGRESSDB_ADDR=" + n.addr,
-		"PROGRESSDB_ADMIN_TOKEN=" + testAdminToken,
-		"PROGRESSDB_CLUSTER_ETCD=" + strings.Join(etcd.Endpoints(), ","),
-		"PROGRESSDB_CLUSTER_NAME=chat",
-		"PROGRESSDB_NODE_ID=" + id,
-		"PROGRESSDB_ADVERTISE_URL=" + n.url(),
-		"PROGRESSDB_CLUSTER_SECRET=" + testSecret,
-		fmt.Sprintf("PROGRESSDB_CLUSTER_SHARDS=%d", testShards),
-		"PROGRESSDB_CLUSTER_LEASE_TTL=3s",
-	}, extra...)
-	cfg, err := config.Load(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	n.stop = cancel
-	go func() { n.done <- Serve(ctx, cfg, testLogger(t)) }()
-	t.Cleanup(n.shutdown)
-	if code := waitAnswering(t, n.addr); code != http.StatusOK {
-		t.Fatalf("node %s /healthz: %d", id, code)
-	}
-	return n
+	return startNodeLogging(t, etcd, id, dir, testLogger(t), extra...)
 }
 
 // startClusterWith is startCluster with more settings for every node; each

@@ -42,8 +42,15 @@ func (n *testNode) url() string { return "http://" + n.addr }
 // it is stopped.
 func startNode(t *testing.T, etcd *etcdtest.Server, id, dir string) *testNode {
 	t.Helper()
+	return startNodeLogging(t, etcd, id, dir, testLogger(t))
+}
+
+// startNodeLogging is startNode logging to logger, with more settings
+// (later ones win).
+func startNodeLogging(t *testing.T, etcd *etcdtest.Server, id, dir string, logger *slog.Logger, extra ...string) *testNode {
+	t.Helper()
 	n := &testNode{id: id, addr: freeAddr(t), dir: dir, done: make(chan error, 1)}
-	cfg, err := config.Load([]string{
+	cfg, err := config.Load(append([]string{
 		"PROGRESSDB_DB_PATH=" + filepath.Join(dir, "data"),
 		"PROGRESSDB_ADDR=" + n.addr,
 		"PROGRESSDB_ADMIN_TOKEN=" + testAdminToken,
@@ -54,13 +61,13 @@ func startNode(t *testing.T, etcd *etcdtest.Server, id, dir string) *testNode {
 		"PROGRESSDB_CLUSTER_SECRET=" + testSecret,
 		fmt.Sprintf("PROGRESSDB_CLUSTER_SHARDS=%d", testShards),
 		"PROGRESSDB_CLUSTER_LEASE_TTL=3s",
-	})
+	}, extra...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stop = cancel
-	go func() { n.done <- Serve(ctx, cfg, testLogger(t)) }()
+	go func() { n.done <- Serve(ctx, cfg, logger) }()
 	t.Cleanup(n.shutdown)
 	if code := waitAnswering(t, n.addr); code != http.StatusOK {
 		t.Fatalf("node %s /healthz: %d", id, code)
@@ -406,5 +413,31 @@ func TestClusterMoveShardBetweenServedNodes(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(cluster.ShardDBPath(filepath.Join(a.dir, "data"), 0)); len(m) != 0 {
 		t.Fatalf("node-a opened shard 0 again")
+	}
+}
+
+// TestClusterNodeWarnsOfAnAuditFolderInsideTheDatabase: a node replays
+// each shard's purges at start from the shard's trail, which a folder
+// copied back by hand would bring with it when it lies inside DB_PATH; with
+// backups on, the node warns as a single server does.
+func TestClusterNodeWarnsOfAnAuditFolderInsideTheDatabase(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.CreateCluster(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, testShards, []string{"node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, inside := range []bool{true, false} {
+		dir := t.TempDir()
+		env := []string{"PROGRESSDB_BACKUP_PATH=" + filepath.Join(dir, "backups")}
+		if !inside {
+			env = append(env, "PROGRESSDB_RETENTION_AUDIT_PATH="+filepath.Join(dir, "audit"))
+		}
+		logs := &lockedLog{}
+		n := startNodeLogging(t, etcd, "node-a", dir, slog.New(slog.NewTextHandler(logs, nil)), env...)
+		n.shutdown()
+		if got := strings.Contains(logs.String(), "audit_path_inside_db_path"); got != inside {
+			t.Errorf("audit folder inside: %v; warned: %v\n%s", inside, got, logs.String())
+		}
 	}
 }
