@@ -50,12 +50,8 @@ func (r *Runner) Hold(ctx context.Context) (audit.Head, func(), error) {
 		default:
 		}
 		// Real time, not r.clock: a test's fake clock would never end it.
-		t := time.NewTimer(holdRetry)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return audit.Head{}, nil, ctx.Err()
-		case <-t.C:
+		if err := sleep(ctx, SystemClock{}, holdRetry); err != nil {
+			return audit.Head{}, nil, err
 		}
 	}
 }

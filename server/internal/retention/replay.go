@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -266,12 +265,8 @@ func (m *Manager) CatchUp(ctx context.Context, wait bool) (*Result, error) {
 		if !waited {
 			m.log.Warn("retention_replay_waits_for_lease", "holder", held.Holder.Owner)
 		}
-		t := time.NewTimer(holdRetry)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
+		if err := sleep(ctx, SystemClock{}, holdRetry); err != nil {
+			return nil, err
 		}
 	}
 	if err != nil {
