@@ -10,7 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
@@ -39,15 +38,9 @@ func (e env) clusterStatus(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stderr, "progressdb cluster status: set %s to the cluster's etcd endpoints\n", config.VarClusterEtcd)
 		return exitUsage
 	}
-	c, err := app.EtcdClient(cfg.Cluster)
-	var startErr *app.StartupError
-	if errors.As(err, &startErr) {
-		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
-		return exitUsage
-	}
-	if err != nil {
-		fmt.Fprintf(e.stderr, "progressdb cluster status: %v\n", err)
-		return exitFailed
+	c, code := e.dialCluster(cfg, "cluster status")
+	if c == nil {
+		return code
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
@@ -58,11 +51,8 @@ func (e env) clusterStatus(ctx context.Context, args []string) int {
 	case errors.Is(err, cluster.ErrNoCluster):
 		fmt.Fprintf(e.stderr, "progressdb cluster status: cluster %q has not been created: run progressdb cluster create --nodes ID,ID,...\n", k.Name)
 		return exitFailed
-	case errors.Is(err, context.DeadlineExceeded):
-		fmt.Fprintf(e.stderr, "progressdb cluster status: etcd at %s did not answer within %s\n", cfg.Cluster.Etcd, clusterTimeout)
-		return exitFailed
 	case err != nil:
-		fmt.Fprintf(e.stderr, "progressdb cluster status: %v\n", err)
+		e.clusterError(cfg, "cluster status", err)
 		return exitFailed
 	}
 	rep := clusterStatusReport{Cluster: k.Name, Status: st}
