@@ -15,20 +15,19 @@ import (
 // <root>/YYYY-MM/retention-<ts>-<run_id>.jsonl.inprogress. It is safe for
 // concurrent use. A write error is sticky: every later call returns it.
 type Writer struct {
-	mu      sync.Mutex
-	now     func() time.Time
-	runID   string
-	dir     string // the month folder
-	path    string // current path: .inprogress until Close
-	f       *os.File
-	bw      *bufio.Writer
-	seq     int64  // seq of the next line
-	prev    string // hash of the last line written
-	tally   tally
-	err     error // sticky write error
-	closed  bool
-	key     ed25519.PrivateKey // signs the footer when set
-	follows string             // the header's prev_file
+	mu     sync.Mutex
+	now    func() time.Time
+	runID  string
+	dir    string // the month folder
+	path   string // current path: .inprogress until Close
+	f      *os.File
+	bw     *bufio.Writer
+	seq    int64  // seq of the next line
+	prev   string // hash of the last line written
+	tally  tally
+	err    error // sticky write error
+	closed bool
+	key    ed25519.PrivateKey // signs the footer when set
 }
 
 // Create makes the month folder (0750) and the file (0640), writes the
@@ -84,7 +83,7 @@ func newWriter(root, runID string, h Header, now func() time.Time) (*Writer, err
 
 	dir := filepath.Join(root, h.StartedAt.Format(monthLayout))
 	final := filepath.Join(dir, sealedName(h.StartedAt, runID))
-	w := &Writer{now: now, runID: runID, dir: dir, path: final + suffixInProgress, follows: prev}
+	w := &Writer{now: now, runID: runID, dir: dir, path: final + suffixInProgress}
 	header, err := w.encode(MsgHeader, h)
 	if err != nil {
 		return nil, err
@@ -242,10 +241,6 @@ func (w *Writer) Close(f Footer) (string, error) {
 	}
 	return final, nil
 }
-
-// Follows is the header's prev_file: the hash of the footer of the sealed
-// file this one follows, "" for the first file.
-func (w *Writer) Follows() string { return w.follows }
 
 // LastHash is the hex SHA-256 of the last line written: after Close, of
 // the footer, which is what the next file's prev_file holds.
