@@ -324,17 +324,8 @@ func (c *checker) object() error {
 			return err
 		}
 		c.path = c.path[:len(c.path)-1]
-		if c.space(); c.i >= len(c.data) {
-			return c.syntax()
-		}
-		switch c.data[c.i] {
-		case ',':
-			c.i++
-		case '}':
-			c.i++
-			return nil
-		default:
-			return c.syntax()
+		if end, err := c.next('}'); end || err != nil {
+			return err
 		}
 	}
 }
@@ -376,19 +367,27 @@ func (c *checker) array() error {
 			return err
 		}
 		c.path = c.path[:len(c.path)-1]
-		if c.space(); c.i >= len(c.data) {
-			return c.syntax()
-		}
-		switch c.data[c.i] {
-		case ',':
-			c.i++
-		case ']':
-			c.i++
-			return nil
-		default:
-			return c.syntax()
+		if end, err := c.next(']'); end || err != nil {
+			return err
 		}
 	}
+}
+
+// next reads what follows a member or an element: a comma before the
+// next one, or closing, which ends the object or array.
+func (c *checker) next(closing byte) (end bool, err error) {
+	if c.space(); c.i >= len(c.data) {
+		return false, c.syntax()
+	}
+	switch c.data[c.i] {
+	case ',':
+		c.i++
+		return false, nil
+	case closing:
+		c.i++
+		return true, nil
+	}
+	return false, c.syntax()
 }
 
 // inRange reports whether a JSON number's magnitude is at most MaxInt.
