@@ -156,8 +156,11 @@ func Pending(root string, head Head, skip string) (purged int64, ok bool, err er
 }
 
 // IsReplay reports whether a header is a replay run's.
-func IsReplay(h *Header) bool {
-	return h != nil && (h.Trigger == TriggerRestore || h.Trigger == TriggerStart)
+func IsReplay(h *Header) bool { return h != nil && IsReplayTrigger(h.Trigger) }
+
+// IsReplayTrigger reports whether a run's trigger makes it a replay.
+func IsReplayTrigger(trigger string) bool {
+	return trigger == TriggerRestore || trigger == TriggerStart
 }
 
 // chainAfter follows prev_file links from head and returns the files

@@ -169,8 +169,15 @@ func lacking(st audit.Step, dbID string) int64 {
 	switch {
 	case h == nil:
 		return -1
-	case audit.IsReplay(h), h.DatabaseID != "" && dbID != "" && h.DatabaseID != dbID:
+	case replayOrOther(h, dbID):
 		return 0
 	}
 	return st.Purged
+}
+
+// replayOrOther reports whether the file with header h records no purge a
+// database with id dbID lacks: a replay (its items were recorded purged
+// before it) or a run of another database sharing the trail.
+func replayOrOther(h *audit.Header, dbID string) bool {
+	return audit.IsReplay(h) || h.DatabaseID != "" && dbID != "" && h.DatabaseID != dbID
 }

@@ -42,17 +42,12 @@ var ErrBrokenTrail = errors.New("the audit trail after the database's head does 
 // keeps the cause its first purge recorded.
 const causeReplay = "replay"
 
-// isReplay reports whether a run's trigger makes it a replay.
-func isReplay(trigger string) bool {
-	return trigger == audit.TriggerRestore || trigger == audit.TriggerStart
-}
-
 // replaying reports whether this run is a replay.
-func (rn *run) replaying() bool { return isReplay(rn.trigger) }
+func (rn *run) replaying() bool { return audit.IsReplayTrigger(rn.trigger) }
 
 // sourcesFor chooses a run's sources by its trigger.
 func sourcesFor(req RunRequest) []source {
-	if isReplay(req.Trigger) {
+	if audit.IsReplayTrigger(req.Trigger) {
 		return []source{&replaySource{trigger: req.Trigger, opts: req.Replay}}
 	}
 	return policySources()
@@ -119,9 +114,8 @@ func (s *replaySource) load(ctx context.Context, rn *run) error {
 	// Accepted, a broken trail is replayed as far as it can be read: the
 	// files the chain reaches, then those after the head it does not.
 	for _, f := range append(tr.Files, tr.Unlinked...) {
-		if audit.IsReplay(&f.Header) || f.RunID == rn.id ||
-			f.Header.DatabaseID != "" && dbID != "" && f.Header.DatabaseID != dbID {
-			continue // a replay, or another database's run
+		if f.RunID == rn.id || replayOrOther(&f.Header, dbID) {
+			continue
 		}
 		err := audit.Purged(f.Path, func(it audit.Item) error {
 			k := audit.ItemKey{Type: it.ItemType, ID: it.ItemID}

@@ -247,7 +247,7 @@ func (r *Runner) Run(ctx context.Context, req RunRequest) (Result, error) {
 // it takes this process's run slot and the lease, and starts the
 // heartbeat. On success the caller must call execute, which releases both.
 func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error) {
-	replay := isReplay(req.Trigger)
+	replay := audit.IsReplayTrigger(req.Trigger)
 	dry := (req.DryRun || r.cfg.DryRun) && !replay
 	// Enabled is the scheduler's switch: runs asked for by hand (admin
 	// API, command line) and replays do not need it.
