@@ -46,17 +46,7 @@ func (b *shardBackups) List(ctx context.Context) (backup.Listing, error) {
 // shard is 400, a shard held elsewhere 409. Every answer is checked
 // against api/openapi.yaml.
 func TestClusterBackupsConformance(t *testing.T) {
-	etcd := etcdtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := cluster.CreateCluster(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, 2, []string{"node-a", "node-b"}); err != nil {
-		t.Fatal(err)
-	}
-	a := startNode(t, etcd, "node-a")
-	startNode(t, etcd, "node-b")
-	if _, err := a.owner.WaitOwned(ctx, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	a, _ := startTwoNodes(t, etcdtest.Start(t))
 	admin := headers(true, nil)
 	send(t, a, "POST", "/v1/threads", `{"id":"`+threadIn(0, 2, "ta")+`","title":"x","author":"u"}`, nil, 201)
 	var m backup.Manifest

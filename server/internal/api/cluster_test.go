@@ -48,6 +48,24 @@ func startNode(t testing.TB, etcd *etcdtest.Server, id string) *node {
 	return startNodeWith(t, etcd, id, true, 0)
 }
 
+// startTwoNodes creates the cluster "chat" of two shards, homed on node-a
+// and node-b, starts both nodes and waits until each owns its home shard.
+func startTwoNodes(t testing.TB, etcd *etcdtest.Server) (a, b *node) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cluster.CreateCluster(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, 2, []string{"node-a", "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	a, b = startNode(t, etcd, "node-a"), startNode(t, etcd, "node-b")
+	for shard, n := range []*node{a, b} {
+		if _, err := n.owner.WaitOwned(ctx, shard, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, b
+}
+
 // startNodeWith starts a node whose view of the cluster follows etcd's
 // changes when watch is set, and is read only when it asks otherwise.
 // A node's calls to others time out after timeout (the default when 0).
@@ -258,16 +276,8 @@ func headers(admin bool, extra http.Header) http.Header {
 // stale epoch, and 503 naming the shard once its owner is down.
 func TestClusterConformance(t *testing.T) {
 	etcd := etcdtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := cluster.CreateCluster(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, 2, []string{"node-a", "node-b"}); err != nil {
-		t.Fatal(err)
-	}
-	a, b := startNode(t, etcd, "node-a"), startNode(t, etcd, "node-b")
-	if _, err := a.owner.WaitOwned(ctx, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	epoch, err := b.owner.WaitOwned(ctx, 1, 0)
+	a, b := startTwoNodes(t, etcd)
+	epoch, err := b.owner.Epoch(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,18 +458,7 @@ func TestClusterFrozenOwner(t *testing.T) {
 // answers its writes 503 naming the shard; other nodes answer 503 for it.
 func TestClusterWritesWaitForOwnership(t *testing.T) {
 	etcd := etcdtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := cluster.CreateCluster(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, 2, []string{"node-a", "node-b"}); err != nil {
-		t.Fatal(err)
-	}
-	a, b := startNode(t, etcd, "node-a"), startNode(t, etcd, "node-b")
-	if _, err := b.owner.WaitOwned(ctx, 1, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.owner.WaitOwned(ctx, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	a, b := startTwoNodes(t, etcd)
 	tb := threadIn(1, 2, "tb")
 	send(t, a, "POST", "/v1/threads", `{"id":"`+tb+`","title":"x","author":"u"}`, nil, 201)
 	b.owner.Close() // gives up its ownerships; its HTTP server goes on
@@ -482,15 +481,7 @@ func TestClusterWritesWaitForOwnership(t *testing.T) {
 //	go test -run '^$' -bench ClusterForwarding -benchtime 3s ./server/internal/api
 func BenchmarkClusterForwarding(b *testing.B) {
 	etcd := etcdtest.Start(b)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := cluster.CreateCluster(ctx, etcd.Client(b), cluster.Keys{Name: "chat"}, 2, []string{"node-a", "node-b"}); err != nil {
-		b.Fatal(err)
-	}
-	na, nb := startNode(b, etcd, "node-a"), startNode(b, etcd, "node-b")
-	if _, err := nb.owner.WaitOwned(ctx, 1, 0); err != nil {
-		b.Fatal(err)
-	}
+	na, nb := startTwoNodes(b, etcd)
 	tb := threadIn(1, 2, "tb")
 	send(b, na, "POST", "/v1/threads", `{"id":"`+tb+`","title":"x","author":"u"}`, nil, 201)
 	send(b, na, "POST", "/v1/threads/"+tb+"/messages", `{"author":"u","body":"hello"}`, nil, 201)
@@ -520,18 +511,7 @@ func BenchmarkClusterForwarding(b *testing.B) {
 // land again.
 func TestClusterShardMovingRefusesWrites(t *testing.T) {
 	etcd := etcdtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := cluster.CreateCluster(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, 2, []string{"node-a", "node-b"}); err != nil {
-		t.Fatal(err)
-	}
-	a, b := startNode(t, etcd, "node-a"), startNode(t, etcd, "node-b")
-	if _, err := b.owner.WaitOwned(ctx, 1, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.owner.WaitOwned(ctx, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	a, b := startTwoNodes(t, etcd)
 	tb := threadIn(1, 2, "tb")
 	send(t, a, "POST", "/v1/threads", `{"id":"`+tb+`","title":"x","author":"u"}`, nil, 201)
 	b.owner.Freeze(1)
@@ -571,16 +551,7 @@ func TestClusterMoveShard(t *testing.T) {
 	defer cancel()
 	c := etcd.Client(t)
 	keys := cluster.Keys{Name: "chat"}
-	if err := cluster.CreateCluster(ctx, c, keys, 2, []string{"node-a", "node-b"}); err != nil {
-		t.Fatal(err)
-	}
-	a, b := startNode(t, etcd, "node-a"), startNode(t, etcd, "node-b")
-	if _, err := a.owner.WaitOwned(ctx, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.owner.WaitOwned(ctx, 1, 0); err != nil {
-		t.Fatal(err)
-	}
+	a, b := startTwoNodes(t, etcd)
 	admin := headers(true, nil)
 	ta := threadIn(0, 2, "ta")
 	send(t, a, "POST", "/v1/threads", `{"id":"`+ta+`","title":"x","author":"u"}`, nil, 201)
