@@ -110,7 +110,7 @@ func (c *Creator) CreateFile(ctx context.Context, path string) (Manifest, string
 		path = filepath.Join(path, FileName(created, id))
 	}
 	var m Manifest
-	err := writeAtomic(path, func(f io.Writer) error {
+	err := WriteAtomic(path, func(f io.Writer) error {
 		var err error
 		m, err = c.write(ctx, f, Compressed(path), id, created)
 		return err
@@ -293,11 +293,12 @@ func writeEntry(tw *tar.Writer, name string, size int64, mod time.Time, r io.Rea
 	return nil
 }
 
-// writeAtomic writes path through fill: into a temporary file beside it
-// (0600), synced, renamed over path, folder synced. On failure the
-// temporary file is removed; a killed process leaves only it, never a
-// partial file under path.
-func writeAtomic(path string, fill func(io.Writer) error) (err error) {
+// WriteAtomic writes path through fill (a backup made here, or one
+// received from elsewhere): into a temporary file beside it (0600),
+// synced, renamed over path, folder synced. On failure the temporary file
+// is removed; a killed process leaves only it, never a partial file under
+// path.
+func WriteAtomic(path string, fill func(io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -330,10 +331,6 @@ func writeAtomic(path string, fill func(io.Writer) error) (err error) {
 	}
 	return syncDir(dir)
 }
-
-// WriteAtomic is writeAtomic for callers that receive a backup from
-// elsewhere (the admin API's stream).
-func WriteAtomic(path string, fill func(io.Writer) error) error { return writeAtomic(path, fill) }
 
 func syncDir(dir string) error {
 	d, err := os.Open(dir)

@@ -23,7 +23,7 @@ import (
 // process killed before the final rename leaves a whole backup under it.
 var backupName = regexp.MustCompile(`^progressdb-backup-(?:[0-9]{8}T[0-9]{6}Z-([0-9a-f]{12})|incoming)\.tar(\.zst)?$`)
 
-// tempName matches what writeAtomic leaves when the process is killed
+// tempName matches what WriteAtomic leaves when the process is killed
 // while it writes a backup: a partial archive that can hold purged content.
 var tempName = regexp.MustCompile(`^\.progressdb-backup-(?:[0-9]{8}T[0-9]{6}Z-[0-9a-f]{12}|incoming)\.tar(\.zst)?\.tmp-[0-9]+$`)
 
