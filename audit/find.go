@@ -3,7 +3,6 @@ package audit
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -64,24 +63,14 @@ func findIn(path, itemID string) ([]Match, error) {
 	r.only = needle[1 : len(needle)-1]
 	var hdr *Header
 	var out []Match
-	for {
-		rec, err := r.Next()
-		var p *Problem
-		switch {
-		case errors.Is(err, io.EOF):
-			return out, nil
-		case errors.As(err, &p):
-			continue
-		case err != nil:
-			return out, err
-		}
+	err = eachRecord(r, func(rec Record) error {
 		if rec.Header != nil {
 			hdr = rec.Header
-			continue
+			return nil
 		}
 		it := rec.Item
 		if it == nil || it.ItemID != itemID {
-			continue
+			return nil
 		}
 		m := Match{File: path, Line: rec.Line, RunID: rec.RunID, Written: rec.Time, Item: *it,
 			InProgress: strings.HasSuffix(path, suffixInProgress)}
@@ -89,5 +78,7 @@ func findIn(path, itemID string) ([]Match, error) {
 			m.RunStarted, m.DryRun = hdr.StartedAt, hdr.DryRun
 		}
 		out = append(out, m)
-	}
+		return nil
+	})
+	return out, err
 }

@@ -263,6 +263,18 @@ func Purged(path string, fn func(Item) error) error {
 		return err
 	}
 	defer r.Close()
+	return eachRecord(r, func(rec Record) error {
+		if it := rec.Item; it != nil && it.Status == StatusPurged {
+			return fn(*it)
+		}
+		return nil
+	})
+}
+
+// eachRecord calls fn with every record r reads, in order, until the end
+// of the file or an error, which it returns. Lines that do not parse are
+// passed over: the readers of records leave naming them to the verifier.
+func eachRecord(r *Reader, fn func(Record) error) error {
 	for {
 		rec, err := r.Next()
 		var p *Problem
@@ -274,10 +286,8 @@ func Purged(path string, fn func(Item) error) error {
 		case err != nil:
 			return err
 		}
-		if it := rec.Item; it != nil && it.Status == StatusPurged {
-			if err := fn(*it); err != nil {
-				return err
-			}
+		if err := fn(rec); err != nil {
+			return err
 		}
 	}
 }
