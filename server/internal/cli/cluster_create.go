@@ -44,12 +44,8 @@ func (e env) clusterCreate(ctx context.Context, args []string) int {
 		e.flagsHint(fs)
 		return exitUsage
 	}
-	cfg, ok := e.loadConfig()
+	cfg, ok := e.loadClusterConfig("cluster create")
 	if !ok {
-		return exitUsage
-	}
-	if !cfg.Cluster.Enabled() {
-		fmt.Fprintf(e.stderr, "progressdb cluster create: set %s to the cluster's etcd endpoints\n", config.VarClusterEtcd)
 		return exitUsage
 	}
 	c, code := e.dialCluster(cfg, "cluster create")

@@ -17,6 +17,20 @@ import (
 // fails the command instead of hanging it.
 const clusterTimeout = 15 * time.Second
 
+// loadClusterConfig loads the configuration of a cluster command, which
+// needs the cluster's etcd; false means the error was printed.
+func (e env) loadClusterConfig(name string) (config.Config, bool) {
+	cfg, ok := e.loadConfig()
+	if !ok {
+		return cfg, false
+	}
+	if !cfg.Cluster.Enabled() {
+		fmt.Fprintf(e.stderr, "progressdb %s: set %s to the cluster's etcd endpoints\n", name, config.VarClusterEtcd)
+		return cfg, false
+	}
+	return cfg, true
+}
+
 // dialCluster connects to the cluster's etcd; on error it prints why and
 // returns the exit status (2 for a TLS file that is not one).
 func (e env) dialCluster(cfg config.Config, name string) (*clientv3.Client, int) {

@@ -9,7 +9,6 @@ import (
 	"strconv"
 
 	"github.com/progressdb/progressdb/server/internal/cluster"
-	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
 // clusterMoveShard moves shard N to node --to through the node at
@@ -28,12 +27,8 @@ func (e env) clusterMoveShard(ctx context.Context, args []string) int {
 		fmt.Fprintln(e.stderr, "usage: progressdb cluster move-shard N --to NODE [--json]")
 		return exitUsage
 	}
-	cfg, ok := e.loadConfig()
+	cfg, ok := e.loadClusterConfig("cluster move-shard")
 	if !ok {
-		return exitUsage
-	}
-	if !cfg.Cluster.Enabled() {
-		fmt.Fprintf(e.stderr, "progressdb cluster move-shard: set %s to the cluster's etcd endpoints\n", config.VarClusterEtcd)
 		return exitUsage
 	}
 	c, err := newAdminClient(cfg)

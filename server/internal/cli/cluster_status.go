@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/progressdb/progressdb/server/internal/cluster"
-	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
 // clusterStatusReport is what cluster status prints with --json: the
@@ -30,12 +29,8 @@ func (e env) clusterStatus(ctx context.Context, args []string) int {
 	if !e.parseFlags(fs, args, false) {
 		return exitUsage
 	}
-	cfg, ok := e.loadConfig()
+	cfg, ok := e.loadClusterConfig("cluster status")
 	if !ok {
-		return exitUsage
-	}
-	if !cfg.Cluster.Enabled() {
-		fmt.Fprintf(e.stderr, "progressdb cluster status: set %s to the cluster's etcd endpoints\n", config.VarClusterEtcd)
 		return exitUsage
 	}
 	c, code := e.dialCluster(cfg, "cluster status")
