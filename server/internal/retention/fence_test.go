@@ -24,8 +24,9 @@ func (e *env) fencedRunner() *Runner {
 }
 
 // TestRunFencedByNewerOwner: a run whose lease epoch is older than one the
-// shard's database has already seen deletes nothing: its first batch is
-// refused, and it stops as a run that lost its lease does.
+// shard's database has already seen deletes nothing: its first write (the
+// run start record) is refused, and it stops as a run that lost its lease
+// does.
 func TestRunFencedByNewerOwner(t *testing.T) {
 	e := newEnv(t)
 	e.thread("a", 3, 2)

@@ -178,7 +178,13 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 		if err == nil && newID {
 			err = r.st.SetDatabaseID(ctx, header.DatabaseID)
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, store.ErrFenced):
+			// A newer owner has written: the lease is lost, and nothing
+			// of this run was written.
+			rn.halt(err)
+			return rn.finish(ctx, res)
+		case err != nil:
 			rn.setStop(&stopCause{status: audit.RunFailed, reason: "record run start: " + err.Error(), err: err})
 			return rn.finish(ctx, res)
 		}

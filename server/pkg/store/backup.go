@@ -121,7 +121,7 @@ func (s *Store) SetDatabaseID(ctx context.Context, id string) error {
 	if err != nil || cur != "" {
 		return err
 	}
-	if err := s.db.Set([]byte(databaseIDKey), []byte(id), pebble.NoSync); err != nil {
+	if err := s.set(ctx, []byte(databaseIDKey), []byte(id), pebble.NoSync); err != nil {
 		return fmt.Errorf("record database id: %w", err)
 	}
 	return nil
@@ -144,7 +144,7 @@ func (s *Store) DatabaseID(ctx context.Context, create bool) (string, error) {
 		return "", nil
 	}
 	id := newDatabaseID()
-	if err := s.db.Set([]byte(databaseIDKey), []byte(id), pebble.Sync); err != nil {
+	if err := s.set(ctx, []byte(databaseIDKey), []byte(id), pebble.Sync); err != nil {
 		return "", fmt.Errorf("record database id: %w", err)
 	}
 	return id, nil
@@ -176,7 +176,7 @@ func (s *Store) SetRunStarted(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.db.Set([]byte(runStartedKey), []byte(id), pebble.NoSync); err != nil {
+	if err := s.set(ctx, []byte(runStartedKey), []byte(id), pebble.NoSync); err != nil {
 		return fmt.Errorf("record run start: %w", err)
 	}
 	return nil
@@ -282,7 +282,7 @@ func (s *Store) BeginReplayPurge(ctx context.Context, m PurgeMarker) (PurgeMarke
 		return m, err
 	}
 	// Not synced on its own, as BeginPurge: the deletes follow it in the log.
-	if err := s.db.Set(purgeKey(m.Kind, m.ID), v, pebble.NoSync); err != nil {
+	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, pebble.NoSync); err != nil {
 		return m, fmt.Errorf("replay purge of %s %s: %w", m.Kind, m.ID, err)
 	}
 	return m, nil

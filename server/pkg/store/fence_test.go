@@ -172,3 +172,27 @@ func TestRaiseFenceWithoutWrite(t *testing.T) {
 		t.Fatalf("Epoch after reopening = %d, want 9", got)
 	}
 }
+
+// TestFenceRefusesOldRunRecords: a deposed owner's retention run cannot
+// record that it began purging, nor claim a replayed purge: either would
+// tell the next run that purges are in the database that never were.
+func TestFenceRefusesOldRunRecords(t *testing.T) {
+	s := openStore(t, newClock())
+	bg := context.Background()
+	createThread(t, s, "t1")
+	deleteThread(t, s, "t1")
+	if err := s.RaiseFence(bg, 7); err != nil {
+		t.Fatal(err)
+	}
+	old := store.WithEpoch(bg, 5)
+
+	wantErr(t, s.SetRunStarted(old, "r-old"), store.ErrFenced)
+	if got, err := s.RunStarted(bg); err != nil || got != "" {
+		t.Fatalf("RunStarted = %q, %v; want none", got, err)
+	}
+	_, err := s.BeginReplayPurge(old, store.PurgeMarker{Kind: store.KindThread, ID: "t1", RunID: "r-old"})
+	wantErr(t, err, store.ErrFenced)
+	if ms, err := s.PendingPurges(bg); err != nil || len(ms) != 0 {
+		t.Fatalf("purge markers = %v, %v; want none", ms, err)
+	}
+}
