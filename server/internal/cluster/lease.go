@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -69,18 +68,8 @@ func (c EtcdCoordinator) withDefaults() (EtcdCoordinator, error) {
 	case c.Owner == "":
 		return c, errors.New("etcd lease: empty owner")
 	}
-	if c.Host == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return c, fmt.Errorf("etcd lease: host name: %w", err)
-		}
-		c.Host = h
-	}
-	if c.PID == 0 {
-		c.PID = os.Getpid()
-	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if err := retention.FillHolder(&c.Host, &c.PID, &c.Now); err != nil {
+		return c, fmt.Errorf("etcd lease: %w", err)
 	}
 	return c, nil
 }

@@ -124,20 +124,30 @@ func (c LeaseConfig) withDefaults() (LeaseConfig, error) {
 	case c.Owner == "":
 		return c, errors.New("lease: empty owner")
 	}
-	if c.Host == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return c, fmt.Errorf("lease: host name: %w", err)
-		}
-		c.Host = h
-	}
-	if c.PID == 0 {
-		c.PID = os.Getpid()
-	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if err := FillHolder(&c.Host, &c.PID, &c.Now); err != nil {
+		return c, fmt.Errorf("lease: %w", err)
 	}
 	return c, nil
+}
+
+// FillHolder sets what a lease holder left unset: its host name
+// (os.Hostname), its process id (os.Getpid) and its clock (time.Now).
+// The file lease and the cluster's etcd lease both name holders this way.
+func FillHolder(host *string, pid *int, now *func() time.Time) error {
+	if *host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("host name: %w", err)
+		}
+		*host = h
+	}
+	if *pid == 0 {
+		*pid = os.Getpid()
+	}
+	if *now == nil {
+		*now = time.Now
+	}
+	return nil
 }
 
 // Lease is a held coordinator lease. Check and Info are safe to call from
