@@ -44,24 +44,8 @@ func TestPauseIsClusterWide(t *testing.T) {
 		if _, err := w.WaitOwned(ctx, n, 0); err != nil {
 			t.Fatal(err)
 		}
-		sh, err := OpenShards(filepath.Join(dir, node), []int{n}, store.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sh.Close() })
-		st, _ := sh.Store(n)
-		wctx, err := w.Fence(ctx, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tid := range []string{"gone-1", "gone-2"} {
-			if _, err := st.CreateThread(wctx, store.Thread{ID: tid, Title: "x", Author: "y"}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.DeleteThread(wctx, tid); err != nil {
-				t.Fatal(err)
-			}
-		}
+		st, wctx := fencedShardStore(t, ctx, w, filepath.Join(dir, node), n)
+		deletedThreads(t, wctx, st, "gone-1", "gone-2")
 		shard := n
 		r, err := retention.NewRunner(retention.RunnerOptions{
 			Store:       st,
@@ -203,25 +187,10 @@ func TestClusterPauseStopsARunGoing(t *testing.T) {
 	if _, err := w.WaitOwned(ctx, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	sh, err := OpenShards(filepath.Join(t.TempDir(), "data"), []int{0}, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sh.Close()
-	st, _ := sh.Store(0)
-	wctx, err := w.Fence(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, wctx := fencedShardStore(t, ctx, w, filepath.Join(t.TempDir(), "data"), 0)
 	const threads = 30
 	for i := range threads {
-		tid := fmt.Sprintf("gone-%02d", i)
-		if _, err := st.CreateThread(wctx, store.Thread{ID: tid, Title: "x", Author: "y"}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.DeleteThread(wctx, tid); err != nil {
-			t.Fatal(err)
-		}
+		deletedThreads(t, wctx, st, fmt.Sprintf("gone-%02d", i))
 	}
 	// The runner's batch reads ask etcd every time (MaxAge < 0), so the
 	// run stops at the batch after the pause; TestPauseBatchReadsAge

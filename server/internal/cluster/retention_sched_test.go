@@ -34,22 +34,8 @@ func TestShardScheduledRetentionReportsFencedWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := OpenShards(filepath.Join(t.TempDir(), "data"), []int{0}, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sh.Close()
-	st, _ := sh.Store(0)
-	wctx, err := w.Fence(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.CreateThread(wctx, store.Thread{ID: "gone", Title: "x", Author: "y"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.DeleteThread(wctx, "gone"); err != nil {
-		t.Fatal(err)
-	}
+	st, wctx := fencedShardStore(t, ctx, w, filepath.Join(t.TempDir(), "data"), 0)
+	deletedThreads(t, wctx, st, "gone")
 	if err := st.RaiseFence(ctx, epoch+1000); err != nil {
 		t.Fatal(err)
 	}

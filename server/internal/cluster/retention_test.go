@@ -45,16 +45,7 @@ func TestShardRetentionUnderOwnership(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	sh, err := OpenShards(filepath.Join(dir, "data"), []int{0}, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sh.Close()
-	st, _ := sh.Store(0)
-	wctx, err := owners["node-a"].Fence(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, wctx := fencedShardStore(t, ctx, owners["node-a"], filepath.Join(dir, "data"), 0)
 	for _, tid := range []string{"gone", "kept"} {
 		if _, err := st.CreateThread(wctx, store.Thread{ID: tid, Title: "x", Author: "y"}); err != nil {
 			t.Fatal(err)
@@ -138,22 +129,8 @@ func TestShardRetentionReportsFencedWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := OpenShards(filepath.Join(t.TempDir(), "data"), []int{0}, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sh.Close()
-	st, _ := sh.Store(0)
-	wctx, err := w.Fence(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.CreateThread(wctx, store.Thread{ID: "gone", Title: "x", Author: "y"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.DeleteThread(wctx, "gone"); err != nil {
-		t.Fatal(err)
-	}
+	st, wctx := fencedShardStore(t, ctx, w, filepath.Join(t.TempDir(), "data"), 0)
+	deletedThreads(t, wctx, st, "gone")
 	if err := st.RaiseFence(ctx, epoch+1000); err != nil {
 		t.Fatal(err)
 	}
@@ -180,5 +157,37 @@ func TestShardRetentionReportsFencedWrites(t *testing.T) {
 	}
 	if _, err := st.GetThread(ctx, "gone"); err != nil {
 		t.Fatalf("thread purged through the fence: %v", err)
+	}
+}
+
+// fencedShardStore opens shard n's database under dbPath for w, which
+// already owns the shard, with a context carrying w's ownership epoch for
+// its writes; the database closes when the test ends.
+func fencedShardStore(t *testing.T, ctx context.Context, w *Owner, dbPath string, n int) (*store.Store, context.Context) {
+	t.Helper()
+	sh, err := OpenShards(dbPath, []int{n}, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Close() })
+	st, _ := sh.Store(n)
+	wctx, err := w.Fence(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, wctx
+}
+
+// deletedThreads creates each thread and deletes it, leaving it for a
+// retention run to purge.
+func deletedThreads(t *testing.T, ctx context.Context, st *store.Store, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if _, err := st.CreateThread(ctx, store.Thread{ID: id, Title: "x", Author: "y"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.DeleteThread(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
