@@ -57,14 +57,7 @@ func (rt *Router) Move(w http.ResponseWriter, r *http.Request, n int, to string,
 			return false, nil, &routeError{http.StatusServiceUnavailable, fmt.Sprintf("node %s at %s does not answer: %v", to, target, err), cluster.ErrNodeDown}
 		}
 		defer resp.Body.Close()
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		for _, k := range hopHeaders {
-			w.Header().Del(k)
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		relay(w, resp)
 		return true, nil, nil
 	}
 

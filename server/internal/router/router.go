@@ -372,6 +372,13 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, n int) error {
 		return err
 	}
 	defer resp.Body.Close()
+	relay(w, resp)
+	return nil
+}
+
+// relay writes another node's answer as this node's, without the
+// hop-by-hop headers.
+func relay(w http.ResponseWriter, resp *http.Response) {
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
@@ -380,7 +387,6 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, n int) error {
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body) // a failed copy: one side went away
-	return nil
 }
 
 func (rt *Router) retentionOf(n int) retention.Service {
