@@ -85,23 +85,20 @@ func withShard(r *http.Request, sh Shard) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), shardKey{}, sh))
 }
 
-// st is the store a handler reads and writes: the thread's shard's in a
-// cluster, the one store otherwise.
-func (s *server) st(r *http.Request) *store.Store {
+// shard is what a handler serves: the thread's shard in a cluster, the
+// one store and retention service otherwise.
+func (s *server) shard(r *http.Request) Shard {
 	if sh, ok := r.Context().Value(shardKey{}).(Shard); ok {
-		return sh.Store
+		return sh
 	}
-	return s.store
+	return Shard{Store: s.store, Retention: s.retention}
 }
 
-// ret is the retention service of the thread's shard in a cluster, the one
-// service otherwise.
-func (s *server) ret(r *http.Request) retention.Service {
-	if sh, ok := r.Context().Value(shardKey{}).(Shard); ok {
-		return sh.Retention
-	}
-	return s.retention
-}
+// st is the store a handler reads and writes.
+func (s *server) st(r *http.Request) *store.Store { return s.shard(r).Store }
+
+// ret is the retention service a handler asks.
+func (s *server) ret(r *http.Request) retention.Service { return s.shard(r).Retention }
 
 // clusterStatus answers GET /admin/cluster.
 func (s *server) clusterStatus(w http.ResponseWriter, r *http.Request) error {
