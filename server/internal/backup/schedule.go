@@ -146,30 +146,12 @@ func (s *Scheduler) loop(ctx context.Context) {
 		s.log.Info("backup_run_missed", "last_backup_at", s.newest, "missed_at", due)
 		s.fire(ctx)
 	}
-	var last time.Time
-	for {
-		now := s.clock.Now().UTC()
-		from := now
-		if last.After(from) {
-			from = last // a clock that reads early never fires a tick twice
-		}
-		next := s.sched.Next(from)
-		if next.IsZero() {
-			s.log.Warn("backup_scheduler_no_next_run", "cron", s.spec)
-			<-ctx.Done()
-			return
-		}
-		t := s.clock.NewTimer(next.Sub(now))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			s.log.Info("backup_scheduler_stopped")
-			return
-		case <-t.C():
-		}
-		last = next
-		s.fire(ctx)
+	if !retention.EveryTick(ctx, s.clock, s.sched, nil, func() { s.fire(ctx) }) {
+		s.log.Warn("backup_scheduler_no_next_run", "cron", s.spec)
+		<-ctx.Done()
+		return
 	}
+	s.log.Info("backup_scheduler_stopped")
 }
 
 func (s *Scheduler) fire(ctx context.Context) {

@@ -154,26 +154,39 @@ func (s *Scheduler) loop(ctx context.Context) {
 	if s.runMissed && s.missed() {
 		s.fire(ctx, TriggerStartup)
 	}
+	coming := func(next time.Time) { s.next.Store(next.UnixNano()) }
+	if !EveryTick(ctx, s.clock, s.sched, coming, func() { s.fire(ctx, TriggerSchedule) }) {
+		s.log.Warn("retention_scheduler_no_next_run", "cron", s.spec)
+		<-ctx.Done()
+		return
+	}
+	s.log.Info("retention_scheduler_stopped")
+}
+
+// EveryTick calls fire at each tick of sched (UTC) on clock until ctx
+// ends, and coming, when set, with each tick before it waits for it. It
+// returns true when ctx ended, false at once when the schedule has no
+// coming tick. The backup scheduler runs on it too.
+func EveryTick(ctx context.Context, clock Clock, sched cron.Schedule, coming func(time.Time), fire func()) bool {
 	var last time.Time
 	for {
-		now := s.clock.Now().UTC()
-		next := s.sched.Next(later(now, last))
+		now := clock.Now().UTC()
+		next := sched.Next(later(now, last))
 		if next.IsZero() {
-			s.log.Warn("retention_scheduler_no_next_run", "cron", s.spec)
-			<-ctx.Done()
-			return
+			return false
 		}
-		s.next.Store(next.UnixNano())
-		t := s.clock.NewTimer(next.Sub(now))
+		if coming != nil {
+			coming(next)
+		}
+		t := clock.NewTimer(next.Sub(now))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			s.log.Info("retention_scheduler_stopped")
-			return
+			return true
 		case <-t.C():
 		}
 		last = next
-		s.fire(ctx, TriggerSchedule)
+		fire()
 	}
 }
 
