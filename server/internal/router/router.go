@@ -166,16 +166,19 @@ func nodeCallOf(ctx context.Context) (nodeCall, bool) {
 // Admit implements api.Cluster: node headers count only with the secret
 // (compared in constant time) and are always removed from the request.
 func (rt *Router) Admit(r *http.Request) (*http.Request, error) {
-	var present bool
-	vals := make(map[string]string, len(nodeHeaders))
+	// Made only when a node header is there: most requests come from
+	// clients and carry none.
+	var vals map[string]string
 	for _, h := range nodeHeaders {
 		if _, ok := r.Header[http.CanonicalHeaderKey(h)]; ok {
-			present = true
+			if vals == nil {
+				vals = make(map[string]string, len(nodeHeaders))
+			}
 			vals[h] = r.Header.Get(h)
 			r.Header.Del(h)
 		}
 	}
-	if !present {
+	if vals == nil {
 		return r, nil
 	}
 	got := sha256.Sum256([]byte(vals[HeaderSecret]))
@@ -208,10 +211,7 @@ func isRead(r *http.Request) bool { return r.Method == http.MethodGet || r.Metho
 // without ownership (the data is here), a write does not.
 func (rt *Router) local(r *http.Request, n int) (*http.Request, api.Shard, error) {
 	st, _ := rt.o.Shards.Store(n)
-	sh := api.Shard{Store: st}
-	if svc := rt.retentionOf(n); svc != nil {
-		sh.Retention = svc
-	}
+	sh := api.Shard{Store: st, Retention: rt.retentionOf(n)}
 	ctx, err := rt.o.Owner.Fence(r.Context(), n)
 	switch {
 	case err == nil:
