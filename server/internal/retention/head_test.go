@@ -175,3 +175,40 @@ func TestNextRunSettlesPastAKilledRun(t *testing.T) {
 		t.Fatalf("head %q, want %q: the killed run's purges are in the database", h.RunID, next.RunID)
 	}
 }
+
+// TestFirstRunOfAnOldDatabaseNamesItsIdentity: a database from before
+// identities and heads gets both with its first purging run; the header of
+// that run must name the identity the database keeps, or later replays take
+// the run for another database's and pass over its purges.
+func TestFirstRunOfAnOldDatabaseNamesItsIdentity(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, k := range []string{"sys:audit:head", "sys:db:id"} {
+		if err := e.st.DB().Delete([]byte(k), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.thread("gone", 1, 1)
+	e.deleteThread("gone")
+	e.at(31 * day)
+	res, _ := e.run(e.runner(), RunRequest{Trigger: TriggerCLI})
+	if res.Purged == 0 {
+		t.Fatalf("the run purged nothing: %+v", res)
+	}
+	id, err := e.st.DatabaseID(ctx, false)
+	if err != nil || id == "" {
+		t.Fatalf("database id %q after the first run: %v", id, err)
+	}
+	r, err := audit.Open(res.AuditFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rec, err := r.Next()
+	if err != nil || rec.Header == nil {
+		t.Fatalf("header of %s: %v", res.AuditFile, err)
+	}
+	if rec.Header.DatabaseID != id {
+		t.Errorf("header names database %q, the database keeps %q", rec.Header.DatabaseID, id)
+	}
+}

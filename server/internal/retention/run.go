@@ -145,10 +145,19 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 			n.note(&header)
 		}
 	}
+	// A run killed before it recorded its file as the head was the last to
+	// begin purging: the head settles past it while that is still known,
+	// before this run takes its place. Settling also gives a database from
+	// before identities its identity, which the header below must name.
+	if !rn.dry && !rn.replaying() {
+		if _, _, _, err := r.settle(ctx); err != nil {
+			r.log.Warn("retention_audit_head_unsettled", "run_id", rn.id, "err", err)
+		}
+	}
 	// The header names the database, so that databases sharing the trail
-	// tell their runs apart (head.go). A database without an identity gets
-	// one with its first purging run, recorded after the header (nothing
-	// changes before the header is durable); a dry run writes nothing.
+	// tell their runs apart (head.go). A database still without an
+	// identity (settling failed) gets one recorded after the header; a dry
+	// run writes nothing.
 	if header.DatabaseID, err = r.st.DatabaseID(ctx, false); err != nil {
 		return rn.failedToStart(res, stageAudit, "read database id", err)
 	}
@@ -163,14 +172,6 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	}
 	rn.journal.w = w
 	if !rn.dry {
-		// A run killed before it recorded its file as the head was the
-		// last to begin purging: the head settles past it while that is
-		// still known, before this run takes its place.
-		if !rn.replaying() {
-			if _, _, _, err := r.settle(ctx); err != nil {
-				r.log.Warn("retention_audit_head_unsettled", "run_id", rn.id, "err", err)
-			}
-		}
 		// Before any delete: this run's purges are in the database as far
 		// as they go, whether or not it lives to record its file as the
 		// head (settle).
