@@ -109,20 +109,10 @@ const flagsFromHelp = `sed -n 's/^  \(--[a-z-]*\).*/\1/p'`
 func bashCompletion(t completionTree) string {
 	commandNames := t.wholePattern()
 	var b strings.Builder
-	// typed collects the command's words, up to the first flag or until
-	// they name a whole command (what follows is arguments).
 	b.WriteString(`# bash completion for progressdb: source <(progressdb completion bash)
 _progressdb() {
 	local cur=${COMP_WORDS[COMP_CWORD]} typed="" w i
-	for ((i = 1; i < COMP_CWORD; i++)); do
-		w=${COMP_WORDS[i]}
-		[[ $w == -* ]] && break
-		case "$typed" in
-		` + commandNames + `) break ;;
-		esac
-		typed+="${typed:+ }$w"
-	done
-	if [[ $cur == -* ]]; then
+` + typedLoop(1, "COMP_CWORD", "COMP_WORDS", commandNames) + `	if [[ $cur == -* ]]; then
 		case "$typed" in
 `)
 	fmt.Fprintf(&b, "\t\t%s)\n", commandNames)
@@ -136,6 +126,22 @@ _progressdb() {
 	}
 	b.WriteString("\tesac\n}\ncomplete -F _progressdb progressdb\n")
 	return b.String()
+}
+
+// typedLoop is the bash and zsh loop that collects in typed the command's
+// words before the cursor (words[first] to words[cursor-1]), up to the
+// first flag or until they name a whole command (what follows is
+// arguments).
+func typedLoop(first int, cursor, words, commandNames string) string {
+	return fmt.Sprintf(`	for ((i = %d; i < %s; i++)); do
+		w=${%s[i]}
+		[[ $w == -* ]] && break
+		case "$typed" in
+		%s) break ;;
+		esac
+		typed+="${typed:+ }$w"
+	done
+`, first, cursor, words, commandNames)
 }
 
 // shellQuote quotes s in single quotes for zsh or fish; quote is how a
@@ -156,15 +162,7 @@ func zshCompletion(t completionTree) string {
 _progressdb() {
 	local typed="" w i cur=${words[CURRENT]}
 	local -a cands
-	for ((i = 2; i < CURRENT; i++)); do
-		w=${words[i]}
-		[[ $w == -* ]] && break
-		case "$typed" in
-		` + commandNames + `) break ;;
-		esac
-		typed+="${typed:+ }$w"
-	done
-	case "$typed" in
+` + typedLoop(2, "CURRENT", "words", commandNames) + `	case "$typed" in
 	` + commandNames + `)
 		if [[ $cur == -* ]]; then
 			cands=(${(f)"$(${words[1]} ${=typed} --help 2>/dev/null | ` + flagsFromHelp + `)"})
