@@ -217,6 +217,7 @@ func TestLoadInvalid(t *testing.T) {
 		{"PROGRESSDB_RETENTION_ERASE_RATE=fast", "whole number", nil},
 		{"PROGRESSDB_BACKUP_CRON=nightly", "cron", nil},
 		{"PROGRESSDB_BACKUP_CRON=TZ=UTC 0 3 * * *", "UTC", nil},
+		{"PROGRESSDB_BACKUP_CRON=@every 0s", "at least 1s", nil},
 		{"PROGRESSDB_BACKUP_KEEP=0", "positive", nil},
 		{"PROGRESSDB_BACKUP_KEEP=a month", "duration", nil},
 	}

@@ -41,11 +41,8 @@ func (c Config) validate(vars map[string]string) error {
 
 // validate checks the backup schedule and how long backups are kept.
 func (b Backup) validate(vars map[string]string) *Error {
-	if strings.HasPrefix(b.Schedule, "TZ=") || strings.HasPrefix(b.Schedule, "CRON_TZ=") {
-		return &Error{VarBackupCron, b.Schedule, "schedules are UTC; a time zone prefix is not allowed"}
-	}
-	if _, err := cron.ParseStandard(b.Schedule); err != nil {
-		return &Error{VarBackupCron, b.Schedule, "must be a 5-field cron expression or a descriptor such as @daily or @every 1h: " + err.Error()}
+	if err := validateSchedule(VarBackupCron, b.Schedule); err != nil {
+		return err
 	}
 	if b.Keep <= 0 {
 		return &Error{VarBackupKeep, vars[VarBackupKeep], "must be positive, such as 30d: backups older than it are deleted"}
@@ -168,18 +165,23 @@ func MaxMessagesRule(n int) string {
 }
 
 func (r Retention) validateCron(map[string]string) *Error {
+	return validateSchedule(VarCron, r.Cron)
+}
+
+// validateSchedule checks a cron setting (retention's, backup's).
+func validateSchedule(name, spec string) *Error {
 	// Schedules are UTC by contract; a zone prefix would silently change that.
-	if strings.HasPrefix(r.Cron, "TZ=") || strings.HasPrefix(r.Cron, "CRON_TZ=") {
-		return &Error{VarCron, r.Cron, "schedules are UTC; a time zone prefix is not allowed"}
+	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
+		return &Error{name, spec, "schedules are UTC; a time zone prefix is not allowed"}
 	}
-	if _, err := cron.ParseStandard(r.Cron); err != nil {
-		return &Error{VarCron, r.Cron, "must be a 5-field cron expression or a descriptor such as @daily or @every 1h: " + err.Error()}
+	if _, err := cron.ParseStandard(spec); err != nil {
+		return &Error{name, spec, "must be a 5-field cron expression or a descriptor such as @daily or @every 1h: " + err.Error()}
 	}
 	// The cron library turns an interval under a second (0s included) into
 	// one second without a word: a run every second is never what was meant.
-	if every, ok := strings.CutPrefix(r.Cron, "@every "); ok {
+	if every, ok := strings.CutPrefix(spec, "@every "); ok {
 		if d, err := time.ParseDuration(strings.TrimSpace(every)); err == nil && d < time.Second {
-			return &Error{VarCron, r.Cron, "an @every interval must be at least 1s"}
+			return &Error{name, spec, "an @every interval must be at least 1s"}
 		}
 	}
 	return nil
