@@ -117,18 +117,7 @@ func TestShardRetentionReportsFencedWrites(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	k := Keys{Name: "chat"}
-	if err := CreateCluster(ctx, srv.Client(t), k, 1, []string{"node-a"}); err != nil {
-		t.Fatal(err)
-	}
-	w, err := StartOwner(ctx, OwnerOptions{Client: srv.Client(t), Keys: k, Node: "node-a", Owner: "node-a/1", TTL: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	epoch, err := w.WaitOwned(ctx, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, epoch := startOneNode(t, ctx, srv, k)
 	st, wctx := fencedShardStore(t, ctx, w, filepath.Join(t.TempDir(), "data"), 0)
 	deletedThreads(t, wctx, st, "gone")
 	if err := st.RaiseFence(ctx, epoch+1000); err != nil {
@@ -190,4 +179,24 @@ func deletedThreads(t *testing.T, ctx context.Context, st *store.Store, ids ...s
 			t.Fatal(err)
 		}
 	}
+}
+
+// startOneNode creates cluster k of one shard on one node, node-a, and
+// starts its owner, which it returns once it owns the shard, with the
+// shard's epoch; the owner closes when the test ends.
+func startOneNode(t *testing.T, ctx context.Context, srv *etcdtest.Server, k Keys) (*Owner, int64) {
+	t.Helper()
+	if err := CreateCluster(ctx, srv.Client(t), k, 1, []string{"node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := StartOwner(ctx, OwnerOptions{Client: srv.Client(t), Keys: k, Node: "node-a", Owner: "node-a/1", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	epoch, err := w.WaitOwned(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, epoch
 }
