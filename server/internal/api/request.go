@@ -16,9 +16,6 @@ import (
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
-// maxListLimit bounds ?limit= (store.ListOptions allows up to 1000).
-const maxListLimit = 1000
-
 // Limits of their own for titles and authors (bytes of UTF-8): they are
 // repeated in every listing, so the body limit alone is far too loose.
 const (
@@ -184,8 +181,8 @@ func listOptions(r *http.Request) (store.ListOptions, error) {
 		n, err := strconv.Atoi(v)
 		// Digits only: Atoi also takes a sign, which the description's
 		// integer does not.
-		if err != nil || v[0] == '+' || n < 1 || n > maxListLimit {
-			return o, badRequest("limit must be an integer from 1 to %d", maxListLimit)
+		if err != nil || v[0] == '+' || n < 1 || n > store.MaxListLimit {
+			return o, badRequest("limit must be an integer from 1 to %d", store.MaxListLimit)
 		}
 		o.Limit = n
 	}

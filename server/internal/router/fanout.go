@@ -102,7 +102,7 @@ type threadPage struct {
 // listLimit is the page size the store applies to o.
 func listLimit(o store.ListOptions) int {
 	if o.Limit == 0 {
-		return 100
+		return store.DefaultListLimit
 	}
 	return o.Limit
 }

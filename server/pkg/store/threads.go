@@ -15,9 +15,10 @@ type ListOptions struct {
 	IncludeDeleted bool
 }
 
+// A page's size when ListOptions.Limit is zero, and the largest one.
 const (
-	defaultListLimit = 100
-	maxListLimit     = 1000
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
 )
 
 func (o ListOptions) limit() (int, error) {
@@ -25,9 +26,9 @@ func (o ListOptions) limit() (int, error) {
 	case o.Limit < 0:
 		return 0, fmt.Errorf("%w: limit %d is negative", ErrInvalidArgument, o.Limit)
 	case o.Limit == 0:
-		return defaultListLimit, nil
+		return DefaultListLimit, nil
 	default:
-		return min(o.Limit, maxListLimit), nil
+		return min(o.Limit, MaxListLimit), nil
 	}
 }
 
