@@ -206,11 +206,10 @@ func (rt *Router) Admit(r *http.Request) (*http.Request, error) {
 
 func isRead(r *http.Request) bool { return r.Method == http.MethodGet || r.Method == http.MethodHead }
 
-// local returns shard n for a request this node serves itself: with the
-// shard's epoch on the context when it owns the shard; a read goes on
-// without ownership (the data is here), a write does not.
-func (rt *Router) local(r *http.Request, n int) (*http.Request, api.Shard, error) {
-	st, _ := rt.o.Shards.Store(n)
+// local returns shard n, held here as st, for a request this node serves
+// itself: with the shard's epoch on the context when it owns the shard; a
+// read goes on without ownership (the data is here), a write does not.
+func (rt *Router) local(r *http.Request, n int, st *store.Store) (*http.Request, api.Shard, error) {
 	sh := api.Shard{Store: st, Retention: rt.retentionOf(n)}
 	ctx, err := rt.o.Owner.Fence(r.Context(), n)
 	switch {
@@ -242,11 +241,12 @@ func (rt *Router) thread(w http.ResponseWriter, r *http.Request, tid string) (*h
 		if err := rt.checkCall(n, call, isRead(r)); err != nil {
 			return r, api.Shard{}, true, err
 		}
-		r, sh, err := rt.local(r, n)
+		st, _ := rt.o.Shards.Store(n)
+		r, sh, err := rt.local(r, n, st)
 		return r, sh, err != nil, err
 	}
-	if _, held := rt.o.Shards.Store(n); held {
-		r, sh, err := rt.local(r, n)
+	if st, held := rt.o.Shards.Store(n); held {
+		r, sh, err := rt.local(r, n, st)
 		return r, sh, err != nil, err
 	}
 	return r, api.Shard{}, true, rt.forward(w, r, n)
