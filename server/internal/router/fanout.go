@@ -81,6 +81,19 @@ func (rt *Router) ask(ctx context.Context, r *http.Request, n int, method, uri s
 	return resp.StatusCode, "", nil
 }
 
+// get asks shard n's owner for uri and decodes its answer into dst; any
+// answer but 200 leaves the shard unavailable.
+func (rt *Router) get(ctx context.Context, r *http.Request, n int, uri string, dst any) error {
+	status, msg, err := rt.ask(ctx, r, n, http.MethodGet, uri, nil, dst, false)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return unavailable(n, "its owner answered %d: %s", status, msg)
+	}
+	return nil
+}
+
 // shardCall returns the shard a node's fan-out call asks about, after
 // checking that this node owns it with the caller's epoch.
 func (rt *Router) shardCall(r *http.Request) (int, bool, error) {
@@ -144,14 +157,7 @@ func (rt *Router) ListThreads(r *http.Request, o store.ListOptions) ([]wire.Thre
 			}
 			return nil
 		}
-		status, msg, err := rt.ask(ctx, r, n, http.MethodGet, "/v1/threads?"+q.Encode(), nil, &pages[n], false)
-		if err != nil {
-			return err
-		}
-		if status != http.StatusOK {
-			return unavailable(n, "its owner answered %d: %s", status, msg)
-		}
-		return nil
+		return rt.get(ctx, r, n, "/v1/threads?"+q.Encode(), &pages[n])
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("listing threads: %w", err)
@@ -200,14 +206,7 @@ func (rt *Router) LegalHolds(r *http.Request) ([]wire.Thread, error) {
 			}
 			return nil
 		}
-		status, msg, err := rt.ask(ctx, r, n, http.MethodGet, "/admin/legal_holds", nil, &lists[n], false)
-		if err != nil {
-			return err
-		}
-		if status != http.StatusOK {
-			return unavailable(n, "its owner answered %d: %s", status, msg)
-		}
-		return nil
+		return rt.get(ctx, r, n, "/admin/legal_holds", &lists[n])
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing legal holds: %w", err)
