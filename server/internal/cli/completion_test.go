@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/progressdb/progressdb/server/internal/testtools"
 )
 
 // TestMainHelper runs Main in a child process: the completion script
@@ -23,10 +25,7 @@ func TestMainHelper(t *testing.T) {
 // The bash completion completes commands from the table and flags from
 // each command's --help.
 func TestBashCompletion(t *testing.T) {
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("no bash")
-	}
+	bash := testtools.Need(t, "bash", "Debian package bash")
 	script, bin := completionScript(t, "bash")
 	files := t.TempDir()
 	if err := os.WriteFile(filepath.Join(files, "run.jsonl"), nil, 0o600); err != nil {
@@ -108,10 +107,7 @@ func wantOffered(t *testing.T, words []string, got []string) {
 // whole command. zsh's completion builtins only run inside a completion
 // widget, so _describe, compadd and _files print what they are given.
 func TestZshCompletion(t *testing.T) {
-	zsh, err := exec.LookPath("zsh")
-	if err != nil {
-		t.Skip("no zsh: install the Debian package zsh (.ci/run does)")
-	}
+	zsh := testtools.Need(t, "zsh", "Debian package zsh; .ci/run installs it")
 	script, bin := completionScript(t, "zsh")
 	out, err := exec.Command(zsh, "-f", "-c", `autoload -U compinit && compinit -u -D && source "$1" && print -r -- $_comps[progressdb]`, "zsh", script).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "_progressdb" {
@@ -159,10 +155,7 @@ _progressdb`, "zsh", script, bin)
 
 // fish completes for real: complete -C prints what fish would offer.
 func TestFishCompletion(t *testing.T) {
-	fish, err := exec.LookPath("fish")
-	if err != nil {
-		t.Skip("no fish: install the Debian package fish (.ci/run does)")
-	}
+	fish := testtools.Need(t, "fish", "Debian package fish; .ci/run installs it")
 	script, bin := completionScript(t, "fish")
 	complete := func(line string) []string {
 		t.Helper()

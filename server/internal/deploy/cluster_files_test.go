@@ -17,6 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/progressdb/progressdb/server/internal/testtools"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
@@ -253,10 +254,7 @@ func TestKubernetesClusterManifests(t *testing.T) {
 		t.Error("the node needs a readiness probe on /healthz")
 	}
 
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl not found: kustomization not rendered")
-	}
+	kubectl := testtools.Need(t, "kubectl", "kustomization not rendered")
 	if out, err := exec.Command(kubectl, "kustomize", dir).CombinedOutput(); err != nil {
 		t.Errorf("kubectl kustomize %s: %v\n%s", dir, err, out)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+	"github.com/progressdb/progressdb/server/internal/testtools"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
@@ -333,10 +334,7 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool not found: install the Debian package prometheus (.ci/run does) to run promtool check rules and promtool test rules on deploy/prometheus")
-	}
+	promtool := testtools.Need(t, "promtool", "Debian package prometheus; .ci/run installs it")
 	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
 		cmd := exec.Command(promtool, args...)
 		cmd.Dir = dir

@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/progressdb/progressdb/server/internal/buildinfo"
+	"github.com/progressdb/progressdb/server/internal/testtools"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
@@ -92,10 +93,7 @@ func TestSystemdUnit(t *testing.T) {
 		t.Fatalf("ExecStart %v, want <binary> serve", exec0)
 	}
 
-	analyze, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		t.Skip("systemd-analyze not found (Debian package systemd): unit not verified")
-	}
+	analyze := testtools.Need(t, "systemd-analyze", "Debian package systemd; unit not verified")
 	// verify checks that ExecStart's binary exists; the test binary stands
 	// in for the installed one, the rest of the unit is as shipped.
 	self, err := os.Executable()
@@ -187,10 +185,7 @@ func TestDockerfile(t *testing.T) {
 	}
 	checkDockerignore(t, root)
 
-	docker, err := exec.LookPath("docker")
-	if err != nil {
-		t.Skip("docker not found: image not built")
-	}
+	docker := testtools.Need(t, "docker", "image not built")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := exec.CommandContext(ctx, docker, "info").Run(); err != nil {
@@ -399,10 +394,7 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Error("container allows privilege escalation")
 	}
 
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl not found: kustomization not rendered")
-	}
+	kubectl := testtools.Need(t, "kubectl", "kustomization not rendered")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, kubectl, "kustomize", dir).CombinedOutput(); err != nil {

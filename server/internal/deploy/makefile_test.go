@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/server/internal/testtools"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -47,10 +48,7 @@ func TestMakeRunStopsTheServerWhenMakeIsKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs make")
 	}
-	makeTool, err := exec.LookPath("make")
-	if err != nil {
-		t.Skip("no make")
-	}
+	makeTool := testtools.Need(t, "make", "Debian package make")
 	root := repoRoot(t)
 	tmp := t.TempDir()
 	bin := filepath.Join(tmp, "progressdb")
@@ -153,9 +151,7 @@ func TestClusterDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds two binaries and runs three nodes")
 	}
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("no curl")
-	}
+	testtools.Need(t, "curl", "Debian package curl")
 	root := repoRoot(t)
 	tmp := t.TempDir()
 	bins := map[string]string{"progressdb": "", "progressdb-dev-etcd": ""}

@@ -1,0 +1,35 @@
+// Package testtools lets a test that needs an outside program (promtool,
+// zsh, kubectl, …) find it, and say so where `make test` shows it when the
+// program is missing: go test prints nothing of a passing package's skips
+// unless -v, so a skip alone would pass without a word.
+package testtools
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// SkipLogEnv names a file to which every skip for a missing program appends
+// one line; `make test` prints the file after the suite.
+const SkipLogEnv = "PROGRESSDB_TEST_SKIPS"
+
+// Need returns the path of program, or skips t naming the program and how
+// to install it (install: e.g. "Debian package prometheus").
+func Need(t testing.TB, program, install string) string {
+	t.Helper()
+	path, err := exec.LookPath(program)
+	if err == nil {
+		return path
+	}
+	msg := fmt.Sprintf("SKIP %s: %s not found (%s)", t.Name(), program, install)
+	if log := os.Getenv(SkipLogEnv); log != "" {
+		if f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err == nil {
+			fmt.Fprintln(f, msg)
+			f.Close()
+		}
+	}
+	t.Skip(msg)
+	return ""
+}
