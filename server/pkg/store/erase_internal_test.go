@@ -23,17 +23,17 @@ func TestEraseSpansCollapse(t *testing.T) {
 		t.Fatalf("spans after collapse = %d, want 2 (one per namespace)", e.Len())
 	}
 	for _, sp := range e.spans {
-		switch string(sp.start) {
+		switch string(sp.Start) {
 		case "thread:t0000000:":
-			if want := fmt.Sprintf("thread:t%07d;", maxEraseSpans+1); string(sp.end) != want {
-				t.Fatalf("thread span ends at %s, want %s", sp.end, want)
+			if want := fmt.Sprintf("thread:t%07d;", maxEraseSpans+1); string(sp.End) != want {
+				t.Fatalf("thread span ends at %s, want %s", sp.End, want)
 			}
 		case "version:msg:m0000000:":
-			if want := fmt.Sprintf("version:msg:m%07d;", maxEraseSpans); string(sp.end) != want {
-				t.Fatalf("version span ends at %s, want %s", sp.end, want)
+			if want := fmt.Sprintf("version:msg:m%07d;", maxEraseSpans); string(sp.End) != want {
+				t.Fatalf("version span ends at %s, want %s", sp.End, want)
 			}
 		default:
-			t.Fatalf("unexpected span %s..%s", sp.start, sp.end)
+			t.Fatalf("unexpected span %s..%s", sp.Start, sp.End)
 		}
 	}
 }
@@ -51,7 +51,7 @@ func TestMergeSpans(t *testing.T) {
 	e.addThread("b")
 	e.addMessage("m1")
 	got := s.mergeSpans(&e)
-	if len(got) != 1 || string(got[0].start) != "thread:a:" || string(got[0].end) != "version:msg:m1;" {
+	if len(got) != 1 || string(got[0].Start) != "thread:a:" || string(got[0].End) != "version:msg:m1;" {
 		t.Fatalf("merged = %q", got)
 	}
 	if s.mergeSpans(nil) != nil || s.mergeSpans(&EraseSpans{}) != nil {
@@ -88,8 +88,8 @@ func TestMergeSpansKeepsApartAcrossData(t *testing.T) {
 	e.addThread("b")
 	e.addThread("z")
 	got := s.mergeSpans(&e)
-	if len(got) != 2 || string(got[0].start) != "thread:a:" || string(got[0].end) != "thread:b;" ||
-		string(got[1].start) != "thread:z:" {
+	if len(got) != 2 || string(got[0].Start) != "thread:a:" || string(got[0].End) != "thread:b;" ||
+		string(got[1].Start) != "thread:z:" {
 		t.Fatalf("merged = %q, want a..b and z apart", got)
 	}
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/progressdb/progressdb/server/pkg/erase"
 )
 
 // Store is the chat store. Build one with Open and pass it down; no globals.
@@ -74,7 +76,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	db, err := pebble.Open(path, &pebble.Options{
 		Logger:           pebbleLogger{opts.Logger, fatal},
-		FS:               noRecycleFS{privateFS{vfs.Default}},
+		FS:               erase.NoRecycleFS{FS: privateFS{vfs.Default}},
 		MemTableSize:     memTable,
 		CacheSize:        CacheSize,
 		Cache:            opts.Cache, // used instead of CacheSize when set
