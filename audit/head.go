@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"slices"
 )
 
 // Head names a point in the audit trail: a sealed file, by its run, its
@@ -73,7 +72,7 @@ var ErrHeadNotFound = errors.New("audit head not found in the trail")
 // last lines, and every line of the files after the head.
 func After(root string, head Head, pub ed25519.PublicKey) (Trail, error) {
 	var tr Trail
-	links, err := sealedLinks(root)
+	links, err := headLinks(root, head)
 	if err != nil {
 		return tr, err
 	}
@@ -116,7 +115,7 @@ type Step struct {
 // false when the part after the head is not whole: the head file is gone
 // or changed, or a sealed file after it is not reached by the chain.
 func Steps(root string, head Head) (steps []Step, whole bool, err error) {
-	links, err := sealedLinks(root)
+	links, err := headLinks(root, head)
 	if err != nil {
 		return nil, false, err
 	}
@@ -163,39 +162,23 @@ func IsReplayTrigger(trigger string) bool {
 	return trigger == TriggerRestore || trigger == TriggerStart
 }
 
-// chainAfter follows prev_file links from head and returns the files
-// after it in chain order, the sealed files after the head (by start
-// time) that the chain does not reach, and the problems that keep the
-// part after the head from being whole: a head file that is gone or
-// changed, or a sealed file after the head that the chain does not reach.
+// chainAfter follows prev_file links from head through the files read
+// for it (headLinks) and returns the files after it in chain order, the
+// sealed files after the head (by start time) that the chain does not
+// reach, and the problems that keep the part after the head from being
+// whole: a head file that is gone or changed, or a sealed file after the
+// head that the chain does not reach.
 func chainAfter(root string, links []*link, head Head) (chain, unlinked []*link, problems []Problem) {
-	byHash := make(map[string]*link, len(links))
-	followedBy := make(map[string]*link, len(links))
-	var first *link
-	for _, l := range links {
-		if l.lastHash != "" {
-			byHash[l.lastHash] = l
-		}
-		p := l.prevFile()
-		switch {
-		case p == nil:
-		case *p == "":
-			if first == nil {
-				first = l
-			}
-		case followedBy[*p] == nil:
-			followedBy[*p] = l
-		}
-	}
+	ix := indexChain(links, "")
 	var start *link // the head file; nil for the zero head
 	if !head.IsZero() {
-		start = byHash[head.SHA256]
+		start = ix.byHash[head.SHA256]
 		if start == nil {
 			problems = append(problems, Problem{File: filepath.Join(root, filepath.FromSlash(head.File)),
 				Reason: fmt.Sprintf("%v: no sealed file ends with the footer of run %s (deleted or changed)", ErrHeadNotFound, head.RunID)})
 			// What follows the head is known by start time only.
 			headStart, _, _ := ParseName(head.File)
-			for _, l := range links {
+			for _, l := range ix.links {
 				if l.start.After(headStart) || l.start.Equal(headStart) && l.runID != head.RunID {
 					unlinked = append(unlinked, l)
 				}
@@ -203,21 +186,13 @@ func chainAfter(root string, links []*link, head Head) (chain, unlinked []*link,
 			return nil, unlinked, problems
 		}
 	}
-	reached := make(map[*link]bool)
-	next := first
-	if start != nil {
-		reached[start] = true
-		next = followedBy[start.lastHash]
-	}
-	for l := next; l != nil && !reached[l]; l = followedBy[l.lastHash] {
+	chain = ix.follow(start)
+	reached := make(map[*link]bool, len(chain))
+	for _, l := range chain {
 		reached[l] = true
-		chain = append(chain, l)
-		if l.lastHash == "" {
-			break
-		}
 	}
-	for _, l := range links {
-		if reached[l] || start != nil && (!start.before(l) || l.prevFile() == nil) {
+	for _, l := range ix.links {
+		if reached[l] || l == start || start != nil && (!start.before(l) || l.prevFile() == nil) {
 			continue
 		}
 		unlinked = append(unlinked, l)
@@ -225,33 +200,6 @@ func chainAfter(root string, links []*link, head Head) (chain, unlinked []*link,
 			Reason: "not linked from the head by prev_file: a file before it was deleted or changed"})
 	}
 	return chain, unlinked, problems
-}
-
-// sealedLinks reads the first and last lines of every sealed file under
-// root, in start order.
-func sealedLinks(root string) ([]*link, error) {
-	paths, err := monthFiles(root, func(name string) bool { return isAuditName(name, extSealed) })
-	if err != nil {
-		return nil, err
-	}
-	links := make([]*link, 0, len(paths))
-	for _, p := range paths {
-		l, err := readLink(p)
-		if err != nil {
-			return nil, fmt.Errorf("audit: %w", err)
-		}
-		links = append(links, &l)
-	}
-	slices.SortFunc(links, func(a, b *link) int {
-		switch {
-		case a.before(b):
-			return -1
-		case b.before(a):
-			return 1
-		}
-		return 0
-	})
-	return links, nil
 }
 
 // Purged calls fn with every item record of status purged in the file at

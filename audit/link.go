@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
@@ -124,62 +123,6 @@ func previousFile(root string) (string, error) {
 		return "", err
 	}
 	return tail.lastHash, nil
-}
-
-// tailLink returns the newest sealed file that no other file follows (see
-// previousFile), nil when root holds none.
-func tailLink(root string) (*link, error) {
-	months, err := monthDirs(root)
-	if err != nil {
-		return nil, err
-	}
-	var links []link
-	var lastStamp string // the start second of the last file taken
-	full := func(name string) bool {
-		// Names within one second sort by run ID, not run order: a second
-		// is taken whole.
-		return len(links) >= tailWindow && stampOf(name) != lastStamp
-	}
-	for i := len(months) - 1; i >= 0 && len(links) < tailWindow; i-- {
-		dir := filepath.Join(root, months[i])
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			return nil, fmt.Errorf("audit: list %s: %w", dir, err)
-		}
-		for _, e := range slices.Backward(entries) { // ReadDir sorts by name
-			if !e.Type().IsRegular() || !isAuditName(e.Name(), extSealed) {
-				continue
-			}
-			if full(e.Name()) {
-				break
-			}
-			lastStamp = stampOf(e.Name())
-			l, err := readLink(filepath.Join(dir, e.Name()))
-			if err != nil {
-				return nil, fmt.Errorf("audit: previous file: %w", err)
-			}
-			if l.lastHash != "" {
-				links = append(links, l)
-			}
-		}
-	}
-	followed := make(map[string]bool, len(links))
-	for _, l := range links {
-		if p := l.prevFile(); p != nil {
-			followed[*p] = true
-		}
-	}
-	var tail *link
-	for i := range links {
-		l := &links[i]
-		if !followed[l.lastHash] && (tail == nil || tail.before(l)) {
-			tail = l
-		}
-	}
-	if tail == nil && len(links) > 0 { // every one is followed: a loop, which only tampering makes
-		tail = &links[0]
-	}
-	return tail, nil
 }
 
 // ParseName returns the start time (to the second) and run ID that an audit

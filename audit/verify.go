@@ -21,6 +21,9 @@ type Report struct {
 	Live        string   `json:"live"`        // the in-progress file of the run holding the lease; "" when none
 	Quarantined []string `json:"quarantined"` // .corrupt files SealAbandoned set aside
 	Other       []string `json:"other"`       // files that are not audit files
+	// Since is the sealed file a check from a run on starts at (verify
+	// --since); absent when every file was checked.
+	Since string `json:"since,omitempty"`
 	// Exports, when the caller checks an export folder too
 	// (VerifyExportDir): its files and their problems.
 	Exports *ExportReport `json:"exports,omitempty"`
@@ -44,6 +47,9 @@ type VerifyOptions struct {
 	// their default place (<root>/retention.lock and its companions) always
 	// belong.
 	Belongs func(path string) bool
+	// Since, when set, checks from this run's sealed file on: the files
+	// from it on, and its link to the file before it (verify --since).
+	Since string
 }
 
 // VerifyFile checks one sealed file: every line is JSON with the common
@@ -167,22 +173,78 @@ func VerifyDir(root string) (Report, error) {
 // file in the tree is reported too, except the live run's in-progress file
 // and the lease's files. Non-regular files are never opened. Files that
 // cannot be read, and folders that cannot be listed, are problems; the
-// error is for a root that cannot be walked at all.
+// error is for a root that cannot be walked at all. With o.Since set it
+// checks the trail from that run on (verifySince).
 func VerifyDirWith(root string, o VerifyOptions) (Report, error) {
-	rep := Report{InProgress: []string{}, Quarantined: []string{}, Other: []string{}, Problems: []Problem{}}
 	info, err := os.Stat(root)
 	if err != nil {
-		return rep, fmt.Errorf("audit: %w", err)
+		return newReport(), fmt.Errorf("audit: %w", err)
 	}
 	if !info.IsDir() {
-		return rep, fmt.Errorf("audit: %s is not a folder", root)
+		return newReport(), fmt.Errorf("audit: %s is not a folder", root)
 	}
+	if o.Since != "" {
+		return verifySince(root, o)
+	}
+	rep, err := verifyTrail(root, o, nil)
+	if err != nil {
+		return rep, err
+	}
+	shardsVerified, err := verifyShards(filepath.Join(filepath.Clean(root), ShardsDir), o, &rep)
+	if err != nil {
+		return rep, err
+	}
+	rep.Verified += shardsVerified
+	sortProblems(rep.Problems)
+	return rep, nil
+}
+
+func newReport() Report {
+	return Report{InProgress: []string{}, Quarantined: []string{}, Other: []string{}, Problems: []Problem{}}
+}
+
+func sortProblems(ps []Problem) {
+	slices.SortStableFunc(ps, func(a, b Problem) int {
+		if c := strings.Compare(a.File, b.File); c != 0 {
+			return c
+		}
+		return a.Line - b.Line
+	})
+}
+
+// anchor is where a partial check starts (verify --since): a sealed
+// file's month folder and name. The files named before it are not checked,
+// but those the writer's window spans are read for their links.
+type anchor struct{ month, name string }
+
+// checks reports whether the sealed file at path, under root, is one a
+// check from a (nil: every file) covers.
+func (a *anchor) checks(root, path string) bool {
+	if a == nil {
+		return true
+	}
+	rel, err := filepath.Rel(root, path)
+	if err != nil {
+		return false
+	}
+	month, name := filepath.Split(rel)
+	month = filepath.Clean(month)
+	return month > a.month || month == a.month && name >= a.name
+}
+
+// verifyTrail verifies the one trail at root (its shards aside), every
+// file of it, or from a on: the sealed files from a's on and their links,
+// including the first one's to the file before it, and every other file
+// in a's month folder and after.
+func verifyTrail(root string, o VerifyOptions, a *anchor) (Report, error) {
+	rep := newReport()
 	problem := func(path string, line int, reason string) {
 		rep.Problems = append(rep.Problems, Problem{File: path, Line: line, Reason: reason})
 	}
 	var sealed []string
-	shards := filepath.Join(filepath.Clean(root), ShardsDir)
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	clean := filepath.Clean(root)
+	shards := filepath.Join(clean, ShardsDir)
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			problem(path, 0, "cannot read: "+err.Error())
 			return nil
@@ -191,13 +253,17 @@ func VerifyDirWith(root string, o VerifyOptions) (Report, error) {
 		switch {
 		case d.IsDir() && path == shards:
 			return filepath.SkipDir // each shard's trail is a chain of its own
+		case d.IsDir() && a != nil && filepath.Dir(path) == clean && isMonthDir(name) && name < a.month:
+			return filepath.SkipDir // before the check's start
 		case d.IsDir():
 		case isLeaseFile(root, path) || o.Belongs != nil && o.Belongs(path):
 		case !d.Type().IsRegular():
 			rep.Other = append(rep.Other, path)
 			problem(path, 0, fmt.Sprintf("not a regular file (%s): not an audit file, not opened", d.Type()))
 		case strings.HasSuffix(name, extSealed):
-			sealed = append(sealed, path)
+			if a.checks(root, path) {
+				sealed = append(sealed, path)
+			}
 		case strings.HasSuffix(name, extInProgress):
 			rep.InProgress = append(rep.InProgress, path)
 		case strings.HasSuffix(name, extCorrupt):
@@ -264,11 +330,35 @@ func VerifyDirWith(root string, o VerifyOptions) (Report, error) {
 		}
 		problem(path, 0, "in progress, but no live run holds the lease: left by a crashed run (the next start or run seals it), or a sealed file renamed")
 	}
-	rep.Problems = append(rep.Problems, chainProblems(nodes, aside, rep.Live)...)
-	shardsVerified, err := verifyShards(shards, o, &rep)
-	if err != nil {
-		return rep, err
+	links := chainProblems(nodes, aside, rep.Live)
+	if a != nil {
+		// The files before the check's start take part in the links
+		// (the first checked file's prev_file names one of them), but
+		// what is wrong with them alone is not this check's to say.
+		months, err := monthDirs(root)
+		if err != nil {
+			return rep, err
+		}
+		i, _ := slices.BinarySearch(months, a.month)
+		before, err := window(root, months, i, nil, a.name)
+		if err != nil {
+			return rep, err
+		}
+		links = nil
+		all := slices.Concat(before, nodes)
+		for _, p := range chainProblems(all, aside, rep.Live) {
+			if a.checks(root, p.File) || !strings.HasSuffix(p.File, extSealed) {
+				links = append(links, p)
+			}
+		}
+		// The trail's first file is not in view: a checked file that
+		// claims to be it has files before it.
+		if first := indexChain(all, rep.Live).first; first != nil && len(before) > 0 && a.checks(root, first.path) {
+			links = append(links, Problem{File: first.path, Line: 1, Reason: fmt.Sprintf(
+				"prev_file is empty, as in the first file, but %s starts before it", before[0].path)})
+		}
 	}
+	rep.Problems = append(rep.Problems, links...)
 	// A sealed file verifies when no problem names it: its own lines, its
 	// name and its links to the files around it. A file whose own lines
 	// chain but whose footer no longer matches what the next file recorded
@@ -282,14 +372,53 @@ func VerifyDirWith(root string, o VerifyOptions) (Report, error) {
 			rep.Verified++
 		}
 	}
-	rep.Verified += shardsVerified
-	slices.SortStableFunc(rep.Problems, func(a, b Problem) int {
-		if c := strings.Compare(a.File, b.File); c != 0 {
-			return c
-		}
-		return a.Line - b.Line
-	})
+	sortProblems(rep.Problems)
 	return rep, nil
+}
+
+// ErrRunNotFound: no trail under the folder holds a sealed file of the run
+// a check from a run on names.
+var ErrRunNotFound = errors.New("no sealed audit file of the run")
+
+// verifySince checks the trail that holds run o.Since's sealed file (the
+// root's, or a shard's on a cluster node) from that file on (spec §9
+// audit verify --since): every file from it on, and its link to the part
+// before. It reads the month folders from that file's on, and the few
+// files before it that the writer's window spans.
+func verifySince(root string, o VerifyOptions) (Report, error) {
+	if !validRunID(o.Since) {
+		return newReport(), fmt.Errorf("audit: %w: %q", ErrInvalidRunID, o.Since)
+	}
+	trails := []string{root}
+	shards := filepath.Join(filepath.Clean(root), ShardsDir)
+	if entries, err := os.ReadDir(shards); err == nil {
+		for _, e := range entries {
+			if e.IsDir() {
+				trails = append(trails, filepath.Join(shards, e.Name()))
+			}
+		}
+	}
+	suffix := "-" + o.Since + extSealed
+	for _, trail := range trails {
+		months, err := monthDirs(trail)
+		if err != nil {
+			return newReport(), err
+		}
+		for _, month := range slices.Backward(months) {
+			names, err := sealedIn(trail, month)
+			if err != nil {
+				return newReport(), err
+			}
+			for _, name := range names {
+				if strings.HasSuffix(name, suffix) {
+					rep, err := verifyTrail(trail, o, &anchor{month: month, name: name})
+					rep.Since = filepath.Join(trail, month, name)
+					return rep, err
+				}
+			}
+		}
+	}
+	return newReport(), fmt.Errorf("audit: %w %s under %s", ErrRunNotFound, o.Since, root)
 }
 
 // ShardsDir is the folder of a cluster node's audit root holding one trail
@@ -389,39 +518,16 @@ func chainProblems(nodes []*link, aside map[string]string, live string) []Proble
 	add := func(l *link, format string, args ...any) {
 		out = append(out, Problem{File: l.path, Line: 1, Reason: fmt.Sprintf(format, args...)})
 	}
-	slices.SortFunc(nodes, func(a, b *link) int {
-		switch {
-		case a.before(b):
-			return -1
-		case b.before(a):
-			return 1
-		}
-		return 0
-	})
-	byHash := make(map[string]*link, len(nodes))
+	ix := indexChain(nodes, live)
+	nodes = ix.links
 	for _, l := range nodes {
-		if l.lastHash == "" || l.path == live {
-			continue
-		}
-		if first, dup := byHash[l.lastHash]; dup {
+		if first, dup := ix.copyOf[l]; dup {
 			add(l, "same last line as %s: a copy of another run's file", first.path)
-			continue
 		}
-		byHash[l.lastHash] = l
 	}
 	anyLegacy := slices.ContainsFunc(nodes, func(l *link) bool { return l.header != nil && l.prevFile() == nil })
-	// followed holds every prev_file some file names: a sealed file no
-	// other file follows is the newest, or one whose last line changed
-	// after the next file recorded it.
-	followed := make(map[string]bool, len(nodes))
-	for _, l := range nodes {
-		if p := l.prevFile(); p != nil && *p != "" {
-			followed[*p] = true
-		}
-	}
 	var legacy []*link
-	var firstChained, root *link
-	followedBy := make(map[string]*link)
+	var firstChained *link
 	for i, l := range nodes {
 		if l.header == nil {
 			continue // the file's own check reports it
@@ -436,13 +542,10 @@ func chainProblems(nodes []*link, aside map[string]string, live string) []Proble
 		}
 		if *prev == "" {
 			switch {
-			case root != nil:
-				add(l, "prev_file is empty, as in the first file, but %s already is the first", root.path)
+			case l != ix.first:
+				add(l, "prev_file is empty, as in the first file, but %s already is the first", ix.first.path)
 			case anyLegacy:
 				add(l, "prev_file is empty, as in the first file, but files written before prev_file existed are in the tree")
-				root = l
-			default:
-				root = l
 			}
 			continue
 		}
@@ -450,7 +553,7 @@ func chainProblems(nodes []*link, aside map[string]string, live string) []Proble
 		if i > 0 {
 			before = nodes[i-1].path
 		}
-		pred, ok := byHash[*prev]
+		pred, ok := ix.byHash[*prev]
 		switch {
 		case !ok && aside[*prev] != "":
 			add(l, "prev_file names the last line of %s, which is not a sealed file", aside[*prev])
@@ -459,16 +562,14 @@ func chainProblems(nodes []*link, aside map[string]string, live string) []Proble
 			// The file that lost its follower is the one changed: name it,
 			// at its last line, so that the edited file itself is reported
 			// and not only the one after it.
-			if p := unfollowedBefore(nodes[:i], followed, live); p != nil {
+			if p := unfollowedBefore(nodes[:i], ix.followed, live); p != nil {
 				out = append(out, Problem{File: p.path, Line: p.lastLine, Reason: fmt.Sprintf(
 					"last line changed: its SHA-256 is no file's prev_file, while %s, which starts after it, names a last line no sealed file has (or a file between them was deleted)", l.path)})
 			}
 		case pred == l:
 			add(l, "prev_file names the file itself")
-		case followedBy[*prev] != nil:
-			add(l, "prev_file names %s, which %s follows already: two files claim the same predecessor", pred.path, followedBy[*prev].path)
-		default:
-			followedBy[*prev] = l
+		case ix.claimed[l] != nil:
+			add(l, "prev_file names %s, which %s follows already: two files claim the same predecessor", pred.path, ix.claimed[l].path)
 		}
 	}
 	if firstChained != nil {
