@@ -22,13 +22,14 @@ func (e env) auditVerify(_ context.Context, args []string) int {
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	pubPath := fs.String("public-key", "", "ed25519 public key (PEM): every footer must carry a valid signature")
+	since := fs.String("since", "", "check from this run's file on (and its link to the file before) instead of the whole trail")
 	exports := fs.String("exports", "", "export folder to check too (default: PROGRESSDB_RETENTION_EXPORT_PATH when DIR is not given)")
 	if !e.parseFlags(fs, args, true) {
 		return exitUsage
 	}
 	dir := fs.Arg(0)
 	if fs.NArg() > 1 {
-		fmt.Fprintln(e.stderr, "usage: progressdb audit verify [DIR] [--json] [--public-key FILE]")
+		fmt.Fprintln(e.stderr, "usage: progressdb audit verify [DIR] [--json] [--public-key FILE] [--exports DIR] [--since RUN_ID]")
 		return exitUsage
 	}
 	leasePath := filepath.Join(dir, "retention.lock")
@@ -45,6 +46,7 @@ func (e env) auditVerify(_ context.Context, args []string) int {
 	opts := audit.VerifyOptions{
 		Live:    retention.LiveRun(leasePath, time.Now()),
 		Belongs: retention.LeaseFiles(leasePath),
+		Since:   *since,
 	}
 	if *pubPath != "" {
 		pub, err := audit.LoadPublicKey(*pubPath)
@@ -55,6 +57,10 @@ func (e env) auditVerify(_ context.Context, args []string) int {
 		opts.PublicKey = pub
 	}
 	rep, err := audit.VerifyDirWith(dir, opts)
+	if errors.Is(err, audit.ErrInvalidRunID) || errors.Is(err, audit.ErrRunNotFound) {
+		fmt.Fprintf(e.stderr, "progressdb audit verify: --since: %v\n", err)
+		return exitUsage
+	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "progressdb audit verify: %v\n", err)
 		return exitFailed
@@ -87,8 +93,12 @@ func (e env) auditVerify(_ context.Context, args []string) int {
 		if opts.PublicKey != nil {
 			signed = ", signatures checked"
 		}
-		fmt.Fprintf(e.stdout, "%d of %d sealed audit files verify in %s%s; %d problem(s)\n",
-			rep.Verified, rep.Files, dir, signed, len(rep.Problems))
+		from := ""
+		if rep.Since != "" {
+			from = " from " + rep.Since + " on"
+		}
+		fmt.Fprintf(e.stdout, "%d of %d sealed audit files verify in %s%s%s; %d problem(s)\n",
+			rep.Verified, rep.Files, dir, from, signed, len(rep.Problems))
 		if x := rep.Exports; x != nil {
 			for _, p := range x.Problems {
 				fmt.Fprintf(e.stdout, "FAIL %s:%d: %s\n", p.File, p.Line, p.Reason)

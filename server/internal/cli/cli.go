@@ -62,7 +62,7 @@ func commands() []command {
 		{"legal-hold clear", "<thread-id> [--json]", "release a thread's legal hold",
 			func(e env, ctx context.Context, args []string) int { return e.legalHoldSet(ctx, args, false) }},
 		{"legal-hold list", "[--json]", "every thread on legal hold, deleted or not", env.legalHoldList},
-		{"audit verify", "[DIR] [--json] [--public-key FILE] [--exports DIR]", "check every audit file (chain, seq, footer, counts, name), the chain between files, signatures with a key, each export a footer names, every export file, and report any other file in the tree", env.auditVerify},
+		{"audit verify", "[DIR] [--json] [--public-key FILE] [--exports DIR] [--since RUN_ID]", "check every audit file (chain, seq, footer, counts, name), the chain between files, signatures with a key, each export a footer names, every export file, and report any other file in the tree; --since RUN_ID checks from that run's file on and its link to the file before", env.auditVerify},
 		{"audit show", "FILE [--status S]", "print one audit file for people: the run, its items, the footer, and whether the file verifies", env.auditShow},
 		{"audit find", "ID [DIR] [--json]", "was this thread or message purged, when, why, and which audit file proves it: every record of it in the trail", env.auditFind},
 		{"backup create", "[--out FILE|-] [--zstd] [--shard N] [--json]", "make an online backup (through the running server when there is one; on a cluster node, of shard N through the node holding it): a Pebble checkpoint and manifest.json in one tar file", env.backupCreate},

@@ -329,3 +329,42 @@ func TestAuditVerifyReportsHiddenAndDeletedFiles(t *testing.T) {
 		t.Fatalf("status with a damaged newest file: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// audit verify --since RUN checks from that run's file on, with its link
+// to the file before: exit 0 on a whole trail, 1 when the file before the
+// run was changed, 2 for a run the trail does not hold.
+func TestAuditVerifySince(t *testing.T) {
+	h := newHarness(t)
+	h.createDB()
+	var runs []retention.Result
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(1100 * time.Millisecond) // file names hold the start to the second
+		}
+		var res retention.Result
+		if err := json.Unmarshal([]byte(h.mustRun("retention", "run", "--json")), &res); err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, res)
+	}
+	audits := filepath.Join(h.dbPath, "purge_audit")
+	out := h.mustRun("audit", "verify", audits, "--since", runs[1].RunID)
+	if want := "2 of 2 sealed audit files verify in " + audits + " from " + runs[1].AuditFile + " on"; !strings.Contains(out, want) {
+		t.Fatalf("want %q in:\n%s", want, out)
+	}
+	data, err := os.ReadFile(runs[0].AuditFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := bytes.Replace(data, []byte(`"status":"completed"`), []byte(`"status":"failed"`), 1)
+	if err := os.WriteFile(runs[0].AuditFile, edited, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := h.run("audit", "verify", audits, "--since", runs[1].RunID)
+	if want := "FAIL " + runs[1].AuditFile + ":1: prev_file matches no sealed file"; code != exitFailed || !strings.Contains(out, want) {
+		t.Fatalf("exit %d, want 1 and %q:\n%s", code, want, out)
+	}
+	if code, _, errOut := h.run("audit", "verify", audits, "--since", "nosuch"); code != exitUsage || !strings.Contains(errOut, "--since") {
+		t.Fatalf("unknown run: exit %d, stderr %q", code, errOut)
+	}
+}
