@@ -134,7 +134,7 @@ _progressdb`, "zsh", script, bin)
 	}{
 		{[]string{"config", ""}, "check:validate the environment and print the effective configuration, secrets redacted"},
 		{[]string{"retention", "run", "--"}, "--dry-run --json"},
-		{[]string{"audit", "verify", "some/dir", "--j"}, "--exports --json --public-key"},
+		{[]string{"audit", "verify", "some/dir", "--j"}, "--exports --json --public-key --since"},
 		{[]string{"audit", "show", ""}, "<files>"},
 		{[]string{"legal-hold", ""}, "set:put a thread under legal hold: retention purges nothing of it " +
 			"clear:release a thread's legal hold list:every thread on legal hold, deleted or not"},
