@@ -4,72 +4,129 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"unicode/utf8"
 )
 
-// fastHead reads a version's head from the store's own encoding
-// (appendMessageJSON: id, thread, author, body, ts, version, deleted,
-// deleted_ts, in that order, no spaces) without decoding the body: the
-// thread from the front, the numbers and the flag from the back. It
-// answers ok only for a record of exactly that shape whose every part is
-// valid JSON, for which encoding/json would decode the same head; anything
-// else (legacy or damaged records) is left to decodeHead's json path.
-// Decoding every message's oldest and newest version with encoding/json
-// was a quarter of a purge's CPU time.
-func fastHead(d []byte) (versionHead, bool) {
-	var h versionHead
+// record is a version record of the store's own encoding (appendMessageJSON:
+// id, thread, author, body, ts, version, deleted, deleted_ts, in that
+// order, no spaces), cut into its parts without decoding the body: the IDs
+// from the front, the numbers and the flag from the back. The slices point
+// into the record.
+type record struct {
+	id, thread []byte
+	author     []byte // the JSON string, quotes included
+	body       []byte // one valid JSON value
+	ts         int64
+	version    int64
+	deleted    bool
+	deletedTS  int64
+}
+
+// cutRecord answers ok only for a record of exactly that shape whose every
+// part is valid JSON, for which encoding/json would decode the same
+// values; anything else (legacy or damaged records) is left to
+// encoding/json. Decoding every message's oldest and newest version with
+// encoding/json was a quarter of a purge's CPU time, and decoding a page's
+// messages most of a read's.
+func cutRecord(d []byte) (record, bool) {
+	var r record
 	rest, ok := bytes.CutPrefix(d, []byte(`{"id":"`))
 	if !ok {
-		return h, false
+		return r, false
 	}
-	var thread []byte
-	if _, rest, ok = plainString(rest); !ok {
-		return h, false
+	if r.id, rest, ok = plainString(rest); !ok {
+		return r, false
 	}
 	if rest, ok = bytes.CutPrefix(rest, []byte(`,"thread":"`)); !ok {
-		return h, false
+		return r, false
 	}
-	if thread, rest, ok = plainString(rest); !ok || len(thread) == 0 {
-		return h, false
+	if r.thread, rest, ok = plainString(rest); !ok {
+		return r, false
 	}
 
 	// The fixed tail: ,"ts":N,"version":N,"deleted":B,"deleted_ts":N}
 	if rest, ok = bytes.CutSuffix(rest, []byte("}")); !ok {
-		return h, false
+		return r, false
 	}
-	if rest, h.DeletedTS, ok = cutInt(rest, `,"deleted_ts":`); !ok {
-		return h, false
+	if rest, r.deletedTS, ok = cutInt(rest, `,"deleted_ts":`); !ok {
+		return r, false
 	}
-	if r, found := bytes.CutSuffix(rest, []byte(`,"deleted":true`)); found {
-		h.Deleted, rest = true, r
+	if cut, found := bytes.CutSuffix(rest, []byte(`,"deleted":true`)); found {
+		r.deleted, rest = true, cut
 	} else if rest, ok = bytes.CutSuffix(rest, []byte(`,"deleted":false`)); !ok {
-		return h, false
+		return r, false
 	}
-	if rest, _, ok = cutInt(rest, `,"version":`); !ok {
-		return h, false
+	if rest, r.version, ok = cutInt(rest, `,"version":`); !ok {
+		return r, false
 	}
-	if rest, h.TS, ok = cutInt(rest, `,"ts":`); !ok {
-		return h, false
+	if rest, r.ts, ok = cutInt(rest, `,"ts":`); !ok {
+		return r, false
 	}
 
 	// What is left is ,"author":"...","body":<one JSON value>.
 	if rest, ok = bytes.CutPrefix(rest, []byte(`,"author":`)); !ok || len(rest) == 0 || rest[0] != '"' {
-		return h, false
+		return r, false
 	}
-	end := 1
+	end, plain := 1, true
 	for end < len(rest) && rest[end] != '"' {
-		if rest[end] == '\\' {
+		if c := rest[end]; c == '\\' {
 			end++
+			plain = false
+		} else if c < 0x20 {
+			plain = false
 		}
 		end++
 	}
-	if end >= len(rest) || !json.Valid(rest[:end+1]) {
-		return h, false
+	// A string without escapes or control characters is valid JSON as it is.
+	if end >= len(rest) || (!plain && !json.Valid(rest[:end+1])) {
+		return r, false
 	}
+	r.author = rest[:end+1]
 	if rest, ok = bytes.CutPrefix(rest[end+1:], []byte(`,"body":`)); !ok || !json.Valid(rest) {
-		return h, false
+		return r, false
 	}
-	h.Thread = string(thread)
-	return h, true
+	r.body = rest
+	return r, true
+}
+
+// fastHead reads a version's head through cutRecord.
+func fastHead(d []byte) (versionHead, bool) {
+	r, ok := cutRecord(d)
+	if !ok || len(r.thread) == 0 {
+		return versionHead{}, false
+	}
+	return versionHead{Thread: string(r.thread), TS: r.ts, Deleted: r.deleted, DeletedTS: r.deletedTS}, true
+}
+
+// fastMessage reads a whole version through cutRecord, as encoding/json
+// would into a Message; the body is copied out of d.
+func fastMessage(d []byte) (Message, bool) {
+	r, ok := cutRecord(d)
+	if !ok {
+		return Message{}, false
+	}
+	m := Message{
+		ID: string(r.id), Thread: string(r.thread),
+		Body: bytes.Clone(r.body),
+		TS:   r.ts, Version: r.version, Deleted: r.deleted, DeletedTS: r.deletedTS,
+	}
+	if a := r.author[1 : len(r.author)-1]; plainText(a) {
+		m.Author = string(a)
+	} else if json.Unmarshal(r.author, &m.Author) != nil {
+		return Message{}, false
+	}
+	return m, true
+}
+
+// plainText reports whether s, inside a JSON string, reads as itself:
+// valid UTF-8 without escapes or control characters.
+func plainText(s []byte) bool {
+	for _, c := range s {
+		if c < 0x20 || c == '\\' || c == '"' {
+			return false
+		}
+	}
+	return utf8.Valid(s)
 }
 
 // plainString reads a JSON string body (after its opening quote) made of

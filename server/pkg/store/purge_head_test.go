@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -73,6 +74,37 @@ func FuzzFastHead(f *testing.F) {
 		want, wantOK := headByJSON(data)
 		if !wantOK || got != want {
 			t.Fatalf("fastHead(%q) = %+v; encoding/json: %+v, %v", data, got, want, wantOK)
+		}
+	})
+}
+
+// FuzzFastMessage checks that whatever fastMessage accepts, encoding/json
+// reads into the same Message, and that it accepts the store's own
+// encoding of any message.
+func FuzzFastMessage(f *testing.F) {
+	f.Add([]byte(`{"id":"m","thread":"t","author":"a","body":{"x":[1,2]},"ts":12,"version":2,"deleted":true,"deleted_ts":34}`), "a", []byte(`{"x":1}`))
+	f.Add([]byte(`{"id":"m","thread":"t","author":"a\"b","body":"}","ts":-1,"version":1,"deleted":false,"deleted_ts":0}`), "\u00e9\xff\n", []byte(`null`))
+	f.Add([]byte(`{"id":"m","thread":"t","author":"a","body":null,"ts":1,"version":1,"deleted":false,"deleted_ts":0}`), "<&>", []byte(` [ "a b" , 1 ] `))
+	f.Fuzz(func(t *testing.T, data []byte, author string, body []byte) {
+		if got, ok := fastMessage(data); ok {
+			var want Message
+			if err := json.Unmarshal(data, &want); err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("fastMessage(%q) = %+v; encoding/json: %+v, %v", data, got, want, err)
+			}
+		}
+		cb, err := compactBody(body)
+		if err != nil {
+			return
+		}
+		m := Message{ID: "m1", Thread: "t1", Author: author, Body: cb, TS: 7, Version: 2, DeletedTS: -3}
+		data = appendMessageJSON(nil, m)
+		got, ok := fastMessage(data)
+		var want Message
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("the store's encoding %q does not decode: %v", data, err)
+		}
+		if !ok || !reflect.DeepEqual(got, want) {
+			t.Fatalf("fastMessage(%q) = %+v, %v; encoding/json: %+v", data, got, ok, want)
 		}
 	})
 }

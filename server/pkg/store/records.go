@@ -26,9 +26,11 @@ func decodeThread(tid string, data []byte) (Thread, error) {
 // decodeMessage reads one stored version of message mid. The record must
 // name its thread: that is how a route's thread ID is checked.
 func decodeMessage(mid string, version int64, data []byte) (Message, error) {
-	var m Message
-	if err := json.Unmarshal(data, &m); err != nil {
-		return Message{}, fmt.Errorf("message %s version %d: %w: %w", mid, version, ErrMalformed, err)
+	m, ok := fastMessage(data)
+	if !ok {
+		if err := json.Unmarshal(data, &m); err != nil {
+			return Message{}, fmt.Errorf("message %s version %d: %w: %w", mid, version, ErrMalformed, err)
+		}
 	}
 	switch m.ID {
 	case "":
