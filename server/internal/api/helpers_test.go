@@ -157,3 +157,10 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// messageList is the answer to GET /v1/threads/{tid}/messages (written by
+// hand in listMessages).
+type messageList struct {
+	Messages   []wire.Message `json:"messages"`
+	NextCursor string         `json:"next_cursor"`
+}

@@ -10,11 +10,6 @@ import (
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
-type messageList struct {
-	Messages   []wire.Message `json:"messages"`
-	NextCursor string         `json:"next_cursor"`
-}
-
 type versionList struct {
 	Versions   []wire.Message `json:"versions"`
 	NextCursor string         `json:"next_cursor"`
@@ -71,7 +66,7 @@ func (s *server) appendMessage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Location", "/v1/threads/"+tid+"/messages/"+m.ID)
-	return s.writeJSON(w, r, http.StatusCreated, wire.MessageOf(m))
+	return s.writeMessage(w, r, http.StatusCreated, m)
 }
 
 func (s *server) listMessages(w http.ResponseWriter, r *http.Request) error {
@@ -90,7 +85,15 @@ func (s *server) listMessages(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(w, r, http.StatusOK, messageList{Messages: wire.Messages(msgs), NextCursor: next})
+	// {"messages":[...],"next_cursor":"..."}, encoded by hand (wire.AppendMessages).
+	b := make([]byte, 0, 64+len(msgs)*256)
+	b = append(b, `{"messages":`...)
+	b, err = wire.AppendMessages(b, msgs)
+	if err == nil {
+		b = append(b, `,"next_cursor":`...)
+		b = append(wire.AppendString(b, next), '}')
+	}
+	return s.writeEncoded(w, r, http.StatusOK, b, err)
 }
 
 // messageRead reads the IDs and include_deleted of a request for one
@@ -120,7 +123,7 @@ func (s *server) getMessage(w http.ResponseWriter, r *http.Request) error {
 	if m.Deleted && !inc {
 		return messageNotFound(tid, mid)
 	}
-	return s.writeJSON(w, r, http.StatusOK, wire.MessageOf(m))
+	return s.writeMessage(w, r, http.StatusOK, m)
 }
 
 func (s *server) editMessage(w http.ResponseWriter, r *http.Request) error {
@@ -145,7 +148,7 @@ func (s *server) editMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(w, r, http.StatusOK, wire.MessageOf(m))
+	return s.writeMessage(w, r, http.StatusOK, m)
 }
 
 func (s *server) deleteMessage(w http.ResponseWriter, r *http.Request) error {
@@ -168,7 +171,7 @@ func (s *server) restoreMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(w, r, http.StatusOK, wire.MessageOf(m))
+	return s.writeMessage(w, r, http.StatusOK, m)
 }
 
 // listVersions answers GET .../versions?limit=&cursor=, a page of the
@@ -185,10 +188,13 @@ func (s *server) listVersions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var out *bufio.Writer
+	var (
+		out *bufio.Writer
+		b   []byte
+	)
 	next, err := s.st(r).ScanVersions(r.Context(), tid, mid, o, func(m store.Message) error {
-		b, err := json.Marshal(wire.MessageOf(m))
-		if err != nil {
+		var err error
+		if b, err = wire.AppendMessage(b[:0], m); err != nil {
 			return err
 		}
 		if out == nil {

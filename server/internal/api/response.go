@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+
+	"github.com/progressdb/progressdb/server/internal/wire"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // writeJSON answers v with status. The body is encoded before anything is
@@ -11,6 +14,18 @@ import (
 // so that handlers can end with `return s.writeJSON(...)`.
 func (s *server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) error {
 	b, err := json.Marshal(v)
+	return s.writeEncoded(w, r, status, b, err)
+}
+
+// writeMessage answers one message version, encoded by hand (wire.AppendMessage).
+func (s *server) writeMessage(w http.ResponseWriter, r *http.Request, status int, m store.Message) error {
+	b, err := wire.AppendMessage(make([]byte, 0, 256+len(m.Body)), m)
+	return s.writeEncoded(w, r, status, b, err)
+}
+
+// writeEncoded answers b, the JSON encoding of an answer, with status;
+// err, the encoding's failure, makes it a 500 instead.
+func (s *server) writeEncoded(w http.ResponseWriter, r *http.Request, status int, b []byte, err error) error {
 	if err != nil {
 		s.log.LogAttrs(r.Context(), slog.LevelError, "http_encode_failed",
 			append(requestAttrs(r), slog.Any("err", err))...)

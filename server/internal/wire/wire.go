@@ -134,6 +134,107 @@ func Messages(ms []store.Message) []Message {
 	return out
 }
 
+// AppendMessage appends m as json.Marshal(MessageOf(m)) writes it, byte
+// for byte, without reflection: a page of messages through encoding/json
+// called Time's MarshalJSON twice per message and re-scanned what it
+// returned, and answers to reads cost 15% more CPU for it. The body is
+// trusted to be valid JSON (the store checks it on the way in).
+func AppendMessage(b []byte, m store.Message) ([]byte, error) {
+	b = append(b, `{"id":`...)
+	b = AppendString(b, m.ID)
+	b = append(b, `,"thread":`...)
+	b = AppendString(b, m.Thread)
+	b = append(b, `,"author":`...)
+	b = AppendString(b, m.Author)
+	b = append(b, `,"body":`...)
+	b, err := appendRaw(b, m.Body)
+	if err != nil {
+		return nil, fmt.Errorf("message %s body: %w", m.ID, err)
+	}
+	b = append(b, `,"ts":`...)
+	b = appendNanos(b, m.TS)
+	b = append(b, `,"version":`...)
+	b = strconv.AppendInt(b, m.Version, 10)
+	b = append(b, `,"deleted":`...)
+	b = strconv.AppendBool(b, m.Deleted)
+	b = append(b, `,"deleted_ts":`...)
+	b = appendNanos(b, m.DeletedTS)
+	return append(b, '}'), nil
+}
+
+// AppendMessages appends ms as a JSON array the way json.Marshal(Messages(ms))
+// writes it.
+func AppendMessages(b []byte, ms []store.Message) ([]byte, error) {
+	b = append(b, '[')
+	for i, m := range ms {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = AppendMessage(b, m); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, ']'), nil
+}
+
+// AppendString appends s as encoding/json writes a string: printable ASCII
+// that needs no escape as it is, anything else through encoding/json
+// (HTML characters, control characters, U+2028, invalid UTF-8).
+func AppendString(b []byte, s string) []byte {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendRaw appends a raw JSON value as encoding/json writes a
+// json.RawMessage: null when empty, compacted, with <, >, & and U+2028/9
+// escaped in strings. Most bodies need none of that and are copied; the
+// others go through encoding/json.
+func appendRaw(b []byte, raw json.RawMessage) ([]byte, error) {
+	if len(raw) == 0 {
+		return append(b, "null"...), nil
+	}
+	inString := false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case c == '<' || c == '>' || c == '&' || c == 0xe2: // 0xe2: U+2028 and U+2029 start with it
+			return appendRawSlow(b, raw)
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return appendRawSlow(b, raw)
+		}
+	}
+	return append(b, raw...), nil
+}
+
+func appendRawSlow(b []byte, raw json.RawMessage) ([]byte, error) {
+	q, err := json.Marshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, q...), nil
+}
+
+// appendNanos appends Unix nanoseconds as Nanos(ns) encodes.
+func appendNanos(b []byte, ns int64) []byte {
+	if ns == 0 {
+		return append(b, "null"...)
+	}
+	b = append(b, '"')
+	b = audit.AppendTime(b, time.Unix(0, ns))
+	return append(b, '"')
+}
+
 // ErrNotIJSON is wrapped by CheckIJSON's errors.
 var ErrNotIJSON = errors.New("not I-JSON (RFC 7493)")
 

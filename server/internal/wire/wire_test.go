@@ -129,3 +129,38 @@ func BenchmarkCheckIJSON(b *testing.B) {
 		})
 	}
 }
+
+// AppendMessage writes what encoding/json writes for MessageOf, byte for
+// byte, whatever the strings and the body hold.
+func FuzzAppendMessage(f *testing.F) {
+	f.Add("m1", "t1", "ann", []byte(`{"text":"a b"}`), int64(1764002419123456789), int64(2), false, int64(0))
+	f.Add("m2", "t-2", "<b>&\u2028\"\\\n\x01\xff", []byte(` { "a" : [1, "<&>\u2029", {"b":null}] } `), int64(0), int64(1), true, int64(-5))
+	f.Add("", "", "", []byte(nil), int64(-1), int64(0), true, int64(1))
+	f.Add("m", "t", "é", []byte(`"\"\\ \u0041"`), int64(1), int64(1<<53), false, int64(1<<62))
+	f.Fuzz(func(t *testing.T, id, thread, author string, body []byte, ts, version int64, deleted bool, deletedTS int64) {
+		if len(body) > 0 && !json.Valid(body) {
+			return // the store holds valid bodies only
+		}
+		m := store.Message{ID: id, Thread: thread, Author: author, Body: body, TS: ts, Version: version, Deleted: deleted, DeletedTS: deletedTS}
+		want, err := json.Marshal(MessageOf(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := AppendMessage([]byte("x"), m)
+		if err != nil || string(got[1:]) != string(want) || got[0] != 'x' {
+			t.Fatalf("AppendMessage = %s, %v\nencoding/json: %s", got, err, want)
+		}
+		list, err := AppendMessages(nil, []store.Message{m, m})
+		wantList, _ := json.Marshal(Messages([]store.Message{m, m}))
+		if err != nil || string(list) != string(wantList) {
+			t.Fatalf("AppendMessages = %s, %v\nencoding/json: %s", list, err, wantList)
+		}
+	})
+}
+
+func TestAppendMessagesEmpty(t *testing.T) {
+	got, err := AppendMessages(nil, nil)
+	if want, _ := json.Marshal(Messages(nil)); err != nil || string(got) != string(want) {
+		t.Errorf("AppendMessages(nil) = %s, %v; want %s", got, err, want)
+	}
+}
