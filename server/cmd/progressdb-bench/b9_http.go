@@ -155,10 +155,16 @@ func b9Raw(ctx context.Context, dir string, c *b9Cell, dur time.Duration, maxOps
 		return b9Load{}, err
 	}
 	defer st.Close()
+	return b9Drive(ctx, c.writers, dur, maxOps, b9RawOp(st, c))
+}
+
+// b9RawOp is one raw commit of what an append commits (the version and the
+// log entry, in one batch with Sync), to one of c's threads.
+func b9RawOp(st *store.Store, c *b9Cell) func(w, k int) error {
 	db := st.DB()
 	body := json.RawMessage(`{"text":"a message of about sixty bytes, like a short chat line"}`)
 	tids := b9Threads(c.threads)
-	return b9Drive(ctx, c.writers, dur, maxOps, func(w, k int) error {
+	return func(w, k int) error {
 		mid, tid := st.NewID(), tids[(w+k*c.writers)%len(tids)]
 		now := time.Now().UnixNano()
 		v, err := json.Marshal(store.Message{ID: mid, Thread: tid, Author: "writer", Body: body, TS: now, Version: 1})
@@ -170,7 +176,7 @@ func b9Raw(ctx context.Context, dir string, c *b9Cell, dur time.Duration, maxOps
 		_ = bt.Set([]byte(fmt.Sprintf("thread:%s:log:%020d:%s", tid, now, mid)), []byte(mid), nil)
 		defer bt.Close()
 		return bt.Commit(pebble.Sync)
-	})
+	}
 }
 
 // b9OpenWithThreads opens a store in dir and creates n threads in it.

@@ -22,8 +22,9 @@ type bench struct {
 	root  string
 	start time.Time
 
-	mu  sync.Mutex
-	log io.Writer
+	mu       sync.Mutex
+	log      io.Writer
+	benchOut *os.File // -benchout, nil without
 }
 
 func newBench(o options, log io.Writer) (*bench, error) {
@@ -35,6 +36,9 @@ func newBench(o options, log io.Writer) (*bench, error) {
 }
 
 func (b *bench) cleanup() {
+	if b.benchOut != nil {
+		_ = b.benchOut.Close()
+	}
 	if b.o.keep {
 		b.logf("kept the temporary databases in %s", b.root)
 		return

@@ -9,7 +9,7 @@
 // machine that is quiet enough. Each repetition starts from an identical
 // copy of the scenario's seeded database (a Pebble checkpoint).
 //
-//	go run ./server/cmd/progressdb-bench -out BENCHMARKS.md [-scale 1] [-reps N] [-only B1,B3]
+//	go run ./server/cmd/progressdb-bench -out BENCHMARKS.md [-scale 1] [-reps N] [-only B1,B3] [-benchout FILE]
 package main
 
 import (
@@ -35,10 +35,14 @@ type options struct {
 	tmp        string
 	keep       bool
 	cpuprofile string
+	benchout   string
 	args       []string
 }
 
 func main() {
+	if os.Getenv(loadgenEnv) != "" {
+		os.Exit(runLoadgen(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -74,6 +78,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer b.cleanup()
+	if o.benchout != "" {
+		if err := b.openBenchOut(o.benchout); err != nil {
+			fmt.Fprintln(stderr, "progressdb-bench:", err)
+			return 1
+		}
+	}
 
 	rep := &report{
 		command: commandLine(o.args),
@@ -111,7 +121,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	fmt.Fprint(stdout, rep.console())
 	if o.out != "" && o.out != "-" {
-		if err := os.WriteFile(o.out, []byte(rep.markdown()), 0o644); err != nil {
+		md := rep.markdown()
+		// A run of some scenarios updates their sections of an existing
+		// report instead of leaving it with theirs alone.
+		if old, err := os.ReadFile(o.out); err == nil && len(o.only) > 0 {
+			md = rep.merge(string(old))
+		}
+		if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
 			fmt.Fprintln(stderr, "progressdb-bench:", err)
 			return 1
 		}
@@ -130,11 +146,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var only string
 	fs.Float64Var(&o.scale, "scale", 1, "size multiplier (1: about five minutes on two cores)")
 	fs.IntVar(&o.reps, "reps", 0, "repetitions per measurement (0: each scenario's default, 3 to 9)")
-	fs.StringVar(&only, "only", "", "comma-separated scenarios to run, e.g. B1,B3 (default: all)")
+	fs.StringVar(&only, "only", "", "comma-separated scenarios to run, e.g. B1,B3 (default: all); their sections replace those in an existing -out file")
 	fs.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown report to write (\"-\": none)")
 	fs.StringVar(&o.tmp, "tmp", "", "directory for the temporary databases (default: the system temp dir)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary databases")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&o.benchout, "benchout", "", "append every repetition's figures to this file in Go benchmark format (for benchstat; B9 and B14)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: progressdb-bench [flags]")
 		fs.PrintDefaults()
@@ -184,7 +201,7 @@ func commandLine(args []string) string {
 	return strings.Join(parts, " ")
 }
 
-// scenario is one benchmark of the issues (B1..B11).
+// scenario is one benchmark of the issues (B1..B14).
 type scenario struct {
 	id, title string
 	run       func(ctx context.Context, b *bench) (*section, error)
@@ -202,4 +219,5 @@ var scenarios = []scenario{
 	{"B9", "HTTP write throughput and thread listing", runB9},
 	{"B10", "backup and restore with purge replay", runB10},
 	{"B11", "cluster: 1 node vs 3, forwarding, purge over shards", runB11},
+	{"B14", "CPU per request: HTTP, store and raw Pebble", runB14},
 }

@@ -121,7 +121,8 @@ func (r *report) markdown() string {
 		if s.err != "" {
 			fmt.Fprintf(&sb, "The scenario stopped with an error: `%s`\n\n", s.err)
 		}
-		fmt.Fprintf(&sb, "_%s took %s, seeding included._\n\n", s.id, s.elapsed.Round(time.Second))
+		fmt.Fprintf(&sb, "_%s took %s, seeding included (run of %s)._\n\n", s.id, s.elapsed.Round(time.Second),
+			r.started.Format(time.DateOnly))
 	}
 	return sb.String()
 }
@@ -138,4 +139,83 @@ func (r *report) console() string {
 	sb.WriteString("== Targets ==\n\n")
 	r.targetTable().markdown(&sb)
 	return sb.String()
+}
+
+// merge returns the markdown of a run of some scenarios (-only) laid over
+// old, an earlier report: the run's sections and target rows replace
+// those of the same scenarios, the others stay as they were, in scenario
+// order. The header describes this run; each section's last line names
+// the day of its own run.
+func (r *report) merge(old string) string {
+	cur := r.markdown()
+	oldHead, oldTargets, oldSecs := splitReport(old)
+	oldDay := ""
+	if _, after, ok := strings.Cut(oldHead, "| Run | "); ok && len(after) >= len(time.DateOnly) {
+		oldDay = after[:len(time.DateOnly)]
+	}
+	head, targets, secs := splitReport(cur)
+	ran := map[string]bool{}
+	for _, s := range r.sections {
+		ran[s.id] = true
+	}
+	for id, text := range oldSecs {
+		if ran[id] {
+			continue
+		}
+		if oldDay != "" && !strings.Contains(text, "(run of ") {
+			text = strings.Replace(text, ", seeding included._", ", seeding included (run of "+oldDay+")._", 1)
+		}
+		secs[id] = text
+	}
+	for id, rows := range oldTargets {
+		if !ran[id] {
+			targets[id] = rows
+		}
+	}
+	var sb strings.Builder
+	sb.WriteString(head)
+	sb.WriteString("## Targets\n\n")
+	sb.WriteString("|  | Target | Wanted | Measured | Result |\n|---|---|---|---|---|\n")
+	for _, sc := range scenarios {
+		for _, row := range targets[sc.id] {
+			sb.WriteString(row + "\n")
+		}
+	}
+	sb.WriteString("\n")
+	for _, sc := range scenarios {
+		sb.WriteString(secs[sc.id])
+	}
+	return sb.String()
+}
+
+// splitReport cuts a report into its header (up to the targets), its
+// target rows by scenario and its sections by scenario.
+func splitReport(md string) (head string, targets map[string][]string, secs map[string]string) {
+	targets, secs = map[string][]string{}, map[string]string{}
+	before, rest, ok := strings.Cut(md, "## Targets\n")
+	if !ok {
+		return md, targets, secs
+	}
+	head = before
+	table, body, _ := strings.Cut(rest, "\n## ")
+	for _, line := range strings.Split(table, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) > 2 {
+			if id := strings.TrimSpace(cells[1]); strings.HasPrefix(id, "B") {
+				targets[id] = append(targets[id], line)
+			}
+		}
+	}
+	if body == "" {
+		return head, targets, secs
+	}
+	for _, part := range strings.SplitAfter("## "+body, "\n## ") {
+		part = strings.TrimSuffix(part, "## ")
+		if !strings.HasPrefix(part, "## ") {
+			part = "## " + part
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(part, "## "), ":")
+		secs[id] = part
+	}
+	return head, targets, secs
 }
