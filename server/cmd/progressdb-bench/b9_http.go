@@ -102,6 +102,12 @@ func runB9(ctx context.Context, b *bench) (*section, error) {
 			c.rawP99 = append(c.rawP99, float64(percentile(raw.lat, 99)))
 			c.apiP50 = append(c.apiP50, float64(percentile(ap.lat, 50)))
 			c.apiP99 = append(c.apiP99, float64(percentile(ap.lat, 99)))
+			name := fmt.Sprintf("B9/threads=%d/writers=%d", c.threads, c.writers)
+			b.goBench(name+"/api", ap.n, benchMetric{rate(ap.n, ap.dur), "msgs/s"}, benchMetric{float64(percentile(ap.lat, 99)) / 1e3, "p99-us"})
+			b.goBench(name+"/store", stl.n, benchMetric{rate(stl.n, stl.dur), "msgs/s"}, benchMetric{float64(percentile(stl.lat, 99)) / 1e3, "p99-us"})
+			b.goBench(name+"/raw", raw.n, benchMetric{rate(raw.n, raw.dur), "msgs/s"}, benchMetric{float64(percentile(raw.lat, 99)) / 1e3, "p99-us"})
+			// The ratio holds better than either rate on a shared machine.
+			b.goBench(name+"/api-vs-raw", ap.n, benchMetric{rate(ap.n, ap.dur) / rate(raw.n, raw.dur), "api/raw"})
 			b.logf("B9 rep %d: %s × %d writers: api %s p99 %s, raw %s p99 %s", rep+1, c.shape, c.writers,
 				fmtRate(rate(ap.n, ap.dur)), fmtDur(percentile(ap.lat, 99)),
 				fmtRate(rate(raw.n, raw.dur)), fmtDur(percentile(raw.lat, 99)))
@@ -349,6 +355,8 @@ func b9Listing(ctx context.Context, b *bench, sec *section) error {
 			return fmt.Errorf("listing at %s deleted: %w", fmtPct(frac), err)
 		}
 		worst, worstP99 = max(worst, p50, first), max(worstP99, p99)
+		b.goBench(fmt.Sprintf("B9/listing/deleted=%g", frac), int64(pages),
+			benchMetric{float64(p50) / 1e3, "p50-us"}, benchMetric{float64(p99) / 1e3, "p99-us"})
 		t.add(fmtPct(frac), count(int64(live)), fmtDur(first), fmtDur(p50), fmtDur(p99))
 		b.logf("B9 listing %s deleted: first %s, p50 %s, p99 %s", fmtPct(frac), fmtDur(first), fmtDur(p50), fmtDur(p99))
 	}
