@@ -11,7 +11,7 @@ LDFLAGS   := -X github.com/progressdb/progressdb/server/internal/buildinfo.versi
 # Short fault trials run in `make test`; `make faults` runs the long mode.
 FAULT_TRIALS ?= 30
 
-.PHONY: all build run demo cluster-demo test test-short faults fuzz bench lint vet fmt clean
+.PHONY: all build run demo cluster-demo test test-short faults fuzz bench bench-compare lint vet fmt clean
 
 all: build
 
@@ -71,6 +71,14 @@ fuzz:
 
 bench: build
 	$(GO) run ./server/cmd/progressdb-bench -out BENCHMARKS.md $(BENCHFLAGS)
+
+# Builds progressdb-bench at BASE and from the working tree, runs BENCH
+# (B9,B14) of both alternated, and compares them with benchstat
+# (BENCHMARKS.md, "Comparing two revisions"). ROUNDS, REPS, SCALE tune it.
+bench-compare:
+	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<rev> [BENCH=B9,B14] [ROUNDS=3] [REPS=2] [SCALE=1]"; exit 2; }
+	GO=$(GO) BENCH=$(or $(BENCH),B9,B14) ROUNDS=$(or $(ROUNDS),3) REPS=$(or $(REPS),2) SCALE=$(or $(SCALE),1) \
+		./scripts/bench-compare.sh $(BASE)
 
 vet:
 	$(GO) vet ./...

@@ -18,7 +18,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/progressdb/progressdb/server/internal/api"
-	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -410,7 +409,7 @@ func b9ListOnce(ctx context.Context, b *bench, n int, frac float64, pages int) (
 			return 0, err
 		}
 		var out struct {
-			Threads []wire.Thread `json:"threads"`
+			Threads []json.RawMessage `json:"threads"` // counted, not read
 		}
 		err = json.NewDecoder(resp.Body).Decode(&out)
 		resp.Body.Close()
