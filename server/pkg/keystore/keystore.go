@@ -1,0 +1,479 @@
+// Package keystore keeps the data keys of sealed content (spec §12,
+// docs/sealed-content-design.md): one AES-256-GCM key per (thread, author),
+// wrapped by the KEK's keeper, in a Pebble database of its own outside the
+// data directory. Destroying a key makes every value it sealed unreadable;
+// the key store's erase step then removes the wrapped key from its files.
+//
+// Key layout:
+//
+//	ks:format                     "1"
+//	ks:kek                        check value wrapped by the current KEK
+//	ks:rotate                     check value of the new KEK while a rotation is unfinished
+//	ks:secret:index               wrapped HMAC key of the author index
+//	ks:secret:receipt             wrapped receipt key
+//	ks:erased                     present when nothing destroyed is left to erase
+//	k:<tid>:next                  next key number of the thread
+//	k:<tid>:a:<hmac hex>          the author's key number in the thread
+//	k:<tid>:k:<num 10d>           hmac(32) ‖ wrapped DEK
+//	a:<hmac hex>:<tid>:<num 10d>  author index
+//
+// Every wrapped value starts with one byte, the generation of the KEK that
+// wrapped it, so that a rotation can be resumed. Authors appear only as an
+// HMAC with the index key, itself wrapped: a copy of the key store without
+// the KEK cannot even be searched for a name.
+package keystore
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"gocloud.dev/secrets"
+
+	"github.com/progressdb/progressdb/server/pkg/erase"
+)
+
+// Sentinel errors callers act on.
+var (
+	// ErrInsideDataPath: the key store's path is the data directory, inside
+	// it, or holds it; a copy of the data folder would carry the keys.
+	ErrInsideDataPath = errors.New("key store path must be outside the data directory")
+	// ErrWrongKEK: the KEK does not open this key store's check value.
+	ErrWrongKEK = errors.New("the KEK does not open this key store")
+	// ErrRotationUnfinished: a KEK rotation began and did not finish; only
+	// finishing it (Open with RotateTo, then Rewrap) opens the store.
+	ErrRotationUnfinished = errors.New("a KEK rotation is unfinished: run progressdb keys rotate-kek --to URL again with the same URL")
+	// ErrNoKey: the key was never created or has been destroyed.
+	ErrNoKey = errors.New("no such key (destroyed or never created)")
+	// ErrClosed: the key store was closed.
+	ErrClosed = errors.New("key store closed")
+	// ErrInvalidThread: a thread ID the data store would refuse.
+	ErrInvalidThread = errors.New("invalid thread id")
+)
+
+const (
+	formatKey        = "ks:format"
+	kekKey           = "ks:kek"
+	rotateKey        = "ks:rotate"
+	indexSecretKey   = "ks:secret:index"
+	receiptSecretKey = "ks:secret:receipt"
+	erasedKey        = "ks:erased"
+	formatVersion    = "1"
+
+	threadNS = "k:"
+	authorNS = "a:"
+
+	// checkPlain is what the check values wrap: opening it proves a keeper
+	// is the KEK that wrapped this store's keys.
+	checkPlain = "progressdb kek check"
+
+	dirMode = 0o700
+)
+
+// DefaultCacheSize is the number of built AEADs kept in memory.
+const DefaultCacheSize = 1 << 16
+
+// Options configure Open.
+type Options struct {
+	// Keeper is the KEK (OpenKEK). Required.
+	Keeper *secrets.Keeper
+	// DataPath is the data database's directory: the key store refuses to
+	// live in it, or to hold it.
+	DataPath string
+	// RotateTo is the new KEK of an unfinished rotation, to finish it with
+	// Rewrap. Without it, a store whose rotation is unfinished does not open.
+	RotateTo *secrets.Keeper
+	// CacheSize bounds the AEADs kept in memory (DefaultCacheSize when 0).
+	CacheSize int
+	// EraseWait bounds the erase step's waits (erase.DefaultWait when 0).
+	EraseWait time.Duration
+	// Logger receives Pebble's errors; they are dropped when nil.
+	Logger *slog.Logger
+}
+
+// KeyStore holds the data keys. Build one with Open; safe for concurrent use.
+type KeyStore struct {
+	db        *pebble.DB
+	path      string
+	eraseWait time.Duration
+
+	// keepers by the generation byte of the values they wrapped: the
+	// current KEK, and during a rotation the new one at gen+1. genMu
+	// guards them, gen and rotating.
+	genMu   sync.RWMutex
+	keepers map[byte]*secrets.Keeper
+	gen     byte
+	// rotating: ks:rotate is present.
+	rotating bool
+
+	indexKey, receiptKey []byte
+	// macs pools HMACs keyed with indexKey: one is asked for on every
+	// sealed write, and building one costs more than using it.
+	macs sync.Pool
+
+	cache   *cache
+	stripes [256]sync.Mutex
+
+	// mu orders destroys against the end of an erase (erase.go); eraseMu
+	// lets one erase run at a time.
+	eraseMu  sync.Mutex
+	mu       sync.Mutex
+	spans    []erase.Span
+	destroys uint64
+	owedFull bool
+
+	closeOnce sync.Once
+	closed    chan struct{}
+
+	// afterRewrapBatch is the tests' view of a rotation's batch boundary.
+	afterRewrapBatch func()
+}
+
+// Open opens (creating if needed) the key store at path.
+func Open(ctx context.Context, path string, opts Options) (*KeyStore, error) {
+	if opts.Keeper == nil {
+		return nil, fmt.Errorf("open key store: %w: no keeper", ErrInvalidKEK)
+	}
+	if opts.DataPath != "" {
+		if err := checkOutside(path, opts.DataPath); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(path, dirMode); err != nil {
+		return nil, fmt.Errorf("open key store %q: %w", path, err)
+	}
+	db, err := pebble.Open(path, &pebble.Options{
+		FS:     erase.NoRecycleFS{FS: vfs.Default},
+		Logger: pebbleLogger{opts.Logger},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open key store %q: %w", path, err)
+	}
+	size := opts.CacheSize
+	if size <= 0 {
+		size = DefaultCacheSize
+	}
+	ks := &KeyStore{db: db, path: path, eraseWait: opts.EraseWait, keepers: map[byte]*secrets.Keeper{},
+		cache: newCache(size), closed: make(chan struct{})}
+	if err := ks.load(ctx, opts); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open key store %q: %w", path, err)
+	}
+	return ks, nil
+}
+
+// load creates a new store's secrets, or checks the KEK against an existing
+// one's and unwraps its secrets.
+func (ks *KeyStore) load(ctx context.Context, opts Options) error {
+	format, ok, err := ks.get([]byte(formatKey))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ks.initialise(ctx, opts.Keeper)
+	}
+	if string(format) != formatVersion {
+		return fmt.Errorf("unknown key store format %q", format)
+	}
+	check, _, err := ks.get([]byte(kekKey))
+	if err != nil {
+		return err
+	}
+	rot, rotating, err := ks.get([]byte(rotateKey))
+	if err != nil {
+		return err
+	}
+	if !opensCheck(ctx, opts.Keeper, check) {
+		if rotating && opensCheck(ctx, opts.Keeper, rot) {
+			return ErrRotationUnfinished
+		}
+		return ErrWrongKEK
+	}
+	ks.gen = check[0]
+	ks.keepers[ks.gen] = opts.Keeper
+	if rotating {
+		if opts.RotateTo == nil {
+			return ErrRotationUnfinished
+		}
+		if !opensCheck(ctx, opts.RotateTo, rot) {
+			return fmt.Errorf("%w: the new KEK is not the one the rotation began with", ErrWrongKEK)
+		}
+		ks.rotating = true
+		ks.keepers[rot[0]] = opts.RotateTo
+	}
+	if ks.indexKey, err = ks.unwrapAt(ctx, indexSecretKey); err != nil {
+		return err
+	}
+	if ks.receiptKey, err = ks.unwrapAt(ctx, receiptSecretKey); err != nil {
+		return err
+	}
+	_, erased, err := ks.get([]byte(erasedKey))
+	if err != nil {
+		return err
+	}
+	// Keys destroyed before a crash, not yet erased: their spans are not
+	// known any more, so the next erase covers the whole store.
+	ks.owedFull = !erased
+	return nil
+}
+
+// initialise writes a new store's format, check value and secrets, synced.
+func (ks *KeyStore) initialise(ctx context.Context, keeper *secrets.Keeper) error {
+	it, err := ks.db.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	empty := !it.First()
+	if err := it.Close(); err != nil {
+		return err
+	}
+	if !empty {
+		return errors.New("not a key store (keys present, no format)")
+	}
+	ks.gen = 1
+	ks.keepers[ks.gen] = keeper
+	check, err := ks.wrap(ctx, ks.gen, []byte(checkPlain))
+	if err != nil {
+		return err
+	}
+	b := ks.db.NewBatch()
+	defer b.Close()
+	_ = b.Set([]byte(formatKey), []byte(formatVersion), nil)
+	_ = b.Set([]byte(kekKey), check, nil)
+	for _, s := range []struct {
+		key string
+		dst *[]byte
+	}{{indexSecretKey, &ks.indexKey}, {receiptSecretKey, &ks.receiptKey}} {
+		secret := make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return err
+		}
+		w, err := ks.wrap(ctx, ks.gen, secret)
+		if err != nil {
+			return err
+		}
+		_ = b.Set([]byte(s.key), w, nil)
+		*s.dst = secret
+	}
+	_ = b.Set([]byte(erasedKey), nil, nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	return nil
+}
+
+// Close closes the store; cached AEADs are dropped. No other call may run
+// during or after it.
+func (ks *KeyStore) Close() error {
+	err := ErrClosed
+	ks.closeOnce.Do(func() {
+		close(ks.closed)
+		ks.cache.clear()
+		clear(ks.indexKey)
+		clear(ks.receiptKey)
+		err = ks.db.Close()
+	})
+	return err
+}
+
+func (ks *KeyStore) isClosed() bool {
+	select {
+	case <-ks.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// live is the check at the start of every call.
+func (ks *KeyStore) live(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ks.isClosed() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// wrap wraps plain with the keeper of gen, behind the generation byte.
+func (ks *KeyStore) wrap(ctx context.Context, gen byte, plain []byte) ([]byte, error) {
+	k := ks.keeper(gen)
+	if k == nil {
+		return nil, fmt.Errorf("wrap: no KEK of generation %d", gen)
+	}
+	w, err := k.Encrypt(ctx, plain)
+	if err != nil {
+		return nil, fmt.Errorf("wrap: %w", err)
+	}
+	return append([]byte{gen}, w...), nil
+}
+
+func (ks *KeyStore) keeper(gen byte) *secrets.Keeper {
+	ks.genMu.RLock()
+	defer ks.genMu.RUnlock()
+	return ks.keepers[gen]
+}
+
+// wrapGen is the generation new keys are wrapped with: the new KEK's
+// while a rotation runs, so that none is left behind by it.
+func (ks *KeyStore) wrapGen() byte {
+	ks.genMu.RLock()
+	defer ks.genMu.RUnlock()
+	if ks.rotating {
+		return ks.gen + 1
+	}
+	return ks.gen
+}
+
+// unwrap opens a value wrap made, with the keeper of its generation.
+func (ks *KeyStore) unwrap(ctx context.Context, v []byte) ([]byte, error) {
+	if len(v) < 2 {
+		return nil, errors.New("unwrap: value too short")
+	}
+	k := ks.keeper(v[0])
+	if k == nil {
+		return nil, fmt.Errorf("unwrap: no KEK of generation %d", v[0])
+	}
+	plain, err := k.Decrypt(ctx, v[1:])
+	if err != nil {
+		return nil, fmt.Errorf("unwrap: %w", err)
+	}
+	return plain, nil
+}
+
+func (ks *KeyStore) unwrapAt(ctx context.Context, key string) ([]byte, error) {
+	v, ok, err := ks.get([]byte(key))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%s missing", key)
+	}
+	return ks.unwrap(ctx, v)
+}
+
+// opensCheck reports whether keeper opens a check value.
+func opensCheck(ctx context.Context, keeper *secrets.Keeper, check []byte) bool {
+	if len(check) < 2 {
+		return false
+	}
+	plain, err := keeper.Decrypt(ctx, check[1:])
+	return err == nil && string(plain) == checkPlain
+}
+
+// get returns a copy of key's value.
+func (ks *KeyStore) get(key []byte) ([]byte, bool, error) {
+	v, closer, err := ks.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer closer.Close()
+	return bytes.Clone(v), true, nil
+}
+
+// mac is the HMAC of an author with the index key: the author index and
+// the (thread, author) entries are keyed by it.
+func (ks *KeyStore) mac(author string) [32]byte {
+	h, _ := ks.macs.Get().(hash.Hash)
+	if h == nil {
+		h = hmac.New(sha256.New, ks.indexKey)
+	}
+	h.Reset()
+	h.Write([]byte(author))
+	var m [32]byte
+	h.Sum(m[:0])
+	ks.macs.Put(h)
+	return m
+}
+
+// Subject names an author in an erasure receipt: the HMAC of the author
+// with the receipt key, never the author itself.
+func (ks *KeyStore) Subject(author string) string {
+	h := hmac.New(sha256.New, ks.receiptKey)
+	h.Write([]byte(author))
+	return "hmac-sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// checkOutside refuses a key store path that is the data path, lies inside
+// it, or holds it, after resolving symbolic links of what exists.
+func checkOutside(ksPath, dataPath string) error {
+	ks, err := resolve(ksPath)
+	if err != nil {
+		return fmt.Errorf("key store path %q: %w", ksPath, err)
+	}
+	data, err := resolve(dataPath)
+	if err != nil {
+		return fmt.Errorf("data path %q: %w", dataPath, err)
+	}
+	if within(ks, data) || within(data, ks) {
+		return fmt.Errorf("%w: key store %q, data directory %q", ErrInsideDataPath, ksPath, dataPath)
+	}
+	return nil
+}
+
+// within reports whether p is dir or lies under it (both absolute, clean).
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// resolve makes p absolute and resolves the symbolic links of its longest
+// existing part; the rest, not created yet, is joined as it is.
+func resolve(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	cur := abs
+	for {
+		if _, err := os.Lstat(cur); err == nil {
+			real, err := filepath.EvalSymlinks(cur)
+			if err != nil {
+				return "", err
+			}
+			return filepath.Join(real, rest), nil
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return abs, nil
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
+}
+
+// pebbleLogger passes Pebble's errors to the log; its informational
+// messages are dropped. Pebble's Fatalf must not return.
+type pebbleLogger struct{ log *slog.Logger }
+
+func (pebbleLogger) Infof(string, ...any) {}
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	if l.log != nil {
+		l.log.Error("keystore_storage_error", "detail", fmt.Sprintf(format, args...))
+	}
+}
+func (pebbleLogger) Fatalf(format string, args ...any) {
+	panic("key store: " + fmt.Sprintf(format, args...))
+}
