@@ -436,7 +436,7 @@ func b9ListOnce(ctx context.Context, b *bench, n int, frac float64, pages int) (
 	first = medianDur(firsts)
 	lat := make([]time.Duration, 0, pages)
 	for i := range pages {
-		d, err := get(liveIDs[(i*7919)%len(liveIDs)])
+		d, err := get(store.ThreadCursor(liveIDs[(i*7919)%len(liveIDs)]))
 		if err != nil {
 			return 0, 0, 0, 0, err
 		}

@@ -104,12 +104,14 @@ func Threads(ts []store.Thread) []Thread {
 }
 
 // Message is one version of a message on the wire; deleted_ts is null
-// unless the version is a tombstone.
+// unless the version is a tombstone. created_ts is the message's first
+// version's ts, the same in every version; ts is this version's.
 type Message struct {
 	ID        string          `json:"id"`
 	Thread    string          `json:"thread"`
 	Author    string          `json:"author"`
 	Body      json.RawMessage `json:"body"`
+	CreatedTS Time            `json:"created_ts"`
 	TS        Time            `json:"ts"`
 	Version   int64           `json:"version"`
 	Deleted   bool            `json:"deleted"`
@@ -120,7 +122,7 @@ type Message struct {
 func MessageOf(m store.Message) Message {
 	return Message{
 		ID: m.ID, Thread: m.Thread, Author: m.Author, Body: m.Body,
-		TS: Nanos(m.TS), Version: m.Version,
+		CreatedTS: Nanos(m.CreatedTS), TS: Nanos(m.TS), Version: m.Version,
 		Deleted: m.Deleted, DeletedTS: Nanos(m.DeletedTS),
 	}
 }

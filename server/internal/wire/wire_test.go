@@ -53,8 +53,8 @@ func TestThreadAndMessage(t *testing.T) {
 	if err != nil || string(b) != want {
 		t.Errorf("thread: %s, %v\nwant %s", b, err, want)
 	}
-	b, err = json.Marshal(MessageOf(store.Message{ID: "m1", Thread: "t1", Author: "a", Body: json.RawMessage(`{"n":1}`), TS: ns, Version: 2, Deleted: true, DeletedTS: ns}))
-	want = `{"id":"m1","thread":"t1","author":"a","body":{"n":1},"ts":"2026-11-24T16:40:19.123456789Z","version":2,"deleted":true,"deleted_ts":"2026-11-24T16:40:19.123456789Z"}`
+	b, err = json.Marshal(MessageOf(store.Message{ID: "m1", Thread: "t1", Author: "a", Body: json.RawMessage(`{"n":1}`), TS: ns, Version: 2, Deleted: true, DeletedTS: ns, CreatedTS: ns - 1}))
+	want = `{"id":"m1","thread":"t1","author":"a","body":{"n":1},"created_ts":"2026-11-24T16:40:19.123456788Z","ts":"2026-11-24T16:40:19.123456789Z","version":2,"deleted":true,"deleted_ts":"2026-11-24T16:40:19.123456789Z"}`
 	if err != nil || string(b) != want {
 		t.Errorf("message: %s, %v\nwant %s", b, err, want)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strconv"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -22,8 +21,9 @@ func validateIDs(ids ...string) error {
 	return nil
 }
 
-// readMessage returns mid's newest version, which must belong to tid: a
-// message reached through another thread's route does not exist there.
+// readMessage returns mid's newest version, with its creation time, which
+// must belong to tid: a message reached through another thread's route
+// does not exist there.
 func (s *Store) readMessage(tid, mid string) (Message, error) {
 	r, err := newVersionReader(s.db)
 	if err != nil {
@@ -36,6 +36,9 @@ func (s *Store) readMessage(tid, mid string) (Message, error) {
 	}
 	if m.Thread != tid {
 		return Message{}, fmt.Errorf("message %s in thread %s: %w", mid, tid, ErrNotFound)
+	}
+	if m.CreatedTS, err = r.created(mid); err != nil {
+		return Message{}, err
 	}
 	return m, nil
 }
@@ -93,7 +96,7 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 	}
 
 	now := s.now().UnixNano()
-	msg := Message{ID: m.ID, Thread: tid, Author: m.Author, Body: body, TS: now, Version: 1}
+	msg := Message{ID: m.ID, Thread: tid, Author: m.Author, Body: body, TS: now, Version: 1, CreatedTS: now}
 	b := s.db.NewBatch()
 	putVersion(b, msg)
 	_ = b.Set(logKey(tid, now, msg.ID), []byte(msg.ID), nil)
@@ -257,6 +260,9 @@ func (s *Store) RestoreMessage(ctx context.Context, tid, mid string) (Message, e
 	if tomb.Thread != tid {
 		return Message{}, fmt.Errorf("message %s in thread %s: %w", mid, tid, ErrNotFound)
 	}
+	if tomb.CreatedTS, err = r.created(mid); err != nil {
+		return Message{}, err
+	}
 	if !tomb.Deleted {
 		return tomb, nil
 	}
@@ -286,7 +292,7 @@ func (s *Store) RestoreMessage(ctx context.Context, tid, mid string) (Message, e
 }
 
 // ListMessages lists the latest version of each message in thread order
-// (creation time, then ID). The cursor is the last log position returned.
+// (creation time, then ID). The cursor holds the last log position returned.
 // Messages whose latest version cannot be read are left out.
 func (s *Store) ListMessages(ctx context.Context, tid string, o ListOptions) ([]Message, string, error) {
 	if err := ValidateID(tid); err != nil {
@@ -296,9 +302,10 @@ func (s *Store) ListMessages(ctx context.Context, tid string, o ListOptions) ([]
 	if err != nil {
 		return nil, "", err
 	}
+	var after []byte
 	if o.Cursor != "" {
-		if _, _, ok := parseLogSuffix([]byte(o.Cursor)); !ok {
-			return nil, "", fmt.Errorf("%w: cursor %q is not one this server returned", ErrInvalidArgument, o.Cursor)
+		if after, err = messageCursorSuffix(tid, o.Cursor); err != nil {
+			return nil, "", err
 		}
 	}
 
@@ -324,15 +331,15 @@ func (s *Store) ListMessages(ctx context.Context, tid string, o ListOptions) ([]
 	defer r.close()
 
 	var pos bool
-	if o.Cursor == "" {
+	if after == nil {
 		pos = logIt.First()
 	} else {
 		// Just past the cursor's key.
-		pos = logIt.SeekGE(append(append(prefix, o.Cursor...), 0))
+		pos = logIt.SeekGE(append(append(prefix, after...), 0))
 	}
 	var (
 		out  []Message
-		last string
+		last []byte
 	)
 	for n := 0; pos; pos, n = logIt.Next(), n+1 {
 		if n%256 == 0 {
@@ -341,7 +348,7 @@ func (s *Store) ListMessages(ctx context.Context, tid string, o ListOptions) ([]
 			}
 		}
 		suffix := logIt.Key()[len(prefix):]
-		_, mid, ok := parseLogSuffix(suffix)
+		created, mid, ok := parseLogSuffix(suffix)
 		if !ok {
 			continue
 		}
@@ -349,11 +356,13 @@ func (s *Store) ListMessages(ctx context.Context, tid string, o ListOptions) ([]
 		if err != nil || m.Thread != tid || (m.Deleted && !o.IncludeDeleted) {
 			continue
 		}
+		// The log entry is keyed by the first version's ts.
+		m.CreatedTS = created
 		if len(out) == limit {
-			return out, last, nil
+			return out, messageCursor(tid, last), nil
 		}
 		out = append(out, m)
-		last = string(suffix)
+		last = append(last[:0], suffix...)
 	}
 	if err := logIt.Error(); err != nil {
 		return nil, "", fmt.Errorf("list messages of %s: %w", tid, err)
@@ -379,7 +388,7 @@ func (s *Store) ListVersions(ctx context.Context, tid, mid string) ([]Message, e
 // ScanVersions calls fn with the versions of mid, oldest first, one at a
 // time, so a caller can stream them: at most o.Limit (default 100, at most
 // 1000, unlimited for in-process callers passing math.MaxInt), after the
-// version number o.Cursor. It returns the cursor of the next page, "" when
+// version o.Cursor holds. It returns the cursor of the next page, "" when
 // there is none. ErrNotFound when mid has no version at all or belongs to
 // another thread; that is known before fn is first called.
 func (s *Store) ScanVersions(ctx context.Context, tid, mid string, o ListOptions, fn func(Message) error) (string, error) {
@@ -398,9 +407,9 @@ func (s *Store) ScanVersions(ctx context.Context, tid, mid string, o ListOptions
 	}
 	var after int64 = -1
 	if o.Cursor != "" {
-		v, err := strconv.ParseInt(o.Cursor, 10, 64)
-		if err != nil || v < 0 {
-			return "", fmt.Errorf("%w: cursor %q is not one this server returned", ErrInvalidArgument, o.Cursor)
+		v, err := versionCursorNumber(tid, mid, o.Cursor)
+		if err != nil {
+			return "", err
 		}
 		after = v
 	}
@@ -434,7 +443,7 @@ func (s *Store) ScanVersions(ctx context.Context, tid, mid string, o ListOptions
 		if n == limit {
 			// Another version follows the full page: the cursor is the
 			// last version returned.
-			return strconv.FormatInt(last, 10), nil
+			return versionCursor(tid, mid, last), nil
 		}
 		if n%ctxCheckEvery == 0 {
 			if err := ctx.Err(); err != nil {
@@ -445,6 +454,7 @@ func (s *Store) ScanVersions(ctx context.Context, tid, mid string, o ListOptions
 		if err != nil {
 			return "", err
 		}
+		m.CreatedTS = first.TS
 		if err := fn(m); err != nil {
 			return "", err
 		}

@@ -190,7 +190,7 @@ func TestListMessagesOrderFilterAndCursor(t *testing.T) {
 	}
 
 	_, _, err = s.ListMessages(ctx, "t", store.ListOptions{Cursor: "garbage"})
-	wantErr(t, err, store.ErrInvalidArgument)
+	wantErr(t, err, store.ErrInvalidCursor)
 	_, _, err = s.ListMessages(ctx, "missing", store.ListOptions{})
 	wantErr(t, err, store.ErrNotFound)
 }

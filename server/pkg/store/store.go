@@ -43,6 +43,8 @@ var (
 	ErrDatabaseLocked  = errors.New("database is in use by another process")
 	ErrClosed          = errors.New("store closed")
 	ErrStorageFailed   = errors.New("storage failed")
+	// ErrLegalHold refuses a change the thread's legal hold forbids.
+	ErrLegalHold = errors.New("under legal hold")
 
 	// ErrNoDatabase: Options.MustExist was set and no database is there.
 	ErrNoDatabase = errors.New("no database")
@@ -75,6 +77,9 @@ type Message struct {
 	Version   int64           `json:"version"`
 	Deleted   bool            `json:"deleted"`
 	DeletedTS int64           `json:"deleted_ts"`
+	// CreatedTS is the message's creation time, its first version's ts:
+	// the reads that return a message fill it; a version does not store it.
+	CreatedTS int64 `json:"-"`
 }
 
 // ItemKind tells threads from messages in the deletion index and purge markers.

@@ -147,6 +147,31 @@ func (s *Store) RestoreThread(ctx context.Context, tid string) (Thread, error) {
 	})
 }
 
+// SetTitle changes a live thread's title. ErrNotFound when the thread is
+// absent or soft-deleted (a deleted thread takes no changes, as it takes
+// no messages); ErrLegalHold while it is under legal hold: a title keeps
+// no versions, so a change would lose the one the hold must keep. The
+// same title again changes nothing (updated_ts included).
+func (s *Store) SetTitle(ctx context.Context, tid, title string) (Thread, error) {
+	var refused error
+	t, err := s.updateThread(ctx, tid, "set title of thread", nil, func(t *Thread, _ *pebble.Batch) bool {
+		switch {
+		case t.Deleted:
+			refused = fmt.Errorf("thread %s is deleted: %w", tid, ErrNotFound)
+		case t.LegalHold:
+			refused = fmt.Errorf("thread %s is %w: its title is kept as it is until the hold is released", tid, ErrLegalHold)
+		case t.Title != title:
+			t.Title, t.UpdatedTS = title, s.now().UnixNano()
+			return true
+		}
+		return false
+	})
+	if err == nil && refused != nil {
+		return Thread{}, refused
+	}
+	return t, err
+}
+
 // SetLegalHold sets or clears the legal hold flag. A thread whose purge has
 // begun, or one of whose messages is past its claim's re-check (claims.go),
 // can no longer be held: ErrPurgeInProgress.
@@ -204,7 +229,8 @@ func (s *Store) updateThread(ctx context.Context, tid, op string, refuse func(ct
 
 // ListThreads lists threads in key order (thread ID order, with an ID
 // sorting before its extensions by a letter and after those by '-', '.' or a
-// digit). The cursor is the last ID returned. Malformed metadata is skipped.
+// digit). The cursor holds the last ID returned (ThreadCursor). Malformed
+// metadata is skipped.
 // Without IncludeDeleted it walks the live-thread index, so a page costs
 // the same however many deleted threads lie between live ones.
 func (s *Store) ListThreads(ctx context.Context, o ListOptions) ([]Thread, string, error) {
@@ -212,13 +238,14 @@ func (s *Store) ListThreads(ctx context.Context, o ListOptions) ([]Thread, strin
 	if err != nil {
 		return nil, "", err
 	}
+	after := ""
 	if o.Cursor != "" {
-		if err := ValidateID(o.Cursor); err != nil {
-			return nil, "", fmt.Errorf("%w: cursor: %w", ErrInvalidArgument, err)
+		if after, err = ThreadCursorID(o.Cursor); err != nil {
+			return nil, "", err
 		}
 	}
 	if !o.IncludeDeleted {
-		return s.listLiveThreads(ctx, o.Cursor, limit)
+		return s.listLiveThreads(ctx, after, limit)
 	}
 	it, err := s.db.NewIter(&pebble.IterOptions{
 		LowerBound: []byte(threadNS),
@@ -231,10 +258,10 @@ func (s *Store) ListThreads(ctx context.Context, o ListOptions) ([]Thread, strin
 
 	var out []Thread
 	var pos bool
-	if o.Cursor == "" {
+	if after == "" {
 		pos = it.First()
 	} else {
-		pos = it.SeekGE(threadEnd(o.Cursor))
+		pos = it.SeekGE(threadEnd(after))
 	}
 	for pos {
 		if err := ctx.Err(); err != nil {
@@ -248,7 +275,7 @@ func (s *Store) ListThreads(ctx context.Context, o ListOptions) ([]Thread, strin
 		if t, ok := listedThread(it, tid); ok {
 			if len(out) == limit {
 				// Another thread follows the full page: hand out a cursor.
-				return out, out[len(out)-1].ID, nil
+				return out, ThreadCursor(out[len(out)-1].ID), nil
 			}
 			out = append(out, t)
 		}
@@ -265,7 +292,7 @@ func (s *Store) ListThreads(ctx context.Context, o ListOptions) ([]Thread, strin
 // entry whose metadata is gone, malformed or deleted is skipped (the index
 // is written in the same batch as the metadata, so that only happens to
 // records edited outside the store).
-func (s *Store) listLiveThreads(ctx context.Context, cursor string, limit int) ([]Thread, string, error) {
+func (s *Store) listLiveThreads(ctx context.Context, after string, limit int) ([]Thread, string, error) {
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	it, err := snap.NewIter(&pebble.IterOptions{
@@ -279,8 +306,8 @@ func (s *Store) listLiveThreads(ctx context.Context, cursor string, limit int) (
 
 	var out []Thread
 	pos := it.First()
-	if cursor != "" {
-		pos = it.SeekGE(liveThreadEnd(cursor))
+	if after != "" {
+		pos = it.SeekGE(liveThreadEnd(after))
 	}
 	for ; pos; pos = it.Next() {
 		if err := ctx.Err(); err != nil {
@@ -307,7 +334,7 @@ func (s *Store) listLiveThreads(ctx context.Context, cursor string, limit int) (
 			continue
 		}
 		if len(out) == limit {
-			return out, out[len(out)-1].ID, nil
+			return out, ThreadCursor(out[len(out)-1].ID), nil
 		}
 		out = append(out, t)
 	}

@@ -202,7 +202,7 @@ func TestListThreadsPagesInKeyOrder(t *testing.T) {
 		t.Fatalf("list with deleted = %d threads, cursor %q, %v", len(all), next, err)
 	}
 	_, _, err = s.ListThreads(ctx, store.ListOptions{Cursor: "bad:cursor"})
-	wantErr(t, err, store.ErrInvalidArgument)
+	wantErr(t, err, store.ErrInvalidCursor)
 	_, _, err = s.ListThreads(ctx, store.ListOptions{Limit: -1})
 	wantErr(t, err, store.ErrInvalidArgument)
 }
@@ -254,5 +254,40 @@ func TestLegalHoldsListsHeldThreads(t *testing.T) {
 	}
 	if !held[1].Deleted {
 		t.Fatal("held deleted thread listed as live")
+	}
+}
+
+func TestSetTitle(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	s := openStore(t, c)
+	created := createThread(t, s, "t")
+	c.Advance(time.Second)
+	th, err := s.SetTitle(ctx, "t", "new")
+	if err != nil || th.Title != "new" || th.UpdatedTS != created.UpdatedTS+int64(time.Second) || th.CreatedTS != created.CreatedTS {
+		t.Fatalf("SetTitle: %+v, %v", th, err)
+	}
+	c.Advance(time.Second)
+	if again, err := s.SetTitle(ctx, "t", "new"); err != nil || again != th {
+		t.Fatalf("the same title again: %+v, %v; want %+v unchanged", again, err, th)
+	}
+	if _, err := s.SetLegalHold(ctx, "t", true); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.SetTitle(ctx, "t", "held")
+	wantErr(t, err, store.ErrLegalHold)
+	if _, err := s.SetLegalHold(ctx, "t", false); err != nil {
+		t.Fatal(err)
+	}
+	deleteThread(t, s, "t")
+	_, err = s.SetTitle(ctx, "t", "deleted")
+	wantErr(t, err, store.ErrNotFound)
+	_, err = s.SetTitle(ctx, "missing", "x")
+	wantErr(t, err, store.ErrNotFound)
+	_, err = s.SetTitle(ctx, "bad:id", "x")
+	wantErr(t, err, store.ErrInvalidID)
+	got, err := s.GetThread(ctx, "t")
+	if err != nil || got.Title != "new" {
+		t.Fatalf("after refused changes: %+v, %v", got, err)
 	}
 }
