@@ -93,7 +93,7 @@ func (s *server) setLegalHold(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.LegalHold == nil {
-		return badRequest("legal_hold is required")
+		return badRequest(CodeInvalidField, "legal_hold is required")
 	}
 	t, err := s.st(r).SetLegalHold(r.Context(), tid, *req.LegalHold)
 	if err != nil {
@@ -121,10 +121,10 @@ func (s *server) setRetentionPause(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	if req.Paused == nil {
-		return badRequest("paused is required")
+		return badRequest(CodeInvalidField, "paused is required")
 	}
 	if !*req.Paused && req.Reason != "" {
-		return badRequest("reason is only for pausing")
+		return badRequest(CodeInvalidField, "reason is only for pausing")
 	}
 	st, err := s.setPause(r.Context(), *req.Paused, req.Reason)
 	if err != nil {

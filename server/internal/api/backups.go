@@ -23,7 +23,7 @@ type Backups interface {
 	List(ctx context.Context) (backup.Listing, error)
 }
 
-var errNoBackups = &httpError{http.StatusServiceUnavailable, "backups not configured"}
+var errNoBackups = &httpError{http.StatusServiceUnavailable, CodeNotConfigured, "backups not configured"}
 
 // ShardBackups makes the backups of a cluster node's shards (spec §10 per
 // shard, §11): each shard is a database of its own, backed up on the node
@@ -50,16 +50,16 @@ func (s *server) backupsFor(r *http.Request) (Backups, error) {
 	}
 	v := r.URL.Query().Get("shard")
 	if v == "" {
-		return nil, badRequest("a cluster node backs up one shard per request: name it with ?shard=N (this node holds %v)",
+		return nil, badRequest(CodeInvalidParameter, "a cluster node backs up one shard per request: name it with ?shard=N (this node holds %v)",
 			s.shardBacks.Held())
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return nil, badRequest("shard %q: want a shard number", v)
+		return nil, badRequest(CodeInvalidParameter, "shard %q: want a shard number", v)
 	}
 	b, ok := s.shardBacks.Shard(n)
 	if !ok {
-		return nil, &httpError{http.StatusConflict, fmt.Sprintf(
+		return nil, &httpError{http.StatusConflict, CodeShardNotHeld, fmt.Sprintf(
 			"shard %d is not held by this node (it holds %v): ask its owner (GET /admin/cluster)", n, s.shardBacks.Held())}
 	}
 	return b, nil
@@ -74,7 +74,7 @@ func (s *server) createBackup(w http.ResponseWriter, r *http.Request) error {
 	}
 	m, _, err := b.CreateInPath(r.Context())
 	if errors.Is(err, backup.ErrNoBackupPath) {
-		return &httpError{http.StatusConflict, err.Error() + ": use POST /admin/backups/stream, or set it"}
+		return &httpError{http.StatusConflict, CodeNoBackupPath, err.Error() + ": use POST /admin/backups/stream, or set it"}
 	}
 	if err != nil {
 		return err
@@ -97,7 +97,7 @@ func (s *server) listBackups(w http.ResponseWriter, r *http.Request) error {
 		return errNoBackups
 	}
 	if errors.Is(err, backup.ErrNoBackupPath) {
-		return &httpError{http.StatusConflict, err.Error()}
+		return &httpError{http.StatusConflict, CodeNoBackupPath, err.Error()}
 	}
 	if err != nil {
 		return err
@@ -120,7 +120,7 @@ func (s *server) streamBackup(w http.ResponseWriter, r *http.Request) error {
 	case "zstd":
 		compress = true
 	default:
-		return badRequest("compress %q: want zstd or none", c)
+		return badRequest(CodeInvalidParameter, "compress %q: want zstd or none", c)
 	}
 	w.Header().Set("Content-Type", "application/x-tar")
 	if compress {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -58,14 +57,15 @@ type Shard struct {
 
 type shardKey struct{}
 
-// StatusError is an error that names its own HTTP status (a cluster's 421
-// and 503 answers).
+// StatusError is an error that names its own HTTP status and code (a
+// cluster's 421 and 503 answers).
 type StatusError interface {
 	error
 	HTTPStatus() int
+	ErrorCode() Code
 }
 
-var errNotInCluster = &httpError{http.StatusNotFound, "not a cluster node: PROGRESSDB_CLUSTER_ETCD is unset"}
+var errNotInCluster = &httpError{http.StatusNotFound, CodeNotACluster, "not a cluster node: PROGRESSDB_CLUSTER_ETCD is unset"}
 
 // routeThread runs before a thread's handler in cluster mode.
 func (s *server) routeThread(w http.ResponseWriter, r *http.Request) (*http.Request, bool, error) {
@@ -112,14 +112,6 @@ func (s *server) clusterStatus(w http.ResponseWriter, r *http.Request) error {
 	return s.writeJSON(w, r, http.StatusOK, st)
 }
 
-func statusOf(err error) (int, bool) {
-	var se StatusError
-	if errors.As(err, &se) {
-		return se.HTTPStatus(), true
-	}
-	return 0, false
-}
-
 // moveRequest is the body of POST /admin/cluster/shards/{n}/move.
 type moveRequest struct {
 	To string `json:"to"`
@@ -132,17 +124,17 @@ func (s *server) moveShard(w http.ResponseWriter, r *http.Request) error {
 	}
 	n, err := strconv.Atoi(r.PathValue("n"))
 	if err != nil || n < 0 {
-		return &httpError{http.StatusBadRequest, "the shard must be a number: " + r.PathValue("n")}
+		return badRequest(CodeInvalidParameter, "the shard must be a number: %s", r.PathValue("n"))
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4<<10))
 	if err != nil {
-		return &httpError{http.StatusBadRequest, "reading the request body: " + err.Error()}
+		return badRequest(CodeInvalidJSON, "reading the request body: %v", err)
 	}
 	var req moveRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil || req.To == "" {
-		return &httpError{http.StatusBadRequest, `the body must be {"to": "<node id>"}`}
+		return badRequest(CodeInvalidJSON, `the body must be {"to": "<node id>"}`)
 	}
 	answered, res, err := s.cluster.Move(w, r, n, req.To, body)
 	if err != nil || answered {

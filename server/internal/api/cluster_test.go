@@ -236,6 +236,7 @@ type op struct {
 // threadOps are every operation on one thread, in an order that succeeds.
 var threadOps = []op{
 	{"GET", "/v1/threads/T", "", false, 200},
+	{"PATCH", "/v1/threads/T", `{"title":"renamed"}`, false, 200},
 	{"POST", "/v1/threads/T/messages", `{"id":"M","author":"u","body":"x"}`, false, 201},
 	{"GET", "/v1/threads/T/messages", "", false, 200},
 	{"GET", "/v1/threads/T/messages/M", "", false, 200},

@@ -189,6 +189,12 @@ func TestOpenAPIConformance(t *testing.T) {
 	send(e, "GET", "/v1/threads/bad:id", "", v1, 400)
 	send(e, "GET", "/v1/threads/nope", "", v1, 404)
 	send(e, "GET", "/v1/threads/t1?include_deleted=maybe", "", v1, 400)
+	send(e, "PATCH", "/v1/threads/t1", `{"title":"Plans, renamed"}`, v1, 200)
+	send(e, "PATCH", "/v1/threads/t1", `{"title":""}`, v1, 400)
+	send(e, "PATCH", "/v1/threads/t1", `{"title":"x","author":"eve"}`, v1, 400)
+	send(e, "PATCH", "/v1/threads/nope", `{"title":"x"}`, v1, 404)
+	send(e, "PATCH", "/v1/threads/t1", `{"title":"x"}`, none, 401)
+	send(e, "PATCH", "/v1/threads/t1", huge, v1, 413)
 
 	// Messages.
 	send(e, "POST", "/v1/threads/t1/messages", `{"id":"m1","author":"bob","body":{"text":"hi","n":[9007199254740991,-1.5e-300,null]}}`, v1, 201)
@@ -241,6 +247,7 @@ func TestOpenAPIConformance(t *testing.T) {
 
 	// Admin: holds and overrides.
 	send(e, "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":true}`, admin, 200)
+	send(e, "PATCH", "/v1/threads/t1", `{"title":"held"}`, v1, 409)
 	send(e, "PUT", "/admin/threads/t1/legal_hold", `{}`, admin, 400)
 	send(e, "PUT", "/admin/threads/nope/legal_hold", `{"legal_hold":true}`, admin, 404)
 	send(e, "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":true}`, v1, 401)

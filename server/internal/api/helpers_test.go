@@ -126,6 +126,17 @@ func (r response) errorText(t *testing.T) string {
 	return body.Error
 }
 
+// errorCode checks the response is a JSON error and returns its code.
+func (r response) errorCode(t *testing.T) Code {
+	t.Helper()
+	r.errorText(t)
+	var body struct {
+		Code Code `json:"code"`
+	}
+	r.decode(t, &body)
+	return body.Code
+}
+
 func (e *testEnv) createThread(t *testing.T, id string) wire.Thread {
 	t.Helper()
 	var th wire.Thread

@@ -31,10 +31,10 @@ func threadAndMessage(r *http.Request) (tid, mid string, err error) {
 // I-JSON (spec §2).
 func checkBody(body json.RawMessage) error {
 	if len(body) == 0 {
-		return badRequest("body is required")
+		return badRequest(CodeInvalidField, "body is required")
 	}
 	if err := wire.CheckIJSON(body); err != nil {
-		return badRequest("body: %v", err)
+		return badRequest(CodeInvalidField, "body: %v", err)
 	}
 	return nil
 }

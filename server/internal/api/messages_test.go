@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -199,4 +200,54 @@ func jsonEqual(got json.RawMessage, want string) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return string(ja) == string(jb)
+}
+
+// created_ts is the message's first version's time: the same in every
+// answer about the message (append, get, list, edit, versions, delete,
+// restore) while ts moves with each version.
+func TestMessageCreatedTSIsStableAcrossEdits(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.createThread(t, "t1")
+	first := e.appendMessage(t, "t1", "m1", `"v1"`)
+	if first.CreatedTS.IsZero() || !first.CreatedTS.Equal(first.TS.Time) {
+		t.Fatalf("a new message: created_ts %v, ts %v; want both its write time", first.CreatedTS, first.TS)
+	}
+	created := first.CreatedTS.Time
+	check := func(what string, m wire.Message) {
+		t.Helper()
+		if !m.CreatedTS.Equal(created) {
+			t.Errorf("%s: created_ts %v, want %v", what, m.CreatedTS, created)
+		}
+	}
+	var m wire.Message
+	for i := range 3 {
+		e.expect(t, "PUT", "/v1/threads/t1/messages/m1", fmt.Sprintf(`{"body":"v%d"}`, i+2), http.StatusOK).decode(t, &m)
+		check("edit", m)
+		if !m.TS.After(created) {
+			t.Errorf("edit %d: ts %v is not after created_ts %v", i, m.TS, created)
+		}
+	}
+	e.expect(t, "GET", "/v1/threads/t1/messages/m1", "", http.StatusOK).decode(t, &m)
+	check("get", m)
+	var list struct {
+		Messages []wire.Message `json:"messages"`
+		Versions []wire.Message `json:"versions"`
+	}
+	e.expect(t, "GET", "/v1/threads/t1/messages", "", http.StatusOK).decode(t, &list)
+	if len(list.Messages) != 1 {
+		t.Fatalf("list: %+v", list)
+	}
+	check("list", list.Messages[0])
+	e.expect(t, "GET", "/v1/threads/t1/messages/m1/versions?limit=2", "", http.StatusOK).decode(t, &list)
+	for _, v := range list.Versions {
+		check(fmt.Sprintf("version %d", v.Version), v)
+	}
+	e.expect(t, "DELETE", "/v1/threads/t1/messages/m1", "", http.StatusNoContent)
+	e.expect(t, "GET", "/v1/threads/t1/messages/m1?include_deleted=true", "", http.StatusOK).decode(t, &m)
+	check("tombstone", m)
+	e.expect(t, "POST", "/v1/threads/t1/messages/m1/restore", "", http.StatusOK).decode(t, &m)
+	check("restore", m)
+	if m.Version != 6 {
+		t.Errorf("restored version %d, want 6", m.Version)
+	}
 }

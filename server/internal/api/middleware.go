@@ -53,7 +53,7 @@ func (s *server) instrument(next http.Handler) http.Handler {
 					st.Fatal(fmt.Sprintf("panic in storage: %v", p))
 				}
 				if rec.status == 0 {
-					s.writeJSON(rec, r, http.StatusInternalServerError, errorBody{Error: internalErrorMsg})
+					s.writeJSON(rec, r, http.StatusInternalServerError, errorBody{Error: internalErrorMsg, Code: CodeInternal})
 					p = nil
 				} else {
 					// Part of a response is out: break the connection so the

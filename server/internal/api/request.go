@@ -27,9 +27,9 @@ const (
 func textField(name, v string, limit int) error {
 	switch {
 	case v == "":
-		return badRequest("%s is required", name)
+		return badRequest(CodeInvalidField, "%s is required", name)
 	case len(v) > limit:
-		return badRequest("%s is %d bytes, more than the limit of %d", name, len(v), limit)
+		return badRequest(CodeInvalidField, "%s is %d bytes, more than the limit of %d", name, len(v), limit)
 	}
 	return nil
 }
@@ -47,7 +47,7 @@ func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, dst any, all
 	// silently replace them in strings); stored, they break every listing
 	// of the thread for strict JSON clients.
 	if !utf8.Valid(data) {
-		return badRequest("invalid JSON: request body is not valid UTF-8")
+		return badRequest(CodeInvalidJSON, "invalid JSON: request body is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -56,7 +56,7 @@ func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, dst any, all
 			if allowEmpty {
 				return nil
 			}
-			return badRequest("request body is required")
+			return badRequest(CodeInvalidJSON, "request body is required")
 		}
 		return bodyError(err)
 	}
@@ -64,7 +64,7 @@ func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, dst any, all
 	case errors.Is(err, io.EOF):
 		return nil
 	case err == nil:
-		return badRequest("request body must hold a single JSON value")
+		return badRequest(CodeInvalidJSON, "request body must hold a single JSON value")
 	default:
 		return bodyError(err)
 	}
@@ -78,17 +78,17 @@ func bodyError(err error) error {
 	)
 	switch {
 	case errors.As(err, &tooLarge):
-		return errBodyTooLarge
+		return bodyTooLarge(tooLarge.Limit)
 	case errors.As(err, &typeErr):
 		if typeErr.Field == "" {
-			return badRequest("invalid JSON: the body must be an object, not %s", typeErr.Value)
+			return badRequest(CodeInvalidJSON, "invalid JSON: the body must be an object, not %s", typeErr.Value)
 		}
-		return badRequest("invalid JSON: field %q must be %s, not %s", typeErr.Field, kindName(typeErr.Type), typeErr.Value)
+		return badRequest(CodeInvalidJSON, "invalid JSON: field %q must be %s, not %s", typeErr.Field, kindName(typeErr.Type), typeErr.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return badRequest("invalid JSON: unexpected end of body")
+		return badRequest(CodeInvalidJSON, "invalid JSON: unexpected end of body")
 	default:
 		// Syntax errors and unknown fields; the text names the problem.
-		return badRequest("invalid JSON: %v", err)
+		return badRequest(CodeInvalidJSON, "invalid JSON: %v", err)
 	}
 }
 
@@ -105,14 +105,14 @@ func integerField(name string, raw json.RawMessage) (int, error) {
 	}
 	n, ok := v.(json.Number)
 	if !ok {
-		return 0, badRequest("invalid JSON: field %q must be an integer, not %s", name, raw)
+		return 0, badRequest(CodeInvalidJSON, "invalid JSON: field %q must be an integer, not %s", name, raw)
 	}
 	if i, err := n.Int64(); err == nil {
 		return int(i), nil
 	}
 	f, err := n.Float64()
 	if (err != nil && !math.IsInf(f, 0)) || f != math.Trunc(f) {
-		return 0, badRequest("invalid JSON: field %q must be an integer, not number %s", name, n)
+		return 0, badRequest(CodeInvalidJSON, "invalid JSON: field %q must be an integer, not number %s", name, n)
 	}
 	return int(max(min(f, wire.MaxInt+1), -1)), nil
 }
@@ -168,7 +168,7 @@ func boolParam(r *http.Request, name string, def bool) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, badRequest("%s must be true or false", name)
+		return false, badRequest(CodeInvalidParameter, "%s must be true or false", name)
 	}
 	return b, nil
 }
@@ -182,7 +182,7 @@ func listOptions(r *http.Request) (store.ListOptions, error) {
 		// Digits only: Atoi also takes a sign, which the description's
 		// integer does not.
 		if err != nil || v[0] == '+' || n < 1 || n > store.MaxListLimit {
-			return o, badRequest("limit must be an integer from 1 to %d", store.MaxListLimit)
+			return o, badRequest(CodeInvalidParameter, "limit must be an integer from 1 to %d", store.MaxListLimit)
 		}
 		o.Limit = n
 	}

@@ -30,7 +30,7 @@ func (s *server) writeEncoded(w http.ResponseWriter, r *http.Request, status int
 		s.log.LogAttrs(r.Context(), slog.LevelError, "http_encode_failed",
 			append(requestAttrs(r), slog.Any("err", err))...)
 		status = http.StatusInternalServerError
-		b = []byte(`{"error":"` + internalErrorMsg + `"}`)
+		b = []byte(internalErrorJSON)
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

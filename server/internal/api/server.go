@@ -124,7 +124,7 @@ func New(opts Options) (http.Handler, error) {
 func (s *server) canonicalPaths(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p := r.URL.Path; p != "/" && path.Clean(p) != p {
-			s.fail(w, r, badRequest("invalid path %q: empty, \".\" or \"..\" segment; ids must match %s",
+			s.fail(w, r, badRequest(CodeInvalidID, "invalid path %q: empty, \".\" or \"..\" segment; ids must match %s",
 				p, "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"))
 			return
 		}
@@ -152,6 +152,7 @@ func (s *server) routes() []route {
 		{http.MethodPost, "/v1/threads", accessAPI, s.createThread},
 		{http.MethodGet, "/v1/threads", accessAPI, s.listThreads},
 		{http.MethodGet, "/v1/threads/{tid}", accessAPI, s.getThread},
+		{http.MethodPatch, "/v1/threads/{tid}", accessAPI, s.editThread},
 		{http.MethodDelete, "/v1/threads/{tid}", accessAPI, s.deleteThread},
 		{http.MethodPost, "/v1/threads/{tid}/restore", accessAPI, s.restoreThread},
 		{http.MethodPost, "/v1/threads/{tid}/messages", accessAPI, s.appendMessage},

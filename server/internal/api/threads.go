@@ -57,6 +57,32 @@ func (s *server) createThread(w http.ResponseWriter, r *http.Request) error {
 	return s.writeJSON(w, r, http.StatusCreated, wire.ThreadOf(t))
 }
 
+// threadTitle is the body of PATCH /v1/threads/{tid}.
+type threadTitle struct {
+	Title string `json:"title"`
+}
+
+// editThread answers PATCH /v1/threads/{tid} {title}: a live thread's new
+// title, checked as at creation.
+func (s *server) editThread(w http.ResponseWriter, r *http.Request) error {
+	tid, err := pathID(r, "tid", "thread id")
+	if err != nil {
+		return err
+	}
+	var req threadTitle
+	if err := s.decodeBody(w, r, &req, false); err != nil {
+		return err
+	}
+	if err := textField("title", req.Title, maxTitleBytes); err != nil {
+		return err
+	}
+	t, err := s.st(r).SetTitle(r.Context(), tid, req.Title)
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(w, r, http.StatusOK, wire.ThreadOf(t))
+}
+
 func (s *server) listThreads(w http.ResponseWriter, r *http.Request) error {
 	o, err := listOptions(r)
 	if err != nil {

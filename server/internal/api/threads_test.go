@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,4 +216,77 @@ func TestAdminThreadAndLegalHolds(t *testing.T) {
 	off := newEnv(t, Options{})
 	off.expect(t, "GET", "/admin/threads/t1", "", http.StatusForbidden)
 	off.expect(t, "GET", "/admin/legal_holds", "", http.StatusForbidden)
+}
+
+// PATCH /v1/threads/{tid} changes a live thread's title, checked as at
+// creation, with the other thread routes' 404 for a soft-deleted or
+// unknown thread, and 409 legal_hold while the thread is held.
+func TestEditThreadTitle(t *testing.T) {
+	e := newEnv(t, Options{AdminToken: "adm"})
+	before := e.createThread(t, "t1")
+
+	var th wire.Thread
+	e.expect(t, "PATCH", "/v1/threads/t1", `{"title":"Renamed"}`, http.StatusOK).decode(t, &th)
+	if th.Title != "Renamed" || th.ID != "t1" || th.Author != before.Author || !th.CreatedTS.Equal(before.CreatedTS.Time) ||
+		!th.UpdatedTS.After(before.UpdatedTS.Time) {
+		t.Fatalf("after PATCH: %+v (before %+v)", th, before)
+	}
+	var got wire.Thread
+	e.expect(t, "GET", "/v1/threads/t1", "", http.StatusOK).decode(t, &got)
+	if got != th {
+		t.Fatalf("GET after PATCH: %+v, want %+v", got, th)
+	}
+	// The same title again writes nothing.
+	var again wire.Thread
+	e.expect(t, "PATCH", "/v1/threads/t1", `{"title":"Renamed"}`, http.StatusOK).decode(t, &again)
+	if again != th {
+		t.Fatalf("the same title again: %+v, want %+v unchanged", again, th)
+	}
+
+	for _, c := range []struct {
+		path, body string
+		status     int
+		code       Code
+	}{
+		{"/v1/threads/t1", `{"title":""}`, 400, CodeInvalidField},
+		{"/v1/threads/t1", `{}`, 400, CodeInvalidField},
+		{"/v1/threads/t1", `{"title":"` + strings.Repeat("é", 513) + `"}`, 400, CodeInvalidField},
+		{"/v1/threads/t1", `{"title":"x","author":"eve"}`, 400, CodeInvalidJSON},
+		{"/v1/threads/t1", `{"title":7}`, 400, CodeInvalidJSON},
+		{"/v1/threads/t1", ``, 400, CodeInvalidJSON},
+		{"/v1/threads/bad:id", `{"title":"x"}`, 400, CodeInvalidID},
+		{"/v1/threads/nope", `{"title":"x"}`, 404, CodeNotFound},
+	} {
+		if code := e.expect(t, "PATCH", c.path, c.body, c.status).errorCode(t); code != c.code {
+			t.Errorf("PATCH %s %s: code %q, want %q", c.path, c.body, code, c.code)
+		}
+	}
+	e.expect(t, "GET", "/v1/threads/t1", "", http.StatusOK).decode(t, &got)
+	if got.Title != "Renamed" {
+		t.Fatalf("a refused PATCH changed the title: %+v", got)
+	}
+
+	// Held: the title is kept until the hold is released.
+	e.send(t, "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":true}`, "Bearer adm")
+	if code := e.expect(t, "PATCH", "/v1/threads/t1", `{"title":"Hidden"}`, http.StatusConflict).errorCode(t); code != CodeLegalHold {
+		t.Errorf("PATCH of a held thread: code %q, want legal_hold", code)
+	}
+	e.send(t, "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":false}`, "Bearer adm")
+	e.expect(t, "PATCH", "/v1/threads/t1", `{"title":"Released"}`, http.StatusOK)
+
+	// Soft-deleted: not found, as for its other routes; restored, it
+	// takes the change.
+	e.expect(t, "DELETE", "/v1/threads/t1", "", http.StatusNoContent)
+	if code := e.expect(t, "PATCH", "/v1/threads/t1", `{"title":"Gone"}`, http.StatusNotFound).errorCode(t); code != CodeNotFound {
+		t.Errorf("PATCH of a deleted thread: code %q", code)
+	}
+	e.expect(t, "GET", "/v1/threads/t1?include_deleted=true", "", http.StatusOK).decode(t, &got)
+	if got.Title != "Released" {
+		t.Fatalf("a deleted thread's title changed: %+v", got)
+	}
+	e.expect(t, "POST", "/v1/threads/t1/restore", "", http.StatusOK)
+	e.expect(t, "PATCH", "/v1/threads/t1", `{"title":"Back"}`, http.StatusOK).decode(t, &got)
+	if got.Title != "Back" {
+		t.Fatalf("after restore: %+v", got)
+	}
 }

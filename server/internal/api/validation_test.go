@@ -102,7 +102,7 @@ func TestRequestBodies(t *testing.T) {
 		{"edit with author", "PUT", "/v1/threads/t1/messages/m1", `{"body":1,"author":"z"}`, 400, `"author"`},
 		{"edit oversized", "PUT", "/v1/threads/t1/messages/m1", `{"body":"` + strings.Repeat("x", 300) + `"}`, 413, "request body too large"},
 		{"legal hold oversized", "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":true}` + strings.Repeat(" ", 300), 413, "request body too large"},
-		{"wrong method", "PATCH", "/v1/threads/t1", ``, 405, "not allowed"},
+		{"wrong method", "PUT", "/v1/threads/t1", ``, 405, "not allowed"},
 		{"unknown route", "GET", "/v2/threads", ``, 404, "no such route"},
 	}
 	for _, c := range cases {

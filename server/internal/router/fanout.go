@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/progressdb/progressdb/server/internal/api"
 	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -102,7 +103,7 @@ func (rt *Router) shardCall(r *http.Request) (int, bool, error) {
 		return 0, false, nil
 	}
 	if call.shard < 0 {
-		return 0, true, &routeError{http.StatusBadRequest, HeaderShard + " is required on this route", ErrNotNode}
+		return 0, true, &routeError{http.StatusBadRequest, api.CodeInvalidParameter, HeaderShard + " is required on this route", ErrNotNode}
 	}
 	return call.shard, true, rt.checkCall(call.shard, call, isRead(r))
 }
@@ -121,14 +122,14 @@ func listLimit(o store.ListOptions) int {
 }
 
 // ListThreads implements api.Cluster: every shard's page after the cursor,
-// merged in ID order and cut to the limit. The cursor is the last ID of
-// the page, as on a single node, so it means the same on every shard; a
+// merged in ID order and cut to the limit. The cursor holds the last ID
+// of the page, as on a single node, so it means the same on every shard; a
 // next cursor is handed out when any shard has more. A shard that cannot
 // answer makes the whole listing fail (503), never a short page.
 func (rt *Router) ListThreads(r *http.Request, o store.ListOptions) ([]wire.Thread, string, error) {
 	if o.Cursor != "" {
-		if err := store.ValidateID(o.Cursor); err != nil {
-			return nil, "", fmt.Errorf("%w: cursor: %w", store.ErrInvalidArgument, err)
+		if _, err := store.ThreadCursorID(o.Cursor); err != nil {
+			return nil, "", err
 		}
 	}
 	ctx := r.Context()
@@ -175,7 +176,7 @@ func (rt *Router) ListThreads(r *http.Request, o store.ListOptions) ([]wire.Thre
 	}
 	next := ""
 	if more && len(all) > 0 {
-		next = all[len(all)-1].ID
+		next = store.ThreadCursor(all[len(all)-1].ID)
 	}
 	if all == nil {
 		all = []wire.Thread{}

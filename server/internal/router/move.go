@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/progressdb/progressdb/server/internal/api"
 	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/cluster"
 )
@@ -37,14 +38,14 @@ const moveTimeout = time.Hour
 // the answer was written (forwarded).
 func (rt *Router) Move(w http.ResponseWriter, r *http.Request, n int, to string, body []byte) (bool, any, error) {
 	if rt.o.Mover == nil {
-		return false, nil, &routeError{http.StatusServiceUnavailable, "this node cannot take part in moves", ErrShardUnavailable}
+		return false, nil, &routeError{http.StatusServiceUnavailable, api.CodeNotConfigured, "this node cannot take part in moves", ErrShardUnavailable}
 	}
 	if n < 0 || n >= rt.o.View.Shards() {
-		return false, nil, &routeError{http.StatusBadRequest, fmt.Sprintf("shard %d: the cluster has shards 0 to %d", n, rt.o.View.Shards()-1), cluster.ErrMoveTarget}
+		return false, nil, &routeError{http.StatusBadRequest, api.CodeInvalidParameter, fmt.Sprintf("shard %d: the cluster has shards 0 to %d", n, rt.o.View.Shards()-1), cluster.ErrMoveTarget}
 	}
 	if to != rt.o.Node {
 		if _, call := nodeCallOf(r.Context()); call {
-			return false, nil, &routeError{http.StatusBadRequest, "a move forwarded to node " + rt.o.Node + " names node " + to, cluster.ErrMoveTarget}
+			return false, nil, &routeError{http.StatusBadRequest, api.CodeInvalidField, "a move forwarded to node " + rt.o.Node + " names node " + to, cluster.ErrMoveTarget}
 		}
 		target, err := rt.nodeURL(r.Context(), to)
 		if err != nil {
@@ -54,7 +55,7 @@ func (rt *Router) Move(w http.ResponseWriter, r *http.Request, n int, to string,
 		h.Del("Host")
 		resp, err := rt.callNode(r.Context(), target, http.MethodPost, r.URL.RequestURI(), h, bytes.NewReader(body))
 		if err != nil {
-			return false, nil, &routeError{http.StatusServiceUnavailable, fmt.Sprintf("node %s at %s does not answer: %v", to, target, err), cluster.ErrNodeDown}
+			return false, nil, &routeError{http.StatusServiceUnavailable, api.CodeClusterUnavailable, fmt.Sprintf("node %s at %s does not answer: %v", to, target, err), cluster.ErrNodeDown}
 		}
 		defer resp.Body.Close()
 		relay(w, resp)
@@ -63,10 +64,10 @@ func (rt *Router) Move(w http.ResponseWriter, r *http.Request, n int, to string,
 
 	m, err := cluster.ReadMap(r.Context(), rt.o.View.c, rt.o.View.k)
 	if err != nil {
-		return false, nil, &routeError{http.StatusServiceUnavailable, "the shard map cannot be read: " + err.Error(), err}
+		return false, nil, &routeError{http.StatusServiceUnavailable, api.CodeClusterUnavailable, "the shard map cannot be read: " + err.Error(), err}
 	}
 	if n >= m.Shards || m.Homes[n] == to {
-		return false, nil, &routeError{http.StatusBadRequest, fmt.Sprintf("shard %d: node %s holds it already", n, to), cluster.ErrMoveTarget}
+		return false, nil, &routeError{http.StatusBadRequest, api.CodeInvalidField, fmt.Sprintf("shard %d: node %s holds it already", n, to), cluster.ErrMoveTarget}
 	}
 	home := m.Homes[n]
 	src, err := rt.nodeURL(r.Context(), home)
@@ -83,11 +84,11 @@ func (rt *Router) Move(w http.ResponseWriter, r *http.Request, n int, to string,
 	case err == nil:
 		return false, res, nil
 	case errors.Is(err, cluster.ErrMoveTarget):
-		return false, nil, &routeError{http.StatusBadRequest, err.Error(), err}
+		return false, nil, &routeError{http.StatusBadRequest, api.CodeInvalidField, err.Error(), err}
 	case errors.Is(err, cluster.ErrMoveInProgress), errors.Is(err, backup.ErrNotEmpty):
-		return false, nil, &routeError{http.StatusConflict, err.Error(), err}
+		return false, nil, &routeError{http.StatusConflict, api.CodeMoveInProgress, err.Error(), err}
 	default:
-		return false, nil, &routeError{http.StatusServiceUnavailable, fmt.Sprintf("shard %d stays on %s: %v", n, home, err), err}
+		return false, nil, &routeError{http.StatusServiceUnavailable, api.CodeMoveFailed, fmt.Sprintf("shard %d stays on %s: %v", n, home, err), err}
 	}
 }
 
@@ -97,13 +98,13 @@ func (rt *Router) nodeURL(ctx context.Context, id string) (string, error) {
 	resp, err := rt.o.View.c.Get(ctx, rt.o.View.k.Node(id))
 	if err != nil {
 		rt.o.Metrics.etcdErrors.Inc()
-		return "", &routeError{http.StatusServiceUnavailable, "the cluster state cannot be read: " + err.Error(), err}
+		return "", &routeError{http.StatusServiceUnavailable, api.CodeClusterUnavailable, "the cluster state cannot be read: " + err.Error(), err}
 	}
 	var v struct {
 		URL string `json:"url"`
 	}
 	if len(resp.Kvs) == 0 || json.Unmarshal(resp.Kvs[0].Value, &v) != nil || v.URL == "" {
-		return "", &routeError{http.StatusServiceUnavailable, "node " + id + " is not running", cluster.ErrNodeDown}
+		return "", &routeError{http.StatusServiceUnavailable, api.CodeClusterUnavailable, "node " + id + " is not running", cluster.ErrNodeDown}
 	}
 	return v.URL, nil
 }
@@ -200,28 +201,28 @@ func (s *remoteSource) Abort(ctx context.Context, n int) error {
 // only. They are the nodes' own transport, not part of the API.
 func (rt *Router) MoveSteps() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fail := func(status int, msg string) {
+		fail := func(status int, code api.Code, msg string) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
-			_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": msg, "code": string(code)})
 		}
 		got := sha256.Sum256([]byte(r.Header.Get(HeaderSecret)))
 		if r.Header.Get(HeaderSecret) == "" || subtle.ConstantTimeCompare(got[:], rt.secret[:]) != 1 {
-			fail(http.StatusForbidden, "move steps are for the cluster's nodes only")
+			fail(http.StatusForbidden, api.CodeNotANode, "move steps are for the cluster's nodes only")
 			return
 		}
 		if r.Method != http.MethodPost {
-			fail(http.StatusMethodNotAllowed, "POST only")
+			fail(http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "POST only")
 			return
 		}
 		if rt.o.Mover == nil {
-			fail(http.StatusServiceUnavailable, "this node cannot take part in moves")
+			fail(http.StatusServiceUnavailable, api.CodeNotConfigured, "this node cannot take part in moves")
 			return
 		}
 		var n int
 		var step string
 		if _, err := fmt.Sscanf(r.URL.Path[len(MoveStepsPath):], "%d/%s", &n, &step); err != nil {
-			fail(http.StatusNotFound, "no such move step")
+			fail(http.StatusNotFound, api.CodeRouteNotFound, "no such move step")
 			return
 		}
 		ctx, q := r.Context(), r.URL.Query()
@@ -256,12 +257,12 @@ func (rt *Router) MoveSteps() http.Handler {
 		case "abort":
 			err = rt.o.Mover.Abort(ctx, n)
 		default:
-			fail(http.StatusNotFound, "no such move step")
+			fail(http.StatusNotFound, api.CodeRouteNotFound, "no such move step")
 			return
 		}
 		if err != nil {
 			rt.o.Logger.Error("cluster_move_step_failed", "shard", n, "step", step, "err", err)
-			fail(http.StatusConflict, err.Error())
+			fail(http.StatusConflict, api.CodeMoveFailed, err.Error())
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/progressdb/progressdb/server/internal/api"
 	"github.com/progressdb/progressdb/server/internal/retention"
 )
 
@@ -19,6 +20,7 @@ type ShardRetention struct {
 	RunID  string            `json:"run_id,omitempty"` // POST /admin/retention/run?wait=false
 	Code   int               `json:"code"`             // the HTTP status of this shard's part
 	Error  string            `json:"error,omitempty"`
+	err    error             // why, for a shard's own answer (runLocal)
 }
 
 // ClusterRetention is the answer of the retention admin routes on a
@@ -101,7 +103,7 @@ func (rt *Router) RetentionRun(r *http.Request, req retention.RunRequest, wait b
 		}
 		e := rt.runLocal(r, n, req, wait)
 		if e.Error != "" && e.Result == nil {
-			return e.Code, map[string]string{"error": e.Error}, nil
+			return 0, nil, &routeError{e.Code, runCode(e.err), e.Error, e.err}
 		}
 		if !wait {
 			return e.Code, map[string]string{"run_id": e.RunID}, nil
@@ -151,13 +153,13 @@ func (rt *Router) runLocal(r *http.Request, n int, req retention.RunRequest, wai
 	e := ShardRetention{Shard: n, Node: rt.o.Node}
 	svc := rt.retentionOf(n)
 	if svc == nil {
-		e.Code, e.Error = http.StatusServiceUnavailable, errNoShardRetention.Error()
+		e.Code, e.Error, e.err = http.StatusServiceUnavailable, errNoShardRetention.Error(), errNoShardRetention
 		return e
 	}
 	if !wait {
 		id, err := svc.Start(r.Context(), req)
 		if err != nil {
-			e.Code, e.Error = runStatus(err), err.Error()
+			e.Code, e.Error, e.err = runStatus(err), err.Error(), err
 			return e
 		}
 		e.Code, e.RunID = http.StatusAccepted, id
@@ -166,7 +168,7 @@ func (rt *Router) runLocal(r *http.Request, n int, req retention.RunRequest, wai
 	res, err := svc.Run(r.Context(), req)
 	rt.Failed(err) // a purge batch refused by the fence counts as one
 	if err != nil {
-		e.Code, e.Error = runStatus(err), err.Error()
+		e.Code, e.Error, e.err = runStatus(err), err.Error(), err
 		if res.RunID != "" {
 			e.Result = &res
 		}
@@ -174,6 +176,24 @@ func (rt *Router) runLocal(r *http.Request, n int, req retention.RunRequest, wai
 	}
 	e.Code, e.Result = http.StatusOK, &res
 	return e
+}
+
+// runCode is the code a single node answers for a run's error.
+func runCode(err error) api.Code {
+	switch {
+	case errors.Is(err, retention.ErrLeaseHeld):
+		return api.CodeLeaseHeld
+	case errors.Is(err, retention.ErrDisabled):
+		return api.CodeRetentionDisabled
+	case errors.Is(err, retention.ErrPaused):
+		return api.CodeRetentionPaused
+	case errors.Is(err, retention.ErrClosed):
+		return api.CodeUnavailable
+	case errors.Is(err, errNoShardRetention):
+		return api.CodeNotConfigured
+	default:
+		return api.CodeInternal
+	}
 }
 
 // runStatus is the status a single node answers for a run's error.

@@ -103,16 +103,20 @@ func New(o Options) (*Router, error) {
 	return &Router{o: o, secret: sha256.Sum256([]byte(o.Secret))}, nil
 }
 
-// routeError is an answer of the router itself, with its status.
+// routeError is an answer of the router itself, with its status and code.
 type routeError struct {
 	status int
+	code   api.Code
 	msg    string
 	err    error
 }
 
-func (e *routeError) Error() string   { return e.msg }
-func (e *routeError) Unwrap() error   { return e.err }
-func (e *routeError) HTTPStatus() int { return e.status }
+func (e *routeError) Error() string       { return e.msg }
+func (e *routeError) Unwrap() error       { return e.err }
+func (e *routeError) HTTPStatus() int     { return e.status }
+func (e *routeError) ErrorCode() api.Code { return e.code }
+
+var _ api.StatusError = (*routeError)(nil)
 
 // Sentinels of the router's answers.
 var (
@@ -126,7 +130,7 @@ var (
 )
 
 func unavailable(n int, format string, args ...any) error {
-	return &routeError{http.StatusServiceUnavailable,
+	return &routeError{http.StatusServiceUnavailable, api.CodeShardUnavailable,
 		fmt.Sprintf("shard %d unavailable: ", n) + fmt.Sprintf(format, args...), ErrShardUnavailable}
 }
 
@@ -139,13 +143,13 @@ const retryAfterSeconds = "1"
 type movingError struct{ *routeError }
 
 func moving(n int) error {
-	return movingError{&routeError{http.StatusServiceUnavailable,
+	return movingError{&routeError{http.StatusServiceUnavailable, api.CodeShardUnavailable,
 		fmt.Sprintf("shard %d unavailable: it is being moved to another node; writes resume once it is, reads go on", n),
 		fmt.Errorf("%w: %w", ErrShardUnavailable, cluster.ErrMoving)}}
 }
 
 func misdirected(n int, format string, args ...any) error {
-	return &routeError{http.StatusMisdirectedRequest,
+	return &routeError{http.StatusMisdirectedRequest, api.CodeMisdirected,
 		fmt.Sprintf("shard %d: ", n) + fmt.Sprintf(format, args...), ErrMisdirected}
 }
 
@@ -183,21 +187,21 @@ func (rt *Router) Admit(r *http.Request) (*http.Request, error) {
 	}
 	got := sha256.Sum256([]byte(vals[HeaderSecret]))
 	if vals[HeaderSecret] == "" || subtle.ConstantTimeCompare(got[:], rt.secret[:]) != 1 {
-		return nil, &routeError{http.StatusForbidden, "node headers (" + HeaderSecret + ", " + HeaderEpoch + ", " +
+		return nil, &routeError{http.StatusForbidden, api.CodeNotANode, "node headers (" + HeaderSecret + ", " + HeaderEpoch + ", " +
 			HeaderShard + ", " + HeaderNode + ") are for the cluster's nodes only", ErrNotNode}
 	}
 	c := nodeCall{from: vals[HeaderNode], shard: -1}
 	if v := vals[HeaderEpoch]; v != "" {
 		e, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || e < 1 {
-			return nil, &routeError{http.StatusBadRequest, HeaderEpoch + " must be a positive integer", ErrNotNode}
+			return nil, &routeError{http.StatusBadRequest, api.CodeInvalidParameter, HeaderEpoch + " must be a positive integer", ErrNotNode}
 		}
 		c.epoch = e
 	}
 	if v := vals[HeaderShard]; v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n >= rt.o.View.Shards() {
-			return nil, &routeError{http.StatusBadRequest, HeaderShard + " must name a shard", ErrNotNode}
+			return nil, &routeError{http.StatusBadRequest, api.CodeInvalidParameter, HeaderShard + " must name a shard", ErrNotNode}
 		}
 		c.shard = n
 	}
@@ -359,9 +363,10 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, n int) error {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return &routeError{http.StatusRequestEntityTooLarge, "request body too large", err}
+			return &routeError{http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge,
+				fmt.Sprintf("request body too large: the limit is %d bytes", tooBig.Limit), err}
 		}
-		return &routeError{http.StatusBadRequest, "reading the request body: " + err.Error(), err}
+		return &routeError{http.StatusBadRequest, api.CodeInvalidJSON, "reading the request body: " + err.Error(), err}
 	}
 	h := r.Header.Clone()
 	h.Del("Host")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/progressdb/progressdb/server/internal/api"
 	"github.com/progressdb/progressdb/server/internal/cluster"
 )
 
@@ -15,7 +16,7 @@ func (rt *Router) Status(r *http.Request) (any, error) {
 	st, err := cluster.ReadStatus(ctx, rt.o.View.c, rt.o.View.k)
 	if err != nil {
 		rt.o.Metrics.etcdErrors.Inc()
-		return nil, &routeError{http.StatusServiceUnavailable, "cluster state unreadable: " + err.Error(), err}
+		return nil, &routeError{http.StatusServiceUnavailable, api.CodeClusterUnavailable, "cluster state unreadable: " + err.Error(), err}
 	}
 	return st, nil
 }
