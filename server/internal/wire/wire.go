@@ -153,6 +153,8 @@ func AppendMessage(b []byte, m store.Message) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("message %s body: %w", m.ID, err)
 	}
+	b = append(b, `,"created_ts":`...)
+	b = appendNanos(b, m.CreatedTS)
 	b = append(b, `,"ts":`...)
 	b = appendNanos(b, m.TS)
 	b = append(b, `,"version":`...)

@@ -141,7 +141,9 @@ func FuzzAppendMessage(f *testing.F) {
 		if len(body) > 0 && !json.Valid(body) {
 			return // the store holds valid bodies only
 		}
-		m := store.Message{ID: id, Thread: thread, Author: author, Body: body, TS: ts, Version: version, Deleted: deleted, DeletedTS: deletedTS}
+		// created_ts is derived: another argument would void the corpus.
+		m := store.Message{ID: id, Thread: thread, Author: author, Body: body, TS: ts, Version: version, Deleted: deleted, DeletedTS: deletedTS,
+			CreatedTS: ts - version}
 		want, err := json.Marshal(MessageOf(m))
 		if err != nil {
 			t.Fatal(err)
