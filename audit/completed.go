@@ -14,7 +14,12 @@ import (
 // when there is none. Like LastRun it reads only each candidate's first and
 // last lines, newest first, and stops at the first match; a file whose
 // header or footer cannot be read is passed over (verify reports it).
-func LastCompleted(root string) (*Summary, error) {
+func LastCompleted(root string) (*Summary, error) { return LastCompletedOf(root, "") }
+
+// LastCompletedOf is LastCompleted over the runs of the database dbID
+// alone (RunOf): a copy's runs sharing the trail, its restore's replay
+// first, are not the original's (spec §10.1).
+func LastCompletedOf(root, dbID string) (*Summary, error) {
 	months, err := monthDirs(root)
 	if err != nil {
 		return nil, err
@@ -32,7 +37,7 @@ func LastCompleted(root string) (*Summary, error) {
 			}
 		}
 		// Names sort by start time; compare them without the extension,
-		// as newestRun does.
+		// as runsNewestFirst does.
 		slices.SortFunc(names, func(a, b string) int {
 			return strings.Compare(strings.TrimSuffix(b, extSealed), strings.TrimSuffix(a, extSealed))
 		})
@@ -45,7 +50,7 @@ func LastCompleted(root string) (*Summary, error) {
 			case err != nil:
 				return nil, err
 			}
-			if f := sum.Footer; f != nil && f.Status == RunCompleted && !sum.Header.DryRun {
+			if f := sum.Footer; f != nil && f.Status == RunCompleted && !sum.Header.DryRun && RunOf(&sum.Header, dbID) {
 				return sum, nil
 			}
 		}

@@ -17,6 +17,13 @@ type Match struct {
 	RunStarted time.Time `json:"run_started_at,omitzero"` // zero (absent) when the file's header cannot be read
 	DryRun     bool      `json:"dry_run"`
 	InProgress bool      `json:"in_progress"` // the file is not sealed yet (a run going, or killed)
+	// Trigger is the run's trigger when it has one: "restore" and
+	// "start" name a replay of purges recorded before (spec §10).
+	Trigger string `json:"trigger,omitempty"`
+	// DatabaseID is the database the run purged; OriginID, in the runs
+	// of a restored copy, the database it was restored from (spec §10.1).
+	DatabaseID string `json:"database_id,omitempty"`
+	OriginID   string `json:"origin_id,omitempty"`
 	Written    time.Time `json:"written_at"`  // when the line was written
 	Item       Item      `json:"item"`
 }
@@ -76,6 +83,7 @@ func findIn(path, itemID string) ([]Match, error) {
 			InProgress: strings.HasSuffix(path, suffixInProgress)}
 		if hdr != nil {
 			m.RunStarted, m.DryRun = hdr.StartedAt, hdr.DryRun
+			m.Trigger, m.DatabaseID, m.OriginID = hdr.Trigger, hdr.DatabaseID, hdr.OriginID
 		}
 		out = append(out, m)
 		return nil

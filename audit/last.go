@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -30,51 +31,64 @@ type Summary struct {
 // progress has a footer only if its run ended between writing the footer
 // and the rename. A newest file whose header (or, when sealed, footer)
 // cannot be read is reported as a *Problem rather than skipped.
-func LastRun(root string) (*Summary, error) {
+func LastRun(root string) (*Summary, error) { return LastRunOf(root, "") }
+
+// LastRunOf is LastRun over the runs of the database dbID alone (RunOf):
+// the runs of other databases sharing the trail (a copy restored from it,
+// its restore's replay) are passed over (spec §10.1). dbID "" takes every
+// run.
+func LastRunOf(root, dbID string) (*Summary, error) {
 	months, err := monthDirs(root)
 	if err != nil {
 		return nil, err
 	}
 	for i := len(months) - 1; i >= 0; i-- {
 		dir := filepath.Join(root, months[i])
-		name, err := newestRun(dir)
+		names, err := runsNewestFirst(dir)
 		if err != nil {
 			return nil, err
 		}
-		if name != "" {
-			return summarize(filepath.Join(dir, name))
+		for _, name := range names {
+			sum, err := summarize(filepath.Join(dir, name))
+			if err != nil {
+				return nil, err
+			}
+			if RunOf(&sum.Header, dbID) {
+				return sum, nil
+			}
 		}
 	}
 	return nil, nil
 }
 
-// newestRun returns the name of the newest run's file in one month folder,
-// or "" when it holds none.
-func newestRun(dir string) (string, error) {
+// RunOf reports whether the run with header h purged the database dbID:
+// its database_id is dbID, or either is unknown (a file or a database from
+// before identities).
+func RunOf(h *Header, dbID string) bool {
+	return dbID == "" || h.DatabaseID == "" || h.DatabaseID == dbID
+}
+
+// runsNewestFirst returns the names of the runs' files (sealed or in
+// progress) in one month folder, newest first.
+func runsNewestFirst(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return "", fmt.Errorf("audit: list %s: %w", dir, err)
+		return nil, fmt.Errorf("audit: list %s: %w", dir, err)
 	}
-	var newest, newestBase string
+	var names []string
 	for _, e := range entries {
 		name := e.Name()
-		if !e.Type().IsRegular() {
-			continue
-		}
-		var base string
-		switch {
-		case isAuditName(name, extSealed):
-			base = strings.TrimSuffix(name, extSealed)
-		case isAuditName(name, extInProgress):
-			base = strings.TrimSuffix(name, extInProgress)
-		default:
-			continue
-		}
-		if base > newestBase {
-			newest, newestBase = name, base
+		if e.Type().IsRegular() && (isAuditName(name, extSealed) || isAuditName(name, extInProgress)) {
+			names = append(names, name)
 		}
 	}
-	return newest, nil
+	// Names sort by start time; compare them without the extension.
+	slices.SortFunc(names, func(a, b string) int { return strings.Compare(runBase(b), runBase(a)) })
+	return names, nil
+}
+
+func runBase(name string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(name, extInProgress), extSealed)
 }
 
 // summarize reads the header (first line) and footer (last line) of path.

@@ -103,7 +103,10 @@ type Header struct {
 	// Absent in other runs.
 	// DatabaseID names the database the run purged, so that databases
 	// sharing a trail tell their runs apart; absent in older files.
-	DatabaseID        string `json:"database_id,omitempty"`
+	DatabaseID string `json:"database_id,omitempty"`
+	// OriginID names the database a restored copy came from (spec
+	// §10.1): present in the runs of a copy, its restore's replay first.
+	OriginID          string `json:"origin_id,omitempty"`
 	Trigger           string `json:"trigger,omitempty"`
 	BackupID          string `json:"backup_id,omitempty"`
 	AcceptBrokenAudit bool   `json:"accept_broken_audit,omitempty"`

@@ -45,8 +45,22 @@ func CheckEmpty(dir string) error {
 // must be absent or empty (ErrNotEmpty, nothing touched). Until every file
 // is in place and synced, dir holds store.RestoreMarker, so a restore cut
 // short is never opened as a database. A backup that does not verify
-// leaves dir as it found it; the report names what failed.
+// leaves dir as it found it; the report names what failed. The copy keeps
+// the backup's identity: a cluster shard's move, whose old copy goes.
 func Extract(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Report, error) {
+	return extract(ctx, path, dir, pub, nil)
+}
+
+// ExtractPending is Extract for a restore whose replay is still to come
+// (spec §10.1): once every file is in place, dir's marker moves to state
+// replaying with then's fields (and the backup's ID), so that nothing
+// serves the copy until the replay finishes and store.FinishRestore
+// removes the marker.
+func ExtractPending(ctx context.Context, path, dir string, pub ed25519.PublicKey, then store.RestoreState) (Report, error) {
+	return extract(ctx, path, dir, pub, &then)
+}
+
+func extract(ctx context.Context, path, dir string, pub ed25519.PublicKey, then *store.RestoreState) (Report, error) {
 	if err := CheckEmpty(dir); err != nil {
 		return Report{File: path}, err
 	}
@@ -66,14 +80,9 @@ func Extract(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Repo
 			_ = os.Remove(dir)
 		}
 	}
-	marker := filepath.Join(dir, store.RestoreMarker)
-	if err := os.WriteFile(marker, []byte("restore of "+path+" under way\n"), 0o600); err != nil {
+	if err := store.WriteRestoreState(dir, store.RestoreState{State: store.RestoreUnpacking, Backup: path}); err != nil {
 		undo()
 		return Report{File: path}, fmt.Errorf("backup: %w", err)
-	}
-	if err := syncDir(dir); err != nil {
-		undo()
-		return Report{File: path}, err
 	}
 	rep, err := Unpack(ctx, path, dir, pub)
 	if err != nil || !rep.Valid {
@@ -83,8 +92,13 @@ func Extract(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Repo
 	if err := syncDir(dir); err != nil {
 		return rep, err
 	}
-	if err := os.Remove(marker); err != nil {
-		return rep, fmt.Errorf("backup: %w", err)
+	if then != nil {
+		st := *then
+		st.State, st.BackupID = store.RestoreReplaying, rep.Manifest.BackupID
+		if st.Backup == "" {
+			st.Backup = path
+		}
+		return rep, store.WriteRestoreState(dir, st)
 	}
-	return rep, syncDir(dir)
+	return rep, store.FinishRestore(dir)
 }

@@ -120,10 +120,31 @@ func (e env) auditShow(_ context.Context, args []string) int {
 
 func printHeader(w io.Writer, runID string, h *audit.Header) {
 	mode := "purge"
-	if h.DryRun {
+	switch {
+	case h.DryRun:
 		mode = "dry run (nothing deleted)"
+	case audit.IsReplay(h):
+		// Its items were purged before, by the runs it replays: it is
+		// the restored database's run, never the original's.
+		mode = "replay of purges recorded before, on a restored database"
 	}
 	fmt.Fprintf(w, "run:        %s, %s\n", runID, mode)
+	if h.Trigger != "" {
+		fmt.Fprintf(w, "trigger:    %s\n", h.Trigger)
+	}
+	if h.DatabaseID != "" {
+		db := h.DatabaseID
+		if h.OriginID != "" {
+			db += " (restored from database " + h.OriginID + ")"
+		}
+		fmt.Fprintf(w, "database:   %s\n", db)
+	}
+	if h.BackupID != "" {
+		fmt.Fprintf(w, "backup:     %s\n", h.BackupID)
+	}
+	if h.AcceptBrokenAudit {
+		fmt.Fprintln(w, "trail:      replayed over a trail that did not verify (--accept-broken-audit)")
+	}
 	fmt.Fprintf(w, "started:    %s by %s (host %s, pid %d, lease epoch %d, version %s)\n",
 		fmtTime(h.StartedAt), h.Owner, h.Host, h.PID, h.Epoch, h.Version)
 	fmt.Fprintf(w, "policy:     period %s, message period %s, max age %s, max messages %d, %d thread override(s)\n",
@@ -301,6 +322,9 @@ func printFind(w io.Writer, rep findReport) {
 		}
 		fmt.Fprintf(w, "%s %s: purged at %s, cause %s, %d key(s) deleted\n", it.ItemType, it.ItemID, when, orNone(it.Cause), it.KeysDeleted)
 		fmt.Fprintf(w, "proven by:  %s line %d (run %s started %s)\n", p.File, p.Line, p.RunID, fmtTime(p.RunStarted))
+		if p.DatabaseID != "" {
+			fmt.Fprintf(w, "database:   %s\n", p.DatabaseID)
+		}
 		if p.Verified {
 			fmt.Fprintln(w, "verifies:   yes (the file and its links in the trail)")
 		} else {
@@ -331,6 +355,11 @@ func printFind(w io.Writer, rep findReport) {
 			run += " (dry run)"
 		case r.InProgress:
 			run += " (in progress)"
+		case audit.IsReplayTrigger(r.Trigger):
+			run += " (replay, trigger " + r.Trigger + ")"
+		}
+		if r.DatabaseID != "" {
+			run += " db " + r.DatabaseID
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s:%d\n", fmtTime(r.Written), run, status, orNone(r.Item.Cause), orNone(r.Item.Reason), r.File, r.Line)
 	}

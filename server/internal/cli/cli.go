@@ -68,7 +68,7 @@ func commands() []command {
 		{"backup create", "[--out FILE|-] [--zstd] [--shard N] [--json]", "make an online backup (through the running server when there is one; on a cluster node, of shard N through the node holding it): a Pebble checkpoint and manifest.json in one tar file", env.backupCreate},
 		{"backup list", "[--json]", "the backups in PROGRESSDB_BACKUP_PATH: age, expiry (PROGRESSDB_BACKUP_KEEP), size, and how many purged items each still holds", env.backupList},
 		{"backup verify", "FILE [--public-key F] [--json]", "check a backup: every file's hash, the manifest and its signature, and the database opened on a temporary copy with the store's consistency check", env.backupVerify},
-		{"restore", "FILE --db DIR [--audit DIR] [--accept-broken-audit] [--json]", "restore a backup into an empty folder, then replay every purge the audit trail records after the backup (a restore never brings purged data back)", env.restore},
+		{"restore", "FILE --db DIR [--audit DIR] [--accept-broken-audit] [--json] | --resume --db DIR", "restore a backup into an empty folder as a new database, then replay every purge the audit trail records after the backup (a restore never brings purged data back); --resume finishes one that did not", env.restore},
 		{"export read", "FILE [--item ID]", "print the records of an export file as JSON lines (all, or one item's)", env.exportRead},
 		{"cluster create", "--nodes ID,ID,... [--json]", "create the cluster in etcd once: fix its shard count (PROGRESSDB_CLUSTER_SHARDS) and spread the shards over the nodes named", env.clusterCreate},
 		{"cluster status", "[--json]", "the cluster as etcd has it: nodes (alive, URL, shards held) and shards (home, owner, epoch, state)", env.clusterStatus},

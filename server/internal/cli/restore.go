@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -15,50 +16,55 @@ import (
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // restoreReport is what `restore --json` prints.
 type restoreReport struct {
-	ExitCode int               `json:"exit_code"`
-	DB       string            `json:"db"`
-	Audit    string            `json:"audit"`
-	Backup   *backup.Manifest  `json:"backup,omitempty"`
-	Problems []string          `json:"problems,omitempty"` // why the backup does not verify
-	Replay   *retention.Result `json:"replay,omitempty"`
-	Error    string            `json:"error,omitempty"`
+	ExitCode int    `json:"exit_code"`
+	DB       string `json:"db"`
+	Audit    string `json:"audit"`
+	// DatabaseID is the restored database's own identity; OriginID the
+	// one it was restored from (spec §10.1).
+	DatabaseID string            `json:"database_id,omitempty"`
+	OriginID   string            `json:"origin_id,omitempty"`
+	Backup     *backup.Manifest  `json:"backup,omitempty"`
+	Problems   []string          `json:"problems,omitempty"` // why the backup does not verify
+	Replay     *retention.Result `json:"replay,omitempty"`
+	Error      string            `json:"error,omitempty"`
 }
 
-// restore unpacks a backup into an empty folder and replays every purge
-// the audit trail records after the backup's head (spec §10). Exit 0
-// restored and replayed, 1 failed (backup or trail does not verify), 2
-// usage (DIR not empty: nothing touched), 75 lease held elsewhere.
+// restore unpacks a backup into an empty folder as a new database (its own
+// identity, knowing its origin) and replays every purge the audit trail
+// records after the backup's head (spec §10, §10.1). Until the replay
+// completes, the folder's marker keeps every command from serving it;
+// `restore --resume --db DIR` finishes it. Exit 0 restored and replayed,
+// 1 failed (backup or trail does not verify, replay cut short), 2 usage
+// (DIR not empty, trail folder missing: nothing touched), 75 lease held
+// elsewhere.
 func (e env) restore(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
 	db := fs.String("db", "", "the folder to restore into: absent or empty (required)")
-	auditDir := fs.String("audit", "", "the authoritative audit trail whose purges are replayed (default PROGRESSDB_RETENTION_AUDIT_PATH)")
+	auditDir := fs.String("audit", "", "the authoritative audit trail whose purges are replayed, where the restored database keeps its own (default PROGRESSDB_RETENTION_AUDIT_PATH; with --resume, the one the restore began with); it must exist")
 	pubPath := fs.String("public-key", "", "ed25519 public key (PEM) the manifest and the audit files after its head must be signed with (default: the public half of PROGRESSDB_AUDIT_SIGNING_KEY)")
 	accept := fs.Bool("accept-broken-audit", false, "replay what a trail that does not verify after the backup's head still shows, instead of nothing (recorded in the replay's header)")
+	resume := fs.Bool("resume", false, "finish the restore in --db whose replay did not complete (killed, refused over a broken trail, trail folder missing)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if !e.parseFlags(fs, args, true) {
 		return exitUsage
 	}
-	if fs.NArg() != 1 || *db == "" {
-		fmt.Fprintln(e.stderr, "usage: progressdb restore FILE --db DIR [--audit DIR] [--accept-broken-audit] [--json]")
+	if *db == "" || *resume && fs.NArg() != 0 || !*resume && fs.NArg() != 1 {
+		fmt.Fprintln(e.stderr, "usage: progressdb restore FILE --db DIR [--audit DIR] [--accept-broken-audit] [--json]\n"+
+			"       progressdb restore --resume --db DIR [--audit DIR] [--accept-broken-audit] [--json]")
 		return exitUsage
 	}
-	file := fs.Arg(0)
 	cfg, logger, closer, ok := e.configAndLogger()
 	if !ok {
 		return exitUsage
 	}
 	defer closer.Close()
-	rcfg := cfg.Retention
-	if *auditDir != "" {
-		rcfg.AuditPath = *auditDir
-		rcfg.LeasePath = filepath.Join(*auditDir, "retention.lock")
-	}
-	rep := restoreReport{DB: *db, Audit: rcfg.AuditPath}
+	rep := restoreReport{DB: *db}
 	done := func(code int, msg string) int {
 		rep.ExitCode = code
 		if msg != "" {
@@ -70,11 +76,47 @@ func (e env) restore(ctx context.Context, args []string) int {
 		}
 		return code
 	}
-	if err := backup.CheckEmpty(*db); err != nil {
-		return done(exitUsage, err.Error()+": a restore goes into an absent or empty folder; nothing was touched")
+	var state store.RestoreState
+	if *resume {
+		st, found, err := store.ReadRestoreState(*db)
+		switch {
+		case err != nil:
+			return done(exitFailed, err.Error())
+		case !found:
+			return done(exitUsage, fmt.Sprintf("%s holds no unfinished restore: nothing to resume", *db))
+		case st.State != store.RestoreReplaying:
+			return done(exitFailed, (&store.UnfinishedRestoreError{Dir: *db, State: st}).Error())
+		}
+		state = st
+	}
+	rcfg := cfg.Retention
+	switch {
+	case *auditDir != "":
+		rcfg.AuditPath = *auditDir
+	case *resume && state.Audit != "":
+		rcfg.AuditPath = state.Audit
+	}
+	if rcfg.AuditPath != cfg.Retention.AuditPath {
+		rcfg.LeasePath = filepath.Join(rcfg.AuditPath, "retention.lock")
+	}
+	rep.Audit = rcfg.AuditPath
+	if !*resume {
+		if err := backup.CheckEmpty(*db); err != nil {
+			return done(exitUsage, err.Error()+": a restore goes into an absent or empty folder; nothing was touched")
+		}
 	}
 	if inside(rcfg.AuditPath, *db) {
 		return done(exitUsage, fmt.Sprintf("the audit trail %s lies inside %s: a restore replays the authoritative trail, which must live outside the database folder", rcfg.AuditPath, *db))
+	}
+	// A trail folder that is not there is a typo, not a trail without
+	// purges: it is never made here.
+	if fi, err := os.Stat(rcfg.AuditPath); err != nil || !fi.IsDir() {
+		what := "nothing was touched"
+		if *resume {
+			what = "the restore stays unfinished"
+		}
+		return done(exitUsage, fmt.Sprintf("no audit trail folder at %s (--audit, or %s by default): a restore replays the purges it records; %s",
+			rcfg.AuditPath, config.VarAuditPath, what))
 	}
 	key, err := app.SigningKey(cfg)
 	if err != nil {
@@ -85,47 +127,65 @@ func (e env) restore(ctx context.Context, args []string) int {
 		return done(code, "")
 	}
 
-	vrep, err := backup.Extract(ctx, file, *db, pub)
-	if err != nil {
-		return done(exitFailed, err.Error())
-	}
-	rep.Backup = &vrep.Manifest
-	if !vrep.Valid {
-		rep.Problems = vrep.Problems
-		for _, p := range vrep.Problems {
-			fmt.Fprintf(e.stderr, "progressdb restore: backup does not verify: %s\n", p)
+	if !*resume {
+		file := fs.Arg(0)
+		trail, err := filepath.Abs(rcfg.AuditPath)
+		if err != nil {
+			return done(exitFailed, err.Error())
 		}
-		return done(exitFailed, "the backup does not verify; nothing was restored")
+		state = store.RestoreState{Backup: file, DatabaseID: store.NewDatabaseID(), Audit: trail}
+		vrep, err := backup.ExtractPending(ctx, file, *db, pub, state)
+		if err != nil {
+			return done(exitFailed, err.Error())
+		}
+		rep.Backup = &vrep.Manifest
+		if !vrep.Valid {
+			rep.Problems = vrep.Problems
+			for _, p := range vrep.Problems {
+				fmt.Fprintf(e.stderr, "progressdb restore: backup does not verify: %s\n", p)
+			}
+			return done(exitFailed, "the backup does not verify; nothing was restored")
+		}
+		state.BackupID = vrep.Manifest.BackupID
 	}
+	unfinished := fmt.Sprintf("the restore is unfinished and nothing serves %s until it is: run 'progressdb restore --resume --db %s'", *db, *db)
 
-	st, err := store.Open(*db, store.Options{Logger: logger})
+	st, err := store.Open(*db, store.Options{Logger: logger, Restoring: true})
 	if err != nil {
-		return done(exitFailed, err.Error())
+		return done(exitFailed, err.Error()+"; "+unfinished)
 	}
 	defer st.Close()
+	lineage, err := st.BecomeCopy(ctx, state.DatabaseID, state.BackupID)
+	if err != nil {
+		return done(exitFailed, err.Error()+"; "+unfinished)
+	}
+	rep.DatabaseID, rep.OriginID = state.DatabaseID, lineage.OriginID
 	svc, err := app.NewRetention(st, rcfg, logger, prometheus.NewRegistry(), false, key)
 	if err != nil {
-		return done(exitFailed, err.Error())
+		return done(exitFailed, err.Error()+"; "+unfinished)
 	}
 	defer svc.Close()
 	res, err := svc.Run(ctx, retention.RunRequest{Trigger: audit.TriggerRestore, Replay: retention.ReplayOptions{
-		BackupID: vrep.Manifest.BackupID, AcceptBrokenAudit: *accept, PublicKey: pub}})
+		BackupID: state.BackupID, AcceptBrokenAudit: *accept, PublicKey: pub}})
 	var held *retention.LeaseHeldError
 	switch {
 	case errors.As(err, &held):
-		return done(exitLeaseHeld, fmt.Sprintf("the retention lease is held by %s; the files are restored, "+
-			"and the first start of a server on %s replays the purges", held.Holder.Owner, *db))
+		return done(exitLeaseHeld, fmt.Sprintf("the retention lease is held by %s; the files are restored, and %s once it is free",
+			held.Holder.Owner, unfinished))
 	case res.RunID != "":
 		rep.Replay = &res
 	}
 	if errors.Is(err, retention.ErrBrokenTrail) {
-		return done(exitFailed, err.Error()+"; nothing was replayed: fix the trail, or restore again with --accept-broken-audit")
+		return done(exitFailed, err.Error()+"; nothing was replayed, "+unfinished+" once the trail is fixed, or add --accept-broken-audit to replay what it still shows")
 	}
 	if err != nil {
-		return done(exitFailed, err.Error())
+		return done(exitFailed, err.Error()+"; "+unfinished)
 	}
 	if res.Status != audit.RunCompleted {
-		return done(exitFailed, fmt.Sprintf("the replay ended %s: %s; the next start of a server on %s finishes it", res.Status, res.Error, *db))
+		return done(exitFailed, fmt.Sprintf("the replay ended %s: %s; %s", res.Status, res.Error, unfinished))
+	}
+	if err := store.FinishRestore(*db); err != nil {
+		return done(exitFailed, err.Error()+"; "+unfinished)
 	}
 	if !*asJSON {
 		printRestore(e.stdout, rep)
@@ -144,10 +204,14 @@ func inside(path, dir string) bool {
 }
 
 func printRestore(w io.Writer, rep restoreReport) {
-	m := rep.Backup
-	fmt.Fprintf(w, "restored:    %s into %s\n", m.BackupID, rep.DB)
-	fmt.Fprintf(w, "contents:    %d threads, %d messages\n", m.Threads, m.Messages)
-	fmt.Fprintf(w, "audit_head:  %s\n", headName(*m))
+	if m := rep.Backup; m != nil {
+		fmt.Fprintf(w, "restored:    %s into %s\n", m.BackupID, rep.DB)
+		fmt.Fprintf(w, "contents:    %d threads, %d messages\n", m.Threads, m.Messages)
+		fmt.Fprintf(w, "audit_head:  %s\n", headName(*m))
+	} else {
+		fmt.Fprintf(w, "resumed:     the restore into %s\n", rep.DB)
+	}
+	fmt.Fprintf(w, "database_id: %s (a new database; origin %s)\n", rep.DatabaseID, orNone(rep.OriginID))
 	if r := rep.Replay; r != nil {
 		fmt.Fprintf(w, "replayed:    %d purges (%d absent from the backup), run %s\n", r.Purged, r.Skipped, r.RunID)
 		fmt.Fprintf(w, "audit_file:  %s\n", r.AuditFile)

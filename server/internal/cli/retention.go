@@ -269,7 +269,11 @@ func (e env) readStatus(ctx context.Context, cfg config.Config) (*statusReport, 
 	case err != nil:
 		return fail(err)
 	default:
-		st, err := retention.ReadStatus(cfg.Retention, time.Now())
+		dbID, err := db.DatabaseID(ctx, false)
+		var st retention.Status
+		if err == nil {
+			st, err = retention.ReadStatus(cfg.Retention, time.Now(), dbID)
+		}
 		if err == nil {
 			var p store.RetentionPause
 			p, err = db.RetentionPause(ctx)
@@ -300,7 +304,7 @@ func (e env) readStatus(ctx context.Context, cfg config.Config) (*statusReport, 
 	} else {
 		note = fmt.Sprintf("a server holds the database; %v for its configuration, next run and pause", err)
 	}
-	st, err := retention.ReadStatus(cfg.Retention, time.Now())
+	st, err := retention.ReadStatus(cfg.Retention, time.Now(), "")
 	if err != nil {
 		return fail(err)
 	}

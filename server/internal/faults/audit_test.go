@@ -33,6 +33,10 @@ type auditLine struct {
 	Epoch     int64     `json:"epoch"`
 	Trigger   string    `json:"trigger"` // replays (spec §10)
 	BackupID  string    `json:"backup_id"`
+	// DatabaseID and OriginID name the database a run purged and, for a
+	// restored copy, the one it came from (spec §10.1).
+	DatabaseID string `json:"database_id"`
+	OriginID   string `json:"origin_id"`
 
 	ItemType    string     `json:"item_type"` // item
 	ItemID      string     `json:"item_id"`

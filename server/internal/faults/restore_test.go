@@ -279,12 +279,14 @@ func TestFaultHandRestoreCaughtAtStart(t *testing.T) {
 	}
 }
 
-// A restore killed with SIGKILL while it replays leaves a database the
-// next start finishes: every purge replayed, the killed run's file sealed
-// aborted, no purged content in any file.
+// A restore killed with SIGKILL while it replays leaves a database that
+// nothing serves (spec §10.1): serve and the commands that open it exit 1
+// naming the unfinished restore and `restore --resume`, which finishes
+// it: every purge replayed, the killed run's file sealed aborted, no
+// purged content in any file, and a server on it serves.
 func TestFaultRestoreKilledMidReplay(t *testing.T) {
 	s := newSite(t.TempDir())
-	fx := buildRestoreFixture(t, s.db, 40)
+	fx := buildRestoreFixture(t, s.db, pick(40, 80))
 	env := policyEnv(s)
 	archive := filepath.Join(s.dir, "b.tar")
 	if p := runCLI(t, env, "backup", "create", "--out", archive); p.code != 0 {
@@ -311,26 +313,52 @@ func TestFaultRestoreKilledMidReplay(t *testing.T) {
 	})
 	p.kill()
 
-	srv := startServer(t, env.with("PROGRESSDB_DB_PATH", restored))
+	on := env.with("PROGRESSDB_DB_PATH", restored)
+	requireUnfinishedRefused(t, on, restored)
+	if p := runCLI(t, on, "restore", "--resume", "--db", restored); p.code != 0 {
+		t.Fatalf("restore --resume: %d\n%s", p.code, p.output())
+	}
+	var restoreAborted, restoreCompleted bool
+	for _, f := range replayFiles(t, s) {
+		switch {
+		case f.header.Trigger != audit.TriggerRestore:
+			t.Errorf("replay %s with trigger %q: only the restore replays", f.path, f.header.Trigger)
+		case f.sealed && f.footer != nil && f.footer.Status == audit.RunAborted:
+			restoreAborted = true
+		case f.sealed && f.footer != nil && f.footer.Status == audit.RunCompleted:
+			restoreCompleted = true
+		}
+	}
+	if !restoreAborted || !restoreCompleted {
+		t.Fatalf("want the killed restore's file aborted and a completed one from --resume: %v", replayFiles(t, s))
+	}
+	srv := startServer(t, on)
 	for _, tid := range fx.threads {
 		srv.mustCall(t, "GET", "/v1/threads/"+tid+"?include_deleted=true", nil, "", http.StatusNotFound, nil)
 	}
 	srv.stop(t)
-	var restoreFile, startFile bool
-	for _, f := range replayFiles(t, s) {
-		switch f.header.Trigger {
-		case audit.TriggerRestore:
-			restoreFile = f.sealed && f.footer != nil && f.footer.Status == audit.RunAborted
-		case audit.TriggerStart:
-			startFile = f.sealed && f.footer != nil && f.footer.Status == audit.RunCompleted
-		}
-	}
-	if !restoreFile || !startFile {
-		t.Fatalf("want the killed restore's file aborted and a completed start replay: %v", replayFiles(t, s))
-	}
 	requireGone(t, restored, fx)
 	if p := runCLI(t, env, "audit", "verify"); p.code != 0 {
 		t.Fatalf("audit verify: %d\n%s", p.code, p.output())
+	}
+}
+
+// requireUnfinishedRefused checks that serve and a command that opens the
+// database at dir (env's) exit 1 naming the unfinished restore and how to
+// finish it.
+func requireUnfinishedRefused(t *testing.T, env envVars, dir string) {
+	t.Helper()
+	hint := "progressdb restore --resume --db " + dir
+	srv := start(t, env.with("PROGRESSDB_ADDR", freeAddr(t)), "serve")
+	if code := srv.wait(t, processTimeout); code != 1 || !strings.Contains(srv.stderr.String(), "unfinished restore") ||
+		!strings.Contains(srv.stderr.String(), hint) {
+		t.Fatalf("serve on an unfinished restore: exit %d, want 1 naming it and %q\n%s", code, hint, srv.output())
+	}
+	for _, args := range [][]string{{"retention", "run"}, {"backup", "create", "--out", filepath.Join(t.TempDir(), "x.tar")}, {"retention", "status"}} {
+		p := runCLI(t, env, args...)
+		if p.code != 1 || !strings.Contains(p.stderr.String(), hint) {
+			t.Fatalf("%v on an unfinished restore: exit %d, want 1 naming %q\n%s", args, p.code, hint, p.output())
+		}
 	}
 }
 
@@ -358,21 +386,24 @@ func TestFaultRestoreBrokenTrail(t *testing.T) {
 
 	restored := filepath.Join(s.dir, "restored")
 	p := runCLI(t, env, "restore", archive, "--db", restored)
-	if p.code != 1 || !strings.Contains(p.stderr.String(), "does not verify") {
-		t.Fatalf("restore over a broken trail: %d, want 1 naming the trail\n%s", p.code, p.output())
+	if p.code != 1 || !strings.Contains(p.stderr.String(), "does not verify") || !strings.Contains(p.stderr.String(), "--resume") {
+		t.Fatalf("restore over a broken trail: %d, want 1 naming the trail and --resume\n%s", p.code, p.output())
 	}
-	st := openStore(t, restored)
+	st, err := store.Open(restored, store.Options{Restoring: true})
+	must(t, err)
 	for _, tid := range fx.threads {
 		if ok, _ := st.ItemExists(context.Background(), store.KindThread, tid); !ok {
 			t.Fatalf("thread %s replayed although the trail does not verify", tid)
 		}
 	}
 	st.Close()
-
-	again := filepath.Join(s.dir, "again")
-	p = runCLI(t, env, "restore", archive, "--db", again, "--accept-broken-audit", "--json")
+	// Refused, the restore is unfinished: nothing serves it until it is
+	// resumed, here over what the trail still shows.
+	on := env.with("PROGRESSDB_DB_PATH", restored)
+	requireUnfinishedRefused(t, on, restored)
+	p = runCLI(t, on, "restore", "--resume", "--db", restored, "--accept-broken-audit", "--json")
 	if p.code != 0 {
-		t.Fatalf("restore --accept-broken-audit: %d\n%s", p.code, p.output())
+		t.Fatalf("restore --resume --accept-broken-audit: %d\n%s", p.code, p.output())
 	}
 	var rep struct {
 		Replay struct {
@@ -385,6 +416,8 @@ func TestFaultRestoreBrokenTrail(t *testing.T) {
 	if !strings.Contains(string(data), `"accept_broken_audit":true`) {
 		t.Fatalf("the replay's header does not record the accepted broken trail:\n%s", data)
 	}
+	srv := startServer(t, on)
+	srv.stop(t)
 }
 
 // copyFolder copies the regular files of src into a new folder dst, as an
@@ -455,4 +488,28 @@ func TestFaultCopiedBackFolder(t *testing.T) {
 	srv.stop(t)
 	storetest.RequireNone(t, s.db, "title-of-t0", "title-of-t1", "title-of-t2", "content-of-t0-m", "content-of-t3-m")
 	storetest.RequireAll(t, s.db, "title-of-t3")
+}
+
+// Issue 27, problem 3: a mistyped --audit folder is an error (exit 2)
+// that creates nothing, neither the folder nor the database; before, the
+// restore made the folder, left the database in place and exited 1, and
+// a server on it served threads the trail records as purged.
+func TestFaultRestoreMissingTrailFolder(t *testing.T) {
+	s := newSite(t.TempDir())
+	buildRestoreFixture(t, s.db, 1)
+	env := policyEnv(s)
+	archive := filepath.Join(s.dir, "b.tar.zst")
+	if p := runCLI(t, env, "backup", "create", "--out", archive); p.code != 0 {
+		t.Fatalf("backup create: %d\n%s", p.code, p.output())
+	}
+	typo, restored := filepath.Join(s.dir, "typo"), filepath.Join(s.dir, "r3")
+	p := runCLI(t, env, "restore", archive, "--db", restored, "--audit", typo)
+	if p.code != 2 || !strings.Contains(p.stderr.String(), typo) {
+		t.Fatalf("restore with a missing --audit folder: %d, want 2 naming it\n%s", p.code, p.output())
+	}
+	for _, dir := range []string{typo, restored} {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Fatalf("the refused restore made %s (%v)", dir, err)
+		}
+	}
 }

@@ -122,7 +122,7 @@ func (r *Runner) settle(ctx context.Context, also ...string) (head audit.Head, l
 	if head, err = r.head(ctx); err != nil {
 		return head, 0, false, err
 	}
-	dbID, err := r.st.DatabaseID(ctx, false)
+	id, err := r.identity(ctx)
 	if err != nil {
 		return head, 0, false, err
 	}
@@ -138,7 +138,7 @@ func (r *Runner) settle(ctx context.Context, also ...string) (head audit.Head, l
 	moved := head
 	behind := false
 	for _, st := range steps {
-		n := lacking(st, dbID)
+		n := lacking(st, id)
 		if !behind && (n == 0 || ours(st.Head.RunID)) {
 			moved = st.Head
 			continue
@@ -161,23 +161,52 @@ func (r *Runner) settle(ctx context.Context, also ...string) (head audit.Head, l
 	return head, lacks, whole, nil
 }
 
-// lacking is how many purges a file records that a database with id dbID
-// lacks if it is behind it: none for replays and other databases' runs;
+// lacking is how many purges a file records that a database with identity
+// id lacks if it is behind it: none for replays and other databases' runs;
 // -1 for a file whose footer cannot be read (counted as lacking, unknown).
-func lacking(st audit.Step, dbID string) int64 {
+func lacking(st audit.Step, id identity) int64 {
 	h := st.Header
 	switch {
 	case h == nil:
 		return -1
-	case replayOrOther(h, dbID):
+	case replayOrOther(h, id):
 		return 0
 	}
 	return st.Purged
 }
 
 // replayOrOther reports whether the file with header h records no purge a
-// database with id dbID lacks: a replay (its items were recorded purged
-// before it) or a run of another database sharing the trail.
-func replayOrOther(h *audit.Header, dbID string) bool {
-	return audit.IsReplay(h) || h.DatabaseID != "" && dbID != "" && h.DatabaseID != dbID
+// database with identity id lacks: a replay (its items were recorded
+// purged before it) or a run of a database outside its lineage sharing
+// the trail (a copy restored from it, say, spec §10.1).
+func replayOrOther(h *audit.Header, id identity) bool {
+	return audit.IsReplay(h) || !id.lineal(h)
+}
+
+// identity is a database's own identity and the identities it descends
+// from (a restored copy's origin, the origin's origin, …).
+type identity struct {
+	id        string
+	ancestors []string
+}
+
+// identity reads the database's identity and lineage.
+func (r *Runner) identity(ctx context.Context) (identity, error) {
+	id, err := r.st.DatabaseID(ctx, false)
+	if err != nil {
+		return identity{}, err
+	}
+	l, _, err := r.st.Lineage(ctx)
+	if err != nil {
+		return identity{}, err
+	}
+	return identity{id: id, ancestors: l.Ancestors}, nil
+}
+
+// lineal reports whether the run with header h purged this database or
+// one it descends from: a copy lacks its origin's purges recorded after
+// the backup's head, never those of a copy made from it. A file or a
+// database from before identities is taken as lineal.
+func (id identity) lineal(h *audit.Header) bool {
+	return h.DatabaseID == "" || id.id == "" || h.DatabaseID == id.id || slices.Contains(id.ancestors, h.DatabaseID)
 }

@@ -1,6 +1,7 @@
 package retention
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -157,7 +158,12 @@ func (m *Metrics) countError(stage string) { m.Errors.WithLabelValues(stage).Inc
 // "no successful run" alert. It returns when that run finished (zero when
 // there was none); the gauge never moves back.
 func (r *Runner) restoreLastSuccess() (time.Time, error) {
-	sum, err := audit.LastCompleted(r.cfg.AuditPath)
+	// The database's own runs: a copy's sharing the trail are not (spec §10.1).
+	dbID, err := r.st.DatabaseID(context.Background(), false)
+	if err != nil {
+		return time.Time{}, err
+	}
+	sum, err := audit.LastCompletedOf(r.cfg.AuditPath, dbID)
 	if err != nil || sum == nil {
 		return time.Time{}, err
 	}

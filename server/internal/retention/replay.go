@@ -92,7 +92,7 @@ func (s *replaySource) load(ctx context.Context, rn *run) error {
 		s.err = fmt.Errorf("read the database's audit head: %w", err)
 		return s.err
 	}
-	dbID, err := rn.r.st.DatabaseID(ctx, false)
+	id, err := rn.r.identity(ctx)
 	if err != nil {
 		s.err = err
 		return s.err
@@ -114,7 +114,7 @@ func (s *replaySource) load(ctx context.Context, rn *run) error {
 	// Accepted, a broken trail is replayed as far as it can be read: the
 	// files the chain reaches, then those after the head it does not.
 	for _, f := range append(tr.Files, tr.Unlinked...) {
-		if f.RunID == rn.id || replayOrOther(&f.Header, dbID) {
+		if f.RunID == rn.id || replayOrOther(&f.Header, id) {
 			continue
 		}
 		err := audit.Purged(f.Path, func(it audit.Item) error {

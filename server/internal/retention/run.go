@@ -161,6 +161,11 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	if header.DatabaseID, err = r.st.DatabaseID(ctx, false); err != nil {
 		return rn.failedToStart(res, stageAudit, "read database id", err)
 	}
+	if l, ok, err := r.st.Lineage(ctx); err != nil {
+		return rn.failedToStart(res, stageAudit, "read database lineage", err)
+	} else if ok {
+		header.OriginID = l.OriginID
+	}
 	newID := header.DatabaseID == "" && !rn.dry && !rn.replaying()
 	if newID {
 		header.DatabaseID = store.NewDatabaseID()

@@ -203,7 +203,14 @@ func later(a, b time.Time) time.Time {
 // last run started (systemd's Persistent=true). With no run on record it
 // reports false: a fresh installation waits for its first tick.
 func (s *Scheduler) missed() bool {
-	last, err := audit.LastRun(s.auditPath)
+	// The database's own runs: a copy's sharing the trail are not (spec §10.1).
+	dbID, err := s.runner.st.DatabaseID(context.Background(), false)
+	if err != nil {
+		s.metrics.countError(stageSchedule)
+		s.log.Warn("retention_last_run_unreadable", "audit_path", s.auditPath, "err", err)
+		return false
+	}
+	last, err := audit.LastRunOf(s.auditPath, dbID)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false // no audit folder yet: no run on record
 	}

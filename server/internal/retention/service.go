@@ -182,7 +182,11 @@ func (m *Manager) Status(ctx context.Context) (Status, error) {
 		st.LastRun = last
 		return st, nil
 	}
-	st.LastRun, err = lastRunFromAudit(m.runner.cfg, m.now())
+	dbID, err := m.runner.st.DatabaseID(ctx, false)
+	if err != nil {
+		return st, err
+	}
+	st.LastRun, err = lastRunFromAudit(m.runner.cfg, m.now(), dbID)
 	return st, err
 }
 
@@ -190,8 +194,9 @@ func (m *Manager) Status(ctx context.Context) (Status, error) {
 // the audit folder alone, for `progressdb retention status` when no server
 // holds the database. No scheduler runs then, so there is no next run: a
 // schedule's next time depends on when a server starts (`@every`) and on
-// that server's configuration, not the caller's.
-func ReadStatus(cfg config.Retention, now time.Time) (Status, error) {
+// that server's configuration, not the caller's. The last run is the
+// database dbID's own ("" when it is not known: any run of the trail).
+func ReadStatus(cfg config.Retention, now time.Time, dbID string) (Status, error) {
 	cfg, err := normalize(cfg)
 	if err != nil {
 		return Status{}, err
@@ -200,7 +205,7 @@ func ReadStatus(cfg config.Retention, now time.Time) (Status, error) {
 	if err != nil {
 		return st, err
 	}
-	st.LastRun, err = lastRunFromAudit(cfg, now)
+	st.LastRun, err = lastRunFromAudit(cfg, now, dbID)
 	return st, err
 }
 
@@ -237,13 +242,15 @@ const (
 // reasonNotSealed explains a dead run's file that is still in progress.
 const reasonNotSealed = "run did not finish (process ended); its audit file is sealed at the next start or run"
 
-// lastRunFromAudit describes the newest audit file as a Result. A damaged
+// lastRunFromAudit describes the newest audit file of the database dbID's
+// own runs as a Result: the runs of other databases sharing the trail (a
+// copy restored from it, its restore's replay) are not its own. A damaged
 // newest file is reported in the result (status "damaged", error naming
 // file, line and reason), not as an error: the status must stay readable
 // when the audit folder needs attention. An in-progress file whose run no
 // longer holds the lease is reported as aborted, which its seal will say.
-func lastRunFromAudit(cfg config.Retention, now time.Time) (*Result, error) {
-	sum, err := audit.LastRun(cfg.AuditPath)
+func lastRunFromAudit(cfg config.Retention, now time.Time, dbID string) (*Result, error) {
+	sum, err := audit.LastRunOf(cfg.AuditPath, dbID)
 	var problem *audit.Problem
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

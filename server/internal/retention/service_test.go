@@ -164,7 +164,7 @@ func TestStatusFromDiskAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := ReadStatus(e.cfg, e.clock.Now())
+	cli, err := ReadStatus(e.cfg, e.clock.Now(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestStatusFromDiskAlone(t *testing.T) {
 
 func TestStatusWithNothingOnDisk(t *testing.T) {
 	e := newEnv(t)
-	st, err := ReadStatus(e.cfg, e.clock.Now())
+	st, err := ReadStatus(e.cfg, e.clock.Now(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestStatusReportsADamagedNewestFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Status: %v", err)
 	}
-	cli, err := ReadStatus(e.cfg, e.clock.Now())
+	cli, err := ReadStatus(e.cfg, e.clock.Now(), "")
 	if err != nil {
 		t.Fatalf("ReadStatus: %v", err)
 	}
@@ -244,7 +244,7 @@ func TestStatusAndRecoverOfAnAbandonedFile(t *testing.T) {
 	if _, err := audit.Create(e.cfg.AuditPath, "dead01", audit.Header{StartedAt: e.clock.Now().Add(-time.Hour), Owner: "gone", Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := ReadStatus(e.cfg, e.clock.Now())
+	st, err := ReadStatus(e.cfg, e.clock.Now(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

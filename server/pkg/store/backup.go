@@ -37,15 +37,6 @@ const runStartedKey = "sys:audit:started"
 // database folder: on the same file system, so tables are hard-linked.
 const checkpointPrefix = ".backup-checkpoint-"
 
-// RestoreMarker is a file a restore writes into the database folder
-// before it unpacks anything and removes once every file is in place and
-// synced: a folder that still holds it is a restore cut short, which
-// Open refuses rather than take for a database.
-const RestoreMarker = ".progressdb-restore-unfinished"
-
-// ErrRestoreUnfinished: the folder holds a restore cut short.
-var ErrRestoreUnfinished = errors.New("an unfinished restore: remove the folder and restore again")
-
 // AuditHead names an audit file: its run, its path under the audit root
 // and the hex SHA-256 of its footer line (what the next file's prev_file
 // holds). The zero value is "before the first file".

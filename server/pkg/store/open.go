@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -61,8 +60,10 @@ func Open(path string, opts Options) (*Store, error) {
 		now = time.Now
 	}
 	fatal := &fatalHandler{fn: opts.Fatal, log: opts.Logger}
-	if _, err := os.Lstat(filepath.Join(path, RestoreMarker)); err == nil {
-		return nil, fmt.Errorf("open store %q: %w", path, ErrRestoreUnfinished)
+	if !opts.Restoring {
+		if err := CheckRestored(path); err != nil {
+			return nil, fmt.Errorf("open store %q: %w", path, err)
+		}
 	}
 	if opts.MustExist {
 		if err := mustExist(path); err != nil {

@@ -181,4 +181,7 @@ type Options struct {
 	// (DefaultMemTableSize). Pebble reserves a store's memtables out of its
 	// block cache, so stores sharing a cache share that budget too.
 	MemTableSize uint64
+	// Restoring opens a folder that holds an unfinished restore (its
+	// marker, restore.go): only the restore that finishes it may.
+	Restoring bool
 }
