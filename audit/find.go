@@ -22,9 +22,9 @@ type Match struct {
 	Trigger string `json:"trigger,omitempty"`
 	// DatabaseID is the database the run purged; OriginID, in the runs
 	// of a restored copy, the database it was restored from (spec §10.1).
-	DatabaseID string `json:"database_id,omitempty"`
-	OriginID   string `json:"origin_id,omitempty"`
-	Written    time.Time `json:"written_at"`  // when the line was written
+	DatabaseID string    `json:"database_id,omitempty"`
+	OriginID   string    `json:"origin_id,omitempty"`
+	Written    time.Time `json:"written_at"` // when the line was written
 	Item       Item      `json:"item"`
 }
 
