@@ -62,6 +62,7 @@ fuzz:
 	$(GO) test ./server/pkg/store -run '^$$' -fuzz FuzzDecodeRecords -fuzztime $(FUZZTIME)
 	$(GO) test ./server/pkg/store -run '^$$' -fuzz FuzzRecordEncoding -fuzztime $(FUZZTIME)
 	$(GO) test ./server/pkg/store -run '^$$' -fuzz FuzzFastHead -fuzztime $(FUZZTIME)
+	$(GO) test ./server/pkg/store -run '^$$' -fuzz FuzzFastThread -fuzztime $(FUZZTIME)
 	$(GO) test ./server/pkg/store -run '^$$' -fuzz FuzzFastMessage -fuzztime $(FUZZTIME)
 	$(GO) test ./server/internal/wire -run '^$$' -fuzz FuzzAppendMessage -fuzztime $(FUZZTIME)
 	$(GO) test ./audit -run '^$$' -fuzz FuzzReader -fuzztime $(FUZZTIME) -fuzzminimizetime 0

@@ -9,9 +9,11 @@ import (
 // A record that is not JSON of the right shape, or that names another
 // thread, is ErrMalformed: callers report it and never delete it.
 func decodeThread(tid string, data []byte) (Thread, error) {
-	var t Thread
-	if err := json.Unmarshal(data, &t); err != nil {
-		return Thread{}, fmt.Errorf("thread %s metadata: %w: %w", tid, ErrMalformed, err)
+	t, ok := fastThread(data)
+	if !ok {
+		if err := json.Unmarshal(data, &t); err != nil {
+			return Thread{}, fmt.Errorf("thread %s metadata: %w: %w", tid, ErrMalformed, err)
+		}
 	}
 	switch t.ID {
 	case "":

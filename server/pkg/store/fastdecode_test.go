@@ -108,3 +108,29 @@ func FuzzFastMessage(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFastThread checks that whatever fastThread accepts, encoding/json
+// reads into the same Thread, and that it accepts the store's own encoding
+// of any thread.
+func FuzzFastThread(f *testing.F) {
+	f.Add([]byte(`{"id":"t","title":"x","author":"a","created_ts":1,"updated_ts":2,"deleted":true,"deleted_ts":3,"legal_hold":false}`), "a \"title\"", "\u00e9\xff\n<&>")
+	f.Add([]byte(`{"id":"t","title":"x","author":"a","created_ts":1,"updated_ts":2,"deleted":false,"deleted_ts":0,"legal_hold":true,"x":1}`), "", "")
+	f.Fuzz(func(t *testing.T, data []byte, title, author string) {
+		if got, ok := fastThread(data); ok {
+			var want Thread
+			if err := json.Unmarshal(data, &want); err != nil || got != want {
+				t.Fatalf("fastThread(%q) = %+v; encoding/json: %+v, %v", data, got, want, err)
+			}
+		}
+		th := Thread{ID: "t1", Title: title, Author: author, CreatedTS: 5, UpdatedTS: -6, Deleted: true, DeletedTS: 1 << 62, LegalHold: true}
+		data = appendThreadJSON(nil, th)
+		got, ok := fastThread(data)
+		var want Thread
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("the store's encoding %q does not decode: %v", data, err)
+		}
+		if !ok || got != want {
+			t.Fatalf("fastThread(%q) = %+v, %v; encoding/json: %+v", data, got, ok, want)
+		}
+	})
+}

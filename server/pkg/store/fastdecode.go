@@ -51,9 +51,7 @@ func cutRecord(d []byte) (record, bool) {
 	if rest, r.deletedTS, ok = cutInt(rest, `,"deleted_ts":`); !ok {
 		return r, false
 	}
-	if cut, found := bytes.CutSuffix(rest, []byte(`,"deleted":true`)); found {
-		r.deleted, rest = true, cut
-	} else if rest, ok = bytes.CutSuffix(rest, []byte(`,"deleted":false`)); !ok {
+	if rest, r.deleted, ok = cutBool(rest, `,"deleted":`); !ok {
 		return r, false
 	}
 	if rest, r.version, ok = cutInt(rest, `,"version":`); !ok {
@@ -64,12 +62,27 @@ func cutRecord(d []byte) (record, bool) {
 	}
 
 	// What is left is ,"author":"...","body":<one JSON value>.
-	if rest, ok = bytes.CutPrefix(rest, []byte(`,"author":`)); !ok || len(rest) == 0 || rest[0] != '"' {
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"author":`)); !ok {
 		return r, false
 	}
+	if r.author, rest, ok = cutString(rest); !ok {
+		return r, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"body":`)); !ok || !json.Valid(rest) {
+		return r, false
+	}
+	r.body = rest
+	return r, true
+}
+
+// cutString cuts a valid JSON string (quotes included) from the front of b.
+func cutString(b []byte) (str, rest []byte, ok bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return nil, nil, false
+	}
 	end, plain := 1, true
-	for end < len(rest) && rest[end] != '"' {
-		if c := rest[end]; c == '\\' {
+	for end < len(b) && b[end] != '"' {
+		if c := b[end]; c == '\\' {
 			end++
 			plain = false
 		} else if c < 0x20 {
@@ -78,15 +91,19 @@ func cutRecord(d []byte) (record, bool) {
 		end++
 	}
 	// A string without escapes or control characters is valid JSON as it is.
-	if end >= len(rest) || (!plain && !json.Valid(rest[:end+1])) {
-		return r, false
+	if end >= len(b) || (!plain && !json.Valid(b[:end+1])) {
+		return nil, nil, false
 	}
-	r.author = rest[:end+1]
-	if rest, ok = bytes.CutPrefix(rest[end+1:], []byte(`,"body":`)); !ok || !json.Valid(rest) {
-		return r, false
+	return b[:end+1], b[end+1:], true
+}
+
+// decodeString decodes a string cutString cut, as encoding/json would.
+func decodeString(str []byte) (string, bool) {
+	if s := str[1 : len(str)-1]; plainText(s) {
+		return string(s), true
 	}
-	r.body = rest
-	return r, true
+	var s string
+	return s, json.Unmarshal(str, &s) == nil
 }
 
 // fastHead reads a version's head through cutRecord.
@@ -110,12 +127,75 @@ func fastMessage(d []byte) (Message, bool) {
 		Body: bytes.Clone(r.body),
 		TS:   r.ts, Version: r.version, Deleted: r.deleted, DeletedTS: r.deletedTS,
 	}
-	if a := r.author[1 : len(r.author)-1]; plainText(a) {
-		m.Author = string(a)
-	} else if json.Unmarshal(r.author, &m.Author) != nil {
+	if m.Author, ok = decodeString(r.author); !ok {
 		return Message{}, false
 	}
 	return m, true
+}
+
+// fastThread reads thread metadata of the store's own encoding
+// (appendThreadJSON) as encoding/json would, and answers ok only for a
+// record of exactly that shape: every append and every read of a thread's
+// messages reads its thread first.
+func fastThread(d []byte) (Thread, bool) {
+	var t Thread
+	rest, ok := bytes.CutPrefix(d, []byte(`{"id":"`))
+	if !ok {
+		return t, false
+	}
+	var id, title, author []byte
+	if id, rest, ok = plainString(rest); !ok {
+		return t, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"title":`)); !ok {
+		return t, false
+	}
+	if title, rest, ok = cutString(rest); !ok {
+		return t, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"author":`)); !ok {
+		return t, false
+	}
+	if author, rest, ok = cutString(rest); !ok {
+		return t, false
+	}
+	// The fixed tail, from the back:
+	// ,"created_ts":N,"updated_ts":N,"deleted":B,"deleted_ts":N,"legal_hold":B}
+	if rest, ok = bytes.CutSuffix(rest, []byte("}")); !ok {
+		return t, false
+	}
+	if rest, t.LegalHold, ok = cutBool(rest, `,"legal_hold":`); !ok {
+		return t, false
+	}
+	if rest, t.DeletedTS, ok = cutInt(rest, `,"deleted_ts":`); !ok {
+		return t, false
+	}
+	if rest, t.Deleted, ok = cutBool(rest, `,"deleted":`); !ok {
+		return t, false
+	}
+	if rest, t.UpdatedTS, ok = cutInt(rest, `,"updated_ts":`); !ok {
+		return t, false
+	}
+	if rest, t.CreatedTS, ok = cutInt(rest, `,"created_ts":`); !ok || len(rest) != 0 {
+		return t, false
+	}
+	t.ID = string(id)
+	if t.Title, ok = decodeString(title); !ok {
+		return t, false
+	}
+	if t.Author, ok = decodeString(author); !ok {
+		return t, false
+	}
+	return t, true
+}
+
+// cutBool cuts name followed by true or false from the end of b.
+func cutBool(b []byte, name string) ([]byte, bool, bool) {
+	if rest, ok := bytes.CutSuffix(b, []byte(name+"true")); ok {
+		return rest, true, true
+	}
+	rest, ok := bytes.CutSuffix(b, []byte(name+"false"))
+	return rest, false, ok
 }
 
 // plainText reports whether s, inside a JSON string, reads as itself:
