@@ -198,9 +198,7 @@ func (s *server) listVersions(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		if out == nil {
-			h := w.Header()
-			h.Set("Content-Type", "application/json")
-			h.Set("X-Content-Type-Options", "nosniff")
+			setJSONHeaders(w.Header())
 			w.WriteHeader(http.StatusOK)
 			out = bufio.NewWriterSize(w, 32<<10)
 			_, _ = out.WriteString(`{"versions":[`)
