@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Summary describes one audit file: its header and, when sealed, its footer.
@@ -38,13 +40,42 @@ func LastRun(root string) (*Summary, error) { return LastRunOf(root, "") }
 // its restore's replay) are passed over (spec §10.1). dbID "" takes every
 // run.
 func LastRunOf(root, dbID string) (*Summary, error) {
+	return (&NewestRun{}).LastRunOf(root, dbID)
+}
+
+// NewestRun is LastRunOf for a caller that asks often (a server's
+// status): it remembers the newest month folder's listing with the
+// folder's modification time, and lists the folder again only when an
+// entry was added, renamed or removed since, so that a status costs the
+// same however many runs the month holds. The files themselves are read
+// every time (a run in progress grows its own). The zero value is ready;
+// it is safe for concurrent use.
+type NewestRun struct {
+	mu    sync.Mutex
+	dir   string
+	mod   time.Time
+	names []string
+}
+
+// settledAfter is how long a folder must have been left unchanged before
+// its listing is remembered: a change within the file system's timestamp
+// granularity of the listing may leave its modification time as it was.
+const settledAfter = 2 * time.Second
+
+// LastRunOf is the package's LastRunOf, the newest folder's listing
+// remembered.
+func (c *NewestRun) LastRunOf(root, dbID string) (*Summary, error) {
 	months, err := monthDirs(root)
 	if err != nil {
 		return nil, err
 	}
 	for i := len(months) - 1; i >= 0; i-- {
 		dir := filepath.Join(root, months[i])
-		names, err := runsNewestFirst(dir)
+		list := runsNewestFirst
+		if i == len(months)-1 {
+			list = c.runs
+		}
+		names, err := list(dir)
 		if err != nil {
 			return nil, err
 		}
@@ -84,6 +115,32 @@ func runsNewestFirst(dir string) ([]string, error) {
 	}
 	// Names sort by start time; compare them without the extension.
 	slices.SortFunc(names, func(a, b string) int { return strings.Compare(runBase(b), runBase(a)) })
+	return names, nil
+}
+
+// runs is runsNewestFirst, from memory while dir is unchanged.
+func (c *NewestRun) runs(dir string) ([]string, error) {
+	before, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("audit: list %s: %w", dir, err)
+	}
+	c.mu.Lock()
+	if c.dir == dir && c.mod.Equal(before.ModTime()) {
+		names := c.names
+		c.mu.Unlock()
+		return names, nil
+	}
+	c.mu.Unlock()
+	names, err := runsNewestFirst(dir)
+	if err != nil {
+		return nil, err
+	}
+	after, err := os.Stat(dir)
+	if err == nil && after.ModTime().Equal(before.ModTime()) && time.Since(after.ModTime()) > settledAfter {
+		c.mu.Lock()
+		c.dir, c.mod, c.names = dir, after.ModTime(), names
+		c.mu.Unlock()
+	}
 	return names, nil
 }
 

@@ -131,8 +131,41 @@ func ParseName(path string) (start time.Time, runID string, ok bool) {
 	return parseName(filepath.Base(path))
 }
 
-// InProgress lists the .inprogress files under root, oldest month first:
-// the live run's, or ones a crash left for SealAbandoned.
+// InProgress lists the .inprogress files of the newest month folders,
+// oldest month first: the live run's, or ones a crash left for
+// SealAbandoned. It lists the folders the writer's window spans (back to
+// the tailWindow-th newest sealed file): a crashed run's file is sealed by
+// the next start or run, before any later file is written, so it lies
+// among the newest; a file further back (its seal failing for as long)
+// is for audit verify to report. Its cost follows the newest folders, not
+// the trail's age. A folder that cannot be listed is reported and the
+// others are still listed.
 func InProgress(root string) ([]string, error) {
-	return monthFiles(root, func(name string) bool { return isAuditName(name, extInProgress) })
+	months, err := monthDirs(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	var errs []error
+	sealed := 0
+	for i := len(months) - 1; i >= 0 && sealed < tailWindow; i-- {
+		dir := filepath.Join(root, months[i])
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("audit: list %s: %w", dir, err))
+			continue
+		}
+		var found []string
+		for _, e := range entries {
+			switch {
+			case !e.Type().IsRegular():
+			case isAuditName(e.Name(), extInProgress):
+				found = append(found, filepath.Join(dir, e.Name()))
+			case isSealedName(e.Name()):
+				sealed++
+			}
+		}
+		out = append(found, out...)
+	}
+	return out, errors.Join(errs...)
 }

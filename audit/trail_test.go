@@ -352,3 +352,65 @@ func TestVerifySince(t *testing.T) {
 		}
 	})
 }
+
+// InProgress lists the newest folders, as far back as the writer's window:
+// a crashed run's file there is found, one in a folder behind twenty
+// sealed files is not listed (audit verify reports it).
+func TestInProgressListsTheNewestFolders(t *testing.T) {
+	root := t.TempDir()
+	h := testHeader()
+	h.StartedAt = fixedStart.AddDate(0, -2, 0)
+	w, err := newWriter(root, "behind", h, stepClock(h.StartedAt, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind := w.Path()
+	if err := w.f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	runsEvery(t, root, 20, time.Hour)
+	crashed := abandonRun(t, root, "crashed", 2) // at fixedStart, among the newest
+	got, err := InProgress(root)
+	if err != nil || len(got) != 1 || got[0] != crashed {
+		t.Fatalf("InProgress = %v, %v; want only %s", got, err, crashed)
+	}
+	rep, err := VerifyDirWith(root, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hasProblem(t, rep, behind, "no live run holds the lease")
+}
+
+// NewestRun remembers a settled folder's newest file and still follows
+// every change to the folder: a run added, a newest file removed.
+func TestNewestRunFollowsTheFolder(t *testing.T) {
+	root := t.TempDir()
+	a := writeRunAt(t, root, "a", fixedStart, Options{})
+	dir := filepath.Dir(a)
+	settle := func() {
+		old := time.Now().Add(-time.Minute)
+		if err := os.Chtimes(dir, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var c NewestRun
+	want := func(path string) {
+		t.Helper()
+		for range 2 { // the first lists the folder, the second may remember it
+			sum, err := c.LastRunOf(root, "")
+			if err != nil || sum == nil || sum.Path != path {
+				t.Fatalf("LastRun = %+v, %v; want %s", sum, err, path)
+			}
+		}
+	}
+	settle()
+	want(a)
+	b := writeRunAt(t, root, "b", fixedStart.Add(time.Hour), Options{})
+	want(b)
+	settle()
+	want(b)
+	if err := os.Remove(b); err != nil {
+		t.Fatal(err)
+	}
+	want(a)
+}

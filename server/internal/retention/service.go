@@ -41,6 +41,10 @@ type Manager struct {
 
 	mu     sync.Mutex
 	closed bool
+
+	// newest remembers the newest month folder's listing for Status, so
+	// that a status costs the same however many runs the month holds.
+	newest audit.NewestRun
 }
 
 var _ Service = (*Manager)(nil)
@@ -186,7 +190,7 @@ func (m *Manager) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return st, err
 	}
-	st.LastRun, err = lastRunFromAudit(m.runner.cfg, m.now(), dbID)
+	st.LastRun, err = lastRunFromAudit(m.runner.cfg, m.now(), dbID, &m.newest)
 	return st, err
 }
 
@@ -205,7 +209,7 @@ func ReadStatus(cfg config.Retention, now time.Time, dbID string) (Status, error
 	if err != nil {
 		return st, err
 	}
-	st.LastRun, err = lastRunFromAudit(cfg, now, dbID)
+	st.LastRun, err = lastRunFromAudit(cfg, now, dbID, &audit.NewestRun{})
 	return st, err
 }
 
@@ -249,8 +253,9 @@ const reasonNotSealed = "run did not finish (process ended); its audit file is s
 // file, line and reason), not as an error: the status must stay readable
 // when the audit folder needs attention. An in-progress file whose run no
 // longer holds the lease is reported as aborted, which its seal will say.
-func lastRunFromAudit(cfg config.Retention, now time.Time, dbID string) (*Result, error) {
-	sum, err := audit.LastRunOf(cfg.AuditPath, dbID)
+// newest finds the newest file.
+func lastRunFromAudit(cfg config.Retention, now time.Time, dbID string, newest *audit.NewestRun) (*Result, error) {
+	sum, err := newest.LastRunOf(cfg.AuditPath, dbID)
 	var problem *audit.Problem
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
