@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,6 +38,10 @@ type options struct {
 	cpuprofile string
 	benchout   string
 	args       []string
+	// B12: the trail sizes, and the binaries to serve them (default: this
+	// checkout, built).
+	trailSizes []int
+	servers    []b12Server
 }
 
 func main() {
@@ -152,6 +157,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary databases")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&o.benchout, "benchout", "", "append every repetition's figures to this file in Go benchmark format (for benchstat; B9 and B14)")
+	var sizes, servers string
+	fs.StringVar(&sizes, "trail-sizes", "", "B12: comma-separated numbers of sealed audit files (default 100,10000; the targets compare the last with the first)")
+	fs.StringVar(&servers, "servers", "", "B12: comma-separated NAME=PATH of progressdb binaries to measure side by side (default: this checkout, built)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: progressdb-bench [flags]")
 		fs.PrintDefaults()
@@ -167,6 +175,26 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.reps < 0 {
 		return o, fmt.Errorf("-reps must not be negative, got %d", o.reps)
+	}
+	for _, f := range strings.Split(sizes, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("-trail-sizes: %q is not a positive number", f)
+		}
+		o.trailSizes = append(o.trailSizes, n)
+	}
+	for _, f := range strings.Split(servers, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		name, path, ok := strings.Cut(f, "=")
+		if !ok || name == "" || path == "" {
+			return o, fmt.Errorf("-servers: %q is not NAME=PATH", f)
+		}
+		o.servers = append(o.servers, b12Server{name: name, path: path})
 	}
 	known := map[string]bool{}
 	for _, sc := range scenarios {
@@ -219,5 +247,6 @@ var scenarios = []scenario{
 	{"B9", "HTTP write throughput and thread listing", runB9},
 	{"B10", "backup and restore with purge replay", runB10},
 	{"B11", "cluster: 1 node vs 3, forwarding, purge over shards", runB11},
+	{"B12", "an audit trail of any age", runB12},
 	{"B14", "CPU per request: HTTP, store and raw Pebble", runB14},
 }
