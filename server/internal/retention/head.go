@@ -188,6 +188,12 @@ func replayOrOther(h *audit.Header, id identity) bool {
 type identity struct {
 	id        string
 	ancestors []string
+	// anyOrigin: a copy of a database that had no identity yet (a backup
+	// from before identities). Its origin's runs since carry an identity
+	// the copy cannot know, so every run but its own is taken as lineal:
+	// replaying another copy's purges is the lesser harm than bringing
+	// purged content back.
+	anyOrigin bool
 }
 
 // identity reads the database's identity and lineage.
@@ -196,11 +202,11 @@ func (r *Runner) identity(ctx context.Context) (identity, error) {
 	if err != nil {
 		return identity{}, err
 	}
-	l, _, err := r.st.Lineage(ctx)
+	l, copied, err := r.st.Lineage(ctx)
 	if err != nil {
 		return identity{}, err
 	}
-	return identity{id: id, ancestors: l.Ancestors}, nil
+	return identity{id: id, ancestors: l.Ancestors, anyOrigin: copied && l.OriginID == ""}, nil
 }
 
 // lineal reports whether the run with header h purged this database or
@@ -208,5 +214,5 @@ func (r *Runner) identity(ctx context.Context) (identity, error) {
 // the backup's head, never those of a copy made from it. A file or a
 // database from before identities is taken as lineal.
 func (id identity) lineal(h *audit.Header) bool {
-	return h.DatabaseID == "" || id.id == "" || h.DatabaseID == id.id || slices.Contains(id.ancestors, h.DatabaseID)
+	return h.DatabaseID == "" || id.id == "" || h.DatabaseID == id.id || id.anyOrigin || slices.Contains(id.ancestors, h.DatabaseID)
 }
