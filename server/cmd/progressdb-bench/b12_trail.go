@@ -57,7 +57,7 @@ func runB12(ctx context.Context, b *bench) (*section, error) {
 	if err != nil {
 		return sec, err
 	}
-	runs, starts := b.reps(15), b.reps(7)
+	runs, starts := b.reps(15), b.reps(15)
 	sec.setup = append(sec.setup,
 		fmt.Sprintf("For each N, a database of %d threads × 2 messages, half of them soft-deleted 40 days ago "+
 			"(due), and a trail of N sealed files written by the real writer (`audit.CreateWith`, signed with "+
@@ -71,9 +71,14 @@ func runB12(ctx context.Context, b *bench) (*section, error) {
 			"`/healthz` 200 (polled every 2 ms), median of %d starts; **status**: `GET /admin/retention`, "+
 			"median of %d; **run**: `POST /admin/retention/run` purging one thread and sealing one file, "+
 			"median of %d. Sizes alternate in every repetition (the last start's servers stay up and are "+
-			"asked in turn), so all see the same moments of the machine.", starts, 3*runs, runs),
+			"asked in turn), so all see the same moments of the machine. Each figure is also given as the "+
+			"server's CPU time over it (every thread's, from /proc): on a machine shared with other work the "+
+			"wall times wander with the load, the CPU times much less.", starts, 3*runs, runs),
 	)
-	type cell struct{ start, status, run []float64 }
+	// Each figure also as the server's CPU time over it: on a machine
+	// shared with other work, wall times wander with the load, CPU time
+	// much less.
+	type cell struct{ start, status, run, startCPU, statusCPU, runCPU []float64 }
 	cells := map[string]*cell{}
 	key := func(s b12Server, n int) string { return s.name + "/" + strconv.Itoa(n) }
 	var verifyRoot string
@@ -132,6 +137,7 @@ func runB12(ctx context.Context, b *bench) (*section, error) {
 					return sec, fmt.Errorf("%s N=%d: %w", s.name, n, err)
 				}
 				c.start = append(c.start, float64(took))
+				c.startCPU = append(c.startCPU, float64(srv.cpu()))
 				if i == starts-1 {
 					up = append(up, served{srv, c})
 					continue
@@ -144,20 +150,24 @@ func runB12(ctx context.Context, b *bench) (*section, error) {
 	}
 	for range 3 * runs { // cheap: more of them
 		for _, u := range up {
+			cpu := u.proc.cpu()
 			took, err := u.proc.status()
 			if err != nil {
 				return sec, err
 			}
 			u.c.status = append(u.c.status, float64(took))
+			u.c.statusCPU = append(u.c.statusCPU, float64(u.proc.cpu()-cpu))
 		}
 	}
 	for range runs {
 		for _, u := range up {
+			cpu := u.proc.cpu()
 			took, err := u.proc.run()
 			if err != nil {
 				return sec, err
 			}
 			u.c.run = append(u.c.run, float64(took))
+			u.c.runCPU = append(u.c.runCPU, float64(u.proc.cpu()-cpu))
 		}
 	}
 	for _, u := range up {
@@ -168,10 +178,13 @@ func runB12(ctx context.Context, b *bench) (*section, error) {
 	up = nil
 	lo, hi := sizes[0], sizes[len(sizes)-1]
 	tb := table{header: []string{"Server", "Sealed files", "Start", "GET /admin/retention", "Run (one thread)"}}
+	tc := table{caption: "The same, as the server's CPU time (user and system, all its threads, from /proc):",
+		header: []string{"Server", "Sealed files", "Start", "GET /admin/retention", "Run (one thread)"}}
 	for _, s := range servers {
 		for _, n := range sizes {
 			c := cells[key(s, n)]
 			tb.add(s.name, count(int64(n)), spread(c.start, fmtDurF), spread(c.status, fmtDurF), spread(c.run, fmtDurF))
+			tc.add(s.name, count(int64(n)), spread(c.startCPU, fmtDurF), spread(c.statusCPU, fmtDurF), spread(c.runCPU, fmtDurF))
 		}
 		if lo == hi {
 			continue
@@ -180,7 +193,14 @@ func runB12(ctx context.Context, b *bench) (*section, error) {
 		for _, m := range []struct {
 			name   string
 			lo, hi []float64
-		}{{"start", a.start, z.start}, {"GET /admin/retention", a.status, z.status}, {"run purging one thread", a.run, z.run}} {
+		}{
+			{"start", a.start, z.start}, {"GET /admin/retention", a.status, z.status}, {"run purging one thread", a.run, z.run},
+			{"start, CPU time", a.startCPU, z.startCPU}, {"GET /admin/retention, CPU time", a.statusCPU, z.statusCPU},
+			{"run purging one thread, CPU time", a.runCPU, z.runCPU},
+		} {
+			if median(m.lo) <= 0 {
+				continue // no CPU time read (no /proc)
+			}
 			r := median(m.hi) / median(m.lo)
 			name := fmt.Sprintf("%s, %s sealed files / %s", m.name, count(int64(hi)), count(int64(lo)))
 			if len(servers) > 1 {
@@ -189,7 +209,7 @@ func runB12(ctx context.Context, b *bench) (*section, error) {
 			sec.addTarget(name, "≤ 1.2×", fmt.Sprintf("%s (%s vs %s)", fmtRatio(r), fmtDurF(median(m.hi)), fmtDurF(median(m.lo))), r <= 1.2)
 		}
 	}
-	sec.tables = append(sec.tables, tb)
+	sec.tables = append(sec.tables, tb, tc)
 	if err := b12Verify(ctx, b, sec, verifyRoot, pub); err != nil {
 		return sec, fmt.Errorf("verify: %w", err)
 	}
@@ -382,6 +402,32 @@ func (p *b12Proc) run() (time.Duration, error) {
 		err = fmt.Errorf("run ended %q with %d purged, want completed with 1", res.Status, res.Purged)
 	}
 	return took, err
+}
+
+// cpu is the CPU time the process has used so far, every thread's
+// (schedstat, in nanoseconds); 0 where /proc does not tell.
+func (p *b12Proc) cpu() time.Duration {
+	dir := fmt.Sprintf("/proc/%d/task", p.cmd.Process.Pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var total time.Duration
+	for _, t := range tasks {
+		data, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+		if err != nil {
+			continue // a thread gone meanwhile
+		}
+		f := strings.Fields(string(data))
+		if len(f) == 0 {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err == nil {
+			total += time.Duration(ns)
+		}
+	}
+	return total
 }
 
 // stop sends SIGTERM and waits for the process to exit.
