@@ -218,6 +218,17 @@ func send(t testing.TB, n *node, method, path, body string, h http.Header, want 
 	return b
 }
 
+// wantCode checks an error answer's code.
+func wantCode(t testing.TB, body []byte, want api.Code) {
+	t.Helper()
+	var e struct {
+		Code api.Code `json:"code"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil || e.Code != want {
+		t.Errorf("answer %s: code %q, want %q", body, e.Code, want)
+	}
+}
+
 func threadIn(shard, shards int, prefix string) string {
 	for i := 0; ; i++ {
 		if id := fmt.Sprintf("%s%d", prefix, i); cluster.ShardOf(id, shards) == shard {
@@ -294,7 +305,17 @@ func TestClusterConformance(t *testing.T) {
 		}
 	}
 	send(t, b, "POST", "/v1/threads", `{"title":"generated id","author":"u"}`, nil, 201)
-	send(t, b, "GET", "/v1/threads?limit=1", "", nil, 200)
+	// A merged listing's cursor is good on any node; one no listing
+	// handed out is refused, never answered with an empty page.
+	var page struct {
+		NextCursor string `json:"next_cursor"`
+	}
+	if err := json.Unmarshal(send(t, b, "GET", "/v1/threads?limit=1", "", nil, 200), &page); err != nil || page.NextCursor == "" {
+		t.Fatalf("first page of one thread: cursor %q, %v", page.NextCursor, err)
+	}
+	send(t, a, "GET", "/v1/threads?limit=1&cursor="+page.NextCursor, "", nil, 200)
+	wantCode(t, send(t, a, "GET", "/v1/threads?cursor=zzz", "", nil, 400), api.CodeInvalidCursor)
+	wantCode(t, send(t, a, "GET", "/v1/threads?cursor="+ta, "", nil, 400), api.CodeInvalidCursor)
 	send(t, a, "GET", "/v1/threads", "", nil, 200)
 	send(t, b, "GET", "/admin/legal_holds", "", admin, 200)
 	send(t, a, "GET", "/admin/retention", "", admin, 200)
@@ -316,7 +337,7 @@ func TestClusterConformance(t *testing.T) {
 	forged := http.Header{router.HeaderEpoch: {fmt.Sprint(epoch)}, router.HeaderShard: {"1"}}
 	for _, o := range threadOps {
 		path, body := o.on(tb, "m-"+tb)
-		send(t, a, o.method, path, body, headers(o.admin, forged), 403)
+		wantCode(t, send(t, a, o.method, path, body, headers(o.admin, forged), 403), api.CodeNotANode)
 	}
 	send(t, a, "POST", "/v1/threads", `{"title":"x","author":"u"}`, forged, 403)
 	send(t, b, "GET", "/v1/threads", "", headers(false, http.Header{router.HeaderSecret: {"wrong-secret-0123456789"}}), 403)
@@ -325,7 +346,7 @@ func TestClusterConformance(t *testing.T) {
 	stale := http.Header{router.HeaderSecret: {secret}, router.HeaderEpoch: {fmt.Sprint(epoch - 1)}, router.HeaderNode: {"node-a"}}
 	for _, o := range threadOps {
 		path, body := o.on(tb, "m-"+tb)
-		send(t, b, o.method, path, body, headers(o.admin, stale), 421)
+		wantCode(t, send(t, b, o.method, path, body, headers(o.admin, stale), 421), api.CodeMisdirected)
 	}
 	send(t, b, "POST", "/v1/threads", `{"id":"`+threadIn(1, 2, "new")+`","title":"x","author":"u"}`, stale, 421)
 	staleShard := headers(true, stale)
@@ -339,9 +360,11 @@ func TestClusterConformance(t *testing.T) {
 	b.stop()
 	for _, o := range threadOps {
 		path, body := o.on(tb, "m-"+tb)
-		if got := send(t, a, o.method, path, body, headers(o.admin, nil), 503); !strings.Contains(string(got), "shard 1") {
+		got := send(t, a, o.method, path, body, headers(o.admin, nil), 503)
+		if !strings.Contains(string(got), "shard 1") {
 			t.Errorf("%s %s: %s does not name the shard", o.method, path, got)
 		}
+		wantCode(t, got, api.CodeShardUnavailable)
 	}
 	send(t, a, "POST", "/v1/threads", `{"id":"`+threadIn(1, 2, "new")+`","title":"x","author":"u"}`, nil, 503)
 	var status router.ClusterRetention
@@ -352,8 +375,8 @@ func TestClusterConformance(t *testing.T) {
 		s[1].Status != nil || !strings.Contains(s[1].Error, "shard 1") {
 		t.Errorf("retention status with node-b down: %+v", s)
 	}
-	send(t, a, "GET", "/v1/threads", "", nil, 503)
-	send(t, a, "GET", "/admin/legal_holds", "", admin, 503)
+	wantCode(t, send(t, a, "GET", "/v1/threads", "", nil, 503), api.CodeShardUnavailable)
+	wantCode(t, send(t, a, "GET", "/admin/legal_holds", "", admin, 503), api.CodeShardUnavailable)
 	send(t, a, "GET", "/v1/threads/"+ta, "", nil, 200)
 }
 
