@@ -114,8 +114,8 @@ const (
 	// CodeNotConfigured: the server runs without what the route needs
 	// (retention, backups, a cluster-wide pause switch).
 	CodeNotConfigured Code = "not_configured"
-	// CodeUnavailable: the server is shutting down or the request was
-	// canceled.
+	// CodeUnavailable: the server is shutting down, the request was
+	// canceled, or (GET /healthz) the store cannot commit.
 	CodeUnavailable Code = "unavailable"
 )
 

@@ -18,7 +18,7 @@ func TestHealthzFailsWhenTheStoreCannotCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.expect(t, "GET", "/healthz", "", http.StatusServiceUnavailable)
-	if !strings.Contains(string(r.body), "unavailable") {
+	if !strings.Contains(string(r.body), `"status":"unavailable"`) || r.errorCode(t) != CodeUnavailable {
 		t.Fatalf("healthz body %s", r.body)
 	}
 }

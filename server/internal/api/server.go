@@ -213,7 +213,7 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := check(r.Context()); err != nil {
 		s.log.LogAttrs(r.Context(), slog.LevelError, "healthz_failed", slog.Any("err", err))
-		return s.writeJSON(w, r, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
+		return s.writeJSON(w, r, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error(), "code": string(CodeUnavailable)})
 	}
 	return s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 }
