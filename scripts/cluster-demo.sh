@@ -56,15 +56,15 @@ node_env() {
 }
 url() { echo "http://127.0.0.1:$((base + $1))"; }
 
-step "progressdb cluster create --nodes node-1,node-2,node-3 (6 shards)"
-env $(node_env 1) "$bin" cluster create --nodes node-1,node-2,node-3
-
-step "three nodes on $(url 1), $(url 2), $(url 3)"
+step "three nodes on $(url 1), $(url 2), $(url 3) (each reports what it holds, then waits for the cluster)"
 for i in 1 2 3; do
 	mkdir -p "$dir/node-$i"
 	env $(node_env "$i") "$bin" serve >"$dir/node-$i/log" 2>&1 &
 	pids+=($!)
 done
+
+step "progressdb cluster create --nodes node-1,node-2,node-3 (6 shards)"
+env $(node_env 1) "$bin" cluster create --nodes node-1,node-2,node-3 --wait 1m
 for i in 1 2 3; do
 	wait_for curl -fsS "$(url "$i")/healthz" || { cat "$dir/node-$i/log" >&2; fail "node-$i did not start"; }
 	echo "node-$i: $(curl -fsS "$(url "$i")/healthz")"

@@ -33,9 +33,6 @@ import (
 // etcdDialTimeout bounds the first connection to etcd at startup.
 const etcdDialTimeout = 10 * time.Second
 
-// ErrClusterNotCreated: etcd holds no shard map for the cluster's name.
-var ErrClusterNotCreated = errors.New("the cluster has not been created in etcd: run progressdb cluster create --nodes ID,ID,... once")
-
 // EtcdClient dials the cluster's etcd with its TLS files.
 func EtcdClient(cfg config.Cluster) (*clientv3.Client, error) {
 	cc := clientv3.Config{Endpoints: cfg.Endpoints(), DialTimeout: etcdDialTimeout, Logger: zap.NewNop()}
@@ -85,13 +82,6 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	// An etcd that does not answer stops the start instead of hanging it.
 	startCtx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
 	defer cancel()
-	m, err := cluster.ReadMap(startCtx, client, keys)
-	if errors.Is(err, cluster.ErrNoCluster) {
-		return fmt.Errorf("cluster %q: %w", keys.Name, ErrClusterNotCreated)
-	}
-	if err != nil {
-		return err
-	}
 	if err := cluster.RecordShards(startCtx, client, keys, cfg.Cluster.Shards); err != nil {
 		var sc *cluster.ShardCountError
 		if errors.As(err, &sc) {
@@ -100,8 +90,63 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 		}
 		return err
 	}
+
+	// The view ends with the node; the ownerships and the node's
+	// registration are released by owner.Close.
+	nodeCtx, stopNode := context.WithCancel(ctx)
+	defer stopNode()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Read().Collector())
+	// The cluster metrics count the ownerships' etcd errors too, so they
+	// exist before the owner; nothing scrapes them before it is set.
+	var owner *cluster.Owner
+	cmetrics := router.NewMetrics(reg, func() int { return len(owner.Owned()) })
+	ownerOpts := cluster.OwnerOptions{Client: client, Keys: keys, Node: cfg.NodeID,
+		URL:   cfg.AdvertiseURL,
+		Owner: cfg.NodeID + "/" + hostname() + "/" + strconv.Itoa(os.Getpid()) + "/" + rand.Text()[:8],
+		TTL:   cfg.Cluster.OwnerTTL, Logger: logger, OnEtcdError: cmetrics.EtcdError}
+	// Registered first: one process per node ID reads and reports its
+	// folders. A previous process that just died is waited out.
+	registration, err := cluster.Register(ctx, ownerOpts)
+	if err != nil {
+		return err
+	}
+	registered := false
+	defer func() {
+		if !registered {
+			_ = registration.Release()
+		}
+	}()
+	// What this node holds on disk, whatever the map says: how `cluster
+	// create` rebuilds the map after etcd's data is lost (spec §10.1).
+	disk, err := cluster.DiskShards(ctx, cfg.DBPath)
+	if err != nil {
+		return err
+	}
+	reporter := &heldReporter{client: client, keys: keys, node: cfg.NodeID, dbPath: cfg.DBPath, ids: map[int]string{},
+		logger: logger}
+	onDisk := make([]int, 0, len(disk))
+	for _, s := range disk {
+		reporter.ids[s.Shard] = s.DatabaseID
+		onDisk = append(onDisk, s.Shard)
+	}
+	if err := cluster.ReportHeld(startCtx, client, keys, cfg.NodeID, disk); err != nil {
+		return err
+	}
+	m, err := cluster.WaitMap(ctx, client, keys, func() {
+		logger.Warn("cluster_not_created", "cluster", keys.Name, "held", onDisk,
+			"hint", "run progressdb cluster create --nodes ID,ID,... once every node has started")
+	})
+	if err != nil {
+		return fmt.Errorf("cluster %q: %w", keys.Name, err)
+	}
 	// The folders are checked (and made) once the cluster is known.
 	if err := Validate(cfg); err != nil {
+		return err
+	}
+	// Never an empty database for a shard another node holds.
+	if err := cluster.CheckHomes(startCtx, client, keys, m, cfg.NodeID, onDisk); err != nil {
 		return err
 	}
 	// Each shard replays at start what its trail records after its head.
@@ -116,25 +161,14 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 			logger.Error("store_close_failed", "err", err)
 		}
 	}()
-
-	// The view ends with the node; the ownerships and the node's
-	// registration are released by owner.Close.
-	nodeCtx, stopNode := context.WithCancel(ctx)
-	defer stopNode()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		buildinfo.Read().Collector())
-	// The cluster metrics count the ownerships' etcd errors too, so they
-	// exist before the owner; nothing scrapes them before it is set.
-	var owner *cluster.Owner
-	cmetrics := router.NewMetrics(reg, func() int { return len(owner.Owned()) })
-	owner, err = cluster.StartOwner(nodeCtx, cluster.OwnerOptions{Client: client, Keys: keys, Node: cfg.NodeID,
-		URL:   cfg.AdvertiseURL,
-		Owner: cfg.NodeID + "/" + hostname() + "/" + strconv.Itoa(os.Getpid()) + "/" + rand.Text()[:8],
-		TTL:   cfg.Cluster.OwnerTTL, Logger: logger, OnEtcdError: cmetrics.EtcdError})
+	reporter.shards = shards
+	ownerOpts.Registration = registration
+	ownerOpts.OnRegistered = reporter.report
+	owner, err = cluster.StartOwner(nodeCtx, ownerOpts)
 	if err != nil {
 		return err
 	}
+	registered = true
 	defer owner.Close()
 	view, err := router.NewView(nodeCtx, client, keys, logger)
 	if err != nil {
@@ -170,6 +204,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	backups.startSweep()
 	defer context.AfterFunc(ctx, services.closeAll)()
 	mover, err := cluster.NewNode(cluster.NodeOptions{Node: cfg.NodeID, Owner: owner, Shards: shards,
+		Held:      func() { reporter.report(nodeCtx) },
 		Retention: cfg.Retention, SigningKey: key, Version: buildinfo.Read().Version, Logger: logger,
 		Holder: func(n int) (backup.Holder, bool) {
 			svc := services.get(n)
@@ -335,4 +370,43 @@ func catchUpShard(ctx context.Context, svc *retention.Manager, n int, logger *sl
 			"absent", res.Skipped, "audit_file", res.AuditFile)
 	}
 	return nil
+}
+
+// heldReporter reports what a running node holds on disk (ReportHeld): its
+// open shards with their identities, and any other shard folder with the
+// identity read at start, if any.
+type heldReporter struct {
+	client *clientv3.Client
+	keys   cluster.Keys
+	node   string
+	dbPath string
+	ids    map[int]string // read at start, before the shards opened
+	shards *cluster.Shards
+	logger *slog.Logger
+	mu     sync.Mutex // one report at a time, so the last written is the newest
+}
+
+func (r *heldReporter) report(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
+	defer cancel()
+	ns, err := cluster.ShardFolders(r.dbPath)
+	if err != nil {
+		r.logger.Error("cluster_held_report_failed", "err", err)
+		return
+	}
+	held := make([]cluster.HeldShard, 0, len(ns))
+	for _, n := range ns {
+		s := cluster.HeldShard{Shard: n, DatabaseID: r.ids[n]}
+		if st, ok := r.shards.Store(n); ok {
+			if id, err := st.DatabaseID(ctx, false); err == nil {
+				s.DatabaseID = id
+			}
+		}
+		held = append(held, s)
+	}
+	if err := cluster.ReportHeld(ctx, r.client, r.keys, r.node, held); err != nil {
+		r.logger.Error("cluster_held_report_failed", "err", err)
+	}
 }

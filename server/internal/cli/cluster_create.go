@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/pkg/config"
@@ -35,6 +38,7 @@ func (e env) clusterCreate(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("cluster create", flag.ContinueOnError)
 	nodesFlag := fs.String("nodes", "", "the node IDs (PROGRESSDB_NODE_ID) to spread the shards over, comma-separated, in order")
 	asJSON := fs.Bool("json", false, "print the shard map as JSON")
+	wait := fs.Duration("wait", defaultCreateWait, "how long to wait for every node named to report the shards it holds (a node reports at start)")
 	if !e.parseFlags(fs, args, false) {
 		return exitUsage
 	}
@@ -53,12 +57,26 @@ func (e env) clusterCreate(ctx context.Context, args []string) int {
 		return code
 	}
 	defer c.Close()
+	if *wait < 0 {
+		fmt.Fprintf(e.stderr, "progressdb cluster create: --wait %s: must not be negative\n", *wait)
+		return exitUsage
+	}
+	k := cluster.Keys{Name: cfg.Cluster.ClusterName}
+	if code, ok := e.waitReports(ctx, c, cfg, k, nodes, *wait); !ok {
+		return code
+	}
 	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
 	defer cancel()
-	k := cluster.Keys{Name: cfg.Cluster.ClusterName}
 	m, created, err := cluster.EnsureCluster(ctx, c, k, cfg.Cluster.Shards, nodes)
 	var countErr *cluster.ShardCountError
+	var twice *cluster.ShardHeldTwiceError
 	switch {
+	case errors.As(err, &twice):
+		fmt.Fprintf(e.stderr, "progressdb cluster create: %v\n", twice)
+		return exitFailed
+	case errors.Is(err, cluster.ErrShardBeyondCount):
+		fmt.Fprintf(e.stderr, "progressdb cluster create: %v (%s)\n", err, config.VarClusterShards)
+		return exitFailed
 	case errors.As(err, &countErr):
 		fmt.Fprintf(e.stderr, "progressdb cluster create: cluster %q exists with %d shards, not %d (%s): the shard count is fixed when a cluster is created\n",
 			k.Name, countErr.Recorded, countErr.Asked, config.VarClusterShards)
@@ -80,6 +98,45 @@ func (e env) clusterCreate(ctx context.Context, args []string) int {
 	}
 	printClusterCreate(e.stdout, rep)
 	return exitOK
+}
+
+// defaultCreateWait bounds how long cluster create waits for the nodes to
+// report what they hold: long enough for a deployment to start them all.
+const defaultCreateWait = 5 * time.Minute
+
+// waitReports waits, unless the cluster exists already, until every node
+// named has reported the shards it holds, which the map is built from
+// (after an etcd loss, the shards are where the nodes hold them, not
+// where the round robin would put them). false: the exit status to
+// return.
+func (e env) waitReports(ctx context.Context, c *clientv3.Client, cfg config.Config, k cluster.Keys, nodes []string,
+	wait time.Duration) (int, bool) {
+	rctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	_, err := cluster.ReadMap(rctx, c, k)
+	cancel()
+	switch {
+	case err == nil:
+		return exitOK, true // created: EnsureCluster compares
+	case !errors.Is(err, cluster.ErrNoCluster):
+		e.clusterError(cfg, "cluster create", err)
+		return exitFailed, false
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	_, err = cluster.WaitReports(wctx, c, k, nodes, func(missing []string) {
+		fmt.Fprintf(e.stderr, "progressdb cluster create: waiting up to %s for %s to report the shards they hold (each node reports when it starts)\n",
+			wait, strings.Join(missing, ", "))
+	})
+	var unreported *cluster.UnreportedError
+	switch {
+	case errors.As(err, &unreported):
+		fmt.Fprintf(e.stderr, "progressdb cluster create: %v, then run cluster create again; nothing was created\n", err)
+		return exitFailed, false
+	case err != nil:
+		e.clusterError(cfg, "cluster create", err)
+		return exitFailed, false
+	}
+	return exitOK, true
 }
 
 // parseNodes reads --nodes: distinct valid node IDs.

@@ -3,8 +3,12 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/progressdb/progressdb/server/internal/cluster"
@@ -22,6 +26,26 @@ func clusterHarness(t *testing.T, srv *etcdtest.Server, extra ...string) *harnes
 	}, extra...)...)
 }
 
+// reportHeld records in etcd what each node holds on disk, as a node does
+// at start: nothing, unless shards are given for it ("node-3=0,4").
+func reportHeld(t *testing.T, srv *etcdtest.Server, nodes ...string) {
+	t.Helper()
+	for _, spec := range nodes {
+		id, list, _ := strings.Cut(spec, "=")
+		var held []cluster.HeldShard
+		for _, f := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' }) {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, cluster.HeldShard{Shard: n, DatabaseID: fmt.Sprintf("db-%s-%d", id, n)})
+		}
+		if err := cluster.ReportHeld(context.Background(), srv.Client(t), cluster.Keys{Name: "progressdb"}, id, held); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // cluster create writes the shard map once: the same command again
 // changes nothing and says so, another shard count or node list is
 // refused (exit 1) naming what the cluster was created with, and bad
@@ -29,6 +53,7 @@ func clusterHarness(t *testing.T, srv *etcdtest.Server, extra ...string) *harnes
 func TestClusterCreate(t *testing.T) {
 	srv := etcdtest.Start(t)
 	h := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=5")
+	reportHeld(t, srv, "node-1", "node-2", "node-3")
 
 	var rep clusterCreateReport
 	out := h.mustRun("cluster", "create", "--nodes", "node-1,node-2,node-3", "--json")
@@ -111,5 +136,96 @@ func TestClusterRetentionPause(t *testing.T) {
 	}
 	if p, err := sw.Get(context.Background()); err != nil || p.Paused {
 		t.Fatalf("switch in etcd after resume: %+v, %v", p, err)
+	}
+}
+
+// notifyWriter collects what is written and signals each write.
+type notifyWriter struct {
+	mu    sync.Mutex
+	b     strings.Builder
+	wrote chan struct{}
+}
+
+func (w *notifyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b.Write(p)
+	select {
+	case w.wrote <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+func (w *notifyWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// After etcd's data is lost, cluster create rebuilds the map from what
+// the nodes hold (spec §10.1): it waits until every node named has
+// reported, saying which it waits for, refuses (exit 1, nothing created)
+// when one never does, and puts each shard a node holds on that node,
+// the others round robin.
+func TestClusterCreateFromWhatTheNodesHold(t *testing.T) {
+	srv := etcdtest.Start(t)
+	h := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=4")
+	k := cluster.Keys{Name: "progressdb"}
+	// Shard 0 was moved from node-1 to node-3; node-2 holds shard 1.
+	reportHeld(t, srv, "node-1=", "node-3=2,0")
+
+	code, _, errOut := h.run("cluster", "create", "--nodes", "node-1,node-2,node-3", "--wait", "200ms")
+	if code != exitFailed || !strings.Contains(errOut, "node-2 has not reported") || !strings.Contains(errOut, "nothing was created") {
+		t.Fatalf("a node missing: exit %d, %s", code, errOut)
+	}
+	if _, err := cluster.ReadMap(context.Background(), srv.Client(t), k); !errors.Is(err, cluster.ErrNoCluster) {
+		t.Fatalf("a refused create wrote a map: %v", err)
+	}
+
+	stderr := &notifyWriter{wrote: make(chan struct{}, 1)}
+	var stdout strings.Builder
+	done := make(chan int)
+	go func() {
+		done <- Main(context.Background(), []string{"cluster", "create", "--nodes", "node-1,node-2,node-3"}, h.environ, &stdout, stderr)
+	}()
+	<-stderr.wrote
+	if !strings.Contains(stderr.String(), "waiting up to 5m0s for node-2 to report") {
+		t.Fatalf("while waiting: %s", stderr.String())
+	}
+	reportHeld(t, srv, "node-2=1")
+	if code := <-done; code != exitOK {
+		t.Fatalf("create: exit %d\n%s", code, stderr.String())
+	}
+	m, err := cluster.ReadMap(context.Background(), srv.Client(t), k)
+	if err != nil || !slices.Equal(m.Homes, []string{"node-3", "node-2", "node-3", "node-1"}) {
+		t.Fatalf("map %+v %v, want shard 0 and 2 on node-3, 1 on node-2, 3 round robin", m, err)
+	}
+	if !strings.Contains(stdout.String(), "node-3  0,2") {
+		t.Errorf("create printed:\n%s", stdout.String())
+	}
+}
+
+// Two nodes holding a database of one shard: cluster create refuses (exit
+// 1) naming the shard and both nodes with their databases, and creates
+// nothing. A node holding a shard the count does not have is refused too.
+func TestClusterCreateRefusesAShardHeldTwice(t *testing.T) {
+	srv := etcdtest.Start(t)
+	h := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=3")
+	reportHeld(t, srv, "node-1=0,1", "node-2=", "node-3=2,1")
+	code, _, errOut := h.run("cluster", "create", "--nodes", "node-1,node-2,node-3")
+	for _, want := range []string{"shard 1 is held by node-1 (database_id db-node-1-1) and node-3 (database_id db-node-3-1)", "shards/1"} {
+		if code != exitFailed || !strings.Contains(errOut, want) {
+			t.Fatalf("shard held twice: exit %d, %s; want %q", code, errOut, want)
+		}
+	}
+	if _, err := cluster.ReadMap(context.Background(), srv.Client(t), cluster.Keys{Name: "progressdb"}); !errors.Is(err, cluster.ErrNoCluster) {
+		t.Fatalf("a refused create wrote a map: %v", err)
+	}
+
+	reportHeld(t, srv, "node-3=2,7")
+	code, _, errOut = h.run("cluster", "create", "--nodes", "node-1,node-2,node-3")
+	if code != exitFailed || !strings.Contains(errOut, "node node-3 holds shard 7") {
+		t.Fatalf("a shard beyond the count: exit %d, %s", code, errOut)
 	}
 }

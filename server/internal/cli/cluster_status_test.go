@@ -21,6 +21,7 @@ func TestClusterStatus(t *testing.T) {
 	if code, _, errOut := h.run("cluster", "status"); code != exitFailed || !strings.Contains(errOut, "cluster create") {
 		t.Fatalf("before create: exit %d, %s", code, errOut)
 	}
+	reportHeld(t, srv, "node-1", "node-2")
 	h.mustRun("cluster", "create", "--nodes", "node-1,node-2")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

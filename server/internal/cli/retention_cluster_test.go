@@ -65,6 +65,7 @@ func TestClusterRetentionThroughANode(t *testing.T) {
 	srv := etcdtest.Start(t)
 	h := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=2", "PROGRESSDB_ADMIN_TOKEN=adm",
 		"PROGRESSDB_CLUSTER_LEASE_TTL=3s")
+	reportHeld(t, srv, "node-1", "node-2")
 	h.mustRun("cluster", "create", "--nodes", "node-1,node-2")
 	ask := &harness{t: t, dbPath: h.dbPath, environ: append(append([]string{}, h.environ...), serveNode(t, h)...)}
 	waitOwned := func(n int) {

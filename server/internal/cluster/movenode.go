@@ -46,6 +46,10 @@ type NodeOptions struct {
 	// (its retention service stops); Attach once a shard moved here is
 	// owned (its retention service starts).
 	Detach, Attach func(n int)
+	// Held, when set, is called once a shard moved away is deleted or one
+	// moved here is taken: what the node holds on disk changed
+	// (ReportHeld).
+	Held func()
 	// MoveGrace is how long a shard fenced for a move waits, once the
 	// move's key is gone (the hand-over, an undo, or the lease of a mover
 	// that died), for the mover to finish or undo the move before the
@@ -302,6 +306,9 @@ func (nd *Node) Remove(ctx context.Context, n int, to string, epoch int64) error
 	} else {
 		f.Status, f.Erased = audit.RunCompleted, true
 		f.Reason = fmt.Sprintf("shard %d moved to node %s (epoch %d); this copy was deleted", n, to, epoch)
+	}
+	if nd.o.Held != nil {
+		nd.o.Held()
 	}
 	if _, err := w.Close(f); err != nil {
 		return errors.Join(derr, fmt.Errorf("shard %d: record the move: %w", n, err))
@@ -565,6 +572,9 @@ func (nd *Node) Take(ctx context.Context, n int, cmps []clientv3.Cmp, ops []clie
 	nd.mu.Unlock()
 	if nd.o.Attach != nil {
 		nd.o.Attach(n)
+	}
+	if nd.o.Held != nil {
+		nd.o.Held()
 	}
 	return epoch, nil
 }

@@ -32,6 +32,13 @@ type OwnerOptions struct {
 	// registration that failed: renewals, acquisitions, reads of the map
 	// (progressdb_cluster_etcd_errors_total).
 	OnEtcdError func(error)
+	// Registration, when set, is the node's registration taken already
+	// (Register), which the Owner keeps from then on.
+	Registration *Registration
+	// OnRegistered, when set, is called each time the node registers
+	// again after losing its registration (a partition longer than the
+	// TTL, or a new etcd).
+	OnRegistered func(ctx context.Context)
 }
 
 // Owner keeps this node's ownership of the shards whose data it holds: one
@@ -66,31 +73,108 @@ var ErrMoving = errors.New("shard being moved")
 // the node's shards.
 var ErrNodeIDInUse = errors.New("node id registered by a running process")
 
-// StartOwner registers this node, reads the shard map and starts keeping
-// every shard it names this node for. Close stops and releases them.
+// Registration is the node's registration (nodes/<id>), held under its
+// own lease while the process runs.
+type Registration struct {
+	reg   EtcdCoordinator
+	lease retention.HeldLease
+}
+
+// Release gives the registration up (a start that fails after Register).
+func (r *Registration) Release() error { return r.lease.Release() }
+
+// Register registers this node. A registration still held by the node's
+// previous process, which died within a lease TTL (a supervisor restarts
+// it at once), is waited out: etcd expires it within a TTL of the crash.
+// One still held after twice the TTL is a live process's, renewing it:
+// ErrNodeIDInUse.
+func Register(ctx context.Context, o OwnerOptions) (*Registration, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	reg := EtcdCoordinator{Client: o.Client, Key: o.Keys.Node(o.Node), TTL: o.TTL, Owner: o.Owner, Node: o.Node, URL: o.URL,
+		OnError: o.OnEtcdError}
+	wctx, cancel := context.WithTimeout(ctx, 2*o.TTL)
+	defer cancel()
+	logged := false
+	for {
+		l, err := reg.Acquire(ctx)
+		var held *retention.LeaseHeldError
+		if !errors.As(err, &held) {
+			if err != nil {
+				return nil, fmt.Errorf("register node %s: %w", o.Node, err)
+			}
+			if logged {
+				o.Logger.Info("cluster_node_registered_after_wait", "node", o.Node)
+			}
+			return &Registration{reg: reg, lease: l}, nil
+		}
+		if !logged {
+			o.Logger.Warn("cluster_node_waiting_for_registration", "node", o.Node, "holder", held.Holder.Owner,
+				"holder_pid", held.Holder.PID, "wait_at_most", (2 * o.TTL).String())
+			logged = true
+		}
+		if err := waitDeleted(wctx, o.Client, reg.Key); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				return nil, fmt.Errorf("node %s: %w (%s, still renewed after %s)", o.Node, ErrNodeIDInUse, held.Error(), 2*o.TTL)
+			}
+			return nil, fmt.Errorf("register node %s: %w", o.Node, err)
+		}
+	}
+}
+
+// waitDeleted returns once key is absent: at once when it is, else when a
+// watch sees it deleted (or expired with its lease).
+func waitDeleted(ctx context.Context, c *clientv3.Client, key string) error {
+	get, err := c.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	if len(get.Kvs) == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for resp := range c.Watch(wctx, key, clientv3.WithRev(get.Header.Revision+1)) {
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return nil
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// StartOwner registers this node (unless o.Registration holds it already),
+// reads the shard map and starts keeping every shard it names this node
+// for. Close stops and releases them.
 func StartOwner(ctx context.Context, o OwnerOptions) (*Owner, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	r := o.Registration
+	if r == nil {
+		var err error
+		if r, err = Register(ctx, o); err != nil {
+			return nil, err
+		}
+	}
 	m, err := ReadMap(ctx, o.Client, o.Keys)
 	if err != nil {
+		_ = r.Release()
 		return nil, err
-	}
-	reg := EtcdCoordinator{Client: o.Client, Key: o.Keys.Node(o.Node), TTL: o.TTL, Owner: o.Owner, Node: o.Node, URL: o.URL,
-		OnError: o.OnEtcdError}
-	node, err := reg.Acquire(ctx)
-	var held *retention.LeaseHeldError
-	if errors.As(err, &held) {
-		return nil, fmt.Errorf("node %s: %w (%s)", o.Node, ErrNodeIDInUse, held.Error())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("register node %s: %w", o.Node, err)
 	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	w := &Owner{o: o, ctx: runCtx, stop: stop, leases: make(map[int]retention.HeldLease),
 		keeps: make(map[int]keeper), moving: make(map[int]bool), wake: make(chan struct{})}
 	w.wg.Add(1)
-	go w.register(runCtx, reg, node)
+	go w.register(runCtx, r.reg, r.lease)
 	for _, n := range m.HeldBy(o.Node) {
 		w.startKeep(n, nil)
 	}
@@ -149,6 +233,9 @@ func (w *Owner) register(ctx context.Context, reg EtcdCoordinator, l retention.H
 			next, err := reg.Acquire(ctx)
 			if err == nil {
 				l = next
+				if w.o.OnRegistered != nil {
+					w.o.OnRegistered(ctx)
+				}
 				break
 			}
 			if !errors.Is(err, retention.ErrLeaseHeld) {

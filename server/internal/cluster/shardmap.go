@@ -47,11 +47,13 @@ func (e *ClusterNodesError) Error() string {
 
 func (e *ClusterNodesError) Unwrap() error { return ErrClusterNodes }
 
-// CreateCluster records the number of shards and spreads the shards over
-// nodes, round robin in the order given, in one transaction. Creating it
-// again with the same arguments changes nothing; with another number of
-// shards it is refused with a *ShardCountError, with other nodes with a
-// *ClusterNodesError.
+// CreateCluster records the number of shards and the shard map in one
+// transaction: a shard that a node reports it holds (ReportHeld) has that
+// node for home, the others are spread round robin over nodes in the order
+// given. Creating it again with the same arguments changes nothing; with
+// another number of shards it is refused with a *ShardCountError, with
+// other nodes with a *ClusterNodesError, and while two nodes hold one
+// shard with a *ShardHeldTwiceError.
 func CreateCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, nodes []string) error {
 	_, _, err := EnsureCluster(ctx, c, k, shards, nodes)
 	return err
@@ -71,23 +73,33 @@ func EnsureCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, 
 			return Map{}, false, fmt.Errorf("create cluster: node %q named twice", n)
 		}
 	}
-	m := Map{Shards: shards, Homes: make([]string, shards), Nodes: slices.Clone(nodes)}
-	for n := range m.Homes {
-		m.Homes[n] = nodes[n%len(nodes)]
-	}
-	v, err := json.Marshal(m)
-	if err != nil {
-		return Map{}, false, fmt.Errorf("create cluster: %w", err)
-	}
 	count, mapKey := k.ShardCount(), k.ShardMap()
 	// The shard count may have been recorded alone (RecordShards), so the
 	// map's absence is what says the cluster is not created; the count,
-	// when there, must agree. A race with another creation is answered by
-	// reading again.
-	for range 3 {
+	// when there, must agree. A race with another creation, or a node
+	// reporting meanwhile, is answered by reading again.
+	for range 5 {
+		if m, err := readMap(ctx, c, k); err == nil {
+			return m, false, sameCluster(m, shards, nodes)
+		} else if !errors.Is(err, ErrNoCluster) {
+			return Map{}, false, fmt.Errorf("create cluster: %w", err)
+		}
+		reports, err := readHeld(ctx, c, k)
+		if err != nil {
+			return Map{}, false, fmt.Errorf("create cluster: %w", err)
+		}
+		homes, err := homesFrom(reports.byNode, shards, nodes)
+		if err != nil {
+			return Map{}, false, fmt.Errorf("create cluster: %w", err)
+		}
+		m := Map{Shards: shards, Homes: homes, Nodes: slices.Clone(nodes)}
+		v, err := json.Marshal(m)
+		if err != nil {
+			return Map{}, false, fmt.Errorf("create cluster: %w", err)
+		}
 		resp, err := c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(mapKey), "=", 0),
-				clientv3.Compare(clientv3.CreateRevision(count), "=", 0)).
+				clientv3.Compare(clientv3.CreateRevision(count), "=", 0), reports.unchanged(k)).
 			Then(clientv3.OpPut(count, strconv.Itoa(shards)), clientv3.OpPut(mapKey, string(v))).
 			Else(clientv3.OpGet(count), clientv3.OpGet(mapKey)).
 			Commit()
@@ -99,15 +111,8 @@ func EnsureCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, 
 		}
 		countKVs := resp.Responses[0].GetResponseRange().GetKvs()
 		mapKVs := resp.Responses[1].GetResponseRange().GetKvs()
-		if len(mapKVs) > 0 {
-			var have Map
-			if err := json.Unmarshal(mapKVs[0].Value, &have); err != nil || have.Shards < 1 || len(have.Homes) != have.Shards {
-				return Map{}, false, fmt.Errorf("create cluster: %s is not a shard map: %q", mapKey, mapKVs[0].Value)
-			}
-			return have, false, sameCluster(have, shards, nodes)
-		}
-		if len(countKVs) == 0 {
-			continue // both deleted meanwhile
+		if len(mapKVs) > 0 || len(countKVs) == 0 {
+			continue // created meanwhile, or a report changed: read again
 		}
 		recorded, err := strconv.Atoi(string(countKVs[0].Value))
 		if err != nil || recorded < 1 {
@@ -118,7 +123,7 @@ func EnsureCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, 
 		}
 		resp, err = c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(mapKey), "=", 0),
-				clientv3.Compare(clientv3.Value(count), "=", strconv.Itoa(shards))).
+				clientv3.Compare(clientv3.Value(count), "=", strconv.Itoa(shards)), reports.unchanged(k)).
 			Then(clientv3.OpPut(mapKey, string(v))).
 			Commit()
 		if err != nil {
@@ -128,7 +133,7 @@ func EnsureCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, 
 			return m, true, nil
 		}
 	}
-	return Map{}, false, fmt.Errorf("create cluster: %s and %s keep changing", count, mapKey)
+	return Map{}, false, fmt.Errorf("create cluster: %s, %s and the nodes' reports keep changing", count, mapKey)
 }
 
 // sameCluster checks a repeated creation against the map in etcd.
@@ -181,4 +186,48 @@ func (m Map) HeldBy(node string) []int {
 		}
 	}
 	return out
+}
+
+// WaitMap reads the shard map, waiting for the cluster's creation while
+// there is none (onWait is called once then): a node starts, reports what
+// it holds, and waits for `cluster create`, which waits for the reports.
+func WaitMap(ctx context.Context, c *clientv3.Client, k Keys, onWait func()) (Map, error) {
+	waited := false
+	for {
+		get, err := c.Get(ctx, k.ShardMap())
+		if err != nil {
+			return Map{}, fmt.Errorf("read shard map: %w", err)
+		}
+		if len(get.Kvs) > 0 {
+			return readMap(ctx, c, k, clientv3.WithRev(get.Header.Revision))
+		}
+		if !waited && onWait != nil {
+			onWait()
+		}
+		waited = true
+		if err := waitPut(ctx, c, k.ShardMap(), get.Header.Revision+1); err != nil {
+			return Map{}, err
+		}
+	}
+}
+
+// waitPut returns once key (a prefix, with clientv3.WithPrefix) is written
+// at or after revision rev.
+func waitPut(ctx context.Context, c *clientv3.Client, key string, rev int64, opts ...clientv3.OpOption) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for resp := range c.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithRev(rev)}, opts...)...) {
+		if err := resp.Err(); err != nil {
+			return fmt.Errorf("watch %s: %w", key, err)
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypePut {
+				return nil
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("watch %s: closed", key)
 }

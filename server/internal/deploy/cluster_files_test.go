@@ -167,8 +167,9 @@ func podEnviron(t *testing.T, objects map[string]k8sObject, c k8sContainer, pod,
 
 // The cluster example (deploy/kubernetes-cluster): three nodes whose node
 // IDs are their pods' names, reachable at their advertised URLs through a
-// headless service that publishes them before they are ready; every pod
-// first creates the cluster with exactly the pods' names; each node's
+// headless service that publishes them before they are ready; a Job
+// creates the cluster with exactly the pods' names (no init container: it
+// waits for the nodes to report what they hold); each node's
 // settings load as a valid cluster node's; data and audit trail on claims
 // of their own.
 func TestKubernetesClusterManifests(t *testing.T) {
@@ -187,19 +188,33 @@ func TestKubernetesClusterManifests(t *testing.T) {
 		t.Errorf("serviceName %q: want a headless Service publishing pods before they are ready: %+v", sts.Spec.ServiceName, headless.Spec)
 	}
 	spec := sts.Spec.Template.Spec
-	if len(spec.Containers) != 1 || len(spec.InitContainers) != 1 {
-		t.Fatalf("%d containers and %d init containers, want 1 and 1", len(spec.Containers), len(spec.InitContainers))
+	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
+		t.Fatalf("%d containers and %d init containers, want 1 and 0: a node must start before the cluster is created", len(spec.Containers), len(spec.InitContainers))
 	}
-	node, create := spec.Containers[0], spec.InitContainers[0]
+	node := spec.Containers[0]
 	var pods []string
 	for i := range replicas {
 		pods = append(pods, sts.Metadata.Name+"-"+strconv.Itoa(i))
 	}
-	if want := []string{"cluster", "create", "--nodes", strings.Join(pods, ",")}; !slices.Equal(create.Args, want) {
-		t.Errorf("init container args %q, want %q: the cluster's nodes are the pods", create.Args, want)
+	job, ok := objects["Job/progressdb-cluster-create"]
+	if !ok || len(job.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("want a Job progressdb-cluster-create of one container: %+v", job.Spec.Template.Spec)
 	}
-	if !reflect.DeepEqual(create.Env, node.Env) || !reflect.DeepEqual(create.EnvFrom, node.EnvFrom) {
-		t.Error("the init container's environment differs from the node's: it must create the cluster the node joins")
+	create := job.Spec.Template.Spec.Containers[0]
+	if want := []string{"cluster", "create", "--nodes", strings.Join(pods, ","), "--wait", "10m"}; !slices.Equal(create.Args, want) {
+		t.Errorf("create Job args %q, want %q: the cluster's nodes are the pods", create.Args, want)
+	}
+	if !reflect.DeepEqual(create.EnvFrom, node.EnvFrom) {
+		t.Error("the create Job's settings differ from the node's: it must create the cluster the nodes join")
+	}
+	jobEnv := podEnviron(t, objects, create, "progressdb-cluster-create-x", "chat", map[string]string{
+		"PROGRESSDB_CLUSTER_SECRET": "0123456789abcdef0123", "PROGRESSDB_API_KEY": "k", "PROGRESSDB_ADMIN_TOKEN": "a"})
+	var jobEnviron []string
+	for k, v := range jobEnv {
+		jobEnviron = append(jobEnviron, k+"="+v)
+	}
+	if cfg, err := config.Load(jobEnviron); err != nil || !cfg.Cluster.Enabled() || slices.Contains(pods, cfg.NodeID) {
+		t.Errorf("create Job: settings %v, node ID %q: want a cluster's, under a node ID no pod has", err, cfg.NodeID)
 	}
 
 	port := 0

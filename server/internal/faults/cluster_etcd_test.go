@@ -94,7 +94,6 @@ func TestFaultClusterEtcdLost(t *testing.T) {
 			rng := trialRand(t, i)
 			etcd := startEtcd(t)
 			envs := clusterEnvs(t, etcd.endpoints())
-			createCluster(t, envs)
 			nodes := startNodes(t, envs)
 			epochs := map[int]int64{}
 			for _, s := range clusterState(t, nodes[0]).Shards {

@@ -35,12 +35,18 @@ func createCluster(t testing.TB, envs map[string]envVars) {
 	}
 }
 
-// startNodes starts the three nodes and waits until every shard is owned.
+// startNodes starts the three nodes, creates the cluster (which waits
+// until each node has reported what it holds) and waits until every shard
+// is owned.
 func startNodes(t testing.TB, envs map[string]envVars) []*server {
 	t.Helper()
 	nodes := make([]*server, len(clusterIDs))
 	for i, id := range clusterIDs {
-		nodes[i] = startClusterNode(t, envs[id])
+		nodes[i] = launchClusterNode(t, envs[id], freeAddr(t))
+	}
+	createCluster(t, envs)
+	for _, n := range nodes {
+		waitNodeUp(t, n)
 	}
 	waitFor(t, time.Minute, "every shard to be owned", func() bool { return ownedShards(clusterState(t, nodes[0])) == clusterShards })
 	return nodes
@@ -82,7 +88,7 @@ func waitUnregistered(t testing.TB, via *server, id string) {
 
 // startPurgeCluster starts etcd and three nodes whose retention purges
 // slowly, with the fixture of spec seeded into shard 2 on node-3 (its home,
-// round robin) before it starts. The shard's retention purges what its
+// round robin, and the shard node-3 reports it holds) before it starts. The shard's retention purges what its
 // database holds, whatever shard the fixture's IDs hash to.
 func startPurgeCluster(t *testing.T, spec fixtureSpec, rng *rand.Rand) (map[string]envVars, site, *fixture, dbState, []*server) {
 	t.Helper()
@@ -101,7 +107,6 @@ func startPurgeCluster(t *testing.T, spec fixtureSpec, rng *rand.Rand) (map[stri
 			"PROGRESSDB_RETENTION_BATCH_PAUSE", "20ms",
 		)
 	}
-	createCluster(t, envs)
 	s := shardSite(envs["node-3"], 2)
 	fx := seedFixture(t, s.db, spec, rng)
 	before := snapshotLive(t, s.db)

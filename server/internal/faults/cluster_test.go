@@ -40,8 +40,23 @@ func startClusterNode(t testing.TB, env envVars) *server {
 // it was, as a deployment restarts it.
 func startClusterNodeAt(t testing.TB, env envVars, addr string) *server {
 	t.Helper()
-	s := &server{proc: start(t, env.with("PROGRESSDB_ADDR", addr, "PROGRESSDB_ADVERTISE_URL", "http://"+addr), "serve"),
+	s := launchClusterNode(t, env, addr)
+	waitNodeUp(t, s)
+	return s
+}
+
+// launchClusterNode starts `progressdb serve` as a cluster node on addr
+// without waiting for it: a node waits for the cluster's creation before
+// it answers.
+func launchClusterNode(t testing.TB, env envVars, addr string) *server {
+	t.Helper()
+	return &server{proc: start(t, env.with("PROGRESSDB_ADDR", addr, "PROGRESSDB_ADVERTISE_URL", "http://"+addr), "serve"),
 		url: "http://" + addr}
+}
+
+// waitNodeUp waits until the node s answers /healthz.
+func waitNodeUp(t testing.TB, s *server) {
+	t.Helper()
 	waitFor(t, time.Minute, "the node to answer /healthz", func() bool {
 		if s.exited() {
 			t.Fatalf("node exited with status %d\n%s", s.code, s.output())
@@ -53,7 +68,6 @@ func startClusterNodeAt(t testing.TB, env envVars, addr string) *server {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	return s
 }
 
 // clusterState is GET /admin/cluster through s.
@@ -106,19 +120,8 @@ func listAll(t testing.TB, s *server) []string {
 // folder, takes its shard again, and nothing acknowledged is lost.
 func TestFaultClusterNodeKilled(t *testing.T) {
 	etcd := etcdtest.Start(t)
-	ids := []string{"node-1", "node-2", "node-3"}
-	envs := map[string]envVars{}
-	for _, id := range ids {
-		envs[id] = clusterNodeEnv(strings.Join(etcd.Endpoints(), ","), id, t.TempDir())
-	}
-	if p := runCLI(t, envs["node-1"].with("PROGRESSDB_ADVERTISE_URL", "http://127.0.0.1:1"), "cluster", "create", "--nodes", strings.Join(ids, ",")); p.code != 0 {
-		t.Fatalf("cluster create: %d\n%s", p.code, p.output())
-	}
-	nodes := make([]*server, len(ids))
-	for i, id := range ids {
-		nodes[i] = startClusterNode(t, envs[id])
-	}
-	waitFor(t, time.Minute, "every shard to be owned", func() bool { return ownedShards(clusterState(t, nodes[0])) == clusterShards })
+	envs := clusterEnvs(t, strings.Join(etcd.Endpoints(), ","))
+	nodes := startNodes(t, envs)
 
 	var threads []string
 	for i := range 24 {
