@@ -79,8 +79,10 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	}
 	defer client.Close()
 	keys := cluster.Keys{Name: cfg.Cluster.ClusterName}
-	// An etcd that does not answer stops the start instead of hanging it.
-	startCtx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
+	// An etcd that does not answer stops the start instead of hanging it:
+	// each call of the start is bounded (the waits below are not).
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, etcdDialTimeout) }
+	startCtx, cancel := call()
 	defer cancel()
 	if err := cluster.RecordShards(startCtx, client, keys, cfg.Cluster.Shards); err != nil {
 		var sc *cluster.ShardCountError
@@ -110,6 +112,9 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	// folders. A previous process that just died is waited out.
 	registration, err := cluster.Register(ctx, ownerOpts)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting
+		}
 		return err
 	}
 	registered := false
@@ -131,7 +136,9 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 		reporter.ids[s.Shard] = s.DatabaseID
 		onDisk = append(onDisk, s.Shard)
 	}
-	if err := cluster.ReportHeld(startCtx, client, keys, cfg.NodeID, disk); err != nil {
+	reportCtx, cancel := call()
+	defer cancel()
+	if err := cluster.ReportHeld(reportCtx, client, keys, cfg.NodeID, disk); err != nil {
 		return err
 	}
 	m, err := cluster.WaitMap(ctx, client, keys, func() {
@@ -139,6 +146,9 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 			"hint", "run progressdb cluster create --nodes ID,ID,... once every node has started")
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting
+		}
 		return fmt.Errorf("cluster %q: %w", keys.Name, err)
 	}
 	// The folders are checked (and made) once the cluster is known.
@@ -146,7 +156,9 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 		return err
 	}
 	// Never an empty database for a shard another node holds.
-	if err := cluster.CheckHomes(startCtx, client, keys, m, cfg.NodeID, onDisk); err != nil {
+	checkCtx, cancel := call()
+	defer cancel()
+	if err := cluster.CheckHomes(checkCtx, client, keys, m, cfg.NodeID, onDisk); err != nil {
 		return err
 	}
 	// Each shard replays at start what its trail records after its head.

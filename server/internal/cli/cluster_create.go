@@ -121,9 +121,10 @@ func (e env) waitReports(ctx context.Context, c *clientv3.Client, cfg config.Con
 		e.clusterError(cfg, "cluster create", err)
 		return exitFailed, false
 	}
-	wctx, cancel := context.WithTimeout(ctx, wait)
+	// Each read of etcd is bounded as the command's other calls are.
+	wctx, cancel := context.WithTimeout(ctx, wait+clusterTimeout)
 	defer cancel()
-	_, err = cluster.WaitReports(wctx, c, k, nodes, func(missing []string) {
+	_, err = cluster.WaitReports(wctx, c, k, nodes, wait, func(missing []string) {
 		fmt.Fprintf(e.stderr, "progressdb cluster create: waiting up to %s for %s to report the shards they hold (each node reports when it starts)\n",
 			wait, strings.Join(missing, ", "))
 	})

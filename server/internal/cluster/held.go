@@ -320,31 +320,31 @@ func (e *UnreportedError) Error() string {
 
 func (e *UnreportedError) Unwrap() error { return ErrUnreported }
 
-// WaitReports waits until every node of nodes has reported what it holds,
-// calling onWait with the missing ones whenever they change; when ctx ends
-// first it returns an *UnreportedError naming them.
-func WaitReports(ctx context.Context, c *clientv3.Client, k Keys, nodes []string, onWait func(missing []string)) (map[string]Held, error) {
+// WaitReports waits, for at most wait, until every node of nodes has
+// reported what it holds, calling onWait with the missing ones whenever
+// they change; past wait it returns an *UnreportedError naming them.
+func WaitReports(ctx context.Context, c *clientv3.Client, k Keys, nodes []string, wait time.Duration,
+	onWait func(missing []string)) (map[string]Held, error) {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	var last []string
 	for {
 		r, err := readHeld(ctx, c, k)
 		if err != nil {
-			if len(last) > 0 && ctx.Err() != nil {
-				return nil, &UnreportedError{Nodes: last}
-			}
 			return nil, err
 		}
 		missing := Unreported(r.byNode, nodes)
 		if len(missing) == 0 {
 			return r.byNode, nil
 		}
+		if wctx.Err() != nil {
+			return nil, &UnreportedError{Nodes: missing}
+		}
 		if !slices.Equal(missing, last) && onWait != nil {
 			onWait(missing)
 		}
 		last = missing
-		if err := waitPut(ctx, c, k.HeldKey(""), r.at+1, clientv3.WithPrefix()); err != nil {
-			if ctx.Err() != nil {
-				return nil, &UnreportedError{Nodes: missing}
-			}
+		if err := waitPut(wctx, c, k.HeldKey(""), r.at+1, clientv3.WithPrefix()); err != nil && wctx.Err() == nil {
 			return nil, err
 		}
 	}

@@ -76,12 +76,33 @@ var ErrNodeIDInUse = errors.New("node id registered by a running process")
 // Registration is the node's registration (nodes/<id>), held under its
 // own lease while the process runs.
 type Registration struct {
-	reg   EtcdCoordinator
-	lease retention.HeldLease
+	reg    EtcdCoordinator
+	lease  retention.HeldLease
+	stopHB context.CancelFunc
+	hbDone chan struct{}
+}
+
+func newRegistration(reg EtcdCoordinator, l retention.HeldLease) *Registration {
+	ctx, stop := context.WithCancel(context.Background())
+	r := &Registration{reg: reg, lease: l, stopHB: stop, hbDone: make(chan struct{})}
+	// Renewed from now on: a node may wait long for the cluster's
+	// creation before the Owner keeps it.
+	go func() {
+		defer close(r.hbDone)
+		l.Heartbeat(ctx)
+	}()
+	return r
+}
+
+// handOver stops the registration's own heartbeat, for the Owner's.
+func (r *Registration) handOver() retention.HeldLease {
+	r.stopHB()
+	<-r.hbDone
+	return r.lease
 }
 
 // Release gives the registration up (a start that fails after Register).
-func (r *Registration) Release() error { return r.lease.Release() }
+func (r *Registration) Release() error { return r.handOver().Release() }
 
 // Register registers this node. A registration still held by the node's
 // previous process, which died within a lease TTL (a supervisor restarts
@@ -107,7 +128,7 @@ func Register(ctx context.Context, o OwnerOptions) (*Registration, error) {
 			if logged {
 				o.Logger.Info("cluster_node_registered_after_wait", "node", o.Node)
 			}
-			return &Registration{reg: reg, lease: l}, nil
+			return newRegistration(reg, l), nil
 		}
 		if !logged {
 			o.Logger.Warn("cluster_node_waiting_for_registration", "node", o.Node, "holder", held.Holder.Owner,
@@ -170,11 +191,12 @@ func StartOwner(ctx context.Context, o OwnerOptions) (*Owner, error) {
 		_ = r.Release()
 		return nil, err
 	}
+	l := r.handOver()
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	w := &Owner{o: o, ctx: runCtx, stop: stop, leases: make(map[int]retention.HeldLease),
 		keeps: make(map[int]keeper), moving: make(map[int]bool), wake: make(chan struct{})}
 	w.wg.Add(1)
-	go w.register(runCtx, r.reg, r.lease)
+	go w.register(runCtx, r.reg, l)
 	for _, n := range m.HeldBy(o.Node) {
 		w.startKeep(n, nil)
 	}
