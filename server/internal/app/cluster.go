@@ -86,9 +86,12 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	defer cancel()
 	if err := cluster.RecordShards(startCtx, client, keys, cfg.Cluster.Shards); err != nil {
 		var sc *cluster.ShardCountError
-		if errors.As(err, &sc) {
+		switch {
+		case errors.As(err, &sc):
 			return &StartupError{Var: config.VarClusterShards, Value: strconv.Itoa(cfg.Cluster.Shards),
 				Rule: "must be the number the cluster was created with", Err: err}
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			return fmt.Errorf("etcd at %s did not answer within %s: %w", cfg.Cluster.Etcd, etcdDialTimeout, err)
 		}
 		return err
 	}

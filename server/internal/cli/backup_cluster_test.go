@@ -23,6 +23,7 @@ func TestClusterBackupCreateThroughANode(t *testing.T) {
 	h := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=2", "PROGRESSDB_ADMIN_TOKEN=adm",
 		"PROGRESSDB_CLUSTER_LEASE_TTL=3s", "PROGRESSDB_BACKUP_PATH="+backups,
 		"PROGRESSDB_RETENTION_AUDIT_PATH="+filepath.Join(dir, "audit"))
+	reportHeld(t, srv, "node-1")
 	h.mustRun("cluster", "create", "--nodes", "node-1")
 	ask := &harness{t: t, dbPath: h.dbPath, environ: append(append([]string{}, h.environ...), serveNode(t, h)...)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

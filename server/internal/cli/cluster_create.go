@@ -125,7 +125,7 @@ func (e env) waitReports(ctx context.Context, c *clientv3.Client, cfg config.Con
 	wctx, cancel := context.WithTimeout(ctx, wait+clusterTimeout)
 	defer cancel()
 	_, err = cluster.WaitReports(wctx, c, k, nodes, wait, func(missing []string) {
-		fmt.Fprintf(e.stderr, "progressdb cluster create: waiting up to %s for %s to report the shards they hold (each node reports when it starts)\n",
+		fmt.Fprintf(e.stderr, "progressdb cluster create: waiting up to %s for each node to report the shards it holds (a node reports when it starts); not yet: %s\n",
 			wait, strings.Join(missing, ", "))
 	})
 	var unreported *cluster.UnreportedError

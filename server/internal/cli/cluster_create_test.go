@@ -190,7 +190,7 @@ func TestClusterCreateFromWhatTheNodesHold(t *testing.T) {
 		done <- Main(context.Background(), []string{"cluster", "create", "--nodes", "node-1,node-2,node-3"}, h.environ, &stdout, stderr)
 	}()
 	<-stderr.wrote
-	if !strings.Contains(stderr.String(), "waiting up to 5m0s for node-2 to report") {
+	if !strings.Contains(stderr.String(), "waiting up to 5m0s for each node to report the shards it holds (a node reports when it starts); not yet: node-2") {
 		t.Fatalf("while waiting: %s", stderr.String())
 	}
 	reportHeld(t, srv, "node-2=1")

@@ -124,7 +124,7 @@ func TestServeStopsWithoutEtcd(t *testing.T) {
 		"PROGRESSDB_ADVERTISE_URL=http://127.0.0.1:8080", "PROGRESSDB_CLUSTER_SECRET=0123456789abcdef",
 		"PROGRESSDB_DB_PATH="+filepath.Join(root, "data"), "PROGRESSDB_ADDR=127.0.0.1:0")
 	code, _, errOut := h.run("serve")
-	if code != exitFailed || !strings.Contains(errOut, "shard map") {
+	if code != exitFailed || !strings.Contains(errOut, "etcd at "+dead+" did not answer") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	if entries, _ := os.ReadDir(root); len(entries) != 0 {
