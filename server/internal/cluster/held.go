@@ -31,6 +31,8 @@ type Held struct {
 type HeldShard struct {
 	Shard      int    `json:"shard"`
 	DatabaseID string `json:"database_id,omitempty"` // "" when not read
+	// UnfinishedRestore: the folder holds a restore that did not finish.
+	UnfinishedRestore bool `json:"unfinished_restore,omitempty"`
 }
 
 // Holds reports whether h lists shard n.
@@ -87,6 +89,13 @@ func DiskShards(ctx context.Context, dbPath string) ([]HeldShard, error) {
 	out := make([]HeldShard, 0, len(ns))
 	for _, n := range ns {
 		st, err := store.Open(ShardDBPath(dbPath, n), store.Options{})
+		if errors.Is(err, store.ErrRestoreUnfinished) {
+			// A copy whose restore did not finish (a move's target that
+			// died) is held all the same: no command serves it.
+			rs, _, _ := store.ReadRestoreState(ShardDBPath(dbPath, n))
+			out = append(out, HeldShard{Shard: n, DatabaseID: rs.DatabaseID, UnfinishedRestore: true})
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("shard %d: %w", n, err)
 		}
