@@ -127,6 +127,17 @@ func runB14(ctx context.Context, b *bench) (*section, error) {
 			spread(c.apiRate, fmtRate), spread(c.stRate, fmtRate), rawRate)
 	}
 	sec.tables = append(sec.tables, t)
+	for _, c := range cells[:2] {
+		api, st, raw := median(c.apiCPU), median(c.stCPU), median(c.rawCPU)
+		sec.notes = append(sec.notes, fmt.Sprintf(
+			"Append, %d client(s): raw Pebble's synced commit costs %s of CPU (the floor: the log write and "+
+				"fdatasync, most of it system time, and at 16 clients shared by the commits of one sync), the "+
+				"store %s (%s of raw: reading the thread and its live count, the message's keys and indexes, "+
+				"the lock), the API %s: HTTP adds %s (reading and parsing the request, the socket write of the "+
+				"answer, net/http's goroutines and the wake-ups between them, the body's checks, the answer's "+
+				"encoding).",
+			c.clients, fmtDurF(raw), fmtDurF(st), fmtRatio(st/raw), fmtDurF(api), fmtDurF(api-st)))
+	}
 	for _, tg := range []struct {
 		cell *b14Cell
 		max  time.Duration

@@ -91,7 +91,8 @@ func (r *report) markdown() string {
 	sb.WriteString("Written by `progressdb-bench` (`make bench`). Each figure is the median of " +
 		"several repetitions (the range and count are shown next to it), each repetition " +
 		"starts from an identical checkpoint of the scenario's seeded database, and every " +
-		"target is a ratio of figures measured side by side in the same run.\n\n")
+		"target is a ratio of figures measured side by side in the same run. " +
+		"`make bench-compare BASE=<rev>` compares B9 and B14 of two revisions (CONTRIBUTING.md).\n\n")
 	fmt.Fprintf(&sb, "Command: `%s`\n\n", r.command)
 	sb.WriteString("| Machine | |\n|---|---|\n")
 	fmt.Fprintf(&sb, "| CPU | %d cores (GOMAXPROCS %d), %s |\n", m.cpus, m.gomaxprocs, m.cpuModel)
