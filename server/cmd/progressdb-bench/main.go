@@ -102,12 +102,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		b.logf("%s: %s", sc.id, sc.title)
-		start := time.Now()
+		start, load := time.Now(), loadAverage()
 		sec, err := sc.run(ctx, b)
 		if sec == nil {
 			sec = &section{}
 		}
-		sec.id, sec.title = sc.id, sc.title
+		sec.id, sec.title, sec.load = sc.id, sc.title, load
 		sec.elapsed = time.Since(start)
 		if err != nil {
 			failed = true

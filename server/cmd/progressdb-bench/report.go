@@ -25,6 +25,7 @@ type section struct {
 	targets   []target
 	notes     []string // paragraphs after the tables: findings, misses
 	elapsed   time.Duration
+	load      string // load average at its start
 	err       string
 }
 
@@ -122,8 +123,14 @@ func (r *report) markdown() string {
 		if s.err != "" {
 			fmt.Fprintf(&sb, "The scenario stopped with an error: `%s`\n\n", s.err)
 		}
-		fmt.Fprintf(&sb, "_%s took %s, seeding included (run of %s)._\n\n", s.id, s.elapsed.Round(time.Second),
+		// The day and load of the section's own run, since a report merges
+		// sections of several runs (-only).
+		fmt.Fprintf(&sb, "_%s took %s, seeding included (run of %s", s.id, s.elapsed.Round(time.Second),
 			r.started.Format(time.DateOnly))
+		if s.load != "" {
+			fmt.Fprintf(&sb, ", load average %s at its start", s.load)
+		}
+		sb.WriteString(")._\n\n")
 	}
 	return sb.String()
 }
