@@ -78,8 +78,7 @@ bench: build
 # (BENCHMARKS.md, "Comparing two revisions"). ROUNDS, REPS, SCALE tune it.
 bench-compare:
 	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<rev> [BENCH=B9,B14] [ROUNDS=3] [REPS=2] [SCALE=1]"; exit 2; }
-	GO=$(GO) BENCH=$(or $(BENCH),B9,B14) ROUNDS=$(or $(ROUNDS),3) REPS=$(or $(REPS),2) SCALE=$(or $(SCALE),1) \
-		./scripts/bench-compare.sh $(BASE)
+	GO=$(GO) BENCH=$(BENCH) ROUNDS=$(ROUNDS) REPS=$(REPS) SCALE=$(SCALE) ./scripts/bench-compare.sh $(BASE)
 
 vet:
 	$(GO) vet ./...
