@@ -94,8 +94,10 @@ func TestEraseRemovesDestroyedKeys(t *testing.T) {
 	if err := ks.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ks = testOpen(t, dir, Options{Keeper: k})
+	// Scanned while closed: a reopened store flushes the log it recovered
+	// in the background, and a table half written is no table to decode.
 	storetest.RequireAll(t, dir, gone2)
+	ks = testOpen(t, dir, Options{Keeper: k})
 	res, err = ks.Erase(ctx, erase.Options{})
 	if err != nil || !res.Full {
 		t.Fatalf("Erase after a restart = %+v, %v; want a full erase", res, err)
