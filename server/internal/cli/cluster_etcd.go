@@ -7,6 +7,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/cluster"
@@ -17,11 +19,18 @@ import (
 // fails the command instead of hanging it.
 const clusterTimeout = 15 * time.Second
 
+// statusTimeout bounds cluster status, which only reads: an etcd that does
+// not answer a read within it is down or unreachable.
+const statusTimeout = 5 * time.Second
+
 // loadClusterConfig loads the configuration of a cluster command, which
-// needs the cluster's etcd; false means the error was printed.
+// needs the cluster's etcd but is no node: PROGRESSDB_NODE_ID,
+// PROGRESSDB_ADVERTISE_URL and PROGRESSDB_CLUSTER_SECRET are not required.
+// False means the error was printed.
 func (e env) loadClusterConfig(name string) (config.Config, bool) {
-	cfg, ok := e.loadConfig()
-	if !ok {
+	cfg, err := config.LoadEtcdClient(e.environ)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
 		return cfg, false
 	}
 	if !cfg.Cluster.Enabled() {
@@ -65,10 +74,16 @@ func (e env) onCluster(ctx context.Context, cfg config.Config, name string,
 	return exitOK
 }
 
-// clusterError prints an error of a call to etcd.
+// clusterError prints an error of a call to etcd bounded by clusterTimeout.
 func (e env) clusterError(cfg config.Config, name string, err error) {
-	if errors.Is(err, context.DeadlineExceeded) {
-		fmt.Fprintf(e.stderr, "progressdb %s: etcd at %s did not answer within %s\n", name, cfg.Cluster.Etcd, clusterTimeout)
+	e.clusterErrorWithin(cfg, name, err, clusterTimeout)
+}
+
+// clusterErrorWithin prints an error of a call to etcd bounded by timeout.
+func (e env) clusterErrorWithin(cfg config.Config, name string, err error, timeout time.Duration) {
+	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
+		fmt.Fprintf(e.stderr, "progressdb %s: etcd at %s did not answer within %s: is it running and reachable from here? (%s)\n",
+			name, cfg.Cluster.Etcd, timeout, config.VarClusterEtcd)
 		return
 	}
 	fmt.Fprintf(e.stderr, "progressdb %s: %v\n", name, err)

@@ -38,7 +38,7 @@ func (e env) clusterStatus(ctx context.Context, args []string) int {
 		return code
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
 	k := cluster.Keys{Name: cfg.Cluster.ClusterName}
 	st, err := cluster.ReadStatus(ctx, c, k)
@@ -47,7 +47,7 @@ func (e env) clusterStatus(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stderr, "progressdb cluster status: cluster %q has not been created: run progressdb cluster create --nodes ID,ID,...\n", k.Name)
 		return exitFailed
 	case err != nil:
-		e.clusterError(cfg, "cluster status", err)
+		e.clusterErrorWithin(cfg, "cluster status", err, statusTimeout)
 		return exitFailed
 	}
 	rep := clusterStatusReport{Cluster: k.Name, Status: st}

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -65,5 +67,35 @@ func TestClusterStatus(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("text output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// cluster status reads etcd and nothing else: the built binary answers
+// with only the etcd endpoints set (no PROGRESSDB_NODE_ID, ADVERTISE_URL
+// or CLUSTER_SECRET, which it refused one at a time before), and an etcd
+// that does not answer fails it within statusTimeout with a message
+// naming the endpoint (before: clusterTimeout, 15 s, naming nothing to
+// check).
+func TestClusterStatusNeedsOnlyEtcd(t *testing.T) {
+	srv := etcdtest.Start(t)
+	h := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=2")
+	h.mustRun("cluster", "create", "--nodes", "node-1")
+	base := []string{"PATH=" + os.Getenv("PATH"), "PROGRESSDB_LOG_LEVEL=warn"}
+	code, out, errOut := runBinary(t, append(base, "PROGRESSDB_CLUSTER_ETCD="+strings.Join(srv.Endpoints(), ",")), "cluster", "status")
+	if code != exitOK || !strings.Contains(out, `cluster "progressdb": 2 shards`) {
+		t.Fatalf("cluster status with only the etcd endpoints: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// A port nothing listens on: taken, then released.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + l.Addr().String()
+	l.Close()
+	code, out, errOut = runBinary(t, append(base, "PROGRESSDB_CLUSTER_ETCD="+dead), "cluster", "status")
+	want := "etcd at " + dead + " did not answer within " + statusTimeout.String()
+	if code != exitFailed || !strings.Contains(errOut, want) || statusTimeout > 5*time.Second {
+		t.Fatalf("cluster status on an unreachable etcd: exit %d, want 1 and %q\n%s%s", code, want, out, errOut)
 	}
 }

@@ -79,8 +79,9 @@ func (c Cluster) Endpoints() []string {
 }
 
 // validateCluster checks the cluster settings when PROGRESSDB_CLUSTER_ETCD
-// is set; a single node ignores them.
-func (c Config) validateCluster(vars map[string]string) *Error {
+// is set; a single node ignores them. Unless node is set, the settings
+// that only a node needs are not required.
+func (c Config) validateCluster(vars map[string]string, node bool) *Error {
 	cl := c.Cluster
 	if !cl.Enabled() {
 		return nil
@@ -93,19 +94,8 @@ func (c Config) validateCluster(vars map[string]string) *Error {
 	if !clusterNameRule.MatchString(cl.ClusterName) || len(cl.ClusterName) > maxClusterNameLen {
 		return &Error{VarClusterName, cl.ClusterName, "must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit (it prefixes every etcd key)"}
 	}
-	if !nodeIDRule.MatchString(c.NodeID) {
-		return &Error{VarNodeID, c.NodeID, "is required in a cluster: a stable name of 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"}
-	}
-	if !isHTTPURL(c.AdvertiseURL) {
-		return &Error{VarAdvertiseURL, c.AdvertiseURL, "is required in a cluster: the http:// or https:// URL at which the other nodes reach this one, such as http://10.0.0.7:8080"}
-	}
-	if len(cl.Secret) < minClusterSecret || strings.TrimSpace(cl.Secret) != cl.Secret ||
-		strings.IndexFunc(cl.Secret, unicode.IsControl) >= 0 {
-		shown := "<redacted>"
-		if cl.Secret == "" {
-			shown = ""
-		}
-		return &Error{VarClusterSecret, shown, "is required in a cluster: at least 16 characters, no control characters, no space at either end; node-to-node requests carry it"}
+	if err := c.validateNode(node); err != nil {
+		return err
 	}
 	if cl.Shards < 1 || cl.Shards > MaxShards {
 		return &Error{VarClusterShards, shown(vars, VarClusterShards, strconv.Itoa(cl.Shards)), "must be from 1 to 1024"}
@@ -131,6 +121,30 @@ func (c Config) validateCluster(vars map[string]string) *Error {
 		if st, err := os.Stat(f.path); err != nil || !st.Mode().IsRegular() {
 			return &Error{f.name, f.path, "must be a readable PEM file"}
 		}
+	}
+	return nil
+}
+
+// validateNode checks the settings that name a cluster node, when node
+// is set: its ID, its URL and the secret of node-to-node requests.
+func (c Config) validateNode(node bool) *Error {
+	if !node {
+		return nil
+	}
+	if !nodeIDRule.MatchString(c.NodeID) {
+		return &Error{VarNodeID, c.NodeID, "is required in a cluster: a stable name of 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"}
+	}
+	if !isHTTPURL(c.AdvertiseURL) {
+		return &Error{VarAdvertiseURL, c.AdvertiseURL, "is required in a cluster: the http:// or https:// URL at which the other nodes reach this one, such as http://10.0.0.7:8080"}
+	}
+	secret := c.Cluster.Secret
+	if len(secret) < minClusterSecret || strings.TrimSpace(secret) != secret ||
+		strings.IndexFunc(secret, unicode.IsControl) >= 0 {
+		shown := "<redacted>"
+		if secret == "" {
+			shown = ""
+		}
+		return &Error{VarClusterSecret, shown, "is required in a cluster: at least 16 characters, no control characters, no space at either end; node-to-node requests carry it"}
 	}
 	return nil
 }

@@ -130,7 +130,18 @@ func (e *Error) Error() string {
 
 // Load reads configuration from environ (as os.Environ()), applies defaults
 // and validates it. Errors are *Error (errors.As).
-func Load(environ []string) (Config, error) {
+func Load(environ []string) (Config, error) { return load(environ, true) }
+
+// LoadEtcdClient is Load for a command that only talks to the cluster's
+// etcd (cluster status, create, move-shard): the settings that name a
+// node (PROGRESSDB_NODE_ID, PROGRESSDB_ADVERTISE_URL,
+// PROGRESSDB_CLUSTER_SECRET) are not required, since it is no node.
+func LoadEtcdClient(environ []string) (Config, error) { return load(environ, false) }
+
+// load reads and validates the environment; node says whether the
+// settings of a cluster node are required when PROGRESSDB_CLUSTER_ETCD is
+// set.
+func load(environ []string, node bool) (Config, error) {
 	vars := envMap(environ)
 	var c Config
 	err := env.ParseWithOptions(&c, env.Options{
@@ -143,7 +154,7 @@ func Load(environ []string) (Config, error) {
 		return Config{}, parseError(err, vars)
 	}
 	c.applyDerived(vars)
-	if err := c.validate(vars); err != nil {
+	if err := c.validate(vars, node); err != nil {
 		return Config{}, err
 	}
 	return c, nil

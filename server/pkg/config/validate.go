@@ -19,7 +19,7 @@ const (
 
 // validate checks the parsed values in the order of the spec's table; the
 // first violation is returned as an *Error.
-func (c Config) validate(vars map[string]string) error {
+func (c Config) validate(vars map[string]string, node bool) error {
 	checks := []func(map[string]string) *Error{
 		c.validateLogging,
 		c.validateAddr,
@@ -29,7 +29,7 @@ func (c Config) validate(vars map[string]string) error {
 		c.Retention.validateBatches,
 		c.validateExportPath,
 		c.Backup.validate,
-		c.validateCluster,
+		func(vars map[string]string) *Error { return c.validateCluster(vars, node) },
 	}
 	for _, check := range checks {
 		if err := check(vars); err != nil {
