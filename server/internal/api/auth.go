@@ -69,6 +69,9 @@ func (s *server) guard(a access, h handlerFunc) http.Handler {
 		if answered {
 			return
 		}
+		if a == accessAdmin {
+			s.nameDatabase(w, r)
+		}
 		if err := h(w, r); err != nil {
 			s.fail(w, r, err)
 		}

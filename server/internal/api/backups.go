@@ -39,37 +39,41 @@ type ShardBackups interface {
 }
 
 // backupsFor picks what a backup request backs up: the database on a
-// single node; on a cluster node the shard named by ?shard=N, which this
-// node must hold (409 otherwise: its owner makes its backups).
-func (s *server) backupsFor(r *http.Request) (Backups, error) {
+// single node; on a cluster node the shard named by ?shard=N, when this
+// node holds it. A shard held elsewhere is its owner's to back up: the
+// request is forwarded there and answered, which answered says.
+func (s *server) backupsFor(w http.ResponseWriter, r *http.Request) (_ Backups, answered bool, _ error) {
 	if s.shardBacks == nil {
 		if s.backups == nil {
-			return nil, errNoBackups
+			return nil, false, errNoBackups
 		}
-		return s.backups, nil
+		return s.backups, false, nil
 	}
 	v := r.URL.Query().Get("shard")
 	if v == "" {
-		return nil, badRequest(CodeInvalidParameter, "a cluster node backs up one shard per request: name it with ?shard=N (this node holds %v)",
+		return nil, false, badRequest(CodeInvalidParameter, "a cluster node backs up one shard per request: name it with ?shard=N (this node holds %v)",
 			s.shardBacks.Held())
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return nil, badRequest(CodeInvalidParameter, "shard %q: want a shard number", v)
+		return nil, false, badRequest(CodeInvalidParameter, "shard %q: want a shard number", v)
 	}
 	b, ok := s.shardBacks.Shard(n)
 	if !ok {
-		return nil, &httpError{http.StatusConflict, CodeShardNotHeld, fmt.Sprintf(
-			"shard %d is not held by this node (it holds %v): ask its owner (GET /admin/cluster)", n, s.shardBacks.Held())}
+		if s.cluster == nil {
+			return nil, false, &httpError{http.StatusConflict, CodeShardNotHeld, fmt.Sprintf(
+				"shard %d is not held by this node (it holds %v): ask its owner (GET /admin/cluster)", n, s.shardBacks.Held())}
+		}
+		return nil, true, s.cluster.ForwardShard(w, r, n)
 	}
-	return b, nil
+	return b, false, nil
 }
 
 // createBackup answers POST /admin/backups: a backup written into
 // BACKUP_PATH, 201 with its manifest; 409 when BACKUP_PATH is unset.
 func (s *server) createBackup(w http.ResponseWriter, r *http.Request) error {
-	b, err := s.backupsFor(r)
-	if err != nil {
+	b, answered, err := s.backupsFor(w, r)
+	if err != nil || answered {
 		return err
 	}
 	m, _, err := b.CreateInPath(r.Context())
@@ -110,8 +114,8 @@ func (s *server) listBackups(w http.ResponseWriter, r *http.Request) error {
 // before the archive is complete: a backup that fails part way breaks the
 // connection, so no client can take a cut archive for a whole one.
 func (s *server) streamBackup(w http.ResponseWriter, r *http.Request) error {
-	b, err := s.backupsFor(r)
-	if err != nil {
+	b, answered, err := s.backupsFor(w, r)
+	if err != nil || answered {
 		return err
 	}
 	compress := false

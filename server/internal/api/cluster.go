@@ -35,6 +35,9 @@ type Cluster interface {
 	// /admin/retention/run for every shard of the cluster.
 	RetentionStatus(r *http.Request) (any, error)
 	RetentionRun(r *http.Request, req retention.RunRequest, wait bool) (status int, body any, err error)
+	// ForwardShard answers a request about shard n, which this node does
+	// not hold (a backup's ?shard=N), with the answer of the shard's owner.
+	ForwardShard(w http.ResponseWriter, r *http.Request, n int) error
 	// Status answers GET /admin/cluster.
 	Status(r *http.Request) (any, error)
 	// Move answers POST /admin/cluster/shards/{n}/move: it moves shard n

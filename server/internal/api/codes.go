@@ -48,6 +48,9 @@ const (
 	CodeRouteNotFound Code = "route_not_found"
 	// CodeNotACluster: a cluster route on a single node.
 	CodeNotACluster Code = "not_a_cluster"
+	// CodeClusterNode: a single node's route about its one database
+	// (GET /admin/database) on a cluster node, which serves one per shard.
+	CodeClusterNode Code = "cluster_node"
 	// CodeMethodNotAllowed: the path does not take this method (405; Allow
 	// lists those it takes).
 	CodeMethodNotAllowed Code = "method_not_allowed"
@@ -124,7 +127,7 @@ func Codes() []Code {
 	return []Code{
 		CodeInvalidID, CodeInvalidCursor, CodeInvalidJSON, CodeInvalidField, CodeInvalidParameter,
 		CodeUnauthorized, CodeAdminDisabled, CodeNotANode,
-		CodeNotFound, CodeRouteNotFound, CodeNotACluster, CodeMethodNotAllowed,
+		CodeNotFound, CodeRouteNotFound, CodeNotACluster, CodeClusterNode, CodeMethodNotAllowed,
 		CodeAlreadyExists, CodeIDUnavailable, CodePurgeInProgress, CodeLegalHold, CodeLeaseHeld,
 		CodeRetentionPaused, CodeRetentionDisabled, CodeNoBackupPath, CodeShardNotHeld, CodeMoveInProgress,
 		CodeBodyTooLarge, CodeMisdirected,

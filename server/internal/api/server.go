@@ -163,6 +163,7 @@ func (s *server) routes() []route {
 		{http.MethodPost, "/v1/threads/{tid}/messages/{mid}/restore", accessAPI, s.restoreMessage},
 		{http.MethodGet, "/v1/threads/{tid}/messages/{mid}/versions", accessAPI, s.listVersions},
 
+		{http.MethodGet, "/admin/database", accessAdmin, s.database},
 		{http.MethodGet, "/admin/retention", accessAdmin, s.retentionStatus},
 		{http.MethodPost, "/admin/retention/run", accessAdmin, s.retentionRun},
 		{http.MethodPut, "/admin/retention/pause", accessAdmin, s.setRetentionPause},

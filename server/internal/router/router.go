@@ -377,13 +377,38 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, n int) error {
 		return err
 	}
 	defer resp.Body.Close()
-	relay(w, resp)
+	_ = relay(w, resp) // a cut answer: one side went away
+	return nil
+}
+
+// ForwardShard implements api.Cluster: the owner of shard n answers a
+// request about it (a backup) that names the shard instead of a thread.
+// A node's call is never forwarded on: this node not holding the shard
+// means the caller's map is stale (421, and it retries with the current
+// one). The answer may be a backup that takes minutes, so only the
+// client bounds the call, and an answer cut part way breaks the client's
+// connection too, so that a cut archive is never taken for a whole one.
+func (rt *Router) ForwardShard(w http.ResponseWriter, r *http.Request, n int) error {
+	if _, ok := nodeCallOf(r.Context()); ok {
+		return misdirected(n, "node %s does not hold it", rt.o.Node)
+	}
+	h := r.Header.Clone()
+	h.Del("Host")
+	resp, err := rt.call(r.Context(), n, r.Method, r.URL.RequestURI(), h, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := relay(w, resp); err != nil {
+		panic(http.ErrAbortHandler)
+	}
 	return nil
 }
 
 // relay writes another node's answer as this node's, without the
-// hop-by-hop headers.
-func relay(w http.ResponseWriter, resp *http.Response) {
+// hop-by-hop headers. An error means the answer was cut: one side went
+// away.
+func relay(w http.ResponseWriter, resp *http.Response) error {
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
@@ -391,7 +416,8 @@ func relay(w http.ResponseWriter, resp *http.Response) {
 		w.Header().Del(k)
 	}
 	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, resp.Body) // a failed copy: one side went away
+	_, err := io.Copy(w, resp.Body)
+	return err
 }
 
 func (rt *Router) retentionOf(n int) retention.Service {

@@ -115,7 +115,7 @@ func (s *Store) SetDatabaseID(ctx context.Context, id string) error {
 	if err := s.set(ctx, []byte(databaseIDKey), []byte(id), pebble.NoSync); err != nil {
 		return fmt.Errorf("record database id: %w", err)
 	}
-	return nil
+	return s.recordIdentity(ctx)
 }
 
 // DatabaseID returns the database's identity; when it has none (a
@@ -138,7 +138,7 @@ func (s *Store) DatabaseID(ctx context.Context, create bool) (string, error) {
 	if err := s.set(ctx, []byte(databaseIDKey), []byte(id), pebble.Sync); err != nil {
 		return "", fmt.Errorf("record database id: %w", err)
 	}
-	return id, nil
+	return id, s.recordIdentity(ctx)
 }
 
 func newDatabaseID() string {

@@ -111,6 +111,10 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %q: %w", path, err)
 	}
+	if err := s.recordIdentity(context.Background()); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open store %q: %w", path, err)
+	}
 	return s, nil
 }
 

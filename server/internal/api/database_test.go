@@ -1,0 +1,46 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"testing"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// GET /admin/database names the database the server serves, as its folder
+// records it for a process that cannot open it; every admin answer from
+// that database names it in X-Progressdb-Database-Id, and the header is
+// not given to a caller without the admin token.
+func TestAdminDatabase(t *testing.T) {
+	e := newEnv(t, Options{AdminToken: "adm", Retention: &fakeRetention{}})
+	id, err := e.store.DatabaseID(t.Context(), false)
+	if err != nil || id == "" {
+		t.Fatalf("a new database's identity: %q %v", id, err)
+	}
+	r := e.send(t, "GET", "/admin/database", "", "Bearer adm")
+	var got Database
+	if err := json.Unmarshal(r.body, &got); r.status != http.StatusOK || err != nil {
+		t.Fatalf("GET /admin/database: %d %s", r.status, r.body)
+	}
+	abs, _ := filepath.Abs(e.store.Path())
+	if got.DatabaseID != id || got.Path != abs {
+		t.Fatalf("answer %+v, want %s at %s", got, id, abs)
+	}
+	if folder, err := store.FolderDatabaseID(e.store.Path()); err != nil || folder != id {
+		t.Fatalf("the folder records %q (%v), the database is %s", folder, err, id)
+	}
+	if h := r.header.Get(HeaderDatabaseID); h != id {
+		t.Fatalf("%s: %q, want %s", HeaderDatabaseID, h, id)
+	}
+	e.createThread(t, "t1")
+	if r := e.send(t, "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":true}`, "Bearer adm"); r.status != http.StatusOK || r.header.Get(HeaderDatabaseID) != id {
+		t.Fatalf("legal hold: %d, %s %q", r.status, HeaderDatabaseID, r.header.Get(HeaderDatabaseID))
+	}
+	if r := e.send(t, "GET", "/admin/database", "", ""); r.status != http.StatusUnauthorized || r.header.Get(HeaderDatabaseID) != "" {
+		t.Fatalf("without the token: %d, %s %q", r.status, HeaderDatabaseID, r.header.Get(HeaderDatabaseID))
+	}
+	off := newEnv(t, Options{})
+	off.expect(t, "GET", "/admin/database", "", http.StatusForbidden)
+}
