@@ -4,16 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/progressdb/progressdb/server/internal/api"
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
@@ -30,6 +31,9 @@ type adminClient struct {
 	base  string
 	token string
 	hc    *http.Client
+	// named is the database the server's last answer named
+	// (api.HeaderDatabaseID), shared by the client's copies.
+	named *string
 }
 
 // adminError is a non-2xx answer of the admin API, with what a refused or
@@ -44,10 +48,11 @@ type adminError struct {
 
 func (e *adminError) Error() string { return fmt.Sprintf("server answered %d: %s", e.Status, e.Msg) }
 
+// errNoAdminToken: PROGRESSDB_ADMIN_TOKEN is unset, so no admin API can
+// be asked.
+var errNoAdminToken = fmt.Errorf("set %s to reach its admin API", config.VarAdminToken)
+
 func newAdminClient(cfg config.Config) (*adminClient, error) {
-	if cfg.AdminToken == "" {
-		return nil, fmt.Errorf("set %s to reach its admin API", config.VarAdminToken)
-	}
 	host, port, err := net.SplitHostPort(cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s=%q: %w", config.VarAddr, cfg.Addr, err)
@@ -56,11 +61,28 @@ func newAdminClient(cfg config.Config) (*adminClient, error) {
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
 	}
+	return serverClient("http://"+net.JoinHostPort(host, port), cfg.AdminToken)
+}
+
+// serverClient calls the admin API of the server at base (--server,
+// PROGRESSDB_SERVER, or PROGRESSDB_ADDR's) with token.
+func serverClient(base, token string) (*adminClient, error) {
+	if token == "" {
+		return nil, errNoAdminToken
+	}
 	return &adminClient{
-		base:  "http://" + net.JoinHostPort(host, port),
-		token: cfg.AdminToken,
+		base:  strings.TrimRight(base, "/"),
+		token: token,
 		hc:    &http.Client{Timeout: adminTimeout},
+		named: new(string),
 	}, nil
+}
+
+// noteDatabase keeps the database an answer names.
+func (c *adminClient) noteDatabase(res *http.Response) {
+	if id := res.Header.Get(api.HeaderDatabaseID); id != "" && c.named != nil {
+		*c.named = id
+	}
 }
 
 // untimed is the client for calls that last as long as their work (a
@@ -95,6 +117,7 @@ func (c *adminClient) do(ctx context.Context, method, path string, in, out any) 
 		return fmt.Errorf("reach the server at %s: %w", c.base, err)
 	}
 	defer res.Body.Close()
+	c.noteDatabase(res)
 	data, err := io.ReadAll(io.LimitReader(res.Body, 4<<20))
 	if err != nil {
 		return fmt.Errorf("read the server's answer: %w", err)
@@ -135,6 +158,7 @@ func (c *adminClient) stream(ctx context.Context, method, path string) (io.ReadC
 	if err != nil {
 		return nil, fmt.Errorf("reach the server at %s: %w", c.base, err)
 	}
+	c.noteDatabase(res)
 	if res.StatusCode/100 != 2 {
 		defer res.Body.Close()
 		data, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
@@ -149,38 +173,13 @@ func (c *adminClient) stream(ctx context.Context, method, path string) (io.ReadC
 	return res.Body, nil
 }
 
-// onRetention runs local on the retention service over the database when
-// no server holds it, and remote through the server's admin API when one
-// does (spec §9).
-func (e env) onRetention(cfg config.Config, logger *slog.Logger, name string,
-	local func(m *retention.Manager) error, remote func(c *adminClient) error) int {
-	return e.onDatabase(cfg, name, func(st *store.Store) error {
+// onRetention is onDatabase with the retention service over a database
+// opened here.
+func (e env) onRetention(ctx context.Context, cfg config.Config, logger *slog.Logger, name, server string,
+	local func(m *retention.Manager) error, remote func(c *adminClient) error) (database, int) {
+	return e.onDatabase(ctx, cfg, logger, name, server, func(st *store.Store) error {
 		return onLocalRetention(st, cfg, logger, local)
 	}, remote)
-}
-
-// onDatabase runs local on the database when no server holds it, and
-// remote through the server's admin API when one does, so that a running
-// server's view stays the truth.
-func (e env) onDatabase(cfg config.Config, name string, local func(st *store.Store) error, remote func(c *adminClient) error) int {
-	st, err := openStore(cfg, nil, mustExist)
-	switch {
-	case errors.Is(err, store.ErrDatabaseLocked):
-		c, cerr := newAdminClient(cfg)
-		if cerr != nil {
-			fmt.Fprintf(e.stderr, "progressdb %s: the database at %s is open in a running server; %v\n", name, cfg.DBPath, cerr)
-			return exitFailed
-		}
-		err = remote(c)
-	case err != nil:
-	default:
-		err = errors.Join(local(st), st.Close())
-	}
-	if err != nil {
-		fmt.Fprintf(e.stderr, "progressdb %s: %v\n", name, err)
-		return exitFailed
-	}
-	return exitOK
 }
 
 // onLocalRetention builds the retention service over an open store and

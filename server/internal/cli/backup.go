@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -32,17 +31,19 @@ import (
 // backupReport is what `backup create --json` prints.
 type backupReport struct {
 	File     string          `json:"file,omitempty"` // absent for --out -
+	Database database        `json:"database"`       // the database backed up
 	Manifest backup.Manifest `json:"manifest"`
 }
 
-// backupCreate makes a backup (spec §10): through the running server's
-// admin API when one holds the database, directly otherwise.
+// backupCreate makes a backup (spec §10) of the database openTarget
+// finds: through a server's admin API, or directly on one opened here.
 func (e env) backupCreate(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("backup create", flag.ContinueOnError)
 	out := fs.String("out", "", "write the backup to FILE (compressed when it ends .tar.zst), or to standard output with -; default: PROGRESSDB_BACKUP_PATH, or the current folder, under its own name")
 	zst := fs.Bool("zstd", false, "compress with zstd (implied by an --out name ending .tar.zst)")
 	asJSON := fs.Bool("json", false, "print the file and its manifest as JSON")
-	shard := fs.Int("shard", -1, "on a cluster node: the shard to back up, through the node at PROGRESSDB_ADDR, which must hold it")
+	shard := fs.Int("shard", -1, "in a cluster: the shard to back up, through any node (PROGRESSDB_ADDR or --server), which asks the shard's owner")
+	server := serverFlag(fs)
 	if !e.parseFlags(fs, args, false) {
 		return exitUsage
 	}
@@ -51,9 +52,15 @@ func (e env) backupCreate(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	defer closer.Close()
-	if cfg.Cluster.Enabled() != (*shard >= 0) {
-		fmt.Fprintln(e.stderr, "progressdb backup create: --shard N is required on a cluster node (each shard is a database of its own) and refused elsewhere")
+	if *server, ok = e.serverOf("backup create", *server, cfg); !ok {
 		return exitUsage
+	}
+	shardUsage := func() int {
+		fmt.Fprintln(e.stderr, "progressdb backup create: --shard N is required in a cluster (each shard is a database of its own) and refused elsewhere")
+		return exitUsage
+	}
+	if *server == "" && cfg.Cluster.Enabled() != (*shard >= 0) {
+		return shardUsage()
 	}
 	key, err := app.SigningKey(cfg)
 	if err != nil {
@@ -67,33 +74,25 @@ func (e env) backupCreate(ctx context.Context, args []string) int {
 	}
 
 	var rep backupReport
-	if *shard >= 0 {
-		// A cluster node's shards are backed up by the node holding them.
-		c, err := newAdminClient(cfg)
-		if err != nil {
-			return fail(err)
-		}
-		rep, err = e.remoteBackup(ctx, c, cfg, *out, compress, *shard)
-		if err != nil {
-			return fail(err)
-		}
-		return e.reportBackup(rep, *out, *asJSON)
-	}
-	st, err := openStore(cfg, logger, mustExist)
-	switch {
-	case errors.Is(err, store.ErrDatabaseLocked):
-		c, cerr := newAdminClient(cfg)
-		if cerr != nil {
-			return fail(fmt.Errorf("the database at %s is open in a running server; %w", cfg.DBPath, cerr))
-		}
-		rep, err = e.remoteBackup(ctx, c, cfg, *out, compress, -1)
-	case err != nil:
+	t, err := e.openTarget(ctx, cfg, logger, *server)
+	if err != nil {
 		return fail(err)
+	}
+	defer t.close()
+	switch {
+	case t.db.Node != (*shard >= 0):
+		return shardUsage()
+	case t.c != nil:
+		// Into the server's BACKUP_PATH only when it is this shell's too
+		// (the server holding PROGRESSDB_DB_PATH, or a node of this
+		// environment); a server named by URL streams it here.
+		rep, err = e.remoteBackup(ctx, t.c, cfg, *out, compress, *shard, *server == "")
 	default:
-		rep, err = e.localBackup(ctx, st, cfg, logger, key, *out, compress)
-		if cerr := st.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
+		rep, err = e.localBackup(ctx, t.st, cfg, logger, key, *out, compress)
+	}
+	rep.Database = t.acted()
+	if *shard >= 0 {
+		rep.Database.Shard = shard
 	}
 	if err != nil {
 		return fail(err)
@@ -105,8 +104,8 @@ func (e env) backupCreate(ctx context.Context, args []string) int {
 func (e env) reportBackup(rep backupReport, out string, asJSON bool) int {
 	switch {
 	case out == "-":
-		fmt.Fprintf(e.stderr, "progressdb backup create: backup %s written to standard output (audit head %s)\n",
-			rep.Manifest.BackupID, headName(rep.Manifest))
+		fmt.Fprintf(e.stderr, "progressdb backup create: backup %s of database %s written to standard output (audit head %s)\n",
+			rep.Manifest.BackupID, rep.Database, headName(rep.Manifest))
 	case asJSON:
 		writeJSON(e.stdout, rep)
 	default:
@@ -142,7 +141,7 @@ func (e env) localBackup(ctx context.Context, st *store.Store, cfg config.Config
 // --out is given and it has one, else as a stream written here. On a
 // cluster node shard names the shard (-1 on a single node), whose backups
 // go to BACKUP_PATH/shards/<n>/.
-func (e env) remoteBackup(ctx context.Context, c *adminClient, cfg config.Config, out string, compress bool, shard int) (backupReport, error) {
+func (e env) remoteBackup(ctx context.Context, c *adminClient, cfg config.Config, out string, compress bool, shard int, serverPath bool) (backupReport, error) {
 	var rep backupReport
 	q := url.Values{}
 	folder := cfg.Backup.Path
@@ -150,7 +149,7 @@ func (e env) remoteBackup(ctx context.Context, c *adminClient, cfg config.Config
 		q.Set("shard", strconv.Itoa(shard))
 		folder = cluster.ShardBackupPath(cfg.Backup.Path, shard)
 	}
-	if out == "" && cfg.Backup.Path != "" {
+	if out == "" && cfg.Backup.Path != "" && serverPath {
 		// A backup takes longer than one admin call may: ctx bounds it.
 		long := *c
 		hc := *c.hc
@@ -287,6 +286,7 @@ func headName(m backup.Manifest) string {
 func printBackup(w io.Writer, rep backupReport) {
 	m := rep.Manifest
 	fmt.Fprintf(w, "backup:      %s\n", rep.File)
+	fmt.Fprintf(w, "database:    %s\n", rep.Database)
 	fmt.Fprintf(w, "backup_id:   %s\n", m.BackupID)
 	fmt.Fprintf(w, "created_at:  %s\n", m.CreatedAt.Format(time.RFC3339))
 	fmt.Fprintf(w, "contents:    %d threads, %d messages, %d files\n", m.Threads, m.Messages, len(m.Files))

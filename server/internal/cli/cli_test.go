@@ -159,7 +159,7 @@ func TestRetentionRunWhileAServerHoldsTheDatabase(t *testing.T) {
 
 	start := time.Now()
 	code, _, errOut := h.run("retention", "run")
-	if code != exitFailed || !strings.Contains(errOut, "running server") || !strings.Contains(errOut, "/admin/retention/run") {
+	if code != exitFailed || !strings.Contains(errOut, "running process") || !strings.Contains(errOut, "--server URL") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	if time.Since(start) > 30*time.Second {

@@ -48,7 +48,7 @@ func TestBashCompletion(t *testing.T) {
 	}{
 		{[]string{"ret"}, "retention"},
 		{[]string{"config", ""}, "check"},
-		{[]string{"retention", "run", "--"}, "--dry-run --json"},
+		{[]string{"retention", "run", "--"}, "--dry-run --json --server"},
 		{[]string{"seed", "--th"}, "--threads"},
 		{[]string{"audit", "verify", "some/dir", "--j"}, "--json"},
 		{[]string{"audit", "show", filepath.Join(files, "ru")}, filepath.Join(files, "run.jsonl")},
@@ -133,7 +133,7 @@ _progressdb`, "zsh", script, bin)
 		want  string
 	}{
 		{[]string{"config", ""}, "check:validate the environment and print the effective configuration, secrets redacted"},
-		{[]string{"retention", "run", "--"}, "--dry-run --json"},
+		{[]string{"retention", "run", "--"}, "--dry-run --json --server"},
 		{[]string{"audit", "verify", "some/dir", "--j"}, "--exports --json --public-key --since"},
 		{[]string{"audit", "show", ""}, "<files>"},
 		{[]string{"legal-hold", ""}, "set:put a thread under legal hold: retention purges nothing of it " +
@@ -173,7 +173,7 @@ func TestFishCompletion(t *testing.T) {
 	}{
 		{"progressdb ret", "retention\tretention commands"},
 		{"progressdb config ", "check\tvalidate the environment and print the effective configuration, secrets redacted"},
-		{"progressdb retention run --", "--dry-run --json"},
+		{"progressdb retention run --", "--dry-run --json --server"},
 		{"progressdb seed --th", "--threads"},
 		{"progressdb audit verify some/dir --j", "--json"},
 		{"progressdb legal-hold cl", "clear\trelease a thread's legal hold"},

@@ -27,6 +27,7 @@ func (e env) retentionPause(ctx context.Context, args []string, pause bool) int 
 		reason = fs.String("reason", "", "why retention is paused (shown by status)")
 	}
 	asJSON := fs.Bool("json", false, "print the pause state as JSON")
+	server := serverFlag(fs)
 	if !e.parseFlags(fs, args, false) {
 		return exitUsage
 	}
@@ -35,10 +36,14 @@ func (e env) retentionPause(ctx context.Context, args []string, pause bool) int 
 		return exitUsage
 	}
 	defer closer.Close()
+	if *server, ok = e.serverOf(name, *server, cfg); !ok {
+		return exitUsage
+	}
 
 	var st retention.PauseState
 	var code int
-	if cfg.Cluster.Enabled() {
+	var db database
+	if cfg.Cluster.Enabled() && *server == "" {
 		// Pause is cluster-wide (spec §11): the switch is in etcd, where
 		// every node's shards read it.
 		code = e.onCluster(ctx, cfg, name, func(ctx context.Context, c *clientv3.Client, k cluster.Keys) error {
@@ -46,8 +51,9 @@ func (e env) retentionPause(ctx context.Context, args []string, pause bool) int 
 			st = retention.PauseStateOf(p)
 			return err
 		})
+		db = database{Node: true, Path: "the cluster's etcd (" + cfg.Cluster.Etcd + ")"}
 	} else {
-		code = e.onRetention(cfg, logger, name,
+		db, code = e.onRetention(ctx, cfg, logger, name, *server,
 			func(m *retention.Manager) (err error) {
 				st, err = m.SetPause(ctx, pause, *reason)
 				return err
@@ -64,9 +70,13 @@ func (e env) retentionPause(ctx context.Context, args []string, pause bool) int 
 		return code
 	}
 	if *asJSON {
-		writeJSON(e.stdout, st)
+		writeJSON(e.stdout, struct {
+			Database database `json:"database"`
+			retention.PauseState
+		}{db, st})
 		return exitOK
 	}
+	printDatabase(e.stdout, db)
 	printPause(e.stdout, st)
 	return exitOK
 }

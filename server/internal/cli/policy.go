@@ -31,6 +31,7 @@ func (e env) policyClear(ctx context.Context, args []string) int {
 func (e env) retentionPolicy(ctx context.Context, action string, args []string) int {
 	fs := flag.NewFlagSet("retention policy "+action, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the policy as JSON")
+	server := serverFlag(fs)
 	var o retention.PolicyOverride
 	if action == "set" {
 		// Durations are checked for their syntax here (a usage error); the
@@ -79,10 +80,13 @@ func (e env) retentionPolicy(ctx context.Context, action string, args []string) 
 		return exitUsage
 	}
 	defer closer.Close()
+	if *server, ok = e.serverOf(fs.Name(), *server, cfg); !ok {
+		return exitUsage
+	}
 
 	var p retention.ThreadPolicy
 	path := "/admin/threads/" + tid + "/retention"
-	code := e.onRetention(cfg, logger, fs.Name(),
+	db, code := e.onRetention(ctx, cfg, logger, fs.Name(), *server,
 		func(m *retention.Manager) (err error) {
 			switch action {
 			case "get":
@@ -113,9 +117,13 @@ func (e env) retentionPolicy(ctx context.Context, action string, args []string) 
 		return code
 	}
 	if *asJSON {
-		writeJSON(e.stdout, p)
+		writeJSON(e.stdout, struct {
+			Database database `json:"database"`
+			retention.ThreadPolicy
+		}{db, p})
 		return exitOK
 	}
+	printDatabase(e.stdout, db)
 	printPolicy(e.stdout, p)
 	return exitOK
 }

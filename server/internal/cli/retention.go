@@ -30,6 +30,8 @@ type runReport struct {
 	Reason string               `json:"reason"`
 	Error  string               `json:"error,omitempty"`
 	Holder *retention.LeaseInfo `json:"holder,omitempty"`
+	// Database is the database the run was asked of.
+	Database *database `json:"database,omitempty"`
 }
 
 // retentionRun runs retention once against PROGRESSDB_DB_PATH: on the
@@ -41,6 +43,7 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("retention run", flag.ContinueOnError)
 	dryRun := fs.Bool("dry-run", false, "write the audit, delete nothing")
 	asJSON := fs.Bool("json", false, "print the summary as JSON (also when the run could not start)")
+	server := serverFlag(fs)
 	if !e.parseFlags(fs, args, false) {
 		return exitUsage
 	}
@@ -63,8 +66,9 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
 		return done(runReport{ExitCode: exitUsage, Reason: "invalid_configuration", Error: err.Error()}, "")
 	}
-	if cfg.Cluster.Enabled() {
-		return e.clusterRetentionRun(ctx, cfg, *dryRun, *asJSON)
+	var ok bool
+	if *server, ok = e.serverOf("retention run", *server, cfg); !ok {
+		return done(runReport{ExitCode: exitUsage, Reason: "invalid_configuration", Error: "--server: not a server's URL"}, "")
 	}
 	bar := newProgressBar(e.stderr)
 	var logTo io.Writer // nil: e.stderr
@@ -84,33 +88,36 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 	}
 
 	var res retention.Result
-	st, err := openStore(cfg, logger, mustExist)
+	t, err := e.openTarget(ctx, cfg, logger, *server)
 	switch {
 	case errors.Is(err, store.ErrNoDatabase):
 		return done(runReport{ExitCode: exitFailed, Reason: "no_database"}, err.Error())
-	case errors.Is(err, store.ErrDatabaseLocked):
-		// A server holds the database: the run is its to make.
-		c, cerr := newAdminClient(cfg)
-		if cerr != nil {
-			return done(runReport{ExitCode: exitFailed, Reason: "database_busy"}, fmt.Sprintf(
-				"the database at %s is open in a running server; %v to run through it "+
-					"(POST /admin/retention/run with Authorization: Bearer $%s)", cfg.DBPath, cerr, config.VarAdminToken))
-		}
-		var callErr error
-		res, err, callErr = runOnServer(ctx, c, *dryRun)
-		if callErr != nil && ctx.Err() != nil {
-			// The server does not stop a run whose client hangs up.
-			return done(runReport{ExitCode: exitFailed, Reason: "error"},
-				"stopped waiting; the run goes on in the server at "+c.base+" (progressdb retention status shows it)")
-		}
-		if callErr != nil {
-			return done(runReport{ExitCode: exitFailed, Reason: "database_busy"}, fmt.Sprintf(
-				"the database at %s is open in a running server, which did not run retention: %v", cfg.DBPath, callErr))
-		}
+	case errors.Is(err, errNotTheServer):
+		// A process holds the database: the run is its to make, through
+		// its admin API (POST /admin/retention/run), once it is known.
+		return done(runReport{ExitCode: exitFailed, Reason: "database_busy"}, err.Error())
 	case err != nil:
 		return done(runReport{ExitCode: exitFailed, Reason: "error"}, err.Error())
+	}
+	defer t.close()
+	switch {
+	case t.db.Node:
+		return e.clusterRetentionRun(ctx, t.c, *dryRun, *asJSON)
+	case t.c != nil:
+		var callErr error
+		res, err, callErr = runOnServer(ctx, t.c, *dryRun)
+		db := t.acted()
+		if callErr != nil && ctx.Err() != nil {
+			// The server does not stop a run whose client hangs up.
+			return done(runReport{ExitCode: exitFailed, Reason: "error", Database: &db},
+				"stopped waiting; the run goes on in the server at "+t.c.base+" (progressdb retention status shows it)")
+		}
+		if callErr != nil {
+			return done(runReport{ExitCode: exitFailed, Reason: "database_busy", Database: &db}, fmt.Sprintf(
+				"the server at %s did not run retention on database %s: %v", t.c.base, db, callErr))
+		}
 	default:
-		defer st.Close()
+		st := t.st
 		svc, serr := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key)
 		if serr != nil {
 			return done(runReport{ExitCode: exitFailed, Reason: "error"}, serr.Error())
@@ -138,24 +145,26 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 		res, err = svc.Run(ctx, req)
 		bar.clear()
 	}
+	db := t.acted()
 	var held *retention.LeaseHeldError
 	switch {
 	case errors.As(err, &held):
-		return done(runReport{ExitCode: exitLeaseHeld, Reason: "lease_held", Holder: &held.Holder}, fmt.Sprintf(
+		return done(runReport{ExitCode: exitLeaseHeld, Reason: "lease_held", Holder: &held.Holder, Database: &db}, fmt.Sprintf(
 			"lease held by %s (host %s, pid %d) until %s; run skipped",
 			held.Holder.Owner, held.Holder.Host, held.Holder.PID, held.Holder.Expires.Format(time.RFC3339)))
 	case errors.Is(err, retention.ErrPaused):
-		return done(runReport{ExitCode: exitFailed, Reason: "paused"},
+		return done(runReport{ExitCode: exitFailed, Reason: "paused", Database: &db},
 			"retention is paused; `progressdb retention resume` lifts it, --dry-run previews")
 	case errors.Is(err, retention.ErrDisabled):
-		return done(runReport{ExitCode: exitFailed, Reason: "disabled"},
+		return done(runReport{ExitCode: exitFailed, Reason: "disabled", Database: &db},
 			"the server refused: retention is disabled there (PROGRESSDB_RETENTION_ENABLED); --dry-run previews")
 	}
-	rep := runReport{ExitCode: exitOK, Reason: res.Status, Error: res.Error}
+	rep := runReport{ExitCode: exitOK, Reason: res.Status, Error: res.Error, Database: &db}
 	if res.RunID != "" || !res.StartedAt.IsZero() {
 		rep.Result = &res
 	}
 	if !*asJSON {
+		printDatabase(e.stdout, db)
 		printResult(e.stdout, res)
 	}
 	switch {
@@ -215,6 +224,8 @@ type statusReport struct {
 	Source string `json:"source"`
 	Server string `json:"server,omitempty"`
 	Note   string `json:"note,omitempty"`
+	// Database is the database whose status this is.
+	Database database `json:"database"`
 	*retention.Status
 	// Lease and LastRun are known in every view, so they stand outside
 	// Status (and shadow its copies in JSON).
@@ -233,6 +244,7 @@ func newStatusReport(source string, st *retention.Status) *statusReport {
 func (e env) retentionStatus(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("retention status", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the status as JSON")
+	server := serverFlag(fs)
 	if !e.parseFlags(fs, args, false) {
 		return exitUsage
 	}
@@ -240,10 +252,10 @@ func (e env) retentionStatus(ctx context.Context, args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	if cfg.Cluster.Enabled() {
-		return e.clusterRetentionStatus(ctx, cfg, *asJSON)
+	if *server, ok = e.serverOf("retention status", *server, cfg); !ok {
+		return exitUsage
 	}
-	rep, code := e.readStatus(ctx, cfg)
+	rep, code := e.readStatus(ctx, cfg, *asJSON, *server)
 	if rep == nil {
 		return code
 	}
@@ -256,66 +268,68 @@ func (e env) retentionStatus(ctx context.Context, args []string) int {
 }
 
 // readStatus asks the server, the database or the files, in that order of
-// truth. A nil report means the error was printed.
-func (e env) readStatus(ctx context.Context, cfg config.Config) (*statusReport, int) {
+// truth. A nil report means the report was printed (a cluster's, one
+// line per shard) or the error was.
+func (e env) readStatus(ctx context.Context, cfg config.Config, asJSON bool, server string) (*statusReport, int) {
 	fail := func(err error) (*statusReport, int) {
 		fmt.Fprintf(e.stderr, "progressdb retention status: %v\n", err)
 		return nil, exitFailed
 	}
-	db, err := openStore(cfg, nil, mustExist)
+	t, err := e.openTarget(ctx, cfg, nil, server)
 	switch {
-	case errors.Is(err, store.ErrDatabaseLocked):
-		// A server runs on this database: its view, not this shell's.
+	case errors.Is(err, errNotTheServer):
+		// A process holds the database and cannot be asked: show what it
+		// writes to disk, never this shell's configuration in its place.
+		// Without a token that is all there is to show; a server that was
+		// asked and did not answer for the database fails, so scripts
+		// notice.
+		code := exitOK
+		if !errors.Is(err, errNoAdminToken) {
+			code = exitFailed
+			fmt.Fprintf(e.stderr, "progressdb retention status: %v\n", err)
+		}
+		db := database{Path: cfg.DBPath}
+		db.ID, _ = store.FolderDatabaseID(cfg.DBPath)
+		st, rerr := retention.ReadStatus(cfg.Retention, time.Now(), db.ID)
+		if rerr != nil {
+			return fail(rerr)
+		}
+		return &statusReport{Source: statusFromFiles, Note: err.Error() + "; lease and last run read from " + cfg.Retention.AuditPath,
+			Database: db, Lease: st.Lease, LastRun: st.LastRun}, code
 	case err != nil:
 		return fail(err)
-	default:
-		dbID, err := db.DatabaseID(ctx, false)
+	}
+	defer t.close()
+	switch {
+	case t.db.Node:
+		return nil, e.clusterRetentionStatus(ctx, t.c, asJSON)
+	case t.c != nil:
 		var st retention.Status
-		if err == nil {
-			st, err = retention.ReadStatus(cfg.Retention, time.Now(), dbID)
-		}
-		if err == nil {
-			var p store.RetentionPause
-			p, err = db.RetentionPause(ctx)
-			st.PauseState = retention.PauseStateOf(p)
-		}
-		if err = errors.Join(err, db.Close()); err != nil {
+		if err := t.c.do(ctx, http.MethodGet, "/admin/retention", nil, &st); err != nil {
 			return fail(err)
 		}
-		rep := newStatusReport(statusFromDatabase, &st)
-		rep.Note = "no server holds the database: this shell's configuration, nothing scheduled"
+		rep := newStatusReport(statusFromServer, &st)
+		rep.Server = t.c.base
+		rep.Database = t.acted()
 		return rep, exitOK
 	}
-
-	code := exitOK
-	var note string
-	c, err := newAdminClient(cfg)
+	st, err := retention.ReadStatus(cfg.Retention, time.Now(), t.db.ID)
 	if err == nil {
-		var st retention.Status
-		if err = c.do(ctx, http.MethodGet, "/admin/retention", nil, &st); err == nil {
-			rep := newStatusReport(statusFromServer, &st)
-			rep.Server = c.base
-			return rep, exitOK
-		}
-		// A token was given but the server could not answer with it: show
-		// what is on disk and fail, so scripts notice.
-		note = fmt.Sprintf("a server holds the database and did not answer at %s: %v", c.base, err)
-		code = exitFailed
-	} else {
-		note = fmt.Sprintf("a server holds the database; %v for its configuration, next run and pause", err)
+		var p store.RetentionPause
+		p, err = t.st.RetentionPause(ctx)
+		st.PauseState = retention.PauseStateOf(p)
 	}
-	st, err := retention.ReadStatus(cfg.Retention, time.Now(), "")
 	if err != nil {
 		return fail(err)
 	}
-	if code != exitOK {
-		fmt.Fprintf(e.stderr, "progressdb retention status: %s\n", note)
-	}
-	return &statusReport{Source: statusFromFiles, Note: note + "; lease and last run read from " + cfg.Retention.AuditPath,
-		Lease: st.Lease, LastRun: st.LastRun}, code
+	rep := newStatusReport(statusFromDatabase, &st)
+	rep.Database = t.db
+	rep.Note = "no server holds the database: this shell's configuration, nothing scheduled"
+	return rep, exitOK
 }
 
 func printStatus(w io.Writer, rep *statusReport) {
+	printDatabase(w, rep.Database)
 	switch rep.Source {
 	case statusFromServer:
 		fmt.Fprintf(w, "source:          server at %s\n", rep.Server)

@@ -11,22 +11,16 @@ import (
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/router"
-	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
 // On a cluster node PROGRESSDB_DB_PATH holds shards, not one database, and
 // a shard's runs belong to its owner: retention run and status go through
-// the admin API of the node at PROGRESSDB_ADDR, which answers for every
-// shard (each on its owner).
+// the admin API of a node (PROGRESSDB_ADDR, or --server), which answers
+// for every shard (each on its owner).
 
 // clusterRetentionRun runs every shard's retention at once and prints each
 // shard's summary. Exit 0 when every shard completed, 1 otherwise.
-func (e env) clusterRetentionRun(ctx context.Context, cfg config.Config, dryRun, asJSON bool) int {
-	c, err := newAdminClient(cfg)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "progressdb retention run: a cluster's runs go through a node's admin API: %v\n", err)
-		return exitFailed
-	}
+func (e env) clusterRetentionRun(ctx context.Context, c *adminClient, dryRun, asJSON bool) int {
 	var out router.ClusterRetention
 	if err := c.untimed().do(ctx, http.MethodPost, "/admin/retention/run", map[string]bool{"dry_run": dryRun}, &out); err != nil {
 		fmt.Fprintf(e.stderr, "progressdb retention run: %v\n", err)
@@ -41,6 +35,7 @@ func (e env) clusterRetentionRun(ctx context.Context, cfg config.Config, dryRun,
 	if asJSON {
 		writeJSON(e.stdout, out)
 	} else {
+		printDatabase(e.stdout, database{Node: true, Server: c.base})
 		printClusterRuns(e.stdout, out)
 	}
 	if code != exitOK {
@@ -69,12 +64,7 @@ func printClusterRuns(w io.Writer, out router.ClusterRetention) {
 
 // clusterRetentionStatus prints every shard's retention status. Exit 0
 // when every shard answered, 1 otherwise.
-func (e env) clusterRetentionStatus(ctx context.Context, cfg config.Config, asJSON bool) int {
-	c, err := newAdminClient(cfg)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "progressdb retention status: a cluster's status comes from a node's admin API: %v\n", err)
-		return exitFailed
-	}
+func (e env) clusterRetentionStatus(ctx context.Context, c *adminClient, asJSON bool) int {
 	var out router.ClusterRetention
 	if err := c.do(ctx, http.MethodGet, "/admin/retention", nil, &out); err != nil {
 		fmt.Fprintf(e.stderr, "progressdb retention status: %v\n", err)
@@ -90,6 +80,7 @@ func (e env) clusterRetentionStatus(ctx context.Context, cfg config.Config, asJS
 		writeJSON(e.stdout, out)
 		return code
 	}
+	printDatabase(e.stdout, database{Node: true, Server: c.base})
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SHARD\tNODE\tENABLED\tPAUSED\tNEXT RUN\tLAST RUN\tLAST PURGED")
 	for _, s := range out.Shards {

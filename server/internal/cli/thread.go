@@ -6,12 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"text/tabwriter"
 	"time"
 
+	"github.com/progressdb/progressdb/server/internal/logging"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/wire"
+	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -24,29 +27,53 @@ func shownTime(t wire.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// threadReport is `thread get`'s answer: the thread with its hold, and its
-// retention override with the policy in force.
+// threadReport is `thread get`'s answer: the database, the thread with its
+// hold, and its retention override with the policy in force.
 type threadReport struct {
+	Database  database               `json:"database"`
 	Thread    wire.Thread            `json:"thread"`
 	Retention retention.ThreadPolicy `json:"retention"`
 }
 
-// threadArg parses a command that takes one thread ID and --json.
-func (e env) threadArg(name string, args []string) (tid string, asJSON bool, ok bool) {
+// threadArgs is what a command on one thread is given.
+type threadArgs struct {
+	tid    string
+	asJSON bool
+	server string // --server
+}
+
+// threadArg parses a command that takes one thread ID, --json and
+// --server.
+func (e env) threadArg(name string, args []string) (threadArgs, bool) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	j := fs.Bool("json", false, "print JSON")
+	server := serverFlag(fs)
 	if !e.parseFlags(fs, args, true) {
-		return "", false, false
+		return threadArgs{}, false
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintf(e.stderr, "progressdb %s: give one thread ID\n", name)
-		return "", false, false
+		return threadArgs{}, false
 	}
 	if err := store.ValidateID(fs.Arg(0)); err != nil {
 		fmt.Fprintf(e.stderr, "progressdb %s: %v\n", name, err)
-		return "", false, false
+		return threadArgs{}, false
 	}
-	return fs.Arg(0), *j, true
+	return threadArgs{tid: fs.Arg(0), asJSON: *j, server: *server}, true
+}
+
+// threadConfig loads the configuration of a command on one thread and the
+// server it acts through; false: the error was printed (exit 2).
+func (e env) threadConfig(name string, a *threadArgs) (config.Config, *slog.Logger, *logging.Sink, bool) {
+	cfg, logger, closer, ok := e.configAndLogger()
+	if !ok {
+		return cfg, nil, nil, false
+	}
+	if a.server, ok = e.serverOf(name, a.server, cfg); !ok {
+		closer.Close()
+		return cfg, nil, nil, false
+	}
+	return cfg, logger, closer, true
 }
 
 // threadGet prints a thread, deleted or not, with its legal hold, its
@@ -54,18 +81,20 @@ func (e env) threadArg(name string, args []string) (tid string, asJSON bool, ok 
 // API when a server runs, from the database directly otherwise.
 func (e env) threadGet(ctx context.Context, args []string) int {
 	const name = "thread get"
-	tid, asJSON, ok := e.threadArg(name, args)
+	a, ok := e.threadArg(name, args)
 	if !ok {
 		return exitUsage
 	}
-	cfg, logger, closer, ok := e.configAndLogger()
+	cfg, logger, closer, ok := e.threadConfig(name, &a)
 	if !ok {
 		return exitUsage
 	}
 	defer closer.Close()
 
+	tid := a.tid
 	var rep threadReport
-	code := e.onDatabase(cfg, name,
+	var code int
+	rep.Database, code = e.onDatabase(ctx, cfg, logger, name, a.server,
 		func(st *store.Store) error {
 			t, err := st.GetThread(ctx, tid)
 			if err != nil {
@@ -86,10 +115,11 @@ func (e env) threadGet(ctx context.Context, args []string) int {
 	if code != exitOK {
 		return code
 	}
-	if asJSON {
+	if a.asJSON {
 		writeJSON(e.stdout, rep)
 		return exitOK
 	}
+	printDatabase(e.stdout, rep.Database)
 	printThread(e.stdout, rep.Thread)
 	printPolicy(e.stdout, rep.Retention)
 	return exitOK
@@ -131,18 +161,19 @@ func (e env) legalHoldSet(ctx context.Context, args []string, hold bool) int {
 	if hold {
 		name = "legal-hold set"
 	}
-	tid, asJSON, ok := e.threadArg(name, args)
+	a, ok := e.threadArg(name, args)
 	if !ok {
 		return exitUsage
 	}
-	cfg, _, closer, ok := e.configAndLogger()
+	cfg, logger, closer, ok := e.threadConfig(name, &a)
 	if !ok {
 		return exitUsage
 	}
 	defer closer.Close()
 
+	tid := a.tid
 	var t wire.Thread
-	code := e.onDatabase(cfg, name,
+	db, code := e.onDatabase(ctx, cfg, logger, name, a.server,
 		func(st *store.Store) error {
 			th, err := st.SetLegalHold(ctx, tid, hold)
 			t = wire.ThreadOf(th)
@@ -154,10 +185,14 @@ func (e env) legalHoldSet(ctx context.Context, args []string, hold bool) int {
 	if code != exitOK {
 		return code
 	}
-	if asJSON {
-		writeJSON(e.stdout, t)
+	if a.asJSON {
+		writeJSON(e.stdout, struct {
+			Database database `json:"database"`
+			wire.Thread
+		}{db, t})
 		return exitOK
 	}
+	printDatabase(e.stdout, db)
 	printThread(e.stdout, t)
 	return exitOK
 }
@@ -167,19 +202,25 @@ func (e env) legalHoldList(ctx context.Context, args []string) int {
 	const name = "legal-hold list"
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
+	server := serverFlag(fs)
 	if !e.parseFlags(fs, args, false) {
 		return exitUsage
 	}
-	cfg, _, closer, ok := e.configAndLogger()
+	cfg, logger, closer, ok := e.configAndLogger()
 	if !ok {
 		return exitUsage
 	}
 	defer closer.Close()
+	if *server, ok = e.serverOf(name, *server, cfg); !ok {
+		return exitUsage
+	}
 
 	var held struct {
-		Threads []wire.Thread `json:"threads"`
+		Database database      `json:"database"`
+		Threads  []wire.Thread `json:"threads"`
 	}
-	code := e.onDatabase(cfg, name,
+	var code int
+	held.Database, code = e.onDatabase(ctx, cfg, logger, name, *server,
 		func(st *store.Store) error {
 			threads, err := st.LegalHolds(ctx)
 			for _, t := range threads {
@@ -200,6 +241,7 @@ func (e env) legalHoldList(ctx context.Context, args []string) int {
 		writeJSON(e.stdout, held)
 		return exitOK
 	}
+	printDatabase(e.stdout, held.Database)
 	if len(held.Threads) == 0 {
 		fmt.Fprintln(e.stdout, "no thread is on legal hold")
 		return exitOK

@@ -16,8 +16,11 @@ import (
 // Config is the whole server configuration. The env tags name the
 // variables; defaults that depend on other values are applied by Load.
 type Config struct {
-	DBPath     string `env:"PROGRESSDB_DB_PATH" envDefault:"./data"`
-	Addr       string `env:"PROGRESSDB_ADDR" envDefault:"127.0.0.1:8080"`
+	DBPath string `env:"PROGRESSDB_DB_PATH" envDefault:"./data"`
+	Addr   string `env:"PROGRESSDB_ADDR" envDefault:"127.0.0.1:8080"`
+	// Server, for the operator commands: the URL of the server whose admin
+	// API they act through, never opening a local folder (spec §10.1).
+	Server     string `env:"PROGRESSDB_SERVER"`
 	AdminToken string `env:"PROGRESSDB_ADMIN_TOKEN"`                  // secret
 	APIKey     string `env:"PROGRESSDB_API_KEY"`                      // secret
 	LogLevel   string `env:"PROGRESSDB_LOG_LEVEL" envDefault:"info"`  // debug|info|warn|error
@@ -86,6 +89,7 @@ type Retention struct {
 const (
 	VarDBPath           = "PROGRESSDB_DB_PATH"
 	VarAddr             = "PROGRESSDB_ADDR"
+	VarServer           = "PROGRESSDB_SERVER"
 	VarAdminToken       = "PROGRESSDB_ADMIN_TOKEN"
 	VarAPIKey           = "PROGRESSDB_API_KEY"
 	VarLogLevel         = "PROGRESSDB_LOG_LEVEL"
@@ -255,6 +259,7 @@ func (c Config) Redacted() [][2]string {
 	return append([][2]string{
 		{VarDBPath, c.DBPath},
 		{VarAddr, c.Addr},
+		{VarServer, unsetIfEmpty(c.Server)},
 		{VarAdminToken, secret(c.AdminToken)},
 		{VarAPIKey, secret(c.APIKey)},
 		{VarLogLevel, c.LogLevel},

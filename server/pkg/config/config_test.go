@@ -169,6 +169,9 @@ func TestLoadInvalid(t *testing.T) {
 		{"PROGRESSDB_ADDR=localhost", "host:port", nil},
 		{"PROGRESSDB_ADDR=127.0.0.1:http", "host:port", nil},
 		{"PROGRESSDB_ADDR=127.0.0.1:70000", "host:port", nil},
+		{"PROGRESSDB_SERVER=127.0.0.1:8080", "http://", nil},
+		{"PROGRESSDB_SERVER=ftp://db.example", "http://", nil},
+		{"PROGRESSDB_SERVER=http://db.example/?x=1", "http://", nil},
 		{"PROGRESSDB_LOG_LEVEL=verbose", "debug, info, warn or error", nil},
 		{"PROGRESSDB_LOG_FORMAT=xml", "text, json or auto", nil},
 		{"PROGRESSDB_LOG_SINK=syslog", "stderr or file:<path>", nil},
@@ -248,8 +251,8 @@ func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 	freeForm := map[string]bool{VarDBPath: true, VarAdminToken: true, VarAPIKey: true, VarAuditPath: true, VarLeasePath: true,
 		VarExportPath: true, VarAuditSigningKey: true, VarBackupPath: true}
 	vars := fieldVars()
-	if len(vars) != 41 {
-		t.Fatalf("fieldVars has %d variables, want the 39 of the spec, YIELD_TO_WRITES and ERASE_RATE", len(vars))
+	if len(vars) != 42 {
+		t.Fatalf("fieldVars has %d variables, want the 40 of the spec, YIELD_TO_WRITES and ERASE_RATE", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -370,7 +373,7 @@ func TestRedacted(t *testing.T) {
 		names = append(names, p[0])
 	}
 	wantOrder := []string{
-		VarDBPath, VarAddr, VarAdminToken, VarAPIKey, VarLogLevel, VarLogFormat, VarLogSink,
+		VarDBPath, VarAddr, VarServer, VarAdminToken, VarAPIKey, VarLogLevel, VarLogFormat, VarLogSink,
 		VarEnabled, VarPeriod, VarMessagePeriod, VarCron, VarMinPeriod, VarAllowShortPeriod, VarDryRun,
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
 		VarYieldToWrites, VarMaxAge, VarMaxMessages, VarExportPath,

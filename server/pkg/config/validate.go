@@ -1,7 +1,9 @@
 package config
 
 import (
+	"errors"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,6 +25,7 @@ func (c Config) validate(vars map[string]string, node bool) error {
 	checks := []func(map[string]string) *Error{
 		c.validateLogging,
 		c.validateAddr,
+		c.validateServer,
 		c.validateSecrets,
 		c.Retention.validatePeriods,
 		c.Retention.validateCron,
@@ -46,6 +49,27 @@ func (b Backup) validate(vars map[string]string) *Error {
 	}
 	if b.Keep <= 0 {
 		return &Error{VarBackupKeep, vars[VarBackupKeep], "must be positive, such as 30d: backups older than it are deleted"}
+	}
+	return nil
+}
+
+// validateServer checks PROGRESSDB_SERVER, when set: an http or https URL.
+func (c Config) validateServer(map[string]string) *Error {
+	if c.Server != "" {
+		if err := ValidateServerURL(c.Server); err != nil {
+			return &Error{VarServer, c.Server, err.Error()}
+		}
+	}
+	return nil
+}
+
+// ValidateServerURL checks the URL of a server's admin API
+// (PROGRESSDB_SERVER, --server): http or https with a host, and no
+// query or fragment (the commands add the API's paths).
+func ValidateServerURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return errors.New("must be the http:// or https:// URL of a progressdb server, such as http://10.0.0.7:8080")
 	}
 	return nil
 }
