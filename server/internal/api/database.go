@@ -18,12 +18,8 @@ type Database struct {
 	Path       string `json:"path"` // the folder, absolute
 }
 
-// NotOneDatabase begins the message of GET /admin/database on a cluster
-// node (code cluster_node).
-const NotOneDatabase = "a cluster node serves one database per shard"
-
 var errDatabasePerShard = &httpError{http.StatusNotFound, CodeClusterNode,
-	NotOneDatabase + ", not one: GET /admin/cluster lists them; " +
+	"a cluster node serves one database per shard, not one: GET /admin/cluster lists them; " +
 		"a thread's admin answers name its shard's database in " + HeaderDatabaseID}
 
 // database answers GET /admin/database: the identity and folder of the

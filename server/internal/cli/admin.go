@@ -40,6 +40,7 @@ type adminClient struct {
 // failed retention run carries besides the message.
 type adminError struct {
 	Status int
+	Code   api.Code // the answer's code (spec §7), "" from a server without codes
 	Msg    string
 	Holder *retention.LeaseInfo // 409: the lease is held elsewhere
 	Paused bool                 // 409: retention is paused
@@ -125,6 +126,7 @@ func (c *adminClient) do(ctx context.Context, method, path string, in, out any) 
 	if res.StatusCode/100 != 2 {
 		var e struct {
 			Error  string               `json:"error"`
+			Code   api.Code             `json:"code"`
 			Holder *retention.LeaseInfo `json:"holder"`
 			Paused bool                 `json:"paused"`
 			Result *retention.Result    `json:"result"`
@@ -132,7 +134,7 @@ func (c *adminClient) do(ctx context.Context, method, path string, in, out any) 
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			e.Error = http.StatusText(res.StatusCode)
 		}
-		return &adminError{Status: res.StatusCode, Msg: e.Error, Holder: e.Holder, Paused: e.Paused, Result: e.Result}
+		return &adminError{Status: res.StatusCode, Code: e.Code, Msg: e.Error, Holder: e.Holder, Paused: e.Paused, Result: e.Result}
 	}
 	if out == nil || len(data) == 0 {
 		return nil

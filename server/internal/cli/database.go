@@ -161,7 +161,7 @@ func remoteTarget(ctx context.Context, c *adminClient, d database) (*dbTarget, e
 	err := c.do(ctx, http.MethodGet, "/admin/database", nil, &served)
 	var ae *adminError
 	switch {
-	case errors.As(err, &ae) && ae.Status == http.StatusNotFound && strings.HasPrefix(ae.Msg, api.NotOneDatabase):
+	case errors.As(err, &ae) && ae.Code == api.CodeClusterNode:
 		d.Node = true
 	case err != nil:
 		return nil, fmt.Errorf("ask the server at %s which database it serves: %w", c.base, err)
