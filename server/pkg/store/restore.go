@@ -242,5 +242,5 @@ func (s *Store) BecomeCopy(ctx context.Context, id, backupID string) (Lineage, e
 	if err := s.commit(ctx, b, pebble.Sync); err != nil {
 		return Lineage{}, fmt.Errorf("record the restored database's identity: %w", err)
 	}
-	return l, nil
+	return l, s.recordIdentity(ctx)
 }
