@@ -89,6 +89,9 @@ func (e env) backupCreate(ctx context.Context, args []string) int {
 		rep, err = e.remoteBackup(ctx, t.c, cfg, *out, compress, *shard, *server == "")
 	default:
 		rep, err = e.localBackup(ctx, t.st, cfg, logger, key, *out, compress)
+		if cerr := t.close(); err == nil {
+			err = cerr
+		}
 	}
 	rep.Database = t.acted()
 	if *shard >= 0 {
