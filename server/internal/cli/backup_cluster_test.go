@@ -70,6 +70,7 @@ func TestClusterPerThreadCommandsThroughAnyNode(t *testing.T) {
 	srv := etcdtest.Start(t)
 	dir := t.TempDir()
 	h := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=2", "PROGRESSDB_ADMIN_TOKEN=adm", "PROGRESSDB_CLUSTER_LEASE_TTL=3s")
+	reportHeld(t, srv, "node-1", "node-2")
 	h.mustRun("cluster", "create", "--nodes", "node-1,node-2")
 	node1 := append(append([]string{"PATH=" + os.Getenv("PATH")}, h.environ...), serveNode(t, h)...)
 	node2 := &harness{t: t, dbPath: h.dbPath + "-2", environ: append(append([]string{}, h.environ...),

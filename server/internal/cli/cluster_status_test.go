@@ -79,6 +79,7 @@ func TestClusterStatus(t *testing.T) {
 func TestClusterStatusNeedsOnlyEtcd(t *testing.T) {
 	srv := etcdtest.Start(t)
 	h := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=2")
+	reportHeld(t, srv, "node-1")
 	h.mustRun("cluster", "create", "--nodes", "node-1")
 	base := []string{"PATH=" + os.Getenv("PATH"), "PROGRESSDB_LOG_LEVEL=warn"}
 	code, out, errOut := runBinary(t, append(base, "PROGRESSDB_CLUSTER_ETCD="+strings.Join(srv.Endpoints(), ",")), "cluster", "status")
