@@ -36,9 +36,6 @@ import (
 
 const b12Admin = "b12-admin-token"
 
-// b12Server is one binary to measure: its name in the tables and its path.
-type b12Server struct{ name, path string }
-
 func runB12(ctx context.Context, b *bench) (*section, error) {
 	sec := &section{}
 	sizes := b.o.trailSizes

@@ -44,6 +44,12 @@ type options struct {
 	servers    []b12Server
 }
 
+// b12Server is one binary B12 measures (-servers): its name in the tables
+// and its path. It is declared beside the options that parse it, so that
+// the harness builds without B12's file (bench-compare leaves out the
+// scenario files a base revision cannot build).
+type b12Server struct{ name, path string }
+
 func main() {
 	if os.Getenv(loadgenEnv) != "" {
 		os.Exit(runLoadgen(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
