@@ -22,7 +22,8 @@ import (
 // A cluster node backs up each shard it holds as a database of its own:
 // POST /admin/backups?shard=N writes one into <BACKUP_PATH>/shards/N/ and
 // /stream?shard=N sends one, both verifying; a shard the node does not
-// hold answers 409 and no shard 400. Scheduled backups write one per shard
+// hold is backed up by its owner, to which the node forwards the request,
+// a shard outside the map answers 503 and no shard 400. Scheduled backups write one per shard
 // into the shard's folder, and GET /admin/backups lists every shard's with
 // its shard.
 func TestClusterBackupsPerShard(t *testing.T) {
@@ -55,13 +56,14 @@ func TestClusterBackupsPerShard(t *testing.T) {
 	}
 	for url, want := range map[string]int{
 		"/admin/backups":                http.StatusBadRequest,
-		"/admin/backups?shard=1":        http.StatusConflict,
+		"/admin/backups?shard=1":        http.StatusCreated, // on node-b, its owner
 		"/admin/backups/stream":         http.StatusBadRequest,
 		"/admin/backups/stream?shard=x": http.StatusBadRequest,
-		"/admin/backups/stream?shard=3": http.StatusConflict,
+		"/admin/backups/stream?shard=3": http.StatusOK,
+		"/admin/backups/stream?shard=4": http.StatusServiceUnavailable, // not in the map
 	} {
 		if code, body := call(t, http.MethodPost, a.url()+url, "", adminAuth); code != want {
-			t.Fatalf("POST %s: %d %s, want %d", url, code, body, want)
+			t.Fatalf("POST %s: %d %.300s, want %d", url, code, body, want)
 		}
 	}
 
