@@ -48,6 +48,10 @@ type Backup struct {
 	// Keep is how long a scheduled backup is kept: this bounds how long
 	// purged content lives on in this server's own backups.
 	Keep time.Duration `env:"KEEP" envDefault:"30d"`
+	// StreamTimeout cuts a streamed backup (POST /admin/backups/stream)
+	// whose client has taken nothing for this long, so that a stalled
+	// client cannot keep the backup's copy of the data open for hours.
+	StreamTimeout time.Duration `env:"STREAM_TIMEOUT" envDefault:"10m"`
 }
 
 // Retention is the PROGRESSDB_RETENTION_* group.
@@ -119,6 +123,7 @@ const (
 	VarBackupPath       = "PROGRESSDB_BACKUP_PATH"
 	VarBackupCron       = "PROGRESSDB_BACKUP_CRON"
 	VarBackupKeep       = "PROGRESSDB_BACKUP_KEEP"
+	VarBackupStream     = "PROGRESSDB_BACKUP_STREAM_TIMEOUT"
 )
 
 // Error is a configuration error naming the variable, the value and the rule.
@@ -289,6 +294,7 @@ func (c Config) Redacted() [][2]string {
 		{VarBackupPath, unsetIfEmpty(c.Backup.Path)},
 		{VarBackupCron, c.Backup.Schedule},
 		{VarBackupKeep, FormatDuration(c.Backup.Keep)},
+		{VarBackupStream, FormatDuration(c.Backup.StreamTimeout)},
 	}, c.redactedCluster()...)
 }
 

@@ -33,7 +33,7 @@ func TestLoadDefaults(t *testing.T) {
 			Erase:         true,
 			EraseRate:     32,
 		},
-		Backup:  Backup{Schedule: "0 3 * * *", Keep: 30 * day},
+		Backup:  Backup{Schedule: "0 3 * * *", Keep: 30 * day, StreamTimeout: 10 * time.Minute},
 		Cluster: Cluster{ClusterName: "progressdb", Shards: 16, OwnerTTL: 10 * time.Second},
 	}
 	if c != want {
@@ -113,6 +113,7 @@ func TestLoadEveryVariable(t *testing.T) {
 		"PROGRESSDB_BACKUP_PATH=/backup/progressdb",
 		"PROGRESSDB_BACKUP_CRON=@every 6h",
 		"PROGRESSDB_BACKUP_KEEP=7d",
+		"PROGRESSDB_BACKUP_STREAM_TIMEOUT=90s",
 		"PROGRESSDB_CLUSTER_ETCD=https://10.0.0.5:2379,https://10.0.0.6:2379",
 		"PROGRESSDB_CLUSTER_NAME=chat-eu",
 		"PROGRESSDB_NODE_ID=node-1",
@@ -149,7 +150,7 @@ func TestLoadEveryVariable(t *testing.T) {
 			RunMissed:        false,
 			EraseRate:        8,
 		},
-		Backup:       Backup{Path: "/backup/progressdb", Schedule: "@every 6h", Keep: 7 * day},
+		Backup:       Backup{Path: "/backup/progressdb", Schedule: "@every 6h", Keep: 7 * day, StreamTimeout: 90 * time.Second},
 		NodeID:       "node-1",
 		AdvertiseURL: "http://10.0.0.7:9090",
 		Cluster: Cluster{Etcd: "https://10.0.0.5:2379,https://10.0.0.6:2379", ClusterName: "chat-eu",
@@ -223,6 +224,8 @@ func TestLoadInvalid(t *testing.T) {
 		{"PROGRESSDB_BACKUP_CRON=@every 0s", "at least 1s", nil},
 		{"PROGRESSDB_BACKUP_KEEP=0", "positive", nil},
 		{"PROGRESSDB_BACKUP_KEEP=a month", "duration", nil},
+		{"PROGRESSDB_BACKUP_STREAM_TIMEOUT=0", "at least 1s", nil},
+		{"PROGRESSDB_BACKUP_STREAM_TIMEOUT=forever", "duration", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.env, func(t *testing.T) {
@@ -378,7 +381,7 @@ func TestRedacted(t *testing.T) {
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
 		VarYieldToWrites, VarMaxAge, VarMaxMessages, VarExportPath,
 		VarErase, VarEraseRate, VarAuditSigningKey, VarBackupPath, VarBackupCron, VarBackupKeep,
-		VarClusterEtcd, VarClusterName, VarNodeID, VarAdvertiseURL, VarClusterSecret, VarClusterShards,
+		VarBackupStream, VarClusterEtcd, VarClusterName, VarNodeID, VarAdvertiseURL, VarClusterSecret, VarClusterShards,
 		VarClusterLeaseTTL, VarClusterEtcdCA, VarClusterEtcdCert, VarClusterEtcdKey,
 	}
 	if strings.Join(names, ",") != strings.Join(wantOrder, ",") {

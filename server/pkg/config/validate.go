@@ -50,6 +50,9 @@ func (b Backup) validate(vars map[string]string) *Error {
 	if b.Keep <= 0 {
 		return &Error{VarBackupKeep, vars[VarBackupKeep], "must be positive, such as 30d: backups older than it are deleted"}
 	}
+	if b.StreamTimeout < time.Second {
+		return &Error{VarBackupStream, vars[VarBackupStream], "must be at least 1s, such as 10m: a streamed backup whose client takes nothing for this long is cut"}
+	}
 	return nil
 }
 

@@ -61,6 +61,11 @@ type Options struct {
 	// Progress, when set, is told of each step as it begins, and of each
 	// key range compacted: an erase can take minutes on a large database.
 	Progress func(Progress)
+	// Held, when set, reports whether something beside the database
+	// still holds content from before the deletes under dir (a backup's
+	// staging checkpoint: a copied log, links to replaced tables). Run
+	// waits for it to end, as for snapshots, before it reports success.
+	Held func() bool
 }
 
 // Progress is where an erase is: its step (one of the steps below) and,
@@ -136,7 +141,11 @@ func Run(ctx context.Context, db *pebble.DB, dir string, ranges []Span, opts Opt
 	step(RemoveFiles, len(ranges))
 	tables, err := e.waitTablesGone(ctx, before)
 	res.TablesRemoved = tables
-	return res, err
+	if err != nil || opts.Held == nil {
+		return res, err
+	}
+	return res, e.poll(ctx, func() (bool, error) { return !opts.Held(), nil },
+		"a copy of the database from before the deletes (a backup's staging checkpoint) in its folder")
 }
 
 type eraser struct {

@@ -177,8 +177,12 @@ func (s *Store) SetRunStarted(ctx context.Context, id string) error {
 // log synced first, so every write acknowledged before the call is in it)
 // into a new staging folder inside the database folder and returns its
 // path. Tables are hard-linked: the caller must remove the folder as soon
-// as it has read it (RemoveCheckpoint), or it keeps purged tables alive
-// after the next erase. Open removes folders a killed process left.
+// as it has opened its files (RemoveCheckpoint). While a staging folder
+// is there, Erase waits for it (checkpoints): it holds the database as it
+// was before a purge, in a copied log and in tables the compactions
+// replace, and an erase must not say "erased" while anything under the
+// database folder still holds purged content. Open removes folders a
+// killed process left.
 func (s *Store) Checkpoint(ctx context.Context, name string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
@@ -187,19 +191,26 @@ func (s *Store) Checkpoint(ctx context.Context, name string) (string, error) {
 		return "", fmt.Errorf("%w: checkpoint name %q", ErrInvalidArgument, name)
 	}
 	dir := filepath.Join(s.path, checkpointPrefix+name)
+	s.checkpoints.Add(1)
 	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
 		_ = os.RemoveAll(dir)
+		s.checkpoints.Add(-1)
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	return dir, nil
 }
 
-// RemoveCheckpoint removes a staging folder made by Checkpoint.
+// RemoveCheckpoint removes a staging folder made by Checkpoint. Call it
+// once for each.
 func (s *Store) RemoveCheckpoint(dir string) error {
 	if filepath.Dir(dir) != filepath.Clean(s.path) || !strings.HasPrefix(filepath.Base(dir), checkpointPrefix) {
 		return fmt.Errorf("%w: %s is not a checkpoint of %s", ErrInvalidArgument, dir, s.path)
 	}
-	return os.RemoveAll(dir)
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	s.checkpoints.Add(-1)
+	return nil
 }
 
 // removeStaleCheckpoints removes the staging folders of backups that a
