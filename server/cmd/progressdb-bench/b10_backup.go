@@ -135,7 +135,7 @@ func b10Create(ctx context.Context, b *bench, sec *section, sd *seeded) error {
 					if v.name == "backup create (.tar.zst)" {
 						name += ".zst"
 					}
-					_, _, err = c.CreateFile(ctx, name)
+					_, _, err = c.CreateFile(ctx, name, true)
 					if err == nil {
 						var info os.FileInfo
 						info, err = os.Stat(name)
@@ -265,7 +265,7 @@ func b10RestoreOnce(ctx context.Context, sd *seeded, k int, erase bool) (orig, u
 		return 0, 0, 0, 0, err
 	}
 	archive := filepath.Join(f.root, "b.tar")
-	if _, _, err := c.CreateFile(ctx, archive); err != nil {
+	if _, _, err := c.CreateFile(ctx, archive, true); err != nil {
 		return 0, 0, 0, 0, err
 	}
 	if k > 0 {

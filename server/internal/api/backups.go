@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
+	"time"
 
 	"github.com/progressdb/progressdb/server/internal/backup"
 )
@@ -130,14 +132,15 @@ func (s *server) streamBackup(w http.ResponseWriter, r *http.Request) error {
 	if compress {
 		w.Header().Set("Content-Type", "application/zstd")
 	}
-	sw := &startWriter{w: w}
+	sw := &streamWriter{w: w, rc: http.NewResponseController(w), timeout: s.streamTimeout}
 	_, err = b.Write(r.Context(), sw, compress)
 	if err != nil && !sw.started {
 		w.Header().Del("Content-Type")
 		return err
 	}
 	if err != nil {
-		s.log.Error("backup_stream_failed", "err", err)
+		// The backup logged and counted itself (a client that went away
+		// is a cancelled backup, not a failed one).
 		panic(http.ErrAbortHandler)
 	}
 	if !sw.started {
@@ -146,13 +149,34 @@ func (s *server) streamBackup(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// startWriter notes whether any of the body went out.
-type startWriter struct {
+// errStreamStalled: the client of a streamed backup took nothing for the
+// stream timeout.
+var errStreamStalled = errors.New("the client took nothing")
+
+// streamWriter writes a backup stream: it notes whether any of the body
+// went out, gives every write the stream timeout (a client that stops
+// reading is cut, instead of holding the backup open for hours; a slow
+// one that keeps reading is not), and tells a client that went away
+// (backup.ErrCancelled) from a stalled one.
+type streamWriter struct {
 	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
 	started bool
 }
 
-func (s *startWriter) Write(p []byte) (int, error) {
+func (s *streamWriter) Write(p []byte) (int, error) {
 	s.started = true
-	return s.w.Write(p)
+	if err := s.rc.SetWriteDeadline(time.Now().Add(s.timeout)); err != nil {
+		return 0, fmt.Errorf("backup stream: %w", err)
+	}
+	n, err := s.w.Write(p)
+	switch {
+	case err == nil:
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		err = fmt.Errorf("backup stream: %w for %s (PROGRESSDB_BACKUP_STREAM_TIMEOUT): %w", errStreamStalled, s.timeout, err)
+	default:
+		err = fmt.Errorf("backup stream: %w: %w", backup.ErrCancelled, err)
+	}
+	return n, err
 }

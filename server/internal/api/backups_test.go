@@ -50,7 +50,7 @@ func TestCreateBackup(t *testing.T) {
 	if m.BackupID == "" || m.Threads != 1 {
 		t.Fatalf("manifest %+v", m)
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "progressdb-backup-*-"+m.BackupID+".tar"))
+	files, _ := filepath.Glob(filepath.Join(dir, "progressdb-backup-*-"+m.BackupID+".tar.zst"))
 	if len(files) != 1 {
 		t.Fatalf("backup files %v", files)
 	}

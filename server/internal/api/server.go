@@ -25,6 +25,9 @@ import (
 // DefaultMaxBodyBytes limits request bodies when Options.MaxBodyBytes is 0.
 const DefaultMaxBodyBytes = 1 << 20
 
+// DefaultBackupStreamTimeout is Options.BackupStreamTimeout when 0.
+const DefaultBackupStreamTimeout = 10 * time.Minute
+
 // Options configure New.
 type Options struct {
 	// Store is required.
@@ -35,6 +38,10 @@ type Options struct {
 	Backups Backups
 	// ShardBackups serves them on a cluster node instead, per shard.
 	ShardBackups ShardBackups
+	// BackupStreamTimeout cuts a streamed backup whose client has taken
+	// nothing for this long (PROGRESSDB_BACKUP_STREAM_TIMEOUT; 0: the
+	// default of 10 minutes).
+	BackupStreamTimeout time.Duration
 	// Logger receives request and error events; nothing is logged when nil.
 	Logger *slog.Logger
 	// APIKey, when set, is the bearer token /v1 requires.
@@ -60,16 +67,18 @@ type server struct {
 	retention  retention.Service
 	backups    Backups
 	shardBacks ShardBackups
-	log        *slog.Logger
-	apiKey     *secret // nil: /v1 is open
-	adminToken *secret // nil: /admin is disabled
-	metrics    *httpMetrics
-	scrape     http.Handler // /metrics
-	openAPI    []byte       // /openapi.yaml
-	maxBody    int64
-	cluster    Cluster               // nil on a single node
-	pause      retention.PauseSwitch // the cluster's pause switch; nil on a single node
-	ids        *store.IDSource       // new thread IDs in a cluster
+	// streamTimeout cuts a stalled backup stream.
+	streamTimeout time.Duration
+	log           *slog.Logger
+	apiKey        *secret // nil: /v1 is open
+	adminToken    *secret // nil: /admin is disabled
+	metrics       *httpMetrics
+	scrape        http.Handler // /metrics
+	openAPI       []byte       // /openapi.yaml
+	maxBody       int64
+	cluster       Cluster               // nil on a single node
+	pause         retention.PauseSwitch // the cluster's pause switch; nil on a single node
+	ids           *store.IDSource       // new thread IDs in a cluster
 }
 
 // New builds the HTTP handler.
@@ -81,18 +90,19 @@ func New(opts Options) (http.Handler, error) {
 		return nil, fmt.Errorf("api: MaxBodyBytes %d is negative", opts.MaxBodyBytes)
 	}
 	s := &server{
-		store:      opts.Store,
-		retention:  opts.Retention,
-		backups:    opts.Backups,
-		shardBacks: opts.ShardBackups,
-		log:        opts.Logger,
-		apiKey:     newSecret(opts.APIKey),
-		adminToken: newSecret(opts.AdminToken),
-		maxBody:    opts.MaxBodyBytes,
-		openAPI:    apispec.OpenAPI(),
-		cluster:    opts.Cluster,
-		pause:      opts.Pause,
-		ids:        store.NewIDSource(),
+		store:         opts.Store,
+		retention:     opts.Retention,
+		backups:       opts.Backups,
+		shardBacks:    opts.ShardBackups,
+		streamTimeout: opts.BackupStreamTimeout,
+		log:           opts.Logger,
+		apiKey:        newSecret(opts.APIKey),
+		adminToken:    newSecret(opts.AdminToken),
+		maxBody:       opts.MaxBodyBytes,
+		openAPI:       apispec.OpenAPI(),
+		cluster:       opts.Cluster,
+		pause:         opts.Pause,
+		ids:           store.NewIDSource(),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -105,6 +115,9 @@ func New(opts Options) (http.Handler, error) {
 	s.scrape = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	if s.maxBody == 0 {
 		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.streamTimeout <= 0 {
+		s.streamTimeout = DefaultBackupStreamTimeout
 	}
 	m, err := newHTTPMetrics(reg)
 	if err != nil {

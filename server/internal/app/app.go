@@ -107,13 +107,14 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		defer sched.Stop()
 	}
 	h, err := api.New(api.Options{
-		Store:      st,
-		Retention:  svc,
-		Backups:    backups,
-		Logger:     logger,
-		APIKey:     cfg.APIKey,
-		AdminToken: cfg.AdminToken,
-		Registry:   reg,
+		Store:               st,
+		Retention:           svc,
+		Backups:             backups,
+		BackupStreamTimeout: cfg.Backup.StreamTimeout,
+		Logger:              logger,
+		APIKey:              cfg.APIKey,
+		AdminToken:          cfg.AdminToken,
+		Registry:            reg,
 	})
 	if err != nil {
 		return err

@@ -371,7 +371,7 @@ func TestServeWritesScheduledBackups(t *testing.T) {
 	if !strings.Contains(metrics, "progressdb_backup_interval_seconds 1\n") {
 		t.Error("/metrics lacks progressdb_backup_interval_seconds 1")
 	}
-	written, _ := filepath.Glob(filepath.Join(backups, "progressdb-backup-2*.tar"))
+	written, _ := filepath.Glob(filepath.Join(backups, "progressdb-backup-2*.tar*"))
 	if len(written) < 2 {
 		t.Fatalf("backup folder holds %v, want a scheduled backup beside the foreign file", written)
 	}

@@ -263,7 +263,8 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	h, err := api.New(api.Options{Cluster: rt, Pause: pause, ShardBackups: backups, Logger: logger, APIKey: cfg.APIKey, AdminToken: cfg.AdminToken, Registry: reg})
+	h, err := api.New(api.Options{Cluster: rt, Pause: pause, ShardBackups: backups,
+		BackupStreamTimeout: cfg.Backup.StreamTimeout, Logger: logger, APIKey: cfg.APIKey, AdminToken: cfg.AdminToken, Registry: reg})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -85,13 +86,29 @@ func NewCreator(o Options) (*Creator, error) {
 // Path is the configured backup folder ("" when unset).
 func (c *Creator) Path() string { return c.path }
 
-// FileName is a backup's default name (spec §10).
+// FileName is a backup's default name (spec §10), in the default format
+// (.tar.zst); PlainName is the name of one written as a plain tar.
 func FileName(created time.Time, id string) string {
-	return "progressdb-backup-" + created.UTC().Format("20060102T150405Z") + "-" + id + ".tar"
+	return "progressdb-backup-" + created.UTC().Format("20060102T150405Z") + "-" + id + zstdExt
 }
 
-// Compressed reports whether a backup named name is zstd-compressed.
-func Compressed(name string) bool { return strings.HasSuffix(name, zstdExt) }
+// PlainName is FileName of a backup written uncompressed.
+func PlainName(created time.Time, id string) string {
+	return strings.TrimSuffix(FileName(created, id), ".zst")
+}
+
+// FormatOf picks a backup file's format from its name: compressed for
+// .tar.zst, plain for .tar; any other name is ErrFormat, so that a name
+// never promises a format the file does not have (x.tar.gz, x.zst).
+func FormatOf(name string) (compressed bool, err error) {
+	switch {
+	case strings.HasSuffix(name, zstdExt):
+		return true, nil
+	case strings.HasSuffix(name, ".tar"):
+		return false, nil
+	}
+	return false, fmt.Errorf("%s: %w", name, ErrFormat)
+}
 
 // Write streams a new backup to w, zstd-compressed when compress is set.
 // The store keeps serving; every write acknowledged before the call is in
@@ -101,20 +118,34 @@ func (c *Creator) Write(ctx context.Context, w io.Writer, compress bool) (Manife
 }
 
 // CreateFile writes a new backup to path: under a temporary name in the
-// same folder, synced, then renamed, mode 0600. A backup cut short (error,
-// kill) never stands under path. A path ending .tar.zst is compressed; a
-// folder gets the default name.
-func (c *Creator) CreateFile(ctx context.Context, path string) (Manifest, string, error) {
+// same folder, synced, then moved to path, mode 0600. A backup cut short
+// (error, kill) never stands under path. The name gives the format
+// (FormatOf); a folder gets the default name. An existing file is
+// replaced only when replace is set (else ErrExists, checked before the
+// backup is taken and again, atomically, when it is put in place).
+func (c *Creator) CreateFile(ctx context.Context, path string, replace bool) (Manifest, string, error) {
 	id, created := newID(), c.now().UTC()
 	if info, err := os.Stat(path); err == nil && info.IsDir() {
 		path = filepath.Join(path, FileName(created, id))
 	}
+	compress, err := FormatOf(path)
+	if err != nil {
+		return Manifest{}, path, err
+	}
+	if _, err := os.Lstat(path); err == nil && !replace {
+		return Manifest{}, path, fmt.Errorf("%s: %w", path, ErrExists)
+	}
 	var m Manifest
-	err := WriteAtomic(path, func(f io.Writer) error {
+	fill := func(f io.Writer) error {
 		var err error
-		m, err = c.write(ctx, f, Compressed(path), id, created)
+		m, err = c.write(ctx, f, compress, id, created)
 		return err
-	})
+	}
+	if replace {
+		err = WriteAtomic(path, fill)
+	} else {
+		err = WriteNew(path, fill)
+	}
 	return m, path, err
 }
 
@@ -127,7 +158,7 @@ func (c *Creator) CreateInPath(ctx context.Context) (Manifest, string, error) {
 	if err := os.MkdirAll(c.path, 0o700); err != nil {
 		return Manifest{}, "", fmt.Errorf("backup: %w", err)
 	}
-	return c.CreateFile(ctx, c.path)
+	return c.CreateFile(ctx, c.path, false)
 }
 
 // write takes the checkpoint and streams the archive, counting the result.
@@ -135,8 +166,13 @@ func (c *Creator) write(ctx context.Context, w io.Writer, compress bool, id stri
 	start := time.Now()
 	cw := &countingWriter{w: w}
 	defer func() {
-		c.metrics.observe(err, time.Since(start), cw.n, c.now())
-		if err != nil {
+		cancelled := Cancelled(err)
+		c.metrics.observe(err, cancelled, time.Since(start), cw.n, c.now())
+		switch {
+		case cancelled:
+			c.log.Warn("backup_cancelled", "backup_id", id, "bytes", cw.n, "err", err)
+			return
+		case err != nil:
 			c.log.Error("backup_failed", "backup_id", id, "err", err)
 			return
 		}
@@ -147,9 +183,13 @@ func (c *Creator) write(ctx context.Context, w io.Writer, compress bool, id stri
 	if err != nil {
 		return m, err
 	}
+	staged := true
 	defer func() {
 		// A staging copy left on the disk would keep purged tables alive
 		// after the next erase.
+		if !staged {
+			return
+		}
 		if rerr := c.st.RemoveCheckpoint(dir); rerr != nil && err == nil {
 			err = fmt.Errorf("backup: remove staging checkpoint: %w", rerr)
 		}
@@ -162,14 +202,35 @@ func (c *Creator) write(ctx context.Context, w io.Writer, compress bool, id stri
 	if err != nil {
 		return m, fmt.Errorf("backup: %w", err)
 	}
+	// The staging folder goes before a byte is written: the archive is
+	// read from the open files. A retention run may purge and erase while
+	// a slow or stalled client takes the stream; the folder, under the
+	// database folder, would keep the purged content there, though the
+	// run reports it erased (the erase waits for a staging folder, but a
+	// stream can last hours). Open but unlinked, the files are reachable
+	// from no path and go when the backup ends, at the latest when
+	// PROGRESSDB_BACKUP_STREAM_TIMEOUT cuts a stalled stream.
+	files, err := openFiles(dir, names)
+	defer func() {
+		for _, f := range files {
+			_ = f.Close()
+		}
+	}()
+	if err != nil {
+		return m, err
+	}
+	staged = false
+	if err := c.st.RemoveCheckpoint(dir); err != nil {
+		return m, fmt.Errorf("backup: remove staging checkpoint: %w", err)
+	}
 	if stats.HasHead {
 		head = audit.Head(stats.Head)
 	}
 	m = Manifest{Format: formatV1, BackupID: id, CreatedAt: created, Version: c.version,
 		PebbleFormat: stats.PebbleFormat, Threads: stats.Threads, Messages: stats.Messages,
 		AuditHead: head, Erased: stats.Erased}
-	for _, name := range names {
-		f, err := hashFile(filepath.Join(dir, name))
+	for i, name := range names {
+		f, err := hashFile(files[i])
 		if err != nil {
 			return m, err
 		}
@@ -196,11 +257,11 @@ func (c *Creator) write(ctx context.Context, w io.Writer, compress bool, id stri
 	if err := writeEntry(tw, ManifestName, int64(len(line)), created, strings.NewReader(string(line))); err != nil {
 		return m, err
 	}
-	for _, f := range m.Files {
+	for i, f := range m.Files {
 		if err := ctx.Err(); err != nil {
 			return m, err
 		}
-		if err := copyEntry(tw, filepath.Join(dir, strings.TrimPrefix(f.Name, dbDir)), f, created); err != nil {
+		if err := copyEntry(tw, files[i], f, created); err != nil {
 			return m, err
 		}
 	}
@@ -213,6 +274,14 @@ func (c *Creator) write(ctx context.Context, w io.Writer, compress bool, id stri
 		}
 	}
 	return m, nil
+}
+
+// Cancelled reports whether err ended a backup because its client went
+// away (ErrCancelled from the writer) or cancelled its context (Ctrl-C, a
+// request whose client left): nothing is wrong with the backups, so
+// ProgressDBBackupsFailing must not fire.
+func Cancelled(err error) bool {
+	return errors.Is(err, ErrCancelled) || errors.Is(err, context.Canceled)
 }
 
 // checkpoint takes the checkpoint while no retention run purges.
@@ -245,30 +314,40 @@ func listFiles(dir string) ([]string, error) {
 	return names, nil
 }
 
-func hashFile(path string) (File, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return File{}, fmt.Errorf("backup: %w", err)
+// openFiles opens the named files of dir, all of them or none. The
+// checkpoint holds a few files per gigabyte of data (tables of up to
+// 64 MiB or more, the log, the MANIFEST), and Go raises the limit on
+// open files to the hard limit at start.
+func openFiles(dir string, names []string) ([]*os.File, error) {
+	files := make([]*os.File, 0, len(names))
+	for _, name := range names {
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			for _, f := range files {
+				_ = f.Close()
+			}
+			return nil, fmt.Errorf("backup: %w", err)
+		}
+		files = append(files, f)
 	}
-	defer f.Close()
+	return files, nil
+}
+
+// hashFile hashes f from its start.
+func hashFile(f *os.File) (File, error) {
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	n, err := io.Copy(h, io.NewSectionReader(f, 0, 1<<62))
 	if err != nil {
-		return File{}, fmt.Errorf("backup: read %s: %w", path, err)
+		return File{}, fmt.Errorf("backup: read %s: %w", f.Name(), err)
 	}
 	return File{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // copyEntry writes one checkpoint file into the archive and checks that
 // what it wrote is what the manifest hashed.
-func copyEntry(tw *tar.Writer, path string, want File, mod time.Time) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("backup: %w", err)
-	}
-	defer f.Close()
+func copyEntry(tw *tar.Writer, f *os.File, want File, mod time.Time) error {
 	h := sha256.New()
-	if err := writeEntry(tw, want.Name, want.Size, mod, io.TeeReader(io.LimitReader(f, want.Size), h)); err != nil {
+	if err := writeEntry(tw, want.Name, want.Size, mod, io.TeeReader(io.NewSectionReader(f, 0, want.Size), h)); err != nil {
 		return err
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != want.SHA256 {
@@ -298,7 +377,19 @@ func writeEntry(tw *tar.Writer, name string, size int64, mod time.Time, r io.Rea
 // synced, renamed over path, folder synced. On failure the temporary file
 // is removed; a killed process leaves only it, never a partial file under
 // path.
-func WriteAtomic(path string, fill func(io.Writer) error) (err error) {
+func WriteAtomic(path string, fill func(io.Writer) error) error {
+	return writeAtomic(path, true, fill)
+}
+
+// WriteNew is WriteAtomic that never replaces a file: when path exists
+// once the backup is complete it fails with ErrExists and removes what it
+// wrote. The file is put in place with a hard link, which fails when the
+// name is taken, so a file made meanwhile is not lost either.
+func WriteNew(path string, fill func(io.Writer) error) error {
+	return writeAtomic(path, false, fill)
+}
+
+func writeAtomic(path string, replace bool, fill func(io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -326,8 +417,15 @@ func WriteAtomic(path string, fill func(io.Writer) error) (err error) {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("backup: close %s: %w", tmp.Name(), err)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("backup: %w", err)
+	if replace {
+		err = os.Rename(tmp.Name(), path)
+	} else if err = os.Link(tmp.Name(), path); err == nil {
+		err = os.Remove(tmp.Name())
+	} else if errors.Is(err, fs.ErrExist) {
+		err = ErrExists
+	}
+	if err != nil {
+		return fmt.Errorf("backup: %s: %w", path, err)
 	}
 	return syncDir(dir)
 }

@@ -29,7 +29,7 @@ func TestCreateFileVerifies(t *testing.T) {
 			res := w.run()
 			ctx := context.Background()
 			path := filepath.Join(w.dir, name)
-			m, got, err := w.creator.CreateFile(ctx, path)
+			m, got, err := w.creator.CreateFile(ctx, path, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -83,7 +83,7 @@ func TestVerifyFindsTampering(t *testing.T) {
 	w.thread("t1", 50)
 	ctx := context.Background()
 	path := filepath.Join(w.dir, "b.tar")
-	if _, _, err := w.creator.CreateFile(ctx, path); err != nil {
+	if _, _, err := w.creator.CreateFile(ctx, path, false); err != nil {
 		t.Fatal(err)
 	}
 	orig, err := os.ReadFile(path)
@@ -186,7 +186,7 @@ func TestBackupHoldsAcknowledgedWrites(t *testing.T) {
 	before := append([]string(nil), acked...)
 	mu.Unlock()
 	path := filepath.Join(w.dir, "b.tar")
-	_, _, err := w.creator.CreateFile(ctx, path)
+	_, _, err := w.creator.CreateFile(ctx, path, false)
 	cancel()
 	wg.Wait()
 	if err != nil {
@@ -230,7 +230,7 @@ func TestBackupWaitsForRetentionLease(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := w.creator.CreateFile(context.Background(), filepath.Join(w.dir, "b.tar"))
+		_, _, err := w.creator.CreateFile(context.Background(), filepath.Join(w.dir, "b.tar"), false)
 		done <- err
 	}()
 	select {

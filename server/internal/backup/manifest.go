@@ -26,6 +26,9 @@ const (
 	formatV1     = 1
 	// maxManifest bounds what a reader takes for a manifest.
 	maxManifest = 64 << 20
+	// maxZstdWindow bounds the window a compressed archive may ask the
+	// reader for (this writer's frames use 8 MiB).
+	maxZstdWindow = 128 << 20
 )
 
 // Manifest describes a backup (spec §10 manifest.json).
@@ -59,6 +62,13 @@ type File struct {
 var (
 	// ErrInvalid: the archive or its manifest does not verify.
 	ErrInvalid = errors.New("backup does not verify")
+	// ErrFormat: a backup file's name ends neither .tar nor .tar.zst.
+	ErrFormat = errors.New("the name of a backup file ends .tar or .tar.zst, which gives its format")
+	// ErrExists: a backup file would replace an existing file.
+	ErrExists = errors.New("the file exists")
+	// ErrCancelled: the backup's client went away (a closed pipe or
+	// connection, Ctrl-C); counted as cancelled, not failed.
+	ErrCancelled = errors.New("backup cancelled by its client")
 	// ErrNoBackupPath: a backup to BACKUP_PATH was asked for while it is unset.
 	ErrNoBackupPath = errors.New("PROGRESSDB_BACKUP_PATH is not set")
 )

@@ -8,7 +8,7 @@ import (
 
 // Metrics are the backup metrics of spec §10.
 type Metrics struct {
-	Total       *prometheus.CounterVec // result: success | failed
+	Total       *prometheus.CounterVec // result: success | failed | cancelled
 	Duration    prometheus.Histogram
 	Bytes       prometheus.Gauge // the last successful backup's size
 	LastSuccess prometheus.Gauge
@@ -21,7 +21,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Total: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "progressdb_backup_total", Help: "Backups made, by result (success, failed).",
+			Name: "progressdb_backup_total", Help: "Backups made, by result (success, failed, cancelled: its client went away).",
 		}, []string{"result"}),
 		Duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "progressdb_backup_duration_seconds", Help: "How long a backup took.",
@@ -40,6 +40,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.Total.WithLabelValues("success")
 	m.Total.WithLabelValues("failed")
+	m.Total.WithLabelValues("cancelled")
 	if reg != nil {
 		reg.MustRegister(m.Collectors()...)
 	}
@@ -52,8 +53,12 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Total, m.Duration, m.Bytes, m.LastSuccess, m.Interval}
 }
 
-func (m *Metrics) observe(err error, took time.Duration, bytes int64, now time.Time) {
-	if err != nil {
+func (m *Metrics) observe(err error, cancelled bool, took time.Duration, bytes int64, now time.Time) {
+	switch {
+	case cancelled:
+		m.Total.WithLabelValues("cancelled").Inc()
+		return
+	case err != nil:
 		m.Total.WithLabelValues("failed").Inc()
 		return
 	}

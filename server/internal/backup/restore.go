@@ -48,7 +48,12 @@ func CheckEmpty(dir string) error {
 // leaves dir as it found it; the report names what failed. The copy keeps
 // the backup's identity: a cluster shard's move, whose old copy goes.
 func Extract(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Report, error) {
-	return extract(ctx, path, dir, pub, nil)
+	f, err := os.Open(path)
+	if err != nil {
+		return Report{File: path}, fmt.Errorf("backup: %w", err)
+	}
+	defer f.Close()
+	return extract(ctx, path, f, dir, pub, nil)
 }
 
 // ExtractPending is Extract for a restore whose replay is still to come
@@ -57,10 +62,22 @@ func Extract(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Repo
 // serves the copy until the replay finishes and store.FinishRestore
 // removes the marker.
 func ExtractPending(ctx context.Context, path, dir string, pub ed25519.PublicKey, then store.RestoreState) (Report, error) {
-	return extract(ctx, path, dir, pub, &then)
+	f, err := os.Open(path)
+	if err != nil {
+		return Report{File: path}, fmt.Errorf("backup: %w", err)
+	}
+	defer f.Close()
+	return extract(ctx, path, f, dir, pub, &then)
 }
 
-func extract(ctx context.Context, path, dir string, pub ed25519.PublicKey, then *store.RestoreState) (Report, error) {
+// ExtractPendingReader is ExtractPending of the archive read from r
+// (standard input for `restore -`); name is what the report calls it.
+func ExtractPendingReader(ctx context.Context, name string, r io.Reader, dir string, pub ed25519.PublicKey, then store.RestoreState) (Report, error) {
+	return extract(ctx, name, r, dir, pub, &then)
+}
+
+// extract is Extract of the archive read from r, which path names.
+func extract(ctx context.Context, path string, r io.Reader, dir string, pub ed25519.PublicKey, then *store.RestoreState) (Report, error) {
 	if err := CheckEmpty(dir); err != nil {
 		return Report{File: path}, err
 	}
@@ -84,7 +101,7 @@ func extract(ctx context.Context, path, dir string, pub ed25519.PublicKey, then 
 		undo()
 		return Report{File: path}, fmt.Errorf("backup: %w", err)
 	}
-	rep, err := Unpack(ctx, path, dir, pub)
+	rep, err := unpack(ctx, path, r, dir, pub)
 	if err != nil || !rep.Valid {
 		undo()
 		return rep, err

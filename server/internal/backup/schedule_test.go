@@ -152,7 +152,7 @@ func TestExpireDeletesOnlyOldBackups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oldZst := write(FileName(zm.CreatedAt, zm.BackupID)+".zst", zst.Bytes())
+	oldZst := write(FileName(zm.CreatedAt, zm.BackupID), zst.Bytes())
 	incoming := write("progressdb-backup-incoming.tar", oldData)
 	stale := write(".progressdb-backup-20200101T000000Z-111111111111.tar.zst.tmp-123", []byte("partial"))
 	staleIncoming := write(".progressdb-backup-incoming.tar.tmp-77", []byte("partial"))
@@ -226,8 +226,8 @@ func TestBackupMetricsRegistered(t *testing.T) {
 			t.Errorf("metric %s not registered", name)
 		}
 	}
-	if got["progressdb_backup_total"] != 2 {
-		t.Errorf("progressdb_backup_total has %d series, want success and failed", got["progressdb_backup_total"])
+	if got["progressdb_backup_total"] != 3 {
+		t.Errorf("progressdb_backup_total has %d series, want success, failed and cancelled", got["progressdb_backup_total"])
 	}
 }
 

@@ -47,25 +47,45 @@ type Report struct {
 // audit head matching the manifest. The error is for an archive that
 // cannot be read at all.
 func Verify(ctx context.Context, path string, pub ed25519.PublicKey, tmpParent string) (Report, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Report{File: path}, fmt.Errorf("backup: %w", err)
+	}
+	defer f.Close()
+	return VerifyReader(ctx, path, f, pub, tmpParent)
+}
+
+// VerifyReader is Verify of the archive read from r (standard input for
+// `backup verify -`); name is what the report calls it.
+func VerifyReader(ctx context.Context, name string, r io.Reader, pub ed25519.PublicKey, tmpParent string) (Report, error) {
 	tmp, err := os.MkdirTemp(tmpParent, ".progressdb-verify-*")
 	if err != nil {
-		return Report{File: path}, fmt.Errorf("backup verify: %w", err)
+		return Report{File: name}, fmt.Errorf("backup verify: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	return Unpack(ctx, path, tmp, pub)
+	return unpack(ctx, name, r, tmp, pub)
 }
 
 // Unpack reads the archive at path into dir (which must exist and be
 // empty) and verifies it as Verify says.
 func Unpack(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Report, error) {
-	rep := Report{File: path, Problems: []string{}}
-	problem := func(format string, args ...any) { rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...)) }
 	f, err := os.Open(path)
 	if err != nil {
-		return rep, fmt.Errorf("backup: %w", err)
+		return Report{File: path}, fmt.Errorf("backup: %w", err)
 	}
 	defer f.Close()
-	r, closeZ, err := decompress(bufio.NewReaderSize(f, 1<<20))
+	return unpack(ctx, path, f, dir, pub)
+}
+
+// unpack is Unpack of the archive read from src. The archive is untrusted
+// until verified: no entry is written beyond the size the manifest gives
+// it, nor the archive beyond the manifest's total, and an entry whose
+// header declares another size stops the reading at once, before any of
+// its bytes are read (a decompression bomb writes nothing).
+func unpack(ctx context.Context, name string, src io.Reader, dir string, pub ed25519.PublicKey) (Report, error) {
+	rep := Report{File: name, Problems: []string{}}
+	problem := func(format string, args ...any) { rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...)) }
+	r, closeZ, err := decompress(bufio.NewReaderSize(src, 1<<20))
 	if err != nil {
 		problem("archive: %v", err)
 		return rep, nil
@@ -102,8 +122,10 @@ func Unpack(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Repor
 	}
 
 	want := make(map[string]File, len(m.Files))
+	var budget int64 // what is left of the manifest's total
 	for _, f := range m.Files {
 		want[f.Name] = f
+		budget += f.Size
 	}
 	seen := make(map[string]bool, len(m.Files))
 	for {
@@ -118,22 +140,34 @@ func Unpack(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Repor
 			problem("archive: cut short or damaged after %d files: %v", len(seen), err)
 			return rep, nil
 		}
+		// Any entry that is not what the manifest announces ends the
+		// reading: skipping it would read as many bytes as its header
+		// claims.
 		wf, ok := want[hdr.Name]
 		switch {
 		case !ok:
 			problem("%s: in the archive, not in the manifest", hdr.Name)
-			continue
+			return rep, nil
 		case seen[hdr.Name]:
 			problem("%s: in the archive twice", hdr.Name)
-			continue
+			return rep, nil
 		case hdr.Typeflag != tar.TypeReg:
 			problem("%s: not a regular file", hdr.Name)
-			continue
+			return rep, nil
+		case hdr.Size != wf.Size:
+			problem("%s: the archive declares %d bytes, the manifest says %d; nothing of it was written", hdr.Name, hdr.Size, wf.Size)
+			return rep, nil
+		case wf.Size > budget:
+			problem("%s: beyond the manifest's total size", hdr.Name)
+			return rep, nil
 		}
 		seen[hdr.Name] = true
-		if why, err := extractFile(tr, filepath.Join(dir, strings.TrimPrefix(hdr.Name, dbDir)), wf); err != nil {
+		budget -= wf.Size
+		why, err := extractFile(tr, filepath.Join(dir, strings.TrimPrefix(hdr.Name, dbDir)), wf)
+		if err != nil {
 			return rep, err
-		} else if why != "" {
+		}
+		if why != "" {
 			problem("%s: %s", hdr.Name, why)
 		}
 	}
@@ -165,15 +199,22 @@ func Unpack(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Repor
 	return rep, nil
 }
 
-// extractFile writes one archive entry to path (0600), checking its size
-// and hash; why says what did not match. The error is for the local disk.
+// extractFile writes one archive entry to path (0600), at most want.Size
+// bytes of it, checking its size and hash; why says what did not match.
+// The error is for the local disk.
 func extractFile(r io.Reader, path string, want File) (why string, err error) {
 	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return "", fmt.Errorf("backup: %w", err)
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(out, h), r)
+	n, err := io.Copy(io.MultiWriter(out, h), io.LimitReader(r, want.Size))
+	if err == nil && n == want.Size {
+		// One byte more than the manifest gives is read, never written.
+		if k, _ := r.Read(make([]byte, 1)); k > 0 {
+			n++
+		}
+	}
 	if err == nil {
 		err = out.Sync()
 	}
@@ -188,6 +229,8 @@ func extractFile(r io.Reader, path string, want File) (why string, err error) {
 		return "cut short: " + err.Error(), nil
 	}
 	switch got := hex.EncodeToString(h.Sum(nil)); {
+	case n > want.Size:
+		return fmt.Sprintf("larger than the %d bytes the manifest says", want.Size), nil
 	case n != want.Size:
 		return fmt.Sprintf("size is %d, the manifest says %d", n, want.Size), nil
 	case got != want.SHA256:
@@ -205,7 +248,9 @@ func decompress(br *bufio.Reader) (io.Reader, func(), error) {
 	if !bytes.Equal(head, zstdMagic) {
 		return br, func() {}, nil
 	}
-	zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+	// The window bound keeps a hostile frame from asking for gigabytes of
+	// memory; ours use a few MiB.
+	zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
 	if err != nil {
 		return nil, func() {}, fmt.Errorf("zstd: %w", err)
 	}

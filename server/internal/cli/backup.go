@@ -39,12 +39,18 @@ type backupReport struct {
 // finds: through a server's admin API, or directly on one opened here.
 func (e env) backupCreate(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("backup create", flag.ContinueOnError)
-	out := fs.String("out", "", "write the backup to FILE (compressed when it ends .tar.zst), or to standard output with -; default: PROGRESSDB_BACKUP_PATH, or the current folder, under its own name")
-	zst := fs.Bool("zstd", false, "compress with zstd (implied by an --out name ending .tar.zst)")
+	out := fs.String("out", "", "write the backup to FILE, whose name gives the format (.tar, or .tar.zst compressed), into a folder under its default name, or to standard output with - (never a terminal); default: PROGRESSDB_BACKUP_PATH, or the current folder, under its default name (.tar.zst)")
+	zst := fs.Bool("zstd", true, "compress with zstd: the format of --out - (--zstd=false writes a plain tar); a FILE's name gives its own format")
+	force := fs.Bool("force", false, "replace an existing --out FILE (never replaced otherwise)")
 	asJSON := fs.Bool("json", false, "print the file and its manifest as JSON")
 	shard := fs.Int("shard", -1, "in a cluster: the shard to back up, through any node (PROGRESSDB_ADDR or --server), which asks the shard's owner")
 	server := serverFlag(fs)
 	if !e.parseFlags(fs, args, false) {
+		return exitUsage
+	}
+	compress, why := e.backupFormat(fs, *out, *zst, *force)
+	if why != "" {
+		fmt.Fprintf(e.stderr, "progressdb backup create: %s\n", why)
 		return exitUsage
 	}
 	cfg, logger, closer, ok := e.configAndLogger()
@@ -67,7 +73,6 @@ func (e env) backupCreate(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
 		return exitUsage
 	}
-	compress := *zst || backup.Compressed(*out)
 	fail := func(err error) int {
 		fmt.Fprintf(e.stderr, "progressdb backup create: %v\n", err)
 		return exitFailed
@@ -86,9 +91,9 @@ func (e env) backupCreate(ctx context.Context, args []string) int {
 		// Into the server's BACKUP_PATH only when it is this shell's too
 		// (the server holding PROGRESSDB_DB_PATH, or a node of this
 		// environment); a server named by URL streams it here.
-		rep, err = e.remoteBackup(ctx, t.c, cfg, *out, compress, *shard, *server == "")
+		rep, err = e.remoteBackup(ctx, t.c, cfg, *out, compress, *force, *shard, *server == "")
 	default:
-		rep, err = e.localBackup(ctx, t.st, cfg, logger, key, *out, compress)
+		rep, err = e.localBackup(ctx, t.st, cfg, logger, key, *out, compress, *force)
 		if cerr := t.close(); err == nil {
 			err = cerr
 		}
@@ -101,6 +106,45 @@ func (e env) backupCreate(ctx context.Context, args []string) int {
 		return fail(err)
 	}
 	return e.reportBackup(rep, *out, *asJSON)
+}
+
+// backupFormat checks --out, --zstd and --force before anything is done
+// and returns the format (compressed or not), or why they are refused: a
+// file's name gives its format (.tar or .tar.zst, nothing else, so that
+// no name promises a format the file does not have), an existing file is
+// kept unless --force, and a terminal never receives the binary archive.
+func (e env) backupFormat(fs *flag.FlagSet, out string, zst, force bool) (compress bool, why string) {
+	zstdSet := false
+	fs.Visit(func(f *flag.Flag) { zstdSet = zstdSet || f.Name == "zstd" })
+	if out == "-" {
+		if isTerminal(e.stdout) {
+			return false, "--out -: standard output is a terminal; redirect it to a file or a pipe, or name a file with --out FILE"
+		}
+		return zst, ""
+	}
+	if out == "" {
+		if zstdSet && !zst {
+			return false, "--zstd=false: a default name is .tar.zst; name a .tar file with --out FILE for a plain tar"
+		}
+		return true, ""
+	}
+	info, err := os.Stat(out)
+	if err == nil && info.IsDir() {
+		if zstdSet && !zst {
+			return false, "--zstd=false: a default name is .tar.zst; name a .tar file with --out FILE for a plain tar"
+		}
+		return true, ""
+	}
+	compress, err = backup.FormatOf(out)
+	switch {
+	case err != nil:
+		return false, fmt.Sprintf("--out %s: the name must end .tar or .tar.zst, which gives the backup's format", out)
+	case zstdSet && zst != compress:
+		return false, fmt.Sprintf("--zstd=%t contradicts --out %s, whose name gives the format", zst, out)
+	case info != nil && !force:
+		return false, fmt.Sprintf("--out %s: the file exists; --force replaces it", out)
+	}
+	return compress, ""
 }
 
 // reportBackup prints what backup create made.
@@ -118,7 +162,7 @@ func (e env) reportBackup(rep backupReport, out string, asJSON bool) int {
 }
 
 // localBackup makes the backup on a database no server holds.
-func (e env) localBackup(ctx context.Context, st *store.Store, cfg config.Config, logger *slog.Logger, key ed25519.PrivateKey, out string, compress bool) (backupReport, error) {
+func (e env) localBackup(ctx context.Context, st *store.Store, cfg config.Config, logger *slog.Logger, key ed25519.PrivateKey, out string, compress, force bool) (backupReport, error) {
 	svc, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key)
 	if err != nil {
 		return backupReport{}, err
@@ -136,7 +180,7 @@ func (e env) localBackup(ctx context.Context, st *store.Store, cfg config.Config
 		}
 		return backupReport{Manifest: m}, err
 	}
-	m, path, err := c.CreateFile(ctx, target(cfg, out))
+	m, path, err := c.CreateFile(ctx, target(cfg, out), force)
 	return backupReport{File: path, Manifest: m}, err
 }
 
@@ -144,7 +188,7 @@ func (e env) localBackup(ctx context.Context, st *store.Store, cfg config.Config
 // --out is given and it has one, else as a stream written here. On a
 // cluster node shard names the shard (-1 on a single node), whose backups
 // go to BACKUP_PATH/shards/<n>/.
-func (e env) remoteBackup(ctx context.Context, c *adminClient, cfg config.Config, out string, compress bool, shard int, serverPath bool) (backupReport, error) {
+func (e env) remoteBackup(ctx context.Context, c *adminClient, cfg config.Config, out string, compress, force bool, shard int, serverPath bool) (backupReport, error) {
 	var rep backupReport
 	q := url.Values{}
 	folder := cfg.Backup.Path
@@ -189,12 +233,18 @@ func (e env) remoteBackup(ctx context.Context, c *adminClient, cfg config.Config
 	named := true
 	if info, err := os.Stat(dest); err == nil && info.IsDir() {
 		// The name holds the backup's ID, known once the stream is read.
-		dest, named = filepath.Join(dest, "progressdb-backup-incoming.tar"), false
+		dest, named = filepath.Join(dest, "progressdb-backup-incoming.tar.zst"), false
 	}
-	err = backup.WriteAtomic(dest, func(w io.Writer) error {
+	receive := func(w io.Writer) error {
 		_, err := io.Copy(w, body)
 		return err
-	})
+	}
+	if force || !named {
+		// The incoming name is this command's own until the ID is known.
+		err = backup.WriteAtomic(dest, receive)
+	} else {
+		err = backup.WriteNew(dest, receive)
+	}
 	if err != nil {
 		return rep, fmt.Errorf("receive the backup: %w", err)
 	}
@@ -203,11 +253,7 @@ func (e env) remoteBackup(ctx context.Context, c *adminClient, cfg config.Config
 	}
 	rep.File = dest
 	if !named {
-		name := backup.FileName(rep.Manifest.CreatedAt, rep.Manifest.BackupID)
-		if compress {
-			name += ".zst"
-		}
-		rep.File = filepath.Join(filepath.Dir(dest), name)
+		rep.File = filepath.Join(filepath.Dir(dest), backup.FileName(rep.Manifest.CreatedAt, rep.Manifest.BackupID))
 		if err := os.Rename(dest, rep.File); err != nil {
 			return rep, err
 		}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/app"
@@ -23,14 +24,20 @@ func (e env) backupVerify(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(e.stderr, "usage: progressdb backup verify FILE [--public-key F] [--json]")
+		fmt.Fprintln(e.stderr, "usage: progressdb backup verify FILE|- [--public-key F] [--json]")
 		return exitUsage
 	}
 	pub, code := e.backupPublicKey("backup verify", *pubPath)
 	if code != exitOK {
 		return code
 	}
-	rep, err := backup.Verify(ctx, fs.Arg(0), pub, "")
+	var rep backup.Report
+	var err error
+	if fs.Arg(0) == "-" {
+		rep, err = backup.VerifyReader(ctx, stdinName, e.input(), pub, "")
+	} else {
+		rep, err = backup.Verify(ctx, fs.Arg(0), pub, "")
+	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "progressdb backup verify: %v\n", err)
 		if *asJSON {
@@ -48,6 +55,18 @@ func (e env) backupVerify(ctx context.Context, args []string) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// stdinName is how reports name an archive read from standard input
+// (FILE "-").
+const stdinName = "standard input"
+
+// input is standard input, or an empty one when Main was given none.
+func (e env) input() io.Reader {
+	if e.stdin == nil {
+		return strings.NewReader("")
+	}
+	return e.stdin
 }
 
 // backupPublicKey loads --public-key, or the public half of the

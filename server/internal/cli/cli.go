@@ -65,10 +65,10 @@ func commands() []command {
 		{"audit verify", "[DIR] [--json] [--public-key FILE] [--exports DIR] [--since RUN_ID]", "check every audit file (chain, seq, footer, counts, name), the chain between files, signatures with a key, each export a footer names, every export file, and report any other file in the tree; --since RUN_ID checks from that run's file on and its link to the file before", env.auditVerify},
 		{"audit show", "FILE [--status S]", "print one audit file for people: the run, its items, the footer, and whether the file verifies", env.auditShow},
 		{"audit find", "ID [DIR] [--json]", "was this thread or message purged, when, why, and which audit file proves it: every record of it in the trail", env.auditFind},
-		{"backup create", "[--out FILE|-] [--zstd] [--shard N] [--json]", "make an online backup (through the running server when there is one; on a cluster node, of shard N through the node holding it): a Pebble checkpoint and manifest.json in one tar file", env.backupCreate},
+		{"backup create", "[--out FILE|DIR|-] [--force] [--zstd=false] [--shard N] [--json]", "make an online backup (through the running server when there is one; on a cluster node, of shard N through the node holding it): a Pebble checkpoint and manifest.json in one tar file", env.backupCreate},
 		{"backup list", "[--json]", "the backups in PROGRESSDB_BACKUP_PATH: age, expiry (PROGRESSDB_BACKUP_KEEP), size, and how many purged items each still holds", env.backupList},
-		{"backup verify", "FILE [--public-key F] [--json]", "check a backup: every file's hash, the manifest and its signature, and the database opened on a temporary copy with the store's consistency check", env.backupVerify},
-		{"restore", "FILE --db DIR [--audit DIR] [--accept-broken-audit] [--json] | --resume --db DIR", "restore a backup into an empty folder as a new database, then replay every purge the audit trail records after the backup (a restore never brings purged data back); --resume finishes one that did not", env.restore},
+		{"backup verify", "FILE|- [--public-key F] [--json]", "check a backup: every file's hash, the manifest and its signature, and the database opened on a temporary copy with the store's consistency check", env.backupVerify},
+		{"restore", "FILE|- --db DIR [--audit DIR] [--accept-broken-audit] [--json] | --resume --db DIR", "restore a backup into an empty folder as a new database, then replay every purge the audit trail records after the backup (a restore never brings purged data back); --resume finishes one that did not", env.restore},
 		{"export read", "FILE [--item ID]", "print the records of an export file as JSON lines (all, or one item's)", env.exportRead},
 		{"cluster create", "--nodes ID,ID,... [--wait D] [--json]", "create the cluster in etcd once the nodes named have reported what they hold: fix its shard count (PROGRESSDB_CLUSTER_SHARDS), put each shard on the node holding it and spread the others over the nodes named", env.clusterCreate},
 		{"cluster status", "[--json]", "the cluster as etcd has it: nodes (alive, URL, shards held) and shards (home, owner, epoch, state)", env.clusterStatus},
@@ -81,7 +81,9 @@ func commands() []command {
 
 // env bundles what every command receives.
 type env struct {
-	environ        []string
+	environ []string
+	// stdin is what `restore -` and `backup verify -` read.
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	// helpShown is set when a command printed its --help; Main then exits 0
 	// whatever the command returned.
@@ -89,8 +91,8 @@ type env struct {
 }
 
 // Main runs the command named by args and returns the exit status.
-func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	e := env{environ: environ, stdout: stdout, stderr: stderr, helpShown: new(bool)}
+func Main(ctx context.Context, args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := env{environ: environ, stdin: stdin, stdout: stdout, stderr: stderr, helpShown: new(bool)}
 	cmds := commands()
 	if len(args) == 0 {
 		return e.serve(ctx, nil)

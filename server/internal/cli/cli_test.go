@@ -38,7 +38,7 @@ func newHarness(t *testing.T, extra ...string) *harness {
 func (h *harness) run(args ...string) (code int, stdout, stderr string) {
 	h.t.Helper()
 	var out, errb bytes.Buffer
-	code = Main(context.Background(), args, h.environ, &out, &errb)
+	code = Main(context.Background(), args, h.environ, strings.NewReader(""), &out, &errb)
 	return code, out.String(), errb.String()
 }
 

@@ -187,7 +187,7 @@ func TestClusterCreateFromWhatTheNodesHold(t *testing.T) {
 	var stdout strings.Builder
 	done := make(chan int)
 	go func() {
-		done <- Main(context.Background(), []string{"cluster", "create", "--nodes", "node-1,node-2,node-3"}, h.environ, &stdout, stderr)
+		done <- Main(context.Background(), []string{"cluster", "create", "--nodes", "node-1,node-2,node-3"}, h.environ, nil, &stdout, stderr)
 	}()
 	<-stderr.wrote
 	if !strings.Contains(stderr.String(), "waiting up to 5m0s for each node to report the shards it holds (a node reports when it starts); not yet: node-2") {

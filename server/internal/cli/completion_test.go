@@ -19,7 +19,7 @@ func TestMainHelper(t *testing.T) {
 	if os.Getenv("PROGRESSDB_CLI_MAIN") == "" {
 		t.Skip("helper process")
 	}
-	os.Exit(Main(context.Background(), flag.Args(), nil, os.Stdout, os.Stderr))
+	os.Exit(Main(context.Background(), flag.Args(), nil, os.Stdin, os.Stdout, os.Stderr))
 }
 
 // The bash completion completes commands from the table and flags from

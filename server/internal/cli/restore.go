@@ -55,7 +55,7 @@ func (e env) restore(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	if *db == "" || *resume && fs.NArg() != 0 || !*resume && fs.NArg() != 1 {
-		fmt.Fprintln(e.stderr, "usage: progressdb restore FILE --db DIR [--audit DIR] [--accept-broken-audit] [--json]\n"+
+		fmt.Fprintln(e.stderr, "usage: progressdb restore FILE|- --db DIR [--audit DIR] [--accept-broken-audit] [--json]\n"+
 			"       progressdb restore --resume --db DIR [--audit DIR] [--accept-broken-audit] [--json]")
 		return exitUsage
 	}
@@ -133,8 +133,17 @@ func (e env) restore(ctx context.Context, args []string) int {
 		if err != nil {
 			return done(exitFailed, err.Error())
 		}
-		state = store.RestoreState{Backup: file, DatabaseID: store.NewDatabaseID(), Audit: trail}
-		vrep, err := backup.ExtractPending(ctx, file, *db, pub, state)
+		name := file
+		if file == "-" {
+			name = stdinName
+		}
+		state = store.RestoreState{Backup: name, DatabaseID: store.NewDatabaseID(), Audit: trail}
+		var vrep backup.Report
+		if file == "-" {
+			vrep, err = backup.ExtractPendingReader(ctx, name, e.input(), *db, pub, state)
+		} else {
+			vrep, err = backup.ExtractPending(ctx, file, *db, pub, state)
+		}
 		if err != nil {
 			return done(exitFailed, err.Error())
 		}

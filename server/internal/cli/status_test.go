@@ -60,7 +60,7 @@ func startServerWithLogs(t *testing.T, environ []string) (string, *lockedBuffer)
 	logs := &lockedBuffer{}
 	done := make(chan int, 1)
 	go func() {
-		done <- Main(ctx, []string{"serve"}, append(environ, "PROGRESSDB_ADDR="+addr), logs, logs)
+		done <- Main(ctx, []string{"serve"}, append(environ, "PROGRESSDB_ADDR="+addr), nil, logs, logs)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -124,8 +124,9 @@ func TestFaultBackupThroughServer(t *testing.T) {
 }
 
 // A backup killed part way leaves no archive under its final name, and
-// its staging checkpoint (hard links to the live tables) is gone once the
-// database is opened again.
+// its staging checkpoint (hard links to the live tables) is gone: removed
+// before the archive's first byte is written, and, for a backup killed
+// before that, once the database is opened again.
 func TestFaultBackupKilled(t *testing.T) {
 	s := newSite(t.TempDir())
 	env := s.env()
@@ -137,14 +138,14 @@ func TestFaultBackupKilled(t *testing.T) {
 	for attempt := 0; attempt < 10 && !caught; attempt++ {
 		p := start(t, env, "backup", "create", "--out", out)
 		waitFor(t, time.Minute, "the backup to start writing or end", func() bool {
-			// Killed while both the temporary archive and the staging
-			// checkpoint exist.
+			// Killed while it writes the archive.
 			tmp, _ := filepath.Glob(filepath.Join(s.dir, ".b.tar.tmp-*"))
-			staging, _ := filepath.Glob(filepath.Join(s.db, ".backup-checkpoint-*"))
-			if len(tmp) > 0 && len(staging) > 0 {
-				p.kill()
-				caught = true
-				return true
+			if len(tmp) > 0 {
+				if info, err := os.Stat(tmp[0]); err == nil && info.Size() > 0 {
+					p.kill()
+					caught = true
+					return true
+				}
 			}
 			return p.exited()
 		})
@@ -166,6 +167,9 @@ func TestFaultBackupKilled(t *testing.T) {
 	}
 	if tmp, _ := filepath.Glob(filepath.Join(s.dir, ".b.tar.tmp-*")); len(tmp) != 1 {
 		t.Fatalf("temporary archives %v, want the killed one", tmp)
+	}
+	if staging, _ := filepath.Glob(filepath.Join(s.db, ".backup-checkpoint-*")); len(staging) > 0 {
+		t.Fatalf("a backup killed while it wrote the archive left its staging checkpoint: %v", staging)
 	}
 	openStore(t, s.db).Close()
 	if staging, _ := filepath.Glob(filepath.Join(s.db, ".backup-checkpoint-*")); len(staging) > 0 {
