@@ -87,14 +87,9 @@ func NewCreator(o Options) (*Creator, error) {
 func (c *Creator) Path() string { return c.path }
 
 // FileName is a backup's default name (spec §10), in the default format
-// (.tar.zst); PlainName is the name of one written as a plain tar.
+// (.tar.zst).
 func FileName(created time.Time, id string) string {
 	return "progressdb-backup-" + created.UTC().Format("20060102T150405Z") + "-" + id + zstdExt
-}
-
-// PlainName is FileName of a backup written uncompressed.
-func PlainName(created time.Time, id string) string {
-	return strings.TrimSuffix(FileName(created, id), ".zst")
 }
 
 // FormatOf picks a backup file's format from its name: compressed for
