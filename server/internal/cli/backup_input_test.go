@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,25 +14,6 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 )
-
-// runBinaryStdin is runBinary with stdin as standard input.
-func runBinaryStdin(t *testing.T, environ []string, stdin io.Reader, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	cmd := exec.Command(binary(t), args...)
-	cmd.Env = environ
-	cmd.Stdin = stdin
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("%v: %v", args, err)
-	}
-	return code, out.String(), errb.String()
-}
 
 // zstdMagic starts a zstd frame.
 var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}

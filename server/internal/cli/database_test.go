@@ -1,36 +1,15 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
-
-// runBinaryIn runs the built binary in folder dir with exactly environ.
-func runBinaryIn(t *testing.T, dir string, environ []string, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	cmd := exec.Command(binary(t), args...)
-	cmd.Env, cmd.Dir = environ, dir
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("%v: %v", args, err)
-	}
-	return code, out.String(), errb.String()
-}
 
 // folderID is the identity a database folder records.
 func folderID(t *testing.T, path string) string {

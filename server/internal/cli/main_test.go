@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,7 +55,29 @@ func binary(t *testing.T) string {
 // exit status and output.
 func runBinary(t *testing.T, environ []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runCommand(t, exec.Command(binary(t), args...), environ)
+}
+
+// runBinaryIn runs the built binary in folder dir with exactly environ.
+func runBinaryIn(t *testing.T, dir string, environ []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	cmd := exec.Command(binary(t), args...)
+	cmd.Dir = dir
+	return runCommand(t, cmd, environ)
+}
+
+// runBinaryStdin runs the built binary with exactly environ, reading stdin.
+func runBinaryStdin(t *testing.T, environ []string, stdin io.Reader, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(binary(t), args...)
+	cmd.Stdin = stdin
+	return runCommand(t, cmd, environ)
+}
+
+// runCommand runs cmd with exactly environ and returns its exit status and
+// output; only a failure to start it fails the test.
+func runCommand(t *testing.T, cmd *exec.Cmd, environ []string) (code int, stdout, stderr string) {
+	t.Helper()
 	cmd.Env = environ
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -64,7 +87,7 @@ func runBinary(t *testing.T, environ []string, args ...string) (code int, stdout
 	case errors.As(err, &exit):
 		code = exit.ExitCode()
 	case err != nil:
-		t.Fatalf("%v: %v", args, err)
+		t.Fatalf("%v: %v", cmd.Args[1:], err)
 	}
 	return code, out.String(), errb.String()
 }
