@@ -178,7 +178,7 @@ func (s *Store) SetRunStarted(ctx context.Context, id string) error {
 // into a new staging folder inside the database folder and returns its
 // path. Tables are hard-linked: the caller must remove the folder as soon
 // as it has opened its files (RemoveCheckpoint). While a staging folder
-// is there, Erase waits for it (checkpoints): it holds the database as it
+// is there, Erase waits for it (stagingCheckpoints): it holds the database as it
 // was before a purge, in a copied log and in tables the compactions
 // replace, and an erase must not say "erased" while anything under the
 // database folder still holds purged content. Open removes folders a
@@ -191,10 +191,8 @@ func (s *Store) Checkpoint(ctx context.Context, name string) (string, error) {
 		return "", fmt.Errorf("%w: checkpoint name %q", ErrInvalidArgument, name)
 	}
 	dir := filepath.Join(s.path, checkpointPrefix+name)
-	s.checkpoints.Add(1)
 	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
 		_ = os.RemoveAll(dir)
-		s.checkpoints.Add(-1)
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	return dir, nil
@@ -206,30 +204,38 @@ func (s *Store) RemoveCheckpoint(dir string) error {
 	if filepath.Dir(dir) != filepath.Clean(s.path) || !strings.HasPrefix(filepath.Base(dir), checkpointPrefix) {
 		return fmt.Errorf("%w: %s is not a checkpoint of %s", ErrInvalidArgument, dir, s.path)
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	s.checkpoints.Add(-1)
-	return nil
+	return os.RemoveAll(dir)
 }
 
 // removeStaleCheckpoints removes the staging folders of backups that a
 // killed process left: their hard links would keep purged tables on disk.
 func removeStaleCheckpoints(path string) error {
+	dirs, err := stagingCheckpoints(path)
+	var errs []error
+	for _, d := range dirs {
+		errs = append(errs, os.RemoveAll(d))
+	}
+	return errors.Join(append(errs, err)...)
+}
+
+// stagingCheckpoints lists the backups' staging folders in the database
+// folder. The folders themselves are the truth, not a count of the calls
+// that made them: a caller may move one away (a restore drill's copy).
+func stagingCheckpoints(path string) ([]string, error) {
 	entries, err := os.ReadDir(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil
+			return nil, nil
 		}
-		return err
+		return nil, err
 	}
-	var errs []error
+	var dirs []string
 	for _, e := range entries {
 		if e.IsDir() && strings.HasPrefix(e.Name(), checkpointPrefix) {
-			errs = append(errs, os.RemoveAll(filepath.Join(path, e.Name())))
+			dirs = append(dirs, filepath.Join(path, e.Name()))
 		}
 	}
-	return errors.Join(errs...)
+	return dirs, nil
 }
 
 // BeginReplayPurge claims an item whose purge the audit trail records, on

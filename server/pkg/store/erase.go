@@ -185,7 +185,12 @@ func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions)
 	// the purge. It is in the folder only while the backup opens its files
 	// (the archive is streamed from open files, so a slow or stalled
 	// client keeps nothing there); an erase that outlasts one fails.
-	held := func() bool { return s.checkpoints.Load() > 0 }
+	// A folder that cannot be listed counts as held: erased is claimed
+	// only when nothing can be left.
+	held := func() bool {
+		dirs, err := stagingCheckpoints(s.path)
+		return err != nil || len(dirs) > 0
+	}
 	er, err := erase.Run(ctx, s.db, s.path, ranges, erase.Options{Rate: opts.Rate, Wait: s.eraseWait, Progress: opts.Progress, Held: held})
 	res.Ranges, res.TablesRemoved, res.LogsRemoved = er.Ranges, er.TablesRemoved, er.LogsRemoved
 	if err != nil {

@@ -37,10 +37,6 @@ type Store struct {
 	// userWrites counts committed writes of the API (threads and
 	// messages), so that a purge can tell when it competes with them.
 	userWrites atomic.Uint64
-
-	// checkpoints counts the backups' staging folders inside the
-	// database folder (Checkpoint), which Erase waits for.
-	checkpoints atomic.Int64
 }
 
 // DefaultMemTableSize is larger than Pebble's 4 MiB default so bulk loads
