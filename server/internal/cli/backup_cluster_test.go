@@ -73,20 +73,7 @@ func TestClusterPerThreadCommandsThroughAnyNode(t *testing.T) {
 	reportHeld(t, srv, "node-1", "node-2")
 	h.mustRun("cluster", "create", "--nodes", "node-1,node-2")
 	node1 := append(append([]string{"PATH=" + os.Getenv("PATH")}, h.environ...), serveNode(t, h)...)
-	node2 := &harness{t: t, dbPath: h.dbPath + "-2", environ: append(append([]string{}, h.environ...),
-		"PROGRESSDB_NODE_ID=node-2", "PROGRESSDB_DB_PATH="+h.dbPath+"-2")}
-	serveNode(t, node2)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		st, err := cluster.ReadStatus(ctx, srv.Client(t), cluster.Keys{Name: "progressdb"})
-		if err == nil && st.Shards[0].State == cluster.ShardOwned && st.Shards[1].State == cluster.ShardOwned {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("shards not owned: %+v %v", st, err)
-		}
-	}
+	node2 := serveSecondNode(t, srv, h)
 	tid := ""
 	for i := 0; tid == ""; i++ {
 		if id := fmt.Sprintf("t%d", i); cluster.ShardOf(id, 2) == 1 {

@@ -117,3 +117,23 @@ func TestClusterRetentionThroughANode(t *testing.T) {
 		t.Errorf("status:\n%s", out)
 	}
 }
+
+// serveSecondNode serves node-2 of a two-shard cluster beside h's node-1
+// and waits until both shards are owned.
+func serveSecondNode(t *testing.T, srv *etcdtest.Server, h *harness) *harness {
+	t.Helper()
+	node2 := &harness{t: t, dbPath: h.dbPath + "-2", environ: append(append([]string{}, h.environ...),
+		"PROGRESSDB_NODE_ID=node-2", "PROGRESSDB_DB_PATH="+h.dbPath+"-2")}
+	serveNode(t, node2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		st, err := cluster.ReadStatus(ctx, srv.Client(t), cluster.Keys{Name: "progressdb"})
+		if err == nil && st.Shards[0].State == cluster.ShardOwned && st.Shards[1].State == cluster.ShardOwned {
+			return node2
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shards not owned: %+v %v", st, err)
+		}
+	}
+}
