@@ -62,12 +62,7 @@ func backupCount(t *testing.T, srv *server, result string) int {
 func TestFaultStalledBackupStreamDuringPurge(t *testing.T) {
 	s := newSite(t.TempDir())
 	const period = time.Second
-	env := s.env().with(
-		"PROGRESSDB_ADMIN_TOKEN", adminToken,
-		"PROGRESSDB_RETENTION_PERIOD", period.String(),
-		"PROGRESSDB_RETENTION_MESSAGE_PERIOD", period.String(),
-		"PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD", "true",
-		"PROGRESSDB_RETENTION_CRON", "@every 1h",
+	env := s.shortPeriodEnv(period).with(
 		"PROGRESSDB_BACKUP_STREAM_TIMEOUT", "3s",
 	)
 	srv := startServer(t, env)

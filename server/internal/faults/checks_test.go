@@ -40,6 +40,19 @@ func (s site) env() envVars {
 	}
 }
 
+// shortPeriodEnv is env with deletions due period after they are made (a
+// period too short for production, allowed), the admin token set and runs
+// asked for by hand: the schedule is hourly, later than any test ends.
+func (s site) shortPeriodEnv(period time.Duration) envVars {
+	return s.env().with(
+		"PROGRESSDB_ADMIN_TOKEN", adminToken,
+		"PROGRESSDB_RETENTION_PERIOD", period.String(),
+		"PROGRESSDB_RETENTION_MESSAGE_PERIOD", period.String(),
+		"PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD", "true",
+		"PROGRESSDB_RETENTION_CRON", "@every 1h",
+	)
+}
+
 // checkConsistent checks what must hold whenever no process runs, after
 // any fault at any instant, and returns what it read:
 //   - every key of an item that must stay is there, byte for byte, and no

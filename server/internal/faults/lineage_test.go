@@ -23,18 +23,6 @@ import (
 // deleted on one is due a period later.
 const drillPeriod = time.Second
 
-// drillEnv is the environment of a server whose deletions are due after
-// drillPeriod; runs are asked for by hand.
-func drillEnv(s site) envVars {
-	return s.env().with(
-		"PROGRESSDB_ADMIN_TOKEN", adminToken,
-		"PROGRESSDB_RETENTION_PERIOD", drillPeriod.String(),
-		"PROGRESSDB_RETENTION_MESSAGE_PERIOD", drillPeriod.String(),
-		"PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD", "true",
-		"PROGRESSDB_RETENTION_CRON", "@every 1h",
-	)
-}
-
 // purgeOne soft-deletes thread tid on srv, waits until it is due and runs
 // retention there, which must purge exactly it; it returns the run.
 func purgeOne(t *testing.T, srv *server, tid string) runSummary {
@@ -106,7 +94,7 @@ func restoreJSON(t *testing.T, env envVars, args ...string) restoreReport {
 // the restore).
 func TestFaultRestoreDrillNeverActsForOriginal(t *testing.T) {
 	s := newSite(t.TempDir())
-	envL := drillEnv(s)
+	envL := s.shortPeriodEnv(drillPeriod)
 	srvL := startServer(t, envL)
 	for _, tid := range []string{"victim", "doomed", "later"} {
 		newThread(t, srvL, tid)
@@ -187,7 +175,7 @@ func TestFaultRestoreDrillNeverActsForOriginal(t *testing.T) {
 // and adds nothing to L's trail.
 func TestFaultRestoreReplayIsTheCopysRun(t *testing.T) {
 	s := newSite(t.TempDir())
-	envL := drillEnv(s)
+	envL := s.shortPeriodEnv(drillPeriod)
 	srvL := startServer(t, envL)
 	newThread(t, srvL, "doomed")
 	archive := filepath.Join(s.dir, "b.tar")

@@ -444,13 +444,7 @@ func copyFolder(t testing.TB, src, dst string) {
 func TestFaultCopiedBackFolder(t *testing.T) {
 	s := newSite(t.TempDir())
 	const period = time.Second
-	env := s.env().with(
-		"PROGRESSDB_ADMIN_TOKEN", adminToken,
-		"PROGRESSDB_RETENTION_PERIOD", period.String(),
-		"PROGRESSDB_RETENTION_MESSAGE_PERIOD", period.String(),
-		"PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD", "true",
-		"PROGRESSDB_RETENTION_CRON", "@every 1h",
-	)
+	env := s.shortPeriodEnv(period)
 	srv := startServer(t, env)
 	for i := range 4 {
 		tid := fmt.Sprintf("t%d", i)

@@ -193,12 +193,7 @@ func TestFaultNoContentInLogs(t *testing.T) {
 		"edited body":    "EDIT-CANARY-" + stamp,
 	}
 	const period = time.Second
-	env := s.env().with(
-		"PROGRESSDB_ADMIN_TOKEN", adminToken,
-		"PROGRESSDB_RETENTION_PERIOD", period.String(),
-		"PROGRESSDB_RETENTION_MESSAGE_PERIOD", period.String(),
-		"PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD", "true",
-		"PROGRESSDB_RETENTION_CRON", "@every 1h",
+	env := s.shortPeriodEnv(period).with(
 		"PROGRESSDB_LOG_SINK", "file:"+logFile,
 	)
 	var procs []*proc
