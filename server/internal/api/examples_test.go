@@ -3,10 +3,6 @@ package api
 import (
 	"strings"
 	"testing"
-
-	"go.yaml.in/yaml/v3"
-
-	apispec "github.com/progressdb/progressdb/api"
 )
 
 // TestOpenAPIExamples: every operation shows an example of what it takes
@@ -15,10 +11,7 @@ import (
 // that loads the description (openapicheck) checks each example against
 // its schema.
 func TestOpenAPIExamples(t *testing.T) {
-	var doc map[string]any
-	if err := yaml.Unmarshal(apispec.OpenAPI(), &doc); err != nil {
-		t.Fatalf("%s: %v", specFile, err)
-	}
+	doc := description(t)
 	hasExample := func(content any) bool {
 		types, _ := content.(map[string]any)
 		for _, mt := range types {
@@ -71,25 +64,9 @@ func TestOpenAPIExamples(t *testing.T) {
 // Every $ref names a whole component (#/components/<kind>/<Name>), never a
 // part of one: generators refuse references into a schema's properties.
 func TestOpenAPIRefsNameComponents(t *testing.T) {
-	var doc map[string]any
-	if err := yaml.Unmarshal(apispec.OpenAPI(), &doc); err != nil {
-		t.Fatalf("%s: %v", specFile, err)
-	}
-	var walk func(where string, v any)
-	walk = func(where string, v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			if ref, ok := v["$ref"].(string); ok && (!strings.HasPrefix(ref, "#/components/") || strings.Count(ref, "/") != 3) {
-				t.Errorf("%s: %s: $ref %q does not name a component: make what it points to a named one", specFile, where, ref)
-			}
-			for k, c := range v {
-				walk(where+"."+k, c)
-			}
-		case []any:
-			for _, c := range v {
-				walk(where, c)
-			}
+	eachObject("", description(t), func(where string, v map[string]any) {
+		if ref, ok := v["$ref"].(string); ok && (!strings.HasPrefix(ref, "#/components/") || strings.Count(ref, "/") != 3) {
+			t.Errorf("%s: %s: $ref %q does not name a component: make what it points to a named one", specFile, where, ref)
 		}
-	}
-	walk("", doc)
+	})
 }

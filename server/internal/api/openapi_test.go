@@ -226,35 +226,20 @@ func TestOpenAPIRoutes(t *testing.T) {
 // $ref resolves, operationIds are unique, and every {param} of a path is
 // declared as a path parameter.
 func TestOpenAPIDocument(t *testing.T) {
-	var doc map[string]any
-	if err := yaml.Unmarshal(apispec.OpenAPI(), &doc); err != nil {
-		t.Fatalf("%s: %v", specFile, err)
-	}
+	doc := description(t)
 	for _, field := range []string{"openapi", "info", "paths", "components"} {
 		if doc[field] == nil {
 			t.Errorf("%s: no %s", specFile, field)
 		}
 	}
 
-	var walk func(where string, v any)
-	walk = func(where string, v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			if ref, ok := v["$ref"].(string); ok {
-				if _, err := resolve(doc, ref); err != nil {
-					t.Errorf("%s: %s: %v", specFile, where, err)
-				}
-			}
-			for k, c := range v {
-				walk(where+"."+k, c)
-			}
-		case []any:
-			for i, c := range v {
-				walk(where+"["+strconv.Itoa(i)+"]", c)
+	eachObject("", doc, func(where string, v map[string]any) {
+		if ref, ok := v["$ref"].(string); ok {
+			if _, err := resolve(doc, ref); err != nil {
+				t.Errorf("%s: %s: %v", specFile, where, err)
 			}
 		}
-	}
-	walk("", doc)
+	})
 
 	ids := make(map[string]string)
 	paths, _ := doc["paths"].(map[string]any)
@@ -477,30 +462,14 @@ func jsonFields(t reflect.Type) map[string]bool {
 // maximum of at most 2^53−1, the largest every JSON client reads exactly
 // (spec §2), so that a client generated from it never expects more.
 func TestOpenAPIIntegersAreBounded(t *testing.T) {
-	var doc map[string]any
-	if err := yaml.Unmarshal(apispec.OpenAPI(), &doc); err != nil {
-		t.Fatalf("%s: %v", specFile, err)
-	}
-	var walk func(where string, v any)
-	walk = func(where string, v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			if isInteger(v["type"]) {
-				max, ok := v["maximum"].(int)
-				if !ok || max > wire.MaxInt {
-					t.Errorf("%s: %s is an integer without a maximum of at most 9007199254740991 (2^53−1): use $ref: \"#/components/schemas/Count\" or set one", specFile, where)
-				}
-			}
-			for k, c := range v {
-				walk(where+"."+k, c)
-			}
-		case []any:
-			for i, c := range v {
-				walk(where+"["+strconv.Itoa(i)+"]", c)
+	eachObject("", description(t), func(where string, v map[string]any) {
+		if isInteger(v["type"]) {
+			max, ok := v["maximum"].(int)
+			if !ok || max > wire.MaxInt {
+				t.Errorf("%s: %s is an integer without a maximum of at most 9007199254740991 (2^53−1): use $ref: \"#/components/schemas/Count\" or set one", specFile, where)
 			}
 		}
-	}
-	walk("", doc)
+	})
 }
 
 func isInteger(typ any) bool {
@@ -516,10 +485,6 @@ func isInteger(typ any) bool {
 // TestOpenAPITimesAreTimestamps: every property that names a time is a
 // Timestamp (or OptionalTimestamp): an RFC 3339 UTC string (spec §2).
 func TestOpenAPITimesAreTimestamps(t *testing.T) {
-	var doc map[string]any
-	if err := yaml.Unmarshal(apispec.OpenAPI(), &doc); err != nil {
-		t.Fatalf("%s: %v", specFile, err)
-	}
 	isTime := func(k string) bool {
 		switch k {
 		case "ts", "time", "expires", "next_run", "cutoff":
@@ -527,26 +492,39 @@ func TestOpenAPITimesAreTimestamps(t *testing.T) {
 		}
 		return strings.HasSuffix(k, "_ts") || strings.HasSuffix(k, "_at")
 	}
-	var walk func(where string, v any)
-	walk = func(where string, v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			if props, ok := v["properties"].(map[string]any); ok {
-				for k, p := range props {
-					ref, _ := p.(map[string]any)["$ref"].(string)
-					if isTime(k) && ref != "#/components/schemas/Timestamp" && ref != "#/components/schemas/OptionalTimestamp" {
-						t.Errorf("%s: %s.properties.%s names a time: make it $ref: \"#/components/schemas/Timestamp\" (or OptionalTimestamp when it can be null)", specFile, where, k)
-					}
-				}
-			}
-			for k, c := range v {
-				walk(where+"."+k, c)
-			}
-		case []any:
-			for i, c := range v {
-				walk(where+"["+strconv.Itoa(i)+"]", c)
+	eachObject("", description(t), func(where string, v map[string]any) {
+		props, _ := v["properties"].(map[string]any)
+		for k, p := range props {
+			ref, _ := p.(map[string]any)["$ref"].(string)
+			if isTime(k) && ref != "#/components/schemas/Timestamp" && ref != "#/components/schemas/OptionalTimestamp" {
+				t.Errorf("%s: %s.properties.%s names a time: make it $ref: \"#/components/schemas/Timestamp\" (or OptionalTimestamp when it can be null)", specFile, where, k)
 			}
 		}
+	})
+}
+
+// description parses the embedded description into plain YAML values.
+func description(t *testing.T) map[string]any {
+	t.Helper()
+	var doc map[string]any
+	if err := yaml.Unmarshal(apispec.OpenAPI(), &doc); err != nil {
+		t.Fatalf("%s: %v", specFile, err)
 	}
-	walk("", doc)
+	return doc
+}
+
+// eachObject calls visit on v and every object (mapping) nested in it,
+// with where the object's path in the description.
+func eachObject(where string, v any, visit func(where string, obj map[string]any)) {
+	switch v := v.(type) {
+	case map[string]any:
+		visit(where, v)
+		for k, c := range v {
+			eachObject(where+"."+k, c, visit)
+		}
+	case []any:
+		for i, c := range v {
+			eachObject(where+"["+strconv.Itoa(i)+"]", c, visit)
+		}
+	}
 }
