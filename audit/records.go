@@ -126,7 +126,7 @@ type Item struct {
 	ThreadID    string     `json:"thread_id"`
 	DeletedAt   time.Time  `json:"deleted_at"` // zero when unknown
 	Status      string     `json:"status"`
-	Cause       string     `json:"cause"` // deleted | max_age | max_messages; absent in files written before policies
+	Cause       string     `json:"cause"` // deleted | max_age | max_messages | subject; absent in files written before policies
 	KeysDeleted int64      `json:"keys_deleted"`
 	PurgedAt    *time.Time `json:"purged_at,omitempty"` // only when purged
 	Reason      string     `json:"reason,omitempty"`    // when skipped, failed or stamped
@@ -134,6 +134,9 @@ type Item struct {
 	// Replayed marks a purge repeated on a restored database: the item
 	// was purged before, by the run an earlier record names (spec §10).
 	Replayed bool `json:"replayed,omitempty"`
+	// ErasureID names the subject erasure an item of cause subject was
+	// purged for (spec §12): its receipt lists the lines that carry it.
+	ErasureID string `json:"erasure_id,omitempty"`
 }
 
 // Footer closes a run's file.
@@ -439,7 +442,7 @@ func validItemStatus(s string) bool {
 
 func validCause(s string) bool {
 	switch s {
-	case CauseDeleted, CauseMaxAge, CauseMaxMessages:
+	case CauseDeleted, CauseMaxAge, CauseMaxMessages, CauseSubject:
 		return true
 	}
 	return false

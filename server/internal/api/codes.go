@@ -85,6 +85,12 @@ const (
 	// CodeMoveInProgress: another move of the shard is under way, or the
 	// target holds a copy of the shard already.
 	CodeMoveInProgress Code = "move_in_progress"
+	// CodeSealingDisabled: sealing is off (PROGRESSDB_KEK unset) and the
+	// route needs it: subject erasure destroys keys (spec §12).
+	CodeSealingDisabled Code = "sealing_disabled"
+	// CodeErasureIncomplete: the erasure has not completed; its receipt
+	// is written once it has.
+	CodeErasureIncomplete Code = "erasure_incomplete"
 )
 
 // 413, 421.
@@ -130,6 +136,7 @@ func Codes() []Code {
 		CodeNotFound, CodeRouteNotFound, CodeNotACluster, CodeClusterNode, CodeMethodNotAllowed,
 		CodeAlreadyExists, CodeIDUnavailable, CodePurgeInProgress, CodeLegalHold, CodeLeaseHeld,
 		CodeRetentionPaused, CodeRetentionDisabled, CodeNoBackupPath, CodeShardNotHeld, CodeMoveInProgress,
+		CodeSealingDisabled, CodeErasureIncomplete,
 		CodeBodyTooLarge, CodeMisdirected,
 		CodeInternal, CodeRunFailed, CodeShardUnavailable, CodeClusterUnavailable, CodeMoveFailed,
 		CodeNotConfigured, CodeUnavailable,

@@ -380,6 +380,8 @@ func TestOpenAPISchemasMatchTheTypes(t *testing.T) {
 		"Policy":          reflect.TypeFor[retention.Policy](),
 		"PolicyOverride":  reflect.TypeFor[retention.PolicyOverride](),
 		"ThreadPolicy":    reflect.TypeFor[retention.ThreadPolicy](),
+		"ErasureStatus":   reflect.TypeFor[retention.ErasureStatus](),
+		"ErasureAccepted": reflect.TypeFor[retention.ErasureAccepted](),
 	} {
 		schema, ok := doc.Components.Schemas[name]
 		if !ok {

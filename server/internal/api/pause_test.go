@@ -18,8 +18,15 @@ type lateService struct{ retention.Service }
 // retentionEnv serves the API over a real retention service on the env's store.
 func retentionEnv(t *testing.T, enabled bool) *testEnv {
 	t.Helper()
+	return retentionEnvWith(t, enabled, Options{AdminToken: "adm"})
+}
+
+// retentionEnvWith is retentionEnv with opts (Retention is set here).
+func retentionEnvWith(t *testing.T, enabled bool, opts Options) *testEnv {
+	t.Helper()
 	late := &lateService{}
-	e := newEnv(t, Options{AdminToken: "adm", Retention: late})
+	opts.Retention = late
+	e := newEnv(t, opts)
 	r, err := retention.NewRunner(retention.RunnerOptions{
 		Store: e.store,
 		Config: config.Retention{Enabled: enabled, Period: 30 * 24 * time.Hour, MinPeriod: time.Hour,

@@ -59,6 +59,9 @@ type Options struct {
 	// Pause, on a cluster node, is the cluster-wide retention pause switch
 	// that PUT /admin/retention/pause sets (spec §11).
 	Pause retention.PauseSwitch
+	// Erasures serves subject erasure (spec §12); nil when sealing is off,
+	// and the erasure routes answer 409 sealing_disabled.
+	Erasures retention.Erasures
 }
 
 // server holds what the handlers share. It is built once by New.
@@ -79,6 +82,7 @@ type server struct {
 	cluster       Cluster               // nil on a single node
 	pause         retention.PauseSwitch // the cluster's pause switch; nil on a single node
 	ids           *store.IDSource       // new thread IDs in a cluster
+	erasures      retention.Erasures    // nil: sealing is off
 }
 
 // New builds the HTTP handler.
@@ -103,6 +107,7 @@ func New(opts Options) (http.Handler, error) {
 		cluster:       opts.Cluster,
 		pause:         opts.Pause,
 		ids:           store.NewIDSource(),
+		erasures:      opts.Erasures,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -189,6 +194,9 @@ func (s *server) routes() []route {
 		{http.MethodPost, "/admin/backups", accessAdmin, s.createBackup},
 		{http.MethodGet, "/admin/backups", accessAdmin, s.listBackups},
 		{http.MethodPost, "/admin/backups/stream", accessAdmin, s.streamBackup},
+		{http.MethodPost, "/admin/erasures", accessAdmin, s.requestErasure},
+		{http.MethodGet, "/admin/erasures/{id}", accessAdmin, s.erasure},
+		{http.MethodGet, "/admin/erasures/{id}/receipt", accessAdmin, s.erasureReceipt},
 		{http.MethodGet, "/admin/cluster", accessAdmin, s.clusterStatus},
 		{http.MethodPost, "/admin/cluster/shards/{n}/move", accessAdmin, s.moveShard},
 	}

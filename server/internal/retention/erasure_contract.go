@@ -1,0 +1,58 @@
+package retention
+
+// This file fixes the subject-erasure types the HTTP API and CLI build
+// against (spec §12, docs/sealed-content-design.md §7).
+
+import (
+	"context"
+	"errors"
+
+	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/wire"
+)
+
+// Erasure statuses.
+const (
+	ErasurePending   = "pending"   // recorded; its run has not begun on it
+	ErasureRunning   = "running"   // a run works on it, or was killed part way
+	ErasureCompleted = "completed" // keys destroyed, versions purged and erased
+	ErasureFailed    = "failed"    // its last run failed; the next run tries again
+)
+
+// ErrErasureIncomplete: the receipt of an erasure that has not completed.
+var ErrErasureIncomplete = errors.New("the erasure has not completed: its receipt is written once it has")
+
+// ErasureStatus answers GET /admin/erasures/{id} and `erasure status`.
+type ErasureStatus struct {
+	ErasureID      string    `json:"erasure_id"`
+	Status         string    `json:"status"`
+	Subject        string    `json:"subject"` // hmac-sha256:<hex>, never the author
+	RequestedAt    wire.Time `json:"requested_at"`
+	CompletedAt    wire.Time `json:"completed_at"` // null until completed
+	KeysDestroyed  int64     `json:"keys_destroyed"`
+	VersionsPurged int64     `json:"versions_purged"`
+	MessagesPurged int64     `json:"messages_purged"`
+	HeldThreads    []string  `json:"held_threads"`
+	RunIDs         []string  `json:"run_ids"`
+	Error          string    `json:"error,omitempty"`
+}
+
+// ErasureAccepted answers POST /admin/erasures.
+type ErasureAccepted struct {
+	ErasureID string `json:"erasure_id"`
+	RunID     string `json:"run_id"`
+}
+
+// Erasures is what the HTTP API and CLI use for subject erasure; only a
+// server with sealing on has one.
+type Erasures interface {
+	// Request records an erasure of author and starts its run at once.
+	// Errors: ErrLeaseHeld (as *LeaseHeldError), ErrPaused, ErrClosed;
+	// nothing is recorded then.
+	Request(ctx context.Context, author string) (ErasureAccepted, error)
+	// Erasure reads an erasure's status (store.ErrNotFound when unknown).
+	Erasure(ctx context.Context, id string) (ErasureStatus, error)
+	// Receipt builds a completed erasure's receipt (ErrErasureIncomplete
+	// before it has completed).
+	Receipt(ctx context.Context, id string) (audit.Receipt, error)
+}
