@@ -69,6 +69,7 @@ func commands() []command {
 		{"backup list", "[--json]", "the backups in PROGRESSDB_BACKUP_PATH: age, expiry (PROGRESSDB_BACKUP_KEEP), size, and how many purged items each still holds", env.backupList},
 		{"backup verify", "FILE|- [--public-key F] [--json]", "check a backup: every file's hash, the manifest and its signature, and the database opened on a temporary copy with the store's consistency check", env.backupVerify},
 		{"restore", "FILE|- --db DIR [--audit DIR] [--accept-broken-audit] [--json] | --resume --db DIR", "restore a backup into an empty folder as a new database, then replay every purge the audit trail records after the backup (a restore never brings purged data back); --resume finishes one that did not", env.restore},
+		{"keys generate-kek", "", "print a fresh local key-encryption key (a base64key:// URL of 32 random bytes) for PROGRESSDB_KEK, and nothing else", env.keysGenerateKEK},
 		{"export read", "FILE [--item ID]", "print the records of an export file as JSON lines (all, or one item's)", env.exportRead},
 		{"cluster create", "--nodes ID,ID,... [--wait D] [--json]", "create the cluster in etcd once the nodes named have reported what they hold: fix its shard count (PROGRESSDB_CLUSTER_SHARDS), put each shard on the node holding it and spread the others over the nodes named", env.clusterCreate},
 		{"cluster status", "[--json]", "the cluster as etcd has it: nodes (alive, URL, shards held) and shards (home, owner, epoch, state)", env.clusterStatus},
