@@ -37,6 +37,48 @@ func (e ClusterStatusShardsState) Valid() bool {
 	}
 }
 
+// Defines values for ErasureReceiptItemsItemType.
+const (
+	ErasureReceiptItemsItemTypeMessage ErasureReceiptItemsItemType = "message"
+	ErasureReceiptItemsItemTypeThread  ErasureReceiptItemsItemType = "thread"
+)
+
+// Valid indicates whether the value is a known member of the ErasureReceiptItemsItemType enum.
+func (e ErasureReceiptItemsItemType) Valid() bool {
+	switch e {
+	case ErasureReceiptItemsItemTypeMessage:
+		return true
+	case ErasureReceiptItemsItemTypeThread:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ErasureStatusStatus.
+const (
+	ErasureStatusStatusCompleted ErasureStatusStatus = "completed"
+	ErasureStatusStatusFailed    ErasureStatusStatus = "failed"
+	ErasureStatusStatusPending   ErasureStatusStatus = "pending"
+	ErasureStatusStatusRunning   ErasureStatusStatus = "running"
+)
+
+// Valid indicates whether the value is a known member of the ErasureStatusStatus enum.
+func (e ErasureStatusStatus) Valid() bool {
+	switch e {
+	case ErasureStatusStatusCompleted:
+		return true
+	case ErasureStatusStatusFailed:
+		return true
+	case ErasureStatusStatusPending:
+		return true
+	case ErasureStatusStatusRunning:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ErrorCode.
 const (
 	ErrorCodeAdminDisabled      ErrorCode = "admin_disabled"
@@ -44,6 +86,7 @@ const (
 	ErrorCodeBodyTooLarge       ErrorCode = "body_too_large"
 	ErrorCodeClusterNode        ErrorCode = "cluster_node"
 	ErrorCodeClusterUnavailable ErrorCode = "cluster_unavailable"
+	ErrorCodeErasureIncomplete  ErrorCode = "erasure_incomplete"
 	ErrorCodeIdUnavailable      ErrorCode = "id_unavailable"
 	ErrorCodeInternalError      ErrorCode = "internal_error"
 	ErrorCodeInvalidCursor      ErrorCode = "invalid_cursor"
@@ -67,6 +110,7 @@ const (
 	ErrorCodeRetentionPaused    ErrorCode = "retention_paused"
 	ErrorCodeRouteNotFound      ErrorCode = "route_not_found"
 	ErrorCodeRunFailed          ErrorCode = "run_failed"
+	ErrorCodeSealingDisabled    ErrorCode = "sealing_disabled"
 	ErrorCodeShardNotHeld       ErrorCode = "shard_not_held"
 	ErrorCodeShardUnavailable   ErrorCode = "shard_unavailable"
 	ErrorCodeUnauthorized       ErrorCode = "unauthorized"
@@ -85,6 +129,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeClusterNode:
 		return true
 	case ErrorCodeClusterUnavailable:
+		return true
+	case ErrorCodeErasureIncomplete:
 		return true
 	case ErrorCodeIdUnavailable:
 		return true
@@ -131,6 +177,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeRouteNotFound:
 		return true
 	case ErrorCodeRunFailed:
+		return true
+	case ErrorCodeSealingDisabled:
 		return true
 	case ErrorCodeShardNotHeld:
 		return true
@@ -404,6 +452,105 @@ type ClusterStatusShardsState string
 // Count A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
 type Count = int
 
+// ErasureAccepted defines model for ErasureAccepted.
+type ErasureAccepted struct {
+	ErasureId string `json:"erasure_id"`
+
+	// RunId The run that started for it.
+	RunId string `json:"run_id"`
+}
+
+// ErasureReceipt defines model for ErasureReceipt.
+type ErasureReceipt struct {
+	// Audit The audit files that record the items, relative to AUDIT_PATH.
+	Audit []struct {
+		File string `json:"file"`
+
+		// FooterSha256 Hex SHA-256 of the file's footer line.
+		FooterSha256 string `json:"footer_sha256"`
+		Lines        []struct {
+			// Seq A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
+			Seq Count `json:"seq"`
+
+			// Sha256 Hex SHA-256 of the line as written, without its newline.
+			Sha256 string `json:"sha256"`
+		} `json:"lines"`
+
+		// Signature The footer's signature ("" when audit files are not signed).
+		Signature string `json:"signature"`
+	} `json:"audit"`
+
+	// CompletedAt RFC 3339 in UTC with nanoseconds, trailing zeros of the fraction dropped.
+	//
+	// Examples: 2026-11-24T16:40:19.123456789Z
+	CompletedAt Timestamp `json:"completed_at"`
+	DatabaseId  string    `json:"database_id"`
+	ErasureId   string    `json:"erasure_id"`
+	Format      int       `json:"format"`
+	HeldThreads []string  `json:"held_threads"`
+
+	// Items Every item erased.
+	Items []struct {
+		ItemId   string                      `json:"item_id"`
+		ItemType ErasureReceiptItemsItemType `json:"item_type"`
+		ThreadId string                      `json:"thread_id"`
+	} `json:"items"`
+
+	// RequestedAt RFC 3339 in UTC with nanoseconds, trailing zeros of the fraction dropped.
+	//
+	// Examples: 2026-11-24T16:40:19.123456789Z
+	RequestedAt Timestamp `json:"requested_at"`
+
+	// Subject The author as an HMAC with the server's receipt key (`hmac-sha256:<hex>`).
+	Subject string `json:"subject"`
+}
+
+// ErasureReceiptItemsItemType defines model for ErasureReceipt.Items.ItemType.
+type ErasureReceiptItemsItemType string
+
+// ErasureRequest The body of requestErasure.
+type ErasureRequest struct {
+	// Author The author whose writing is erased, exactly as written (at most 256 bytes of UTF-8).
+	Author string `json:"author"`
+}
+
+// ErasureStatus defines model for ErasureStatus.
+type ErasureStatus struct {
+	// CompletedAt A Timestamp, or null when unset.
+	CompletedAt *OptionalTimestamp `json:"completed_at"`
+	ErasureId   string             `json:"erasure_id"`
+	Error       *string            `json:"error,omitempty"`
+
+	// HeldThreads Threads under legal hold, which keep the author's data.
+	HeldThreads []string `json:"held_threads"`
+
+	// KeysDestroyed A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
+	KeysDestroyed Count `json:"keys_destroyed"`
+
+	// MessagesPurged A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
+	MessagesPurged Count `json:"messages_purged"`
+
+	// RequestedAt RFC 3339 in UTC with nanoseconds, trailing zeros of the fraction dropped.
+	//
+	// Examples: 2026-11-24T16:40:19.123456789Z
+	RequestedAt Timestamp `json:"requested_at"`
+
+	// RunIds The runs that worked on it, in order.
+	RunIds []string `json:"run_ids"`
+
+	// Status pending: recorded, its run not yet begun; running: a run works on it (or was killed part way: the next run finishes it); completed: every key destroyed, every version purged and erased; failed: error says why (the next run tries again).
+	Status ErasureStatusStatus `json:"status"`
+
+	// Subject The author as an HMAC with the server's receipt key (`hmac-sha256:<hex>`), never in clear.
+	Subject string `json:"subject"`
+
+	// VersionsPurged A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
+	VersionsPurged Count `json:"versions_purged"`
+}
+
+// ErasureStatusStatus pending: recorded, its run not yet begun; running: a run works on it (or was killed part way: the next run finishes it); completed: every key destroyed, every version purged and erased; failed: error says why (the next run tries again).
+type ErasureStatusStatus string
+
 // Error Every error answer; clients branch on `code`, never on `error`.
 type Error struct {
 	// Code Stable and machine-readable, from this closed list (the status
@@ -432,6 +579,8 @@ type Error struct {
 	// - `no_backup_path`: 409: PROGRESSDB_BACKUP_PATH is unset.
 	// - `shard_not_held`: 409: a cluster node was asked to back up a shard it does not hold.
 	// - `move_in_progress`: 409: another move of the shard is under way, or the target holds a copy of the shard already.
+	// - `sealing_disabled`: 409: sealing is off (PROGRESSDB_KEK unset), and the route needs it (subject erasure).
+	// - `erasure_incomplete`: 409: the erasure has not completed; its receipt is written once it has.
 	// - `body_too_large`: 413: the request body is over the limit the message names.
 	// - `misdirected`: 421: a node's call reached a node that does not own the shard with that epoch.
 	// - `internal_error`: 500: the server failed; the details are in its log.
@@ -480,6 +629,8 @@ type Error struct {
 // - `no_backup_path`: 409: PROGRESSDB_BACKUP_PATH is unset.
 // - `shard_not_held`: 409: a cluster node was asked to back up a shard it does not hold.
 // - `move_in_progress`: 409: another move of the shard is under way, or the target holds a copy of the shard already.
+// - `sealing_disabled`: 409: sealing is off (PROGRESSDB_KEK unset), and the route needs it (subject erasure).
+// - `erasure_incomplete`: 409: the erasure has not completed; its receipt is written once it has.
 // - `body_too_large`: 413: the request body is over the limit the message names.
 // - `misdirected`: 421: a node's call reached a node that does not own the shard with that epoch.
 // - `internal_error`: 500: the server failed; the details are in its log.
@@ -820,6 +971,9 @@ type Timestamp = time.Time
 // Cursor defines model for Cursor.
 type Cursor = string
 
+// ErasureID defines model for ErasureID.
+type ErasureID = ID
+
 // IncludeDeleted defines model for IncludeDeleted.
 type IncludeDeleted = bool
 
@@ -861,6 +1015,9 @@ type NotANode = Error
 
 // NotFound Every error answer; clients branch on `code`, never on `error`.
 type NotFound = Error
+
+// SealingDisabled Every error answer; clients branch on `code`, never on `error`.
+type SealingDisabled = Error
 
 // ShardUnavailable Every error answer; clients branch on `code`, never on `error`.
 type ShardUnavailable = Error
@@ -972,6 +1129,9 @@ type ListVersionsParams struct {
 
 // MoveShardJSONRequestBody defines body for MoveShard for application/json ContentType.
 type MoveShardJSONRequestBody = MoveRequest
+
+// RequestErasureJSONRequestBody defines body for RequestErasure for application/json ContentType.
+type RequestErasureJSONRequestBody = ErasureRequest
 
 // SetRetentionPauseJSONRequestBody defines body for SetRetentionPause for application/json ContentType.
 type SetRetentionPauseJSONRequestBody = PauseRequest
@@ -1352,6 +1512,83 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /admin/database (the `GetDatabase` operationId).
 	GetDatabase(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RequestErasureWithBody Erase everything an author wrote (subject erasure, spec §12).
+	//
+	// Starts a retention run at once (trigger `erasure`, under the lease,
+	// audited; it never waits for the schedule) and answers 202 once it
+	// has started. The run destroys every key of the author in every
+	// thread not under legal hold (found through the key store's author
+	// index: its cost follows the author's threads, not the database),
+	// which makes every version they wrote unreadable at once, then
+	// purges those versions through the retention pipeline with cause
+	// `subject`. A held thread keeps the author's data and is listed in
+	// `held_threads`. Titles and `author` of threads they created read
+	// `null` after. Follow it with GET /admin/erasures/{id}. The author
+	// is kept in clear only in the key store, sealed under the receipt
+	// key, until the erasure completes; the data store and the audit
+	// files hold only its HMAC (`subject`).
+	//
+	// Needs sealing (`PROGRESSDB_KEK`): without it the request answers
+	// 409 `sealing_disabled` and nothing is recorded. A run going (here
+	// or in another process) answers 409 `lease_held`, and paused
+	// retention 409 `retention_paused`: nothing is recorded then either;
+	// ask again. Not available on a cluster node in this version (503
+	// `not_configured`).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
+	RequestErasureWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RequestErasure Erase everything an author wrote (subject erasure, spec §12).
+	//
+	// Starts a retention run at once (trigger `erasure`, under the lease,
+	// audited; it never waits for the schedule) and answers 202 once it
+	// has started. The run destroys every key of the author in every
+	// thread not under legal hold (found through the key store's author
+	// index: its cost follows the author's threads, not the database),
+	// which makes every version they wrote unreadable at once, then
+	// purges those versions through the retention pipeline with cause
+	// `subject`. A held thread keeps the author's data and is listed in
+	// `held_threads`. Titles and `author` of threads they created read
+	// `null` after. Follow it with GET /admin/erasures/{id}. The author
+	// is kept in clear only in the key store, sealed under the receipt
+	// key, until the erasure completes; the data store and the audit
+	// files hold only its HMAC (`subject`).
+	//
+	// Needs sealing (`PROGRESSDB_KEK`): without it the request answers
+	// 409 `sealing_disabled` and nothing is recorded. A run going (here
+	// or in another process) answers 409 `lease_held`, and paused
+	// retention 409 `retention_paused`: nothing is recorded then either;
+	// ask again. Not available on a cluster node in this version (503
+	// `not_configured`).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
+	RequestErasure(ctx context.Context, body RequestErasureJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetErasure An erasure's status.
+	//
+	// Kept in the database (`sys:erasure:<id>`) and updated at every
+	// durable group of its run. A run killed part way leaves `running`;
+	// the next run (any trigger, the start-time one included) finishes the
+	// erasure first.
+	//
+	// Corresponds with GET /admin/erasures/{id} (the `GetErasure` operationId).
+	GetErasure(ctx context.Context, id ErasureID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetErasureReceipt The receipt of a completed erasure, to verify offline.
+	//
+	// Names the subject only as an HMAC with the server's receipt key,
+	// lists every item erased and, for each audit file that records
+	// them, the lines (seq and SHA-256) and the footer's hash and
+	// signature. `progressdb erasure verify RECEIPT --public-key F`
+	// checks it against nothing but the audit files.
+	//
+	// Corresponds with GET /admin/erasures/{id}/receipt (the `GetErasureReceipt` operationId).
+	GetErasureReceipt(ctx context.Context, id ErasureID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLegalHolds Every thread on legal hold, deleted or not, in ID order.
 	//
@@ -1754,6 +1991,123 @@ func (c *Raw) MoveShard(ctx context.Context, n int, body MoveShardJSONRequestBod
 // Corresponds with GET /admin/database (the `GetDatabase` operationId).
 func (c *Raw) GetDatabase(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetDatabaseRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RequestErasureWithBody Erase everything an author wrote (subject erasure, spec §12).
+//
+// Starts a retention run at once (trigger `erasure`, under the lease,
+// audited; it never waits for the schedule) and answers 202 once it
+// has started. The run destroys every key of the author in every
+// thread not under legal hold (found through the key store's author
+// index: its cost follows the author's threads, not the database),
+// which makes every version they wrote unreadable at once, then
+// purges those versions through the retention pipeline with cause
+// `subject`. A held thread keeps the author's data and is listed in
+// `held_threads`. Titles and `author` of threads they created read
+// `null` after. Follow it with GET /admin/erasures/{id}. The author
+// is kept in clear only in the key store, sealed under the receipt
+// key, until the erasure completes; the data store and the audit
+// files hold only its HMAC (`subject`).
+//
+// Needs sealing (`PROGRESSDB_KEK`): without it the request answers
+// 409 `sealing_disabled` and nothing is recorded. A run going (here
+// or in another process) answers 409 `lease_held`, and paused
+// retention 409 `retention_paused`: nothing is recorded then either;
+// ask again. Not available on a cluster node in this version (503
+// `not_configured`).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
+func (c *Raw) RequestErasureWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestErasureRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RequestErasure Erase everything an author wrote (subject erasure, spec §12).
+//
+// Starts a retention run at once (trigger `erasure`, under the lease,
+// audited; it never waits for the schedule) and answers 202 once it
+// has started. The run destroys every key of the author in every
+// thread not under legal hold (found through the key store's author
+// index: its cost follows the author's threads, not the database),
+// which makes every version they wrote unreadable at once, then
+// purges those versions through the retention pipeline with cause
+// `subject`. A held thread keeps the author's data and is listed in
+// `held_threads`. Titles and `author` of threads they created read
+// `null` after. Follow it with GET /admin/erasures/{id}. The author
+// is kept in clear only in the key store, sealed under the receipt
+// key, until the erasure completes; the data store and the audit
+// files hold only its HMAC (`subject`).
+//
+// Needs sealing (`PROGRESSDB_KEK`): without it the request answers
+// 409 `sealing_disabled` and nothing is recorded. A run going (here
+// or in another process) answers 409 `lease_held`, and paused
+// retention 409 `retention_paused`: nothing is recorded then either;
+// ask again. Not available on a cluster node in this version (503
+// `not_configured`).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
+func (c *Raw) RequestErasure(ctx context.Context, body RequestErasureJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestErasureRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetErasure An erasure's status.
+//
+// Kept in the database (`sys:erasure:<id>`) and updated at every
+// durable group of its run. A run killed part way leaves `running`;
+// the next run (any trigger, the start-time one included) finishes the
+// erasure first.
+//
+// Corresponds with GET /admin/erasures/{id} (the `GetErasure` operationId).
+func (c *Raw) GetErasure(ctx context.Context, id ErasureID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetErasureRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetErasureReceipt The receipt of a completed erasure, to verify offline.
+//
+// Names the subject only as an HMAC with the server's receipt key,
+// lists every item erased and, for each audit file that records
+// them, the lines (seq and SHA-256) and the footer's hash and
+// signature. `progressdb erasure verify RECEIPT --public-key F`
+// checks it against nothing but the audit files.
+//
+// Corresponds with GET /admin/erasures/{id}/receipt (the `GetErasureReceipt` operationId).
+func (c *Raw) GetErasureReceipt(ctx context.Context, id ErasureID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetErasureReceiptRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -2569,6 +2923,114 @@ func NewGetDatabaseRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/admin/database")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRequestErasureRequest calls the generic RequestErasure builder with application/json body
+func NewRequestErasureRequest(server string, body RequestErasureJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRequestErasureRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewRequestErasureRequestWithBody constructs an http.Request for the RequestErasure method, with any body, and a specified content type
+func NewRequestErasureRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/erasures")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetErasureRequest constructs an http.Request for the GetErasure method
+func NewGetErasureRequest(server string, id ErasureID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/erasures/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetErasureReceiptRequest constructs an http.Request for the GetErasureReceipt method
+func NewGetErasureReceiptRequest(server string, id ErasureID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/erasures/%s/receipt", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -3896,6 +4358,87 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /admin/database (the `GetDatabase` operationId).
 	GetDatabaseWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetDatabaseResponse, error)
 
+	// RequestErasureWithBodyWithResponse Erase everything an author wrote (subject erasure, spec §12).
+	//
+	// Starts a retention run at once (trigger `erasure`, under the lease,
+	// audited; it never waits for the schedule) and answers 202 once it
+	// has started. The run destroys every key of the author in every
+	// thread not under legal hold (found through the key store's author
+	// index: its cost follows the author's threads, not the database),
+	// which makes every version they wrote unreadable at once, then
+	// purges those versions through the retention pipeline with cause
+	// `subject`. A held thread keeps the author's data and is listed in
+	// `held_threads`. Titles and `author` of threads they created read
+	// `null` after. Follow it with GET /admin/erasures/{id}. The author
+	// is kept in clear only in the key store, sealed under the receipt
+	// key, until the erasure completes; the data store and the audit
+	// files hold only its HMAC (`subject`).
+	//
+	// Needs sealing (`PROGRESSDB_KEK`): without it the request answers
+	// 409 `sealing_disabled` and nothing is recorded. A run going (here
+	// or in another process) answers 409 `lease_held`, and paused
+	// retention 409 `retention_paused`: nothing is recorded then either;
+	// ask again. Not available on a cluster node in this version (503
+	// `not_configured`).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
+	RequestErasureWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestErasureResponse, error)
+
+	// RequestErasureWithResponse Erase everything an author wrote (subject erasure, spec §12).
+	//
+	// Starts a retention run at once (trigger `erasure`, under the lease,
+	// audited; it never waits for the schedule) and answers 202 once it
+	// has started. The run destroys every key of the author in every
+	// thread not under legal hold (found through the key store's author
+	// index: its cost follows the author's threads, not the database),
+	// which makes every version they wrote unreadable at once, then
+	// purges those versions through the retention pipeline with cause
+	// `subject`. A held thread keeps the author's data and is listed in
+	// `held_threads`. Titles and `author` of threads they created read
+	// `null` after. Follow it with GET /admin/erasures/{id}. The author
+	// is kept in clear only in the key store, sealed under the receipt
+	// key, until the erasure completes; the data store and the audit
+	// files hold only its HMAC (`subject`).
+	//
+	// Needs sealing (`PROGRESSDB_KEK`): without it the request answers
+	// 409 `sealing_disabled` and nothing is recorded. A run going (here
+	// or in another process) answers 409 `lease_held`, and paused
+	// retention 409 `retention_paused`: nothing is recorded then either;
+	// ask again. Not available on a cluster node in this version (503
+	// `not_configured`).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
+	RequestErasureWithResponse(ctx context.Context, body RequestErasureJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestErasureResponse, error)
+
+	// GetErasureWithResponse An erasure's status.
+	//
+	// Kept in the database (`sys:erasure:<id>`) and updated at every
+	// durable group of its run. A run killed part way leaves `running`;
+	// the next run (any trigger, the start-time one included) finishes the
+	// erasure first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/erasures/{id} (the `GetErasure` operationId).
+	GetErasureWithResponse(ctx context.Context, id ErasureID, reqEditors ...RequestEditorFn) (*GetErasureResponse, error)
+
+	// GetErasureReceiptWithResponse The receipt of a completed erasure, to verify offline.
+	//
+	// Names the subject only as an HMAC with the server's receipt key,
+	// lists every item erased and, for each audit file that records
+	// them, the lines (seq and SHA-256) and the footer's hash and
+	// signature. `progressdb erasure verify RECEIPT --public-key F`
+	// checks it against nothing but the audit files.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/erasures/{id}/receipt (the `GetErasureReceipt` operationId).
+	GetErasureReceiptWithResponse(ctx context.Context, id ErasureID, reqEditors ...RequestEditorFn) (*GetErasureReceiptResponse, error)
+
 	// ListLegalHoldsWithResponse Every thread on legal hold, deleted or not, in ID order.
 	//
 	// Reads every thread's metadata once (holds have no index): an
@@ -4658,6 +5201,276 @@ func (r GetDatabaseResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetDatabaseResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RequestErasureResponse401Headers the declared response headers of an HTTP 401 response for RequestErasure
+type RequestErasureResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+type RequestErasureResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *ErasureAccepted
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *AdminDisabled
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *NoRetention
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RequestErasureResponse401Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RequestErasureResponse) GetJSON202() *ErasureAccepted {
+	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r RequestErasureResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r RequestErasureResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r RequestErasureResponse) GetJSON403() *AdminDisabled {
+	return r.JSON403
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r RequestErasureResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r RequestErasureResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r RequestErasureResponse) GetJSON503() *NoRetention {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RequestErasureResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RequestErasureResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RequestErasureResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RequestErasureResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetErasureResponse401Headers the declared response headers of an HTTP 401 response for GetErasure
+type GetErasureResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+type GetErasureResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ErasureStatus
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *AdminDisabled
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *SealingDisabled
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *NoRetention
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetErasureResponse401Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetErasureResponse) GetJSON200() *ErasureStatus {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetErasureResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetErasureResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetErasureResponse) GetJSON403() *AdminDisabled {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetErasureResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r GetErasureResponse) GetJSON409() *SealingDisabled {
+	return r.JSON409
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetErasureResponse) GetJSON503() *NoRetention {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetErasureResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetErasureResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetErasureResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetErasureResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetErasureReceiptResponse401Headers the declared response headers of an HTTP 401 response for GetErasureReceipt
+type GetErasureReceiptResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+type GetErasureReceiptResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ErasureReceipt
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *AdminDisabled
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *NoRetention
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetErasureReceiptResponse401Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetErasureReceiptResponse) GetJSON200() *ErasureReceipt {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetErasureReceiptResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetErasureReceiptResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetErasureReceiptResponse) GetJSON403() *AdminDisabled {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetErasureReceiptResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r GetErasureReceiptResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetErasureReceiptResponse) GetJSON503() *NoRetention {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetErasureReceiptResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetErasureReceiptResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetErasureReceiptResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetErasureReceiptResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7111,6 +7924,111 @@ func (c *ClientWithResponses) GetDatabaseWithResponse(ctx context.Context, reqEd
 	return ParseGetDatabaseResponse(rsp)
 }
 
+// RequestErasureWithBodyWithResponse Erase everything an author wrote (subject erasure, spec §12).
+//
+// Starts a retention run at once (trigger `erasure`, under the lease,
+// audited; it never waits for the schedule) and answers 202 once it
+// has started. The run destroys every key of the author in every
+// thread not under legal hold (found through the key store's author
+// index: its cost follows the author's threads, not the database),
+// which makes every version they wrote unreadable at once, then
+// purges those versions through the retention pipeline with cause
+// `subject`. A held thread keeps the author's data and is listed in
+// `held_threads`. Titles and `author` of threads they created read
+// `null` after. Follow it with GET /admin/erasures/{id}. The author
+// is kept in clear only in the key store, sealed under the receipt
+// key, until the erasure completes; the data store and the audit
+// files hold only its HMAC (`subject`).
+//
+// Needs sealing (`PROGRESSDB_KEK`): without it the request answers
+// 409 `sealing_disabled` and nothing is recorded. A run going (here
+// or in another process) answers 409 `lease_held`, and paused
+// retention 409 `retention_paused`: nothing is recorded then either;
+// ask again. Not available on a cluster node in this version (503
+// `not_configured`).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
+func (c *ClientWithResponses) RequestErasureWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestErasureResponse, error) {
+	rsp, err := c.RequestErasureWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRequestErasureResponse(rsp)
+}
+
+// RequestErasureWithResponse Erase everything an author wrote (subject erasure, spec §12).
+//
+// Starts a retention run at once (trigger `erasure`, under the lease,
+// audited; it never waits for the schedule) and answers 202 once it
+// has started. The run destroys every key of the author in every
+// thread not under legal hold (found through the key store's author
+// index: its cost follows the author's threads, not the database),
+// which makes every version they wrote unreadable at once, then
+// purges those versions through the retention pipeline with cause
+// `subject`. A held thread keeps the author's data and is listed in
+// `held_threads`. Titles and `author` of threads they created read
+// `null` after. Follow it with GET /admin/erasures/{id}. The author
+// is kept in clear only in the key store, sealed under the receipt
+// key, until the erasure completes; the data store and the audit
+// files hold only its HMAC (`subject`).
+//
+// Needs sealing (`PROGRESSDB_KEK`): without it the request answers
+// 409 `sealing_disabled` and nothing is recorded. A run going (here
+// or in another process) answers 409 `lease_held`, and paused
+// retention 409 `retention_paused`: nothing is recorded then either;
+// ask again. Not available on a cluster node in this version (503
+// `not_configured`).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
+func (c *ClientWithResponses) RequestErasureWithResponse(ctx context.Context, body RequestErasureJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestErasureResponse, error) {
+	rsp, err := c.RequestErasure(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRequestErasureResponse(rsp)
+}
+
+// GetErasureWithResponse An erasure's status.
+//
+// Kept in the database (`sys:erasure:<id>`) and updated at every
+// durable group of its run. A run killed part way leaves `running`;
+// the next run (any trigger, the start-time one included) finishes the
+// erasure first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/erasures/{id} (the `GetErasure` operationId).
+func (c *ClientWithResponses) GetErasureWithResponse(ctx context.Context, id ErasureID, reqEditors ...RequestEditorFn) (*GetErasureResponse, error) {
+	rsp, err := c.GetErasure(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetErasureResponse(rsp)
+}
+
+// GetErasureReceiptWithResponse The receipt of a completed erasure, to verify offline.
+//
+// Names the subject only as an HMAC with the server's receipt key,
+// lists every item erased and, for each audit file that records
+// them, the lines (seq and SHA-256) and the footer's hash and
+// signature. `progressdb erasure verify RECEIPT --public-key F`
+// checks it against nothing but the audit files.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/erasures/{id}/receipt (the `GetErasureReceipt` operationId).
+func (c *ClientWithResponses) GetErasureReceiptWithResponse(ctx context.Context, id ErasureID, reqEditors ...RequestEditorFn) (*GetErasureReceiptResponse, error) {
+	rsp, err := c.GetErasureReceipt(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetErasureReceiptResponse(rsp)
+}
+
 // ListLegalHoldsWithResponse Every thread on legal hold, deleted or not, in ID order.
 //
 // Reads every thread's metadata once (holds have no index): an
@@ -8003,6 +8921,249 @@ func ParseGetDatabaseResponse(rsp *http.Response) (*GetDatabaseResponse, error) 
 	switch {
 	case rsp.StatusCode == 401:
 		var headers GetDatabaseResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRequestErasureResponse parses an HTTP response from a RequestErasureWithResponse call
+func ParseRequestErasureResponse(rsp *http.Response) (*RequestErasureResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RequestErasureResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest ErasureAccepted
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest AdminDisabled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest NoRetention
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RequestErasureResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetErasureResponse parses an HTTP response from a GetErasureWithResponse call
+func ParseGetErasureResponse(rsp *http.Response) (*GetErasureResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetErasureResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ErasureStatus
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest AdminDisabled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest SealingDisabled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest NoRetention
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetErasureResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetErasureReceiptResponse parses an HTTP response from a GetErasureReceiptWithResponse call
+func ParseGetErasureReceiptResponse(rsp *http.Response) (*GetErasureReceiptResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetErasureReceiptResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ErasureReceipt
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest AdminDisabled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest NoRetention
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetErasureReceiptResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

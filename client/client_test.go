@@ -278,6 +278,11 @@ func TestEveryOperation(t *testing.T) {
 	wantCode(t, errOf(c.ClusterStatus(ctx)), 404, client.ErrorCodeNotACluster)
 	wantCode(t, errOf(c.MoveShard(ctx, 0, "node-b")), 404, client.ErrorCodeNotACluster)
 
+	// Subject erasure needs sealing, which this server runs without.
+	wantCode(t, errOf(c.RequestErasure(ctx, "ann")), 409, client.ErrorCodeSealingDisabled)
+	wantCode(t, errOf(c.Erasure(ctx, "7c1f04a9b2d3e581")), 409, client.ErrorCodeSealingDisabled)
+	wantCode(t, errOf(c.ErasureReceipt(ctx, "7c1f04a9b2d3e581")), 409, client.ErrorCodeSealingDisabled)
+
 	runID, cl, err := c.StartRetention(ctx, true)
 	if err != nil || runID == "" || cl != nil {
 		t.Fatalf("start retention %q %+v %v", runID, cl, err)

@@ -473,3 +473,33 @@ func (c *Client) MoveShard(ctx context.Context, n int, to string) (*MoveResult, 
 	}
 	return result(r.JSON200, r.HTTPResponse, r.Body)
 }
+
+// RequestErasure erases everything author wrote (subject erasure, spec
+// §12): it starts a retention run at once and returns the erasure's ID
+// and run. Without sealing the server answers sealing_disabled.
+func (c *Client) RequestErasure(ctx context.Context, author string) (*ErasureAccepted, error) {
+	r, err := c.raw.RequestErasureWithResponse(ctx, ErasureRequest{Author: author}, c.AdminAuth())
+	if err != nil {
+		return nil, err
+	}
+	return result(r.JSON202, r.HTTPResponse, r.Body)
+}
+
+// Erasure returns an erasure's status.
+func (c *Client) Erasure(ctx context.Context, id string) (*ErasureStatus, error) {
+	r, err := c.raw.GetErasureWithResponse(ctx, id, c.AdminAuth())
+	if err != nil {
+		return nil, err
+	}
+	return result(r.JSON200, r.HTTPResponse, r.Body)
+}
+
+// ErasureReceipt returns a completed erasure's receipt, to verify offline
+// (erasure_incomplete until it has completed).
+func (c *Client) ErasureReceipt(ctx context.Context, id string) (*ErasureReceipt, error) {
+	r, err := c.raw.GetErasureReceiptWithResponse(ctx, id, c.AdminAuth())
+	if err != nil {
+		return nil, err
+	}
+	return result(r.JSON200, r.HTTPResponse, r.Body)
+}
