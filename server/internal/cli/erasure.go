@@ -1,0 +1,248 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// maxReceiptBytes bounds the receipt `erasure verify` reads.
+const maxReceiptBytes = 256 << 20
+
+// errErasureNeedsServer: an erasure is asked of the server that holds the
+// database with sealing on; a command line with the folder to itself
+// would have to open the key store and run the erasure itself.
+var errErasureNeedsServer = errors.New("subject erasure goes through the running server that holds the database (with PROGRESSDB_KEK set): start it, or name it with --server URL")
+
+// erasureRequest asks for the erasure of an author (spec §12): the
+// server starts its run at once and answers its ID.
+func (e env) erasureRequest(ctx context.Context, args []string) int {
+	const name = "erasure request"
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the answer as JSON")
+	server := serverFlag(fs)
+	if !e.parseFlags(fs, args, true) {
+		return exitUsage
+	}
+	if fs.NArg() != 1 || fs.Arg(0) == "" {
+		fmt.Fprintln(e.stderr, "usage: progressdb erasure request AUTHOR [--json] [--server URL]")
+		return exitUsage
+	}
+	var acc retention.ErasureAccepted
+	code := e.onErasures(ctx, name, *server, func(c *adminClient) error {
+		return c.do(ctx, http.MethodPost, "/admin/erasures", map[string]string{"author": fs.Arg(0)}, &acc)
+	})
+	if code != exitOK {
+		return code
+	}
+	if *asJSON {
+		writeJSON(e.stdout, acc)
+		return exitOK
+	}
+	fmt.Fprintf(e.stdout, "erasure %s started (run %s); follow it with: progressdb erasure status %s\n",
+		acc.ErasureID, acc.RunID, acc.ErasureID)
+	return exitOK
+}
+
+// erasureStatus prints an erasure's status.
+func (e env) erasureStatus(ctx context.Context, args []string) int {
+	const name = "erasure status"
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the status as JSON")
+	server := serverFlag(fs)
+	if !e.parseFlags(fs, args, true) {
+		return exitUsage
+	}
+	if fs.NArg() != 1 || fs.Arg(0) == "" {
+		fmt.Fprintln(e.stderr, "usage: progressdb erasure status ID [--json] [--server URL]")
+		return exitUsage
+	}
+	var st retention.ErasureStatus
+	code := e.onErasures(ctx, name, *server, func(c *adminClient) error {
+		return c.do(ctx, http.MethodGet, "/admin/erasures/"+url.PathEscape(fs.Arg(0)), nil, &st)
+	})
+	if code != exitOK {
+		return code
+	}
+	if *asJSON {
+		writeJSON(e.stdout, st)
+		return exitOK
+	}
+	w := e.stdout
+	fmt.Fprintf(w, "erasure:         %s\n", st.ErasureID)
+	fmt.Fprintf(w, "status:          %s\n", st.Status)
+	fmt.Fprintf(w, "subject:         %s\n", st.Subject)
+	fmt.Fprintf(w, "requested_at:    %s\n", st.RequestedAt.Format(time.RFC3339Nano))
+	if !st.CompletedAt.IsZero() {
+		fmt.Fprintf(w, "completed_at:    %s\n", st.CompletedAt.Format(time.RFC3339Nano))
+	}
+	fmt.Fprintf(w, "keys_destroyed=%d versions_purged=%d messages_purged=%d\n", st.KeysDestroyed, st.VersionsPurged, st.MessagesPurged)
+	fmt.Fprintf(w, "held_threads:    %s\n", listOrNone(st.HeldThreads))
+	fmt.Fprintf(w, "runs:            %s\n", listOrNone(st.RunIDs))
+	if st.Error != "" {
+		fmt.Fprintf(w, "error:           %s\n", st.Error)
+	}
+	return exitOK
+}
+
+func listOrNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+// erasureReceipt writes a completed erasure's receipt (JSON) to --out or
+// stdout.
+func (e env) erasureReceipt(ctx context.Context, args []string) int {
+	const name = "erasure receipt"
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	out := fs.String("out", "", "write the receipt to FILE (created, 0600) instead of stdout")
+	server := serverFlag(fs)
+	if !e.parseFlags(fs, args, true) {
+		return exitUsage
+	}
+	if fs.NArg() != 1 || fs.Arg(0) == "" {
+		fmt.Fprintln(e.stderr, "usage: progressdb erasure receipt ID [--out FILE] [--server URL]")
+		return exitUsage
+	}
+	var rc audit.Receipt
+	code := e.onErasures(ctx, name, *server, func(c *adminClient) error {
+		return c.untimed().do(ctx, http.MethodGet, "/admin/erasures/"+url.PathEscape(fs.Arg(0))+"/receipt", nil, &rc)
+	})
+	if code != exitOK {
+		return code
+	}
+	if *out == "" {
+		writeJSON(e.stdout, rc)
+		return exitOK
+	}
+	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "progressdb %s: --out: %v\n", name, err)
+		return exitFailed
+	}
+	writeJSON(f, rc)
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		fmt.Fprintf(e.stderr, "progressdb %s: --out: %v\n", name, err)
+		return exitFailed
+	}
+	fmt.Fprintf(e.stdout, "receipt of erasure %s written to %s (%d items); check it with: progressdb erasure verify %s --public-key FILE\n",
+		rc.ErasureID, *out, len(rc.Items), *out)
+	return exitOK
+}
+
+// onErasures runs remote through the server that holds the database
+// (openTarget), and prints errors naming the command.
+func (e env) onErasures(ctx context.Context, name, server string, remote func(c *adminClient) error) int {
+	cfg, logger, sink, ok := e.configAndLogger()
+	if !ok {
+		return exitUsage
+	}
+	defer sink.Close()
+	server, ok = e.serverOf(name, server, cfg)
+	if !ok {
+		return exitUsage
+	}
+	_, code := e.onDatabase(ctx, cfg, logger, name, server, func(*store.Store) error {
+		return errErasureNeedsServer
+	}, remote)
+	return code
+}
+
+// receiptReport is what `erasure verify --json` prints.
+type receiptReport struct {
+	Receipt   string          `json:"receipt"`
+	ErasureID string          `json:"erasure_id"`
+	Items     int             `json:"items"`
+	Files     int             `json:"files"`
+	Verified  bool            `json:"verified"`
+	Problems  []audit.Problem `json:"problems"`
+}
+
+// erasureVerify checks a receipt offline against the audit files alone
+// (audit.VerifyReceipt). Exit 0 when it verifies, 1 when not, 2 for a
+// receipt or key that cannot be read.
+func (e env) erasureVerify(_ context.Context, args []string) int {
+	const name = "erasure verify"
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	pubPath := fs.String("public-key", "", "ed25519 public key (PEM) of the audit signing key (required)")
+	dir := fs.String("audit", "", "the audit folder (default PROGRESSDB_RETENTION_AUDIT_PATH)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if !e.parseFlags(fs, args, true) {
+		return exitUsage
+	}
+	if fs.NArg() != 1 || *pubPath == "" {
+		fmt.Fprintln(e.stderr, "usage: progressdb erasure verify RECEIPT --public-key FILE [--audit DIR] [--json]")
+		return exitUsage
+	}
+	if *dir == "" {
+		cfg, ok := e.loadConfig()
+		if !ok {
+			return exitUsage
+		}
+		*dir = cfg.Retention.AuditPath
+	}
+	pub, err := audit.LoadPublicKey(*pubPath)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "progressdb %s: --public-key: %v\n", name, err)
+		return exitUsage
+	}
+	rc, err := readReceipt(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(e.stderr, "progressdb %s: %v\n", name, err)
+		return exitUsage
+	}
+	rep := receiptReport{Receipt: fs.Arg(0), ErasureID: rc.ErasureID, Items: len(rc.Items), Files: len(rc.Audit),
+		Problems: audit.VerifyReceipt(rc, *dir, pub)}
+	rep.Verified = len(rep.Problems) == 0
+	if rep.Problems == nil {
+		rep.Problems = []audit.Problem{}
+	}
+	if *asJSON {
+		writeJSON(e.stdout, rep)
+	} else {
+		for _, p := range rep.Problems {
+			fmt.Fprintf(e.stdout, "FAIL %s:%d: %s\n", p.File, p.Line, p.Reason)
+		}
+		verdict := "verifies"
+		if !rep.Verified {
+			verdict = fmt.Sprintf("does NOT verify: %d problem(s)", len(rep.Problems))
+		}
+		fmt.Fprintf(e.stdout, "receipt of erasure %s (%d items in %d audit files under %s, signatures checked) %s\n",
+			rc.ErasureID, rep.Items, rep.Files, *dir, verdict)
+	}
+	if !rep.Verified {
+		return exitFailed
+	}
+	return exitOK
+}
+
+// readReceipt reads and decodes a receipt file; unknown fields are refused
+// (a receipt is checked as written, not as a reader guesses it).
+func readReceipt(path string) (audit.Receipt, error) {
+	var rc audit.Receipt
+	f, err := os.Open(path)
+	if err != nil {
+		return rc, err
+	}
+	defer f.Close()
+	dec := json.NewDecoder(io.LimitReader(f, maxReceiptBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rc); err != nil {
+		return rc, fmt.Errorf("%s: not a receipt: %w", path, err)
+	}
+	return rc, nil
+}
