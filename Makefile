@@ -11,7 +11,7 @@ LDFLAGS   := -X github.com/progressdb/progressdb/server/internal/buildinfo.versi
 # Short fault trials run in `make test`; `make faults` runs the long mode.
 FAULT_TRIALS ?= 30
 
-.PHONY: all build run demo cluster-demo test test-short faults fuzz bench bench-compare lint vet fmt clean
+.PHONY: all build run demo cluster-demo test test-short faults fuzz bench bench-compare lint vet fmt clean clients check-clients
 
 all: build
 
@@ -82,6 +82,23 @@ bench-compare:
 
 vet:
 	$(GO) vet ./...
+
+# The clients of spec §13, generated from api/openapi.yaml by pinned
+# generators: oapi-codegen here, openapi-typescript in
+# clients/typescript/package.json (its package-lock.json pins the rest).
+OAPI_CODEGEN := github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2
+NPM          ?= npm
+clients: clients/typescript/node_modules/.package-lock.json
+	$(GO) run $(OAPI_CODEGEN) -config client/oapi-codegen.yaml api/openapi.yaml
+	cd clients/typescript && $(NPM) run --silent generate
+
+clients/typescript/node_modules/.package-lock.json: clients/typescript/package-lock.json
+	cd clients/typescript && $(NPM) ci --no-audit --no-fund
+
+# CI: the committed clients are what the description generates.
+check-clients: clients
+	@git diff --exit-code -- client clients || { echo "clients differ from api/openapi.yaml: run make clients and commit"; exit 1; }
+	@out=$$(git status --porcelain -- client clients); if [ -n "$$out" ]; then echo "clients: files not committed:"; echo "$$out"; exit 1; fi
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

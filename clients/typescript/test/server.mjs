@@ -1,0 +1,72 @@
+// Starts a real `progressdb serve` for the tests: the binary is
+// PROGRESSDB_BIN (the Go test that runs this suite builds it).
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+export const apiKey = "key-1";
+export const adminToken = "admin-1";
+
+/** Why the suite cannot run here, or undefined. */
+export const skip = process.env.PROGRESSDB_BIN ? undefined : "PROGRESSDB_BIN is not set (make test builds and sets it)";
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Starts a server with a database in a temporary folder, the API key, the
+ * admin token, a backup folder and env (overriding; "" unsets), and
+ * registers its stop with t.after. Returns its base URL.
+ */
+export async function serve(t, env = {}) {
+  const dir = mkdtempSync(join(tmpdir(), "progressdb-ts-"));
+  const port = await freePort();
+  const vars = {
+    PATH: process.env.PATH,
+    PROGRESSDB_ADDR: `127.0.0.1:${port}`,
+    PROGRESSDB_DB_PATH: join(dir, "db"),
+    PROGRESSDB_BACKUP_PATH: join(dir, "backups"),
+    PROGRESSDB_API_KEY: apiKey,
+    PROGRESSDB_ADMIN_TOKEN: adminToken,
+    PROGRESSDB_LOG_LEVEL: "warn",
+    ...env,
+  };
+  for (const [k, v] of Object.entries(vars)) if (v === "") delete vars[k];
+  const child = spawn(process.env.PROGRESSDB_BIN, ["serve"], { env: vars, stdio: ["ignore", "pipe", "pipe"] });
+  let logs = "";
+  child.stdout.on("data", (b) => (logs += b));
+  child.stderr.on("data", (b) => (logs += b));
+  const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  t.after(async () => {
+    child.kill("SIGTERM");
+    const { code } = await exited;
+    rmSync(dir, { recursive: true, force: true });
+    if (code !== 0) throw new Error(`serve exited ${code}:\n${logs}`);
+  });
+  const base = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 30000;
+  let gone = false;
+  exited.then(() => (gone = true));
+  for (;;) {
+    try {
+      const res = await fetch(`${base}/healthz`);
+      await res.body?.cancel();
+      if (res.status === 200) return base;
+    } catch {
+      // Not listening yet.
+    }
+    if (gone) throw new Error(`serve exited before answering:\n${logs}`);
+    if (Date.now() > deadline) throw new Error(`serve at ${base} did not answer /healthz:\n${logs}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}

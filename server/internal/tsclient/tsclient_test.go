@@ -1,0 +1,103 @@
+package tsclient
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/progressdb/progressdb/internal/testpki"
+	"github.com/progressdb/progressdb/server/internal/testtools"
+)
+
+// run runs cmd in dir with PATH, HOME and env only, failing the test with
+// its output when it fails; it returns its standard output.
+func run(t *testing.T, dir string, cmd *exec.Cmd, env ...string) string {
+	t.Helper()
+	cmd.Dir = dir
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "npm_config_update_notifier=false"}, env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\n%s\n%s", strings.Join(cmd.Args, " "), err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// nodeVersion returns node's major and minor version.
+func nodeVersion(t *testing.T) (major, minor int, text string) {
+	t.Helper()
+	out, err := exec.Command("node", "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text = strings.TrimSpace(string(out))
+	v := strings.Split(strings.TrimPrefix(text, "v"), ".")
+	if len(v) >= 2 {
+		major, _ = strconv.Atoi(v[0])
+		minor, _ = strconv.Atoi(v[1])
+	}
+	return major, minor, text
+}
+
+// The TypeScript client's suite (clients/typescript/test) and
+// examples/typescript against real servers started from the binary
+// built here, with the certificates of its TLS test.
+func TestTypeScriptClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("installs packages and builds the binary")
+	}
+	testtools.Need(t, "node", "Node.js 20.18 or later: Debian package nodejs")
+	testtools.Need(t, "npm", "Debian package npm")
+	// undici, which carries the TLS options, needs 20.18.1.
+	if major, minor, text := nodeVersion(t); major < 20 || major == 20 && minor < 18 {
+		testtools.Need(t, "node>=20.18", fmt.Sprintf("node %s is older", text))
+	}
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "clients", "typescript")
+
+	// The packages of the committed lock, installed again only when it
+	// changed since the last install.
+	stamp, errStamp := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json"))
+	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errStamp != nil || stamp.ModTime().Before(lock.ModTime()) {
+		run(t, dir, exec.Command("npm", "ci", "--no-audit", "--no-fund"))
+	}
+	run(t, dir, exec.Command("npm", "run", "--silent", "build"))
+
+	bin := filepath.Join(t.TempDir(), "progressdb")
+	run(t, root, exec.Command("go", "build", "-o", bin, "./server/cmd/progressdb"),
+		"GOCACHE="+goEnv(t, "GOCACHE"), "GOPATH="+goEnv(t, "GOPATH"), "GOFLAGS="+os.Getenv("GOFLAGS"))
+	pki, err := testpki.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := run(t, dir, exec.Command("node", "--test", "--test-reporter=spec", "test/client.test.mjs"),
+		"PROGRESSDB_BIN="+bin, "PROGRESSDB_TEST_PKI="+pki.Dir, "PROGRESSDB_EXAMPLES="+filepath.Join(root, "examples", "typescript"))
+	t.Logf("node --test:\n%s", out)
+	// Every test ran: none was skipped for a setting missing here.
+	for _, want := range []string{"ℹ fail 0", "ℹ skipped 0", "ℹ pass 6"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("node --test output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func goEnv(t *testing.T, name string) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", name).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
