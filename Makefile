@@ -38,7 +38,7 @@ cluster-demo: build
 	./scripts/cluster-demo.sh ./$(BIN) ./bin/progressdb-dev-etcd
 
 # Tests that need an outside program (promtool, zsh, fish, systemd-analyze,
-# docker, kubectl) skip when it is missing; go test hides skips of passing
+# docker, kubectl, node, npm) skip when it is missing; go test hides skips of passing
 # packages, so each writes a SKIP line naming the program to a log printed here.
 SKIPLOG := $(CURDIR)/bin/test-skips.txt
 test:

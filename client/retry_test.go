@@ -127,14 +127,15 @@ func TestRetryBounded(t *testing.T) {
 		t.Fatalf("Retry-After %v past Max, %d arrivals: want it returned at once", e.RetryAfter, len(front.times()))
 	}
 
+	// The context ends once the 503 has arrived: during the wait.
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	front, url = newFrontNode(t, base, func(n int, w http.ResponseWriter) bool {
 		unavailable(w, "5")
-		cancel()
 		return true
 	})
-	c = newClient(t, url, client.WithRetry(client.Retry{Attempts: 5, Base: time.Millisecond, Max: time.Hour}))
+	c = newClient(t, url, client.WithRetry(client.Retry{Attempts: 5, Base: time.Millisecond, Max: time.Hour}),
+		client.WithHTTP(&http.Client{Transport: cancelOnAnswer{cancel}}))
 	_, err := c.GetThread(cctx, "t-1", false)
 	if !errors.Is(err, context.Canceled) || len(front.times()) != 1 {
 		t.Fatalf("canceled during the wait: %v after %d arrivals", err, len(front.times()))
@@ -150,4 +151,13 @@ func TestRetryBounded(t *testing.T) {
 	if n := len(front.times()); n != 1 {
 		t.Fatalf("%d arrivals without retries", n)
 	}
+}
+
+// cancelOnAnswer cancels a context once an answer has arrived.
+type cancelOnAnswer struct{ cancel context.CancelFunc }
+
+func (c cancelOnAnswer) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := http.DefaultTransport.RoundTrip(req)
+	c.cancel()
+	return res, err
 }

@@ -276,11 +276,16 @@ describe("@progressdb/client against progressdb serve", { skip }, () => {
 
     arrivals.length = 0;
     const ac = new AbortController();
-    script = (n, res) => {
-      ac.abort();
-      return unavailable(res, "5");
-    };
-    const patient = await connect(url, { retry: { attempts: 5, maxDelayMs: 3600 * 1000 } });
+    // Aborted once the 503 has arrived: during the wait.
+    script = (n, res) => unavailable(res, "5");
+    const patient = await connect(url, {
+      retry: { attempts: 5, maxDelayMs: 3600 * 1000 },
+      fetch: async (r) => {
+        const res = await fetch(r);
+        ac.abort();
+        return res;
+      },
+    });
     await assert.rejects(patient.getThread("t-1", { signal: ac.signal }), (err) => err.name === "AbortError");
     assert.equal(arrivals.length, 1);
 
