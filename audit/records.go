@@ -137,6 +137,9 @@ type Item struct {
 	// ErasureID names the subject erasure an item of cause subject was
 	// purged for (spec §12): its receipt lists the lines that carry it.
 	ErasureID string `json:"erasure_id,omitempty"`
+	// Versions is the number of versions a subject erasure purged with
+	// the message (its status counts them); absent when not known.
+	Versions int64 `json:"versions,omitempty"`
 }
 
 // Footer closes a run's file.

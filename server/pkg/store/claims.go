@@ -129,7 +129,12 @@ func (s *Store) claimState(m PurgeMarker) (ClaimState, error) {
 func (s *Store) releaseClaim(ctx context.Context, m PurgeMarker) error {
 	b := s.db.NewBatch()
 	_ = b.Delete(purgeKey(m.Kind, m.ID), nil)
-	if m.Kind == KindMessage && policyCause(m.Cause) {
+	live, err := s.liveClaim(m)
+	if err != nil && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrNotFound) {
+		_ = b.Close()
+		return err
+	}
+	if live {
 		created, err := s.createdTS(m.ID)
 		if err != nil && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrNotFound) {
 			_ = b.Close()

@@ -395,7 +395,8 @@ func (s *Store) livePolicyTarget(m PurgeMarker, check PolicyCheck) error {
 	return nil
 }
 
-// policyClaim reports whether a policy purge has claimed mid.
+// policyClaim reports whether a policy purge or a subject erasure has
+// claimed mid: either may purge it live.
 func (s *Store) policyClaim(mid string) (bool, error) {
 	v, err := s.get(purgeKey(KindMessage, mid))
 	if errors.Is(err, ErrNotFound) {
@@ -408,5 +409,5 @@ func (s *Store) policyClaim(mid string) (bool, error) {
 	if err := json.Unmarshal(v, &m); err != nil {
 		return false, fmt.Errorf("purge marker of %s: %w: %w", mid, ErrMalformed, err)
 	}
-	return policyCause(m.Cause), nil
+	return policyCause(m.Cause) || m.Cause == CauseSubject, nil
 }

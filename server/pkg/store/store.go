@@ -120,6 +120,11 @@ type PurgeMarker struct {
 	// (BeginReplayPurge): the audit trail recorded it, so no hold or
 	// override gives it back.
 	Replayed bool `json:"replayed,omitempty"`
+	// ErasureID names the subject erasure a claim of cause subject is for,
+	// and Versions the message's versions then, so that a record written
+	// on recovery carries both (BeginSubjectPurge).
+	ErasureID string `json:"erasure_id,omitempty"`
+	Versions  int64  `json:"versions,omitempty"`
 }
 
 // StampMarker is written in the same synced batch as a stamp (the start of
