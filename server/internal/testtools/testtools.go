@@ -23,7 +23,15 @@ func Need(t testing.TB, program, install string) string {
 	if err == nil {
 		return path
 	}
-	msg := fmt.Sprintf("SKIP %s: %s not found (%s)", t.Name(), program, install)
+	Lack(t, program+" not found", install)
+	return ""
+}
+
+// Lack skips t for what is missing here (e.g. "node 20.18 or later") and
+// how to get it, with the same record as Need.
+func Lack(t testing.TB, what, install string) {
+	t.Helper()
+	msg := fmt.Sprintf("SKIP %s: %s (%s)", t.Name(), what, install)
 	if log := os.Getenv(SkipLogEnv); log != "" {
 		if f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err == nil {
 			fmt.Fprintln(f, msg)
@@ -31,5 +39,4 @@ func Need(t testing.TB, program, install string) string {
 		}
 	}
 	t.Skip(msg)
-	return ""
 }
