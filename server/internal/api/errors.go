@@ -134,6 +134,10 @@ func classify(err error) (int, errorBody) {
 		return answer(http.StatusConflict, CodeAlreadyExists)
 	case errors.Is(err, store.ErrPurgeInProgress):
 		return answer(http.StatusConflict, CodePurgeInProgress)
+	case errors.Is(err, store.ErrUnreadable):
+		// Sealed content whose key a purge or an erasure destroyed: its
+		// records are on their way out (spec §12).
+		return answer(http.StatusConflict, CodePurgeInProgress)
 	case errors.Is(err, store.ErrIDUnavailable):
 		return answer(http.StatusConflict, CodeIDUnavailable)
 	case errors.Is(err, store.ErrLegalHold):

@@ -36,7 +36,14 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err := Validate(cfg); err != nil {
 		return err
 	}
-	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger})
+	// The key store closes after the data store (defers run in reverse):
+	// every read and write of the store may use it.
+	keys, err := OpenKeyStore(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeKeyStore(keys, logger)
+	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger, Sealer: Sealer(keys)})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -125,7 +132,7 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	bi := buildinfo.Read()
 	logger.Info("server_started", "addr", ln.Addr().String(), "db_path", cfg.DBPath,
-		"retention_enabled", cfg.Retention.Enabled, "version", bi.Version, "commit", bi.Commit)
+		"retention_enabled", cfg.Retention.Enabled, "sealed", keys != nil, "version", bi.Version, "commit", bi.Commit)
 	err = api.Serve(ctx, ln, h, logger)
 	logger.Info("server_stopping")
 	if errors.Is(err, context.Canceled) {

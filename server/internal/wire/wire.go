@@ -83,6 +83,32 @@ type Thread struct {
 	Deleted   bool   `json:"deleted"`
 	DeletedTS Time   `json:"deleted_ts"`
 	LegalHold bool   `json:"legal_hold"`
+	// Unreadable: the thread is sealed and its creator's key is gone
+	// (spec §12); title and author are shown as null.
+	Unreadable bool `json:"-"`
+}
+
+// nullableThread is Thread with title and author that may be null.
+type nullableThread struct {
+	ID        string  `json:"id"`
+	Title     *string `json:"title"`
+	Author    *string `json:"author"`
+	CreatedTS Time    `json:"created_ts"`
+	UpdatedTS Time    `json:"updated_ts"`
+	Deleted   bool    `json:"deleted"`
+	DeletedTS Time    `json:"deleted_ts"`
+	LegalHold bool    `json:"legal_hold"`
+}
+
+// MarshalJSON writes the thread, with null title and author when it is
+// unreadable.
+func (t Thread) MarshalJSON() ([]byte, error) {
+	n := nullableThread{ID: t.ID, CreatedTS: t.CreatedTS, UpdatedTS: t.UpdatedTS, Deleted: t.Deleted,
+		DeletedTS: t.DeletedTS, LegalHold: t.LegalHold}
+	if !t.Unreadable {
+		n.Title, n.Author = &t.Title, &t.Author
+	}
+	return json.Marshal(n)
 }
 
 // ThreadOf shows a stored thread.
@@ -91,6 +117,7 @@ func ThreadOf(t store.Thread) Thread {
 		ID: t.ID, Title: t.Title, Author: t.Author,
 		CreatedTS: Nanos(t.CreatedTS), UpdatedTS: Nanos(t.UpdatedTS),
 		Deleted: t.Deleted, DeletedTS: Nanos(t.DeletedTS), LegalHold: t.LegalHold,
+		Unreadable: t.Unreadable,
 	}
 }
 
@@ -116,6 +143,35 @@ type Message struct {
 	Version   int64           `json:"version"`
 	Deleted   bool            `json:"deleted"`
 	DeletedTS Time            `json:"deleted_ts"`
+	// Unreadable: the version is sealed and its key is gone (spec §12);
+	// author and body are shown as null.
+	Unreadable bool `json:"-"`
+}
+
+// nullableMessage is Message with an author that may be null.
+type nullableMessage struct {
+	ID        string          `json:"id"`
+	Thread    string          `json:"thread"`
+	Author    *string         `json:"author"`
+	Body      json.RawMessage `json:"body"`
+	CreatedTS Time            `json:"created_ts"`
+	TS        Time            `json:"ts"`
+	Version   int64           `json:"version"`
+	Deleted   bool            `json:"deleted"`
+	DeletedTS Time            `json:"deleted_ts"`
+}
+
+// MarshalJSON writes the version, with null author and body when it is
+// unreadable.
+func (m Message) MarshalJSON() ([]byte, error) {
+	n := nullableMessage{ID: m.ID, Thread: m.Thread, Body: m.Body, CreatedTS: m.CreatedTS, TS: m.TS,
+		Version: m.Version, Deleted: m.Deleted, DeletedTS: m.DeletedTS}
+	if m.Unreadable {
+		n.Body = nil
+	} else {
+		n.Author = &m.Author
+	}
+	return json.Marshal(n)
 }
 
 // MessageOf shows a stored message version.
@@ -123,7 +179,7 @@ func MessageOf(m store.Message) Message {
 	return Message{
 		ID: m.ID, Thread: m.Thread, Author: m.Author, Body: m.Body,
 		CreatedTS: Nanos(m.CreatedTS), TS: Nanos(m.TS), Version: m.Version,
-		Deleted: m.Deleted, DeletedTS: Nanos(m.DeletedTS),
+		Deleted: m.Deleted, DeletedTS: Nanos(m.DeletedTS), Unreadable: m.Unreadable,
 	}
 }
 
@@ -147,7 +203,11 @@ func AppendMessage(b []byte, m store.Message) ([]byte, error) {
 	b = append(b, `,"thread":`...)
 	b = AppendString(b, m.Thread)
 	b = append(b, `,"author":`...)
-	b = AppendString(b, m.Author)
+	if m.Unreadable {
+		b = append(b, "null"...) // sealed, its key gone: the body is empty too
+	} else {
+		b = AppendString(b, m.Author)
+	}
 	b = append(b, `,"body":`...)
 	b, err := appendRaw(b, m.Body)
 	if err != nil {

@@ -28,9 +28,16 @@ type Config struct {
 	LogSink    string `env:"PROGRESSDB_LOG_SINK" envDefault:"stderr"` // stderr|file:<path>
 	// AuditSigningKey is the path of an ed25519 private key (PEM, PKCS #8)
 	// that signs every audit footer; unset: footers are not signed.
-	AuditSigningKey string    `env:"PROGRESSDB_AUDIT_SIGNING_KEY"`
-	Retention       Retention `envPrefix:"PROGRESSDB_RETENTION_"`
-	Backup          Backup    `envPrefix:"PROGRESSDB_BACKUP_"`
+	AuditSigningKey string `env:"PROGRESSDB_AUDIT_SIGNING_KEY"`
+	// KEK is the URL of the key that wraps the data keys of sealed
+	// content (spec §12): base64key://<32 bytes, base64> or a KMS key.
+	// Unset: nothing is sealed. A secret: never shown.
+	KEK string `env:"PROGRESSDB_KEK"`
+	// KeystorePath is the key store's folder, required with KEK and
+	// outside DB_PATH.
+	KeystorePath string    `env:"PROGRESSDB_KEYSTORE_PATH"`
+	Retention    Retention `envPrefix:"PROGRESSDB_RETENTION_"`
+	Backup       Backup    `envPrefix:"PROGRESSDB_BACKUP_"`
 	// NodeID and AdvertiseURL name this node in a cluster (spec §11).
 	NodeID       string  `env:"PROGRESSDB_NODE_ID"`
 	AdvertiseURL string  `env:"PROGRESSDB_ADVERTISE_URL"`
@@ -100,6 +107,8 @@ const (
 	VarLogFormat        = "PROGRESSDB_LOG_FORMAT"
 	VarLogSink          = "PROGRESSDB_LOG_SINK"
 	VarAuditSigningKey  = "PROGRESSDB_AUDIT_SIGNING_KEY"
+	VarKEK              = "PROGRESSDB_KEK"
+	VarKeystorePath     = "PROGRESSDB_KEYSTORE_PATH"
 	VarEnabled          = "PROGRESSDB_RETENTION_ENABLED"
 	VarPeriod           = "PROGRESSDB_RETENTION_PERIOD"
 	VarMessagePeriod    = "PROGRESSDB_RETENTION_MESSAGE_PERIOD"
@@ -291,6 +300,8 @@ func (c Config) Redacted() [][2]string {
 		{VarErase, strconv.FormatBool(r.Erase)},
 		{VarEraseRate, strconv.Itoa(r.EraseRate)},
 		{VarAuditSigningKey, unsetIfEmpty(c.AuditSigningKey)},
+		{VarKEK, secret(c.KEK)},
+		{VarKeystorePath, unsetIfEmpty(c.KeystorePath)},
 		{VarBackupPath, unsetIfEmpty(c.Backup.Path)},
 		{VarBackupCron, c.Backup.Schedule},
 		{VarBackupKeep, FormatDuration(c.Backup.Keep)},

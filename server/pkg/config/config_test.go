@@ -252,10 +252,10 @@ func TestLoadInvalid(t *testing.T) {
 // the free-form strings (paths and secrets).
 func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 	freeForm := map[string]bool{VarDBPath: true, VarAdminToken: true, VarAPIKey: true, VarAuditPath: true, VarLeasePath: true,
-		VarExportPath: true, VarAuditSigningKey: true, VarBackupPath: true}
+		VarExportPath: true, VarAuditSigningKey: true, VarBackupPath: true, VarKEK: true, VarKeystorePath: true}
 	vars := fieldVars()
-	if len(vars) != 43 {
-		t.Fatalf("fieldVars has %d variables, want the 41 of the spec (SERVER and BACKUP_STREAM_TIMEOUT of §10.1 among them), YIELD_TO_WRITES and ERASE_RATE", len(vars))
+	if len(vars) != 45 {
+		t.Fatalf("fieldVars has %d variables, want the 41 of the spec (SERVER and BACKUP_STREAM_TIMEOUT of §10.1 among them), YIELD_TO_WRITES, ERASE_RATE, and KEK and KEYSTORE_PATH of §12 (TestSealingInvalid)", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -366,7 +366,8 @@ func TestEnvironFromArgumentOnly(t *testing.T) {
 }
 
 func TestRedacted(t *testing.T) {
-	set := mustLoad(t, "PROGRESSDB_ADMIN_TOKEN=hunter2", "PROGRESSDB_API_KEY=k3y", "PROGRESSDB_RETENTION_PERIOD=1d12h")
+	set := mustLoad(t, "PROGRESSDB_ADMIN_TOKEN=hunter2", "PROGRESSDB_API_KEY=k3y", "PROGRESSDB_RETENTION_PERIOD=1d12h",
+		"PROGRESSDB_KEK="+testKEK, "PROGRESSDB_KEYSTORE_PATH=keys")
 	unset := mustLoad(t)
 
 	got := map[string]string{}
@@ -380,7 +381,7 @@ func TestRedacted(t *testing.T) {
 		VarEnabled, VarPeriod, VarMessagePeriod, VarCron, VarMinPeriod, VarAllowShortPeriod, VarDryRun,
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
 		VarYieldToWrites, VarMaxAge, VarMaxMessages, VarExportPath,
-		VarErase, VarEraseRate, VarAuditSigningKey, VarBackupPath, VarBackupCron, VarBackupKeep,
+		VarErase, VarEraseRate, VarAuditSigningKey, VarKEK, VarKeystorePath, VarBackupPath, VarBackupCron, VarBackupKeep,
 		VarBackupStream, VarClusterEtcd, VarClusterName, VarNodeID, VarAdvertiseURL, VarClusterSecret, VarClusterShards,
 		VarClusterLeaseTTL, VarClusterEtcdCA, VarClusterEtcdCert, VarClusterEtcdKey,
 	}
@@ -388,13 +389,15 @@ func TestRedacted(t *testing.T) {
 		t.Errorf("order:\n got %v\nwant %v", names, wantOrder)
 	}
 	for _, p := range set.Redacted() {
-		if strings.Contains(p[1], "hunter2") || strings.Contains(p[1], "k3y") {
+		if strings.Contains(p[1], "hunter2") || strings.Contains(p[1], "k3y") || strings.Contains(p[1], testKEK[len("base64key://"):]) {
 			t.Errorf("%s leaks a secret: %q", p[0], p[1])
 		}
 	}
 	checks := map[string]string{
 		VarAdminToken:    "<redacted>",
 		VarAPIKey:        "<redacted>",
+		VarKEK:           "<redacted>",
+		VarKeystorePath:  "keys",
 		VarPeriod:        "1d12h",
 		VarMessagePeriod: "1d12h",
 		VarMinPeriod:     "1h",
@@ -414,7 +417,7 @@ func TestRedacted(t *testing.T) {
 		}
 	}
 	for _, p := range unset.Redacted() {
-		if (p[0] == VarAdminToken || p[0] == VarAPIKey) && p[1] != "<unset>" {
+		if (p[0] == VarAdminToken || p[0] == VarAPIKey || p[0] == VarKEK || p[0] == VarKeystorePath) && p[1] != "<unset>" {
 			t.Errorf("%s = %q, want <unset>", p[0], p[1])
 		}
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/url"
@@ -11,6 +12,8 @@ import (
 	"unicode"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/progressdb/progressdb/server/pkg/keystore"
 )
 
 // Limits checked by validate.
@@ -31,6 +34,7 @@ func (c Config) validate(vars map[string]string, node bool) error {
 		c.Retention.validateCron,
 		c.Retention.validateBatches,
 		c.validateExportPath,
+		c.validateSealing,
 		c.Backup.validate,
 		func(vars map[string]string) *Error { return c.validateCluster(vars, node) },
 	}
@@ -273,4 +277,34 @@ func shown(vars map[string]string, name, effective string) string {
 		return v
 	}
 	return effective
+}
+
+// validateSealing checks PROGRESSDB_KEK and PROGRESSDB_KEYSTORE_PATH (spec
+// §12): a KEK that opens (a local key is exactly 32 bytes of base64, never
+// made up), a key store path with it and only with it, outside DB_PATH.
+// The KEK's value is never shown.
+func (c Config) validateSealing(map[string]string) *Error {
+	if c.KEK == "" {
+		if c.KeystorePath != "" {
+			return &Error{VarKeystorePath, c.KeystorePath, "is set but " + VarKEK +
+				" is not: a key store opens only with its KEK; set both to seal content, or neither"}
+		}
+		return nil
+	}
+	if _, err := keystore.OpenKEK(context.Background(), c.KEK); err != nil {
+		return &Error{VarKEK, "<redacted>", "must be a base64key:// URL of exactly 32 bytes (progressdb keys generate-kek prints one) or a KMS key URL: " +
+			strings.TrimPrefix(err.Error(), keystore.ErrInvalidKEK.Error()+": ")}
+	}
+	if c.KeystorePath == "" {
+		return &Error{VarKeystorePath, "", "is required with " + VarKEK + ": the folder of the key store, outside " + VarDBPath}
+	}
+	if err := keystore.CheckOutside(c.KeystorePath, c.DBPath); err != nil {
+		return &Error{VarKeystorePath, c.KeystorePath, "must not be " + VarDBPath + " (" + c.DBPath +
+			"), inside it or hold it: a copy of the data folder must not carry its keys (" + err.Error() + ")"}
+	}
+	if c.Cluster.Enabled() {
+		return &Error{VarKEK, "<redacted>", "sealed content is not supported in cluster mode yet (" + VarClusterEtcd +
+			" is set): unset " + VarKEK + " and " + VarKeystorePath}
+	}
+	return nil
 }

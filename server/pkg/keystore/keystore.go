@@ -58,13 +58,20 @@ var (
 	// ErrRotationUnfinished: a KEK rotation began and did not finish; only
 	// finishing it (Open with RotateTo, then Rewrap) opens the store.
 	ErrRotationUnfinished = errors.New("a KEK rotation is unfinished: run progressdb keys rotate-kek --to URL again with the same URL")
-	// ErrNoKey: the key was never created or has been destroyed.
-	ErrNoKey = errors.New("no such key (destroyed or never created)")
+	// ErrNoKey: the key was never created or has been destroyed. It
+	// answers KeyGone() true, which is how the data store (which does not
+	// import this package) tells a destroyed key from a failure.
+	ErrNoKey error = noKeyError{}
 	// ErrClosed: the key store was closed.
 	ErrClosed = errors.New("key store closed")
 	// ErrInvalidThread: a thread ID the data store would refuse.
 	ErrInvalidThread = errors.New("invalid thread id")
 )
+
+type noKeyError struct{}
+
+func (noKeyError) Error() string { return "no such key (destroyed or never created)" }
+func (noKeyError) KeyGone() bool { return true }
 
 const (
 	formatKey        = "ks:format"
@@ -413,8 +420,12 @@ func (ks *KeyStore) Subject(author string) string {
 	return "hmac-sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
-// checkOutside refuses a key store path that is the data path, lies inside
-// it, or holds it, after resolving symbolic links of what exists.
+// CheckOutside refuses a key store path that is the data path, lies
+// inside it, or holds it (ErrInsideDataPath), after resolving symbolic
+// links of what exists: the configuration's check, made again by Open.
+func CheckOutside(ksPath, dataPath string) error { return checkOutside(ksPath, dataPath) }
+
+// checkOutside is CheckOutside.
 func checkOutside(ksPath, dataPath string) error {
 	ks, err := resolve(ksPath)
 	if err != nil {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +49,12 @@ func (b *Bulk) PutThread(t Thread) error {
 	if err := ValidateID(t.ID); err != nil {
 		return err
 	}
+	if b.s.sealer != nil && t.Sealed == "" {
+		// A bulk load has no caller's context: it runs alone, to its end.
+		if err := b.s.sealThread(context.Background(), &t); err != nil {
+			return err
+		}
+	}
 	b.key = append(appendThreadPrefix(b.key[:0], t.ID), metaSuffix...)
 	b.val = appendThreadJSON(b.val[:0], t)
 	_ = b.b.Set(b.key, b.val, nil)
@@ -93,6 +100,14 @@ func (b *Bulk) PutMessage(versions []Message) error {
 				return fmt.Errorf("%w: message %s version %d: body is not valid JSON", ErrInvalidArgument, mid, m.Version)
 			}
 			m.Body = b.body.Bytes()
+		}
+		if b.s.sealer != nil && m.Sealed == "" {
+			if err := b.s.sealMessage(context.Background(), &m); err != nil {
+				return err
+			}
+			if i == 0 {
+				_ = b.b.Set(keyIndexKey(tid, m.Key, mid), nil, nil)
+			}
 		}
 		b.key = appendVersionKey(b.key[:0], mid, m.Version)
 		b.val = appendMessageJSON(b.val[:0], m)

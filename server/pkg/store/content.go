@@ -10,7 +10,9 @@ import (
 
 // ContentSink receives an item's content as stored, in order: the thread's
 // metadata once, then for each message its ID and every version, oldest
-// first. The byte slices are valid only during the call: a sink writes or
+// first. Sealed records (spec §12) are passed opened, in the plain shape:
+// an export is the operator's archive of the content; one whose key is
+// gone is passed as stored. The byte slices are valid only during the call: a sink writes or
 // copies them, so that content of any size passes through bounded memory.
 type ContentSink interface {
 	Thread(raw []byte) error // nil when the metadata is gone
@@ -51,6 +53,8 @@ func (s *Store) ReadMessageContent(ctx context.Context, tid, mid string, sink Co
 // per item cost more than reading a small item. Not safe for concurrent
 // use; Close it.
 type ContentReader struct {
+	s    *Store
+	ctx  context.Context
 	snap *pebble.Snapshot
 	log  *pebble.Iterator // re-bounded to one thread's log
 	vr   *versionReader
@@ -70,7 +74,7 @@ func (s *Store) NewContentReader() (*ContentReader, error) {
 		snap.Close()
 		return nil, err
 	}
-	return &ContentReader{snap: snap, log: log, vr: vr}, nil
+	return &ContentReader{s: s, ctx: context.Background(), snap: snap, log: log, vr: vr}, nil
 }
 
 // Close releases the snapshot.
@@ -83,6 +87,7 @@ func (c *ContentReader) Thread(ctx context.Context, tid string, sink ContentSink
 	if err := ValidateID(tid); err != nil {
 		return err
 	}
+	c.ctx = ctx
 	if err := c.meta(tid, sink); err != nil {
 		return err
 	}
@@ -100,7 +105,7 @@ func (c *ContentReader) Thread(ctx context.Context, tid string, sink ContentSink
 				return err
 			}
 		}
-		if err := streamVersions(c.vr, tid, mid, sink); err != nil {
+		if err := c.streamVersions(tid, mid, sink); err != nil {
 			return fmt.Errorf("read thread %s: %w", tid, err)
 		}
 	}
@@ -115,10 +120,11 @@ func (c *ContentReader) Message(ctx context.Context, tid, mid string, sink Conte
 	if err := validateIDs(tid, mid); err != nil {
 		return err
 	}
+	c.ctx = ctx
 	if err := c.meta(tid, sink); err != nil {
 		return err
 	}
-	if err := streamVersions(c.vr, tid, mid, sink); err != nil {
+	if err := c.streamVersions(tid, mid, sink); err != nil {
 		return fmt.Errorf("read message %s: %w", mid, err)
 	}
 	return ctx.Err()
@@ -130,15 +136,47 @@ func (c *ContentReader) meta(tid string, sink ContentSink) error {
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("read thread %s: %w", tid, err)
 	}
+	if meta != nil {
+		if t, err := decodeThread(tid, meta); err == nil && t.Sealed != "" {
+			if err := c.s.openThread(c.ctx, &t); err != nil {
+				return err
+			}
+			if !t.Unreadable {
+				t.Key, t.Sealed = 0, ""
+				meta = appendThreadJSON(nil, t)
+			}
+		}
+	}
 	return sink.Thread(meta)
+}
+
+// opened returns a version as the sink gets it: a sealed one opened, in
+// the plain shape.
+func (c *ContentReader) opened(key, value []byte) ([]byte, error) {
+	mid, version, ok := parseVersionKey(key)
+	if !ok {
+		return value, nil
+	}
+	m, err := decodeMessage(mid, version, value)
+	if err != nil || m.Sealed == "" {
+		return value, nil
+	}
+	if err := c.s.openMessage(c.ctx, &m); err != nil {
+		return nil, err
+	}
+	if m.Unreadable {
+		return value, nil
+	}
+	m.Key, m.Sealed = 0, ""
+	return appendMessageJSON(nil, m), nil
 }
 
 // streamVersions passes mid's versions to sink when they belong to tid:
 // a message of another thread behind a corrupt log entry is not this
 // thread's content (and its purge leaves it alone). A message without
 // versions is left out.
-func streamVersions(r *versionReader, tid, mid string, sink ContentSink) error {
-	it := r.bound(mid)
+func (c *ContentReader) streamVersions(tid, mid string, sink ContentSink) error {
+	it := c.vr.bound(mid)
 	if !it.First() {
 		return it.Error()
 	}
@@ -156,6 +194,9 @@ func streamVersions(r *versionReader, tid, mid string, sink ContentSink) error {
 		value, err := it.ValueAndErr()
 		if err != nil {
 			return fmt.Errorf("read %s: %w", it.Key(), err)
+		}
+		if value, err = c.opened(it.Key(), value); err != nil {
+			return err
 		}
 		if err := sink.Version(value); err != nil {
 			return err

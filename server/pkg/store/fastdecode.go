@@ -16,6 +16,8 @@ type record struct {
 	id, thread []byte
 	author     []byte // the JSON string, quotes included
 	body       []byte // one valid JSON value
+	key        uint32 // sealed: the key number, and the base64 of the seal
+	sealed     []byte
 	ts         int64
 	version    int64
 	deleted    bool
@@ -61,7 +63,15 @@ func cutRecord(d []byte) (record, bool) {
 		return r, false
 	}
 
-	// What is left is ,"author":"...","body":<one JSON value>.
+	// What is left is ,"author":"...","body":<one JSON value>, or
+	// ,"key":N,"sealed":"<base64>" in a sealed record.
+	if k, sealed, after, ok := cutSealedField(rest); ok {
+		if len(after) != 0 {
+			return r, false
+		}
+		r.key, r.sealed = k, sealed
+		return r, true
+	}
 	if rest, ok = bytes.CutPrefix(rest, []byte(`,"author":`)); !ok {
 		return r, false
 	}
@@ -112,7 +122,7 @@ func fastHead(d []byte) (versionHead, bool) {
 	if !ok || len(r.thread) == 0 {
 		return versionHead{}, false
 	}
-	return versionHead{Thread: string(r.thread), TS: r.ts, Deleted: r.deleted, DeletedTS: r.deletedTS}, true
+	return versionHead{Thread: string(r.thread), TS: r.ts, Deleted: r.deleted, DeletedTS: r.deletedTS, Key: r.key}, true
 }
 
 // fastMessage reads a whole version through cutRecord, as encoding/json
@@ -124,9 +134,13 @@ func fastMessage(d []byte) (Message, bool) {
 	}
 	m := Message{
 		ID: string(r.id), Thread: string(r.thread),
-		Body: bytes.Clone(r.body),
-		TS:   r.ts, Version: r.version, Deleted: r.deleted, DeletedTS: r.deletedTS,
+		TS: r.ts, Version: r.version, Deleted: r.deleted, DeletedTS: r.deletedTS,
 	}
+	if r.sealed != nil {
+		m.Key, m.Sealed = r.key, string(r.sealed)
+		return m, true
+	}
+	m.Body = bytes.Clone(r.body)
 	if m.Author, ok = decodeString(r.author); !ok {
 		return Message{}, false
 	}
@@ -143,21 +157,25 @@ func fastThread(d []byte) (Thread, bool) {
 	if !ok {
 		return t, false
 	}
-	var id, title, author []byte
+	var id, title, author, sealed []byte
 	if id, rest, ok = plainString(rest); !ok {
 		return t, false
 	}
-	if rest, ok = bytes.CutPrefix(rest, []byte(`,"title":`)); !ok {
-		return t, false
-	}
-	if title, rest, ok = cutString(rest); !ok {
-		return t, false
-	}
-	if rest, ok = bytes.CutPrefix(rest, []byte(`,"author":`)); !ok {
-		return t, false
-	}
-	if author, rest, ok = cutString(rest); !ok {
-		return t, false
+	if k, s, after, isSealed := cutSealedField(rest); isSealed {
+		t.Key, sealed, rest = k, s, after
+	} else {
+		if rest, ok = bytes.CutPrefix(rest, []byte(`,"title":`)); !ok {
+			return t, false
+		}
+		if title, rest, ok = cutString(rest); !ok {
+			return t, false
+		}
+		if rest, ok = bytes.CutPrefix(rest, []byte(`,"author":`)); !ok {
+			return t, false
+		}
+		if author, rest, ok = cutString(rest); !ok {
+			return t, false
+		}
 	}
 	// The fixed tail, from the back:
 	// ,"created_ts":N,"updated_ts":N,"deleted":B,"deleted_ts":N,"legal_hold":B}
@@ -180,6 +198,10 @@ func fastThread(d []byte) (Thread, bool) {
 		return t, false
 	}
 	t.ID = string(id)
+	if sealed != nil {
+		t.Sealed = string(sealed)
+		return t, true
+	}
 	if t.Title, ok = decodeString(title); !ok {
 		return t, false
 	}

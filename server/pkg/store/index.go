@@ -335,7 +335,7 @@ func (s *Store) stampThread(b *pebble.Batch, tid string, ts int64) error {
 	_ = b.Delete(deletionKey(KindThread, indexTS(t.DeletedTS), tid), nil)
 	_ = b.Set(deletionKey(KindThread, ts, tid), nil, nil)
 	t.DeletedTS = ts
-	writeThread(b, t)
+	putThreadRecord(b, t)
 	return nil
 }
 
@@ -352,7 +352,7 @@ func (s *Store) stampMessage(b *pebble.Batch, tid, mid string, ts int64) error {
 	_ = b.Delete(deletionKey(KindMessage, indexTS(m.DeletedTS), mid), nil)
 	_ = b.Set(deletionKey(KindMessage, ts, mid), []byte(tid), nil)
 	m.DeletedTS = ts
-	putVersion(b, m)
+	putVersion(b, m) // the same version: its seal stays valid
 	return nil
 }
 

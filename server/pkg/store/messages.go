@@ -56,8 +56,43 @@ func (s *Store) liveThread(tid string) (Thread, error) {
 	return t, nil
 }
 
+// putVersion writes m in the shape it has (a stamp rewrites a
+// version in place: its seal, bound to the version, stays valid).
 func putVersion(b *pebble.Batch, m Message) {
 	_ = b.Set(versionKey(m.ID, m.Version), appendMessageJSON(nil, m), nil)
+}
+
+// writeVersion writes a new version of m: sealed under the key that sealed
+// the message before (m.Key) or its author's key when the store seals,
+// plain when it does not. Version 1 of a sealed message gets its entry
+// in the key-number index (MessagesByKey).
+func (s *Store) writeVersion(ctx context.Context, b *pebble.Batch, m *Message) error {
+	m.Sealed = ""
+	if s.sealer == nil {
+		m.Key = 0
+		putVersion(b, *m)
+		return nil
+	}
+	if err := s.sealMessage(ctx, m); err != nil {
+		return err
+	}
+	putVersion(b, *m)
+	if m.Version == 1 {
+		_ = b.Set(keyIndexKey(m.Thread, m.Key, m.ID), nil, nil)
+	}
+	return nil
+}
+
+// openForChange opens m for a change that writes a new version from it;
+// ErrUnreadable when its key is gone.
+func (s *Store) openForChange(ctx context.Context, m *Message) error {
+	if err := s.openMessage(ctx, m); err != nil {
+		return err
+	}
+	if m.Unreadable {
+		return fmt.Errorf("message %s: %w", m.ID, ErrUnreadable)
+	}
+	return nil
 }
 
 // AppendMessage adds a message (version 1) to a live thread. m.ID may be
@@ -98,7 +133,10 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 	now := s.now().UnixNano()
 	msg := Message{ID: m.ID, Thread: tid, Author: m.Author, Body: body, TS: now, Version: 1, CreatedTS: now}
 	b := s.db.NewBatch()
-	putVersion(b, msg)
+	if err := s.writeVersion(ctx, b, &msg); err != nil {
+		_ = b.Close()
+		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
+	}
 	_ = b.Set(logKey(tid, now, msg.ID), []byte(msg.ID), nil)
 	if err := s.addLive(b, tid, msg.ID, now, +1); err != nil {
 		_ = b.Close()
@@ -139,7 +177,11 @@ func (s *Store) GetMessage(ctx context.Context, tid, mid string) (Message, error
 	if err := validateIDs(tid, mid); err != nil {
 		return Message{}, err
 	}
-	return s.readMessage(tid, mid)
+	m, err := s.readMessage(tid, mid)
+	if err != nil {
+		return m, err
+	}
+	return m, s.openMessage(ctx, &m)
 }
 
 // EditMessage appends a new version with body; ErrNotFound if the message or
@@ -172,10 +214,16 @@ func (s *Store) EditMessage(ctx context.Context, tid, mid string, body json.RawM
 	if err := s.refuseClaimed(mid, "edit"); err != nil {
 		return Message{}, err
 	}
+	if err := s.openForChange(ctx, &m); err != nil {
+		return Message{}, fmt.Errorf("edit message %s: %w", mid, err)
+	}
 	m.Body, m.TS = body, s.now().UnixNano()
 	m.Version++
 	b := s.db.NewBatch()
-	putVersion(b, m)
+	if err := s.writeVersion(ctx, b, &m); err != nil {
+		_ = b.Close()
+		return Message{}, fmt.Errorf("edit message %s: %w", mid, err)
+	}
 	if err := s.commitUser(ctx, h, b); err != nil {
 		return Message{}, fmt.Errorf("edit message %s: %w", mid, err)
 	}
@@ -196,8 +244,11 @@ func (s *Store) DeleteMessage(ctx context.Context, tid, mid string) (Message, er
 	defer h.release()
 
 	m, err := s.readMessage(tid, mid)
-	if err != nil || m.Deleted {
+	if err != nil {
 		return m, err
+	}
+	if m.Deleted {
+		return m, s.openMessage(ctx, &m)
 	}
 	// A thread being purged takes no new versions: the purge would miss them.
 	if started, err := s.purgeStarted(KindThread, tid); err != nil {
@@ -208,11 +259,18 @@ func (s *Store) DeleteMessage(ctx context.Context, tid, mid string) (Message, er
 	if err := s.refuseClaimed(mid, "delete"); err != nil {
 		return Message{}, err
 	}
+	// The tombstone keeps the message's author, sealed like the rest.
+	if err := s.openForChange(ctx, &m); err != nil {
+		return Message{}, fmt.Errorf("delete message %s: %w", mid, err)
+	}
 	now := s.now().UnixNano()
 	m.Body, m.TS, m.Deleted, m.DeletedTS = nullBody, now, true, now
 	m.Version++
 	b := s.db.NewBatch()
-	putVersion(b, m)
+	if err := s.writeVersion(ctx, b, &m); err != nil {
+		_ = b.Close()
+		return Message{}, fmt.Errorf("delete message %s: %w", mid, err)
+	}
 	_ = b.Set(deletionKey(KindMessage, indexTS(now), mid), []byte(tid), nil)
 	if err := s.liveChange(b, tid, mid, -1); err != nil {
 		_ = b.Close()
@@ -264,22 +322,31 @@ func (s *Store) RestoreMessage(ctx context.Context, tid, mid string) (Message, e
 		return Message{}, err
 	}
 	if !tomb.Deleted {
-		return tomb, nil
+		return tomb, s.openMessage(ctx, &tomb)
 	}
 	live, ok, err := r.lastLive(mid)
 	if err != nil {
 		return Message{}, err
 	}
 	m := tomb
+	if err := s.openForChange(ctx, &m); err != nil {
+		return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
+	}
 	m.Body = nullBody
 	if ok {
+		if err := s.openForChange(ctx, &live); err != nil {
+			return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
+		}
 		m.Body, m.Author = live.Body, live.Author
 	}
 	m.TS, m.Deleted, m.DeletedTS = s.now().UnixNano(), false, 0
 	m.Version = tomb.Version + 1
 
 	b := s.db.NewBatch()
-	putVersion(b, m)
+	if err := s.writeVersion(ctx, b, &m); err != nil {
+		_ = b.Close()
+		return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
+	}
 	_ = b.Delete(deletionKey(KindMessage, indexTS(tomb.DeletedTS), mid), nil)
 	if err := s.liveChange(b, tid, mid, +1); err != nil {
 		_ = b.Close()
@@ -360,6 +427,9 @@ func (s *Store) ListMessages(ctx context.Context, tid string, o ListOptions) ([]
 		m.CreatedTS = created
 		if len(out) == limit {
 			return out, messageCursor(tid, last), nil
+		}
+		if err := s.openMessage(ctx, &m); err != nil {
+			return nil, "", err
 		}
 		out = append(out, m)
 		last = append(last[:0], suffix...)
@@ -455,6 +525,9 @@ func (s *Store) ScanVersions(ctx context.Context, tid, mid string, o ListOptions
 			return "", err
 		}
 		m.CreatedTS = first.TS
+		if err := s.openMessage(ctx, &m); err != nil {
+			return "", err
+		}
 		if err := fn(m); err != nil {
 			return "", err
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -37,6 +38,10 @@ type Store struct {
 	// userWrites counts committed writes of the API (threads and
 	// messages), so that a purge can tell when it competes with them.
 	userWrites atomic.Uint64
+
+	// sealer seals new writes' content (seal.go); nil: plain.
+	sealer Sealer
+	closer io.Closer // Options.Closer
 }
 
 // DefaultMemTableSize is larger than Pebble's 4 MiB default so bulk loads
@@ -102,7 +107,8 @@ func Open(path string, opts Options) (*Store, error) {
 	if eraseWait <= 0 {
 		eraseWait = defaultEraseWait
 	}
-	s := &Store{db: db, path: path, now: now, ids: newIDGen(now), fatal: fatal, eraseWait: eraseWait}
+	s := &Store{db: db, path: path, now: now, ids: newIDGen(now), fatal: fatal, eraseWait: eraseWait,
+		sealer: opts.Sealer, closer: opts.Closer}
 	if err := s.ensureIndexes(context.Background()); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %q: %w", path, err)
@@ -185,10 +191,16 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("close store: %w", err)
+	err := s.db.Close()
+	if err != nil {
+		err = fmt.Errorf("close store: %w", err)
 	}
-	return nil
+	if s.closer != nil {
+		if cerr := s.closer.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close key store: %w", cerr))
+		}
+	}
+	return err
 }
 
 // DB exposes the Pebble handle for tooling that measures or inspects raw

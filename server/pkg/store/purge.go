@@ -318,7 +318,10 @@ func (p *purger) message(r *versionReader, tid, mid string, logKey []byte) error
 	if string(p.last) != string(p.first) {
 		last, lastOK = decodeHead(p.lastValue)
 	}
-	var indexKey, liveKey []byte
+	var indexKey, liveKey, keyIndex []byte
+	if firstOK && first.Key != 0 {
+		keyIndex = keyIndexKey(tid, first.Key, mid)
+	}
 	if !lastOK {
 		indexKey = deletionKey(KindMessage, 0, mid) // where the rebuild put it
 	} else if last.Deleted {
@@ -328,11 +331,18 @@ func (p *purger) message(r *versionReader, tid, mid string, logKey []byte) error
 		// already taken it out of the counts): its age entry goes too.
 		liveKey = ageKey(first.TS, mid)
 	}
-	if err := p.room(5); err != nil {
+	n := 5
+	if keyIndex != nil {
+		n++
+	}
+	if err := p.room(n); err != nil {
 		return err
 	}
 	if liveKey != nil {
 		p.del(liveKey, false)
+	}
+	if keyIndex != nil {
+		p.del(keyIndex, false)
 	}
 	if string(p.first) != string(p.last) {
 		p.del(p.first, true)
@@ -375,6 +385,8 @@ type versionHead struct {
 	TS        int64  `json:"ts"`
 	Deleted   bool   `json:"deleted"`
 	DeletedTS int64  `json:"deleted_ts"`
+	// Key is the key number of a sealed version (0: plain).
+	Key uint32 `json:"key"`
 }
 
 func decodeHead(data []byte) (versionHead, bool) {

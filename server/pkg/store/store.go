@@ -25,6 +25,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"time"
 
@@ -65,6 +66,13 @@ type Thread struct {
 	Deleted   bool   `json:"deleted"`
 	DeletedTS int64  `json:"deleted_ts"`
 	LegalHold bool   `json:"legal_hold"`
+	// Key and Sealed are the seal of Title and Author (spec §12, seal.go):
+	// the number of the creator's data key in the thread and the sealed
+	// bytes in standard base64; 0 and "" for a plain record.
+	Key    uint32 `json:"key,omitempty"`
+	Sealed string `json:"sealed,omitempty"`
+	// Unreadable: sealed, and its key is gone; Title and Author are empty.
+	Unreadable bool `json:"-"`
 }
 
 // Message is one stored version of a message (spec §2).
@@ -80,6 +88,12 @@ type Message struct {
 	// CreatedTS is the message's creation time, its first version's ts:
 	// the reads that return a message fill it; a version does not store it.
 	CreatedTS int64 `json:"-"`
+	// Key and Sealed are the seal of Author and Body (spec §12, seal.go),
+	// as Thread's; 0 and "" for a plain version.
+	Key    uint32 `json:"key,omitempty"`
+	Sealed string `json:"sealed,omitempty"`
+	// Unreadable: sealed, and its key is gone; Author and Body are empty.
+	Unreadable bool `json:"-"`
 }
 
 // ItemKind tells threads from messages in the deletion index and purge markers.
@@ -186,6 +200,13 @@ type Options struct {
 	// (DefaultMemTableSize). Pebble reserves a store's memtables out of its
 	// block cache, so stores sharing a cache share that budget too.
 	MemTableSize uint64
+	// Sealer, when set, seals the content of every new write (spec §12);
+	// nil: writes are plain. Sealed records are read either way (without
+	// a Sealer they read as Unreadable).
+	Sealer Sealer
+	// Closer, when set, is closed by Close after the database: the key
+	// store behind Sealer when it was opened for this store alone.
+	Closer io.Closer
 	// Restoring opens a folder that holds an unfinished restore (its
 	// marker, restore.go): only the restore that finishes it may.
 	Restoring bool

@@ -59,8 +59,24 @@ func (s *Store) purgeStarted(kind ItemKind, id string) (bool, error) {
 	return s.has(purgeKey(kind, id))
 }
 
-func writeThread(b *pebble.Batch, t Thread) {
+// putThreadRecord writes t's metadata in the shape it has: a sealed
+// thread's seal is carried as it is (its associated data binds no field
+// that changes), so flags and stamps need no key.
+func putThreadRecord(b *pebble.Batch, t Thread) {
 	_ = b.Set(threadMetaKey(t.ID), appendThreadJSON(nil, t), nil)
+}
+
+// writeThread writes t's metadata, sealing its title and author first
+// when the store seals and t has no seal yet (a new thread, a new title,
+// or a plain thread changed after sealing was turned on).
+func (s *Store) writeThread(ctx context.Context, b *pebble.Batch, t *Thread) error {
+	if s.sealer != nil && t.Sealed == "" {
+		if err := s.sealThread(ctx, t); err != nil {
+			return err
+		}
+	}
+	putThreadRecord(b, *t)
+	return nil
 }
 
 // CreateThread stores a new thread. t.ID may be empty (generated); ErrExists
@@ -97,7 +113,10 @@ func (s *Store) CreateThread(ctx context.Context, t Thread) (Thread, error) {
 	t.CreatedTS, t.UpdatedTS = now, now
 	t.Deleted, t.DeletedTS = false, 0
 	b := s.db.NewBatch()
-	writeThread(b, t)
+	if err := s.writeThread(ctx, b, &t); err != nil {
+		_ = b.Close()
+		return Thread{}, err
+	}
 	_ = b.Set(liveThreadKey(t.ID), nil, nil)
 	if err := s.commitUser(ctx, h, b); err != nil {
 		return Thread{}, fmt.Errorf("create thread %s: %w", t.ID, err)
@@ -114,7 +133,11 @@ func (s *Store) GetThread(ctx context.Context, tid string) (Thread, error) {
 	if err := ValidateID(tid); err != nil {
 		return Thread{}, err
 	}
-	return s.readThread(tid)
+	t, err := s.readThread(tid)
+	if err != nil {
+		return t, err
+	}
+	return t, s.openThread(ctx, &t)
 }
 
 // DeleteThread soft-deletes; a repeated delete keeps the first deleted_ts.
@@ -160,8 +183,11 @@ func (s *Store) SetTitle(ctx context.Context, tid, title string) (Thread, error)
 			refused = fmt.Errorf("thread %s is deleted: %w", tid, ErrNotFound)
 		case t.LegalHold:
 			refused = fmt.Errorf("thread %s is %w: its title is kept as it is until the hold is released", tid, ErrLegalHold)
+		case t.Unreadable:
+			refused = fmt.Errorf("thread %s: %w: its creator's key is gone", tid, ErrUnreadable)
 		case t.Title != title:
-			t.Title, t.UpdatedTS = title, s.now().UnixNano()
+			// Sealed again (writeThread) under the creator's key.
+			t.Title, t.UpdatedTS, t.Sealed = title, s.now().UnixNano(), ""
 			return true
 		}
 		return false
@@ -215,12 +241,18 @@ func (s *Store) updateThread(ctx context.Context, tid, op string, refuse func(ct
 	if err != nil {
 		return t, err
 	}
+	if err := s.openThread(ctx, &t); err != nil {
+		return Thread{}, err
+	}
 	b := s.db.NewBatch()
 	if !change(&t, b) {
 		_ = b.Close()
 		return t, nil
 	}
-	writeThread(b, t)
+	if err := s.writeThread(ctx, b, &t); err != nil {
+		_ = b.Close()
+		return Thread{}, fmt.Errorf("%s %s: %w", op, tid, err)
+	}
 	if err := s.commitUser(ctx, h, b); err != nil {
 		return Thread{}, fmt.Errorf("%s %s: %w", op, tid, err)
 	}
@@ -276,6 +308,9 @@ func (s *Store) ListThreads(ctx context.Context, o ListOptions) ([]Thread, strin
 			if len(out) == limit {
 				// Another thread follows the full page: hand out a cursor.
 				return out, ThreadCursor(out[len(out)-1].ID), nil
+			}
+			if err := s.openThread(ctx, &t); err != nil {
+				return nil, "", err
 			}
 			out = append(out, t)
 		}
@@ -336,6 +371,9 @@ func (s *Store) listLiveThreads(ctx context.Context, after string, limit int) ([
 		if len(out) == limit {
 			return out, ThreadCursor(out[len(out)-1].ID), nil
 		}
+		if err := s.openThread(ctx, &t); err != nil {
+			return nil, "", err
+		}
 		out = append(out, t)
 	}
 	if err := it.Error(); err != nil {
@@ -390,6 +428,9 @@ func (s *Store) LegalHolds(ctx context.Context) ([]Thread, error) {
 			continue
 		}
 		if t, ok := listedThread(it, tid); ok && t.LegalHold {
+			if err := s.openThread(ctx, &t); err != nil {
+				return nil, err
+			}
 			out = append(out, t)
 		}
 		pos = it.SeekGE(threadEnd(tid))
