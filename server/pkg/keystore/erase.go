@@ -69,6 +69,12 @@ func (ks *KeyStore) Erase(ctx context.Context, opts erase.Options) (EraseResult,
 	if opts.Wait <= 0 {
 		opts.Wait = ks.eraseWait
 	}
+	// A backup's staging copy holds the key store as it was before the
+	// destroy (backups take it while no run destroys keys, so this is a
+	// guard): wait for it to go, as the data store does.
+	if opts.Held == nil {
+		opts.Held = func() bool { return hasCheckpoints(ks.path) }
+	}
 	er, err := erase.Run(ctx, ks.db, ks.path, ranges, opts)
 	res.Result = er
 	if err != nil {

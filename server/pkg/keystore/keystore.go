@@ -171,6 +171,12 @@ func Open(ctx context.Context, path string, opts Options) (*KeyStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open key store %q: %w", path, err)
 	}
+	// Under Pebble's lock: a staging copy is a killed backup's, never a
+	// running one's.
+	if err := removeStaleCheckpoints(path); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open key store %q: remove a backup's staging copy: %w", path, err)
+	}
 	size := opts.CacheSize
 	if size <= 0 {
 		size = DefaultCacheSize

@@ -1,0 +1,34 @@
+package keystore
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Inspect checks, without the KEK, that dir holds a key store Open would
+// read (a backup's copy): Pebble opens it read-only and it has this
+// format's marker and a check value. It changes nothing.
+func Inspect(dir string) error {
+	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, ErrorIfNotExists: true, Logger: pebbleLogger{}})
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer db.Close()
+	for _, key := range []string{formatKey, kekKey} {
+		v, closer, err := db.Get([]byte(key))
+		if errors.Is(err, pebble.ErrNotFound) {
+			return fmt.Errorf("%s: not a key store (no %s)", dir, key)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", dir, err)
+		}
+		ok := key != formatKey || string(v) == formatVersion
+		closer.Close()
+		if !ok {
+			return fmt.Errorf("%s: unknown key store format", dir)
+		}
+	}
+	return nil
+}
