@@ -32,10 +32,22 @@ type Holder interface {
 	Hold(ctx context.Context) (head audit.Head, release func(), err error)
 }
 
+// KeyStore is the key store of a database with sealed content
+// (*keystore.KeyStore): a backup carries a checkpoint of it.
+type KeyStore interface {
+	// Checkpoint copies the key store into a new staging folder named by
+	// name and returns the folder; RemoveCheckpoint removes it.
+	Checkpoint(ctx context.Context, name string) (string, error)
+	RemoveCheckpoint(dir string) error
+}
+
 // Options configure NewCreator.
 type Options struct {
 	Store *store.Store
-	Hold  Holder
+	// KeyStore, when set, is backed up with the store, in the same pause
+	// of retention: the wrapped keys of the backup's moment.
+	KeyStore KeyStore
+	Hold     Holder
 	// SigningKey signs the manifest (PROGRESSDB_AUDIT_SIGNING_KEY).
 	SigningKey ed25519.PrivateKey
 	Version    string // written into the manifest
@@ -53,6 +65,7 @@ type Options struct {
 // Creator makes backups of one store.
 type Creator struct {
 	st      *store.Store
+	ks      KeyStore
 	hold    Holder
 	key     ed25519.PrivateKey
 	version string
@@ -69,7 +82,7 @@ func NewCreator(o Options) (*Creator, error) {
 	if o.Store == nil || o.Hold == nil {
 		return nil, errors.New("backup: a creator needs a store and a holder")
 	}
-	c := &Creator{st: o.Store, hold: o.Hold, key: o.SigningKey, version: o.Version, path: o.Path,
+	c := &Creator{st: o.Store, ks: o.KeyStore, hold: o.Hold, key: o.SigningKey, version: o.Version, path: o.Path,
 		audit: o.AuditPath, keep: o.Keep, log: o.Logger, metrics: o.Metrics, now: o.Now}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -174,10 +187,15 @@ func (c *Creator) write(ctx context.Context, w io.Writer, compress bool, id stri
 		c.log.Info("backup_created", "backup_id", id, "audit_head", m.AuditHead.RunID, "threads", m.Threads,
 			"messages", m.Messages, "files", len(m.Files), "bytes", cw.n, "duration_ms", time.Since(start).Milliseconds())
 	}()
-	dir, head, err := c.checkpoint(ctx, id)
+	dir, head, keys, err := c.checkpoint(ctx, id)
 	if err != nil {
 		return m, err
 	}
+	defer func() {
+		for _, f := range keys.files {
+			_ = f.Close()
+		}
+	}()
 	staged := true
 	defer func() {
 		// A staging copy left on the disk would keep purged tables alive
@@ -223,7 +241,7 @@ func (c *Creator) write(ctx context.Context, w io.Writer, compress bool, id stri
 	}
 	m = Manifest{Format: formatV1, BackupID: id, CreatedAt: created, Version: c.version,
 		PebbleFormat: stats.PebbleFormat, Threads: stats.Threads, Messages: stats.Messages,
-		AuditHead: head, Erased: stats.Erased}
+		AuditHead: head, Erased: stats.Erased, Sealed: c.ks != nil}
 	for i, name := range names {
 		f, err := hashFile(files[i])
 		if err != nil {
@@ -232,6 +250,15 @@ func (c *Creator) write(ctx context.Context, w io.Writer, compress bool, id stri
 		f.Name = dbDir + name
 		m.Files = append(m.Files, f)
 	}
+	for i, name := range keys.names {
+		f, err := hashFile(keys.files[i])
+		if err != nil {
+			return m, err
+		}
+		f.Name = keystoreDir + name
+		m.Files = append(m.Files, f)
+	}
+	files = append(files, keys.files...)
 	line, err := m.encode(c.key)
 	if err != nil {
 		return m, fmt.Errorf("backup: manifest: %w", err)
@@ -279,18 +306,62 @@ func Cancelled(err error) bool {
 	return errors.Is(err, ErrCancelled) || errors.Is(err, context.Canceled)
 }
 
-// checkpoint takes the checkpoint while no retention run purges.
-func (c *Creator) checkpoint(ctx context.Context, id string) (string, audit.Head, error) {
+// keyFiles are the key store checkpoint's files, open, their folder gone.
+type keyFiles struct {
+	names []string
+	files []*os.File
+}
+
+// checkpoint takes the checkpoint while no retention run purges, and the
+// key store's in the same pause, so that the backup's keys are those of
+// its data.
+func (c *Creator) checkpoint(ctx context.Context, id string) (string, audit.Head, keyFiles, error) {
 	head, release, err := c.hold.Hold(ctx)
 	if err != nil {
-		return "", head, fmt.Errorf("backup: wait for retention runs: %w", err)
+		return "", head, keyFiles{}, fmt.Errorf("backup: wait for retention runs: %w", err)
 	}
 	defer release()
 	dir, err := c.st.Checkpoint(ctx, id)
 	if err != nil {
-		return "", head, fmt.Errorf("backup: %w", err)
+		return "", head, keyFiles{}, fmt.Errorf("backup: %w", err)
 	}
-	return dir, head, nil
+	if c.ks == nil {
+		return dir, head, keyFiles{}, nil
+	}
+	keys, err := c.keyCheckpoint(ctx, id)
+	if err != nil {
+		_ = c.st.RemoveCheckpoint(dir)
+		return "", head, keyFiles{}, err
+	}
+	return dir, head, keys, nil
+}
+
+// keyCheckpoint checkpoints the key store and opens its files, then
+// removes the staging folder, all before retention may run again: no run
+// destroys a key while a hard link of its table stands under a name (the
+// key store's erase would leave that copy behind). The key store is
+// small; this costs milliseconds.
+func (c *Creator) keyCheckpoint(ctx context.Context, id string) (keys keyFiles, err error) {
+	dir, err := c.ks.Checkpoint(ctx, id)
+	if err != nil {
+		return keys, fmt.Errorf("backup: %w", err)
+	}
+	defer func() {
+		if rerr := c.ks.RemoveCheckpoint(dir); rerr != nil && err == nil {
+			err = fmt.Errorf("backup: remove the key store's staging checkpoint: %w", rerr)
+		}
+		if err != nil {
+			for _, f := range keys.files {
+				_ = f.Close()
+			}
+			keys = keyFiles{}
+		}
+	}()
+	if keys.names, err = listFiles(dir); err != nil {
+		return keys, err
+	}
+	keys.files, err = openFiles(dir, keys.names)
+	return keys, err
 }
 
 // listFiles lists the checkpoint's regular files, sorted.

@@ -193,7 +193,7 @@ func TestBackupHoldsAcknowledgedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	rep, err := Unpack(context.Background(), path, dir, nil)
+	rep, err := Unpack(context.Background(), path, dir, "", nil)
 	if err != nil || !rep.Valid {
 		t.Fatalf("unpack: %v %v", err, rep.Problems)
 	}

@@ -12,16 +12,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
 )
 
 // Archive layout: manifest.json first, then the checkpoint's files under
-// db/. A name ending in .tar.zst is zstd-compressed.
+// db/, then, for a database with sealed content, the key store's checkpoint
+// under keystore/. A name ending in .tar.zst is zstd-compressed.
 const (
 	ManifestName = "manifest.json"
 	dbDir        = "db/"
+	keystoreDir  = "keystore/"
 	zstdExt      = ".tar.zst"
 	formatV1     = 1
 	// maxManifest bounds what a reader takes for a manifest.
@@ -44,7 +47,10 @@ type Manifest struct {
 	// a restore replays every purge recorded after it.
 	AuditHead audit.Head `json:"audit_head"`
 	// Erased is the database's erase marker at the backup.
-	Erased bool   `json:"erased"`
+	Erased bool `json:"erased"`
+	// Sealed: the backup holds the key store (wrapped data keys) of its
+	// moment under keystore/, beside the data (spec §12).
+	Sealed bool   `json:"sealed,omitempty"`
 	Files  []File `json:"files"`
 	// Signature is the ed25519 signature of the manifest line without this
 	// member (audit.SignJSON), when AUDIT_SIGNING_KEY is set. Last member.
@@ -100,11 +106,17 @@ func decodeManifest(raw []byte) (Manifest, error) {
 		return m, fmt.Errorf("%w: manifest.json: lists no files", ErrInvalid)
 	}
 	seen := make(map[string]bool, len(m.Files))
+	keys := false
 	for _, f := range m.Files {
-		if !validName(f.Name) || seen[f.Name] || f.Size < 0 || len(f.SHA256) != 64 {
+		folder, _, ok := splitName(f.Name)
+		if !ok || seen[f.Name] || f.Size < 0 || len(f.SHA256) != 64 || folder == keystoreDir && !m.Sealed {
 			return m, fmt.Errorf("%w: manifest.json: bad file entry %q", ErrInvalid, f.Name)
 		}
+		keys = keys || folder == keystoreDir
 		seen[f.Name] = true
+	}
+	if m.Sealed && !keys {
+		return m, fmt.Errorf("%w: manifest.json: sealed, but lists no key store file", ErrInvalid)
 	}
 	return m, nil
 }
@@ -115,14 +127,20 @@ func checkSignature(pub ed25519.PublicKey, raw []byte, m Manifest) string {
 	return audit.CheckJSONSignature(pub, bytes.TrimSpace(raw), m.Signature)
 }
 
-// validName accepts db/<file> with a plain file name: no folders, no
-// "..", nothing a restore could write outside its folder.
-func validName(name string) bool {
-	if len(name) <= len(dbDir) || name[:len(dbDir)] != dbDir {
-		return false
+// splitName accepts db/<file> and keystore/<file> with a plain file name
+// (no folders, no "..", nothing a restore could write outside its folder)
+// and returns the folder and the file's name.
+func splitName(name string) (folder, base string, ok bool) {
+	for _, folder := range []string{dbDir, keystoreDir} {
+		if base, ok := strings.CutPrefix(name, folder); ok && validBase(base) {
+			return folder, base, true
+		}
 	}
-	base := name[len(dbDir):]
-	if base == "." || base == ".." || len(base) > 255 {
+	return "", "", false
+}
+
+func validBase(base string) bool {
+	if base == "" || base == "." || base == ".." || len(base) > 255 {
 		return false
 	}
 	for i := 0; i < len(base); i++ {

@@ -53,33 +53,55 @@ func Extract(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Repo
 		return Report{File: path}, fmt.Errorf("backup: %w", err)
 	}
 	defer f.Close()
-	return extract(ctx, path, f, dir, pub, nil)
+	return extract(ctx, path, f, dir, "", pub, nil)
 }
 
 // ExtractPending is Extract for a restore whose replay is still to come
 // (spec §10.1): once every file is in place, dir's marker moves to state
 // replaying with then's fields (and the backup's ID), so that nothing
 // serves the copy until the replay finishes and store.FinishRestore
-// removes the marker.
-func ExtractPending(ctx context.Context, path, dir string, pub ed25519.PublicKey, then store.RestoreState) (Report, error) {
+// removes the marker. A backup's key store goes into ksDir, which must be
+// absent or empty like dir ("" when the restore has none: a backup that
+// holds one then does not verify).
+func ExtractPending(ctx context.Context, path, dir, ksDir string, pub ed25519.PublicKey, then store.RestoreState) (Report, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Report{File: path}, fmt.Errorf("backup: %w", err)
 	}
 	defer f.Close()
-	return extract(ctx, path, f, dir, pub, &then)
+	return extract(ctx, path, f, dir, ksDir, pub, &then)
 }
 
 // ExtractPendingReader is ExtractPending of the archive read from r
 // (standard input for `restore -`); name is what the report calls it.
-func ExtractPendingReader(ctx context.Context, name string, r io.Reader, dir string, pub ed25519.PublicKey, then store.RestoreState) (Report, error) {
-	return extract(ctx, name, r, dir, pub, &then)
+func ExtractPendingReader(ctx context.Context, name string, r io.Reader, dir, ksDir string, pub ed25519.PublicKey, then store.RestoreState) (Report, error) {
+	return extract(ctx, name, r, dir, ksDir, pub, &then)
 }
 
 // extract is Extract of the archive read from r, which path names.
-func extract(ctx context.Context, path string, r io.Reader, dir string, pub ed25519.PublicKey, then *store.RestoreState) (Report, error) {
+func extract(ctx context.Context, path string, r io.Reader, dir, ksDir string, pub ed25519.PublicKey, then *store.RestoreState) (Report, error) {
 	if err := CheckEmpty(dir); err != nil {
 		return Report{File: path}, err
+	}
+	// The key store's folder is checked and made only when the backup
+	// holds one: a plain backup's restore never looks at it (it may be a
+	// live key store).
+	ksMade, ksCreated := false, false
+	keyDir := func() (string, error) {
+		if ksDir == "" {
+			return "", nil
+		}
+		if err := CheckEmpty(ksDir); err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(ksDir); errors.Is(err, os.ErrNotExist) {
+			ksCreated = true
+		}
+		if err := os.MkdirAll(ksDir, 0o700); err != nil {
+			return "", fmt.Errorf("backup: %w", err)
+		}
+		ksMade = true
+		return ksDir, nil
 	}
 	created := false
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
@@ -96,18 +118,33 @@ func extract(ctx context.Context, path string, r io.Reader, dir string, pub ed25
 		if created {
 			_ = os.Remove(dir)
 		}
+		if !ksMade {
+			return
+		}
+		entries, _ = os.ReadDir(ksDir)
+		for _, e := range entries {
+			_ = os.RemoveAll(filepath.Join(ksDir, e.Name()))
+		}
+		if ksCreated {
+			_ = os.Remove(ksDir)
+		}
 	}
 	if err := store.WriteRestoreState(dir, store.RestoreState{State: store.RestoreUnpacking, Backup: path}); err != nil {
 		undo()
 		return Report{File: path}, fmt.Errorf("backup: %w", err)
 	}
-	rep, err := unpack(ctx, path, r, dir, pub)
+	rep, err := unpack(ctx, path, r, dir, keyDir, pub)
 	if err != nil || !rep.Valid {
 		undo()
 		return rep, err
 	}
 	if err := syncDir(dir); err != nil {
 		return rep, err
+	}
+	if ksMade {
+		if err := syncDir(ksDir); err != nil {
+			return rep, err
+		}
 	}
 	if then != nil {
 		st := *then

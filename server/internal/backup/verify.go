@@ -13,11 +13,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -63,26 +63,44 @@ func VerifyReader(ctx context.Context, name string, r io.Reader, pub ed25519.Pub
 		return Report{File: name}, fmt.Errorf("backup verify: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	return unpack(ctx, name, r, tmp, pub)
+	db := filepath.Join(tmp, "db")
+	if err := os.Mkdir(db, 0o700); err != nil {
+		return Report{File: name}, fmt.Errorf("backup verify: %w", err)
+	}
+	return unpack(ctx, name, r, db, fixedDir(filepath.Join(tmp, "keystore")), pub)
 }
 
 // Unpack reads the archive at path into dir (which must exist and be
-// empty) and verifies it as Verify says.
-func Unpack(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Report, error) {
+// empty), its key store, if it holds one, into ksDir (made when missing),
+// and verifies it as Verify says.
+func Unpack(ctx context.Context, path, dir, ksDir string, pub ed25519.PublicKey) (Report, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Report{File: path}, fmt.Errorf("backup: %w", err)
 	}
 	defer f.Close()
-	return unpack(ctx, path, f, dir, pub)
+	return unpack(ctx, path, f, dir, fixedDir(ksDir), pub)
 }
 
-// unpack is Unpack of the archive read from src. The archive is untrusted
+// fixedDir is a keyDir that makes dir when asked for it.
+func fixedDir(dir string) func() (string, error) {
+	return func() (string, error) {
+		if dir == "" {
+			return "", nil
+		}
+		return dir, os.MkdirAll(dir, 0o700)
+	}
+}
+
+// unpack is Unpack of the archive read from src. keyDir is asked, at the
+// first key store entry, for the folder the key store goes into, made; ""
+// when there is none (the backup then does not verify), an error to stop.
+// The archive is untrusted
 // until verified: no entry is written beyond the size the manifest gives
 // it, nor the archive beyond the manifest's total, and an entry whose
 // header declares another size stops the reading at once, before any of
 // its bytes are read (a decompression bomb writes nothing).
-func unpack(ctx context.Context, name string, src io.Reader, dir string, pub ed25519.PublicKey) (Report, error) {
+func unpack(ctx context.Context, name string, src io.Reader, dir string, keyDir func() (string, error), pub ed25519.PublicKey) (Report, error) {
 	rep := Report{File: name, Problems: []string{}}
 	problem := func(format string, args ...any) { rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...)) }
 	r, closeZ, err := decompress(bufio.NewReaderSize(src, 1<<20))
@@ -128,6 +146,7 @@ func unpack(ctx context.Context, name string, src io.Reader, dir string, pub ed2
 		budget += f.Size
 	}
 	seen := make(map[string]bool, len(m.Files))
+	ksDir, ksAsked := "", false
 	for {
 		if err := ctx.Err(); err != nil {
 			return rep, err
@@ -163,7 +182,22 @@ func unpack(ctx context.Context, name string, src io.Reader, dir string, pub ed2
 		}
 		seen[hdr.Name] = true
 		budget -= wf.Size
-		why, err := extractFile(tr, filepath.Join(dir, strings.TrimPrefix(hdr.Name, dbDir)), wf)
+		folder, base, _ := splitName(hdr.Name)
+		target := filepath.Join(dir, base)
+		if folder == keystoreDir {
+			if !ksAsked {
+				ksAsked = true
+				if ksDir, err = keyDir(); err != nil {
+					return rep, err
+				}
+			}
+			if ksDir == "" {
+				problem("%s: the backup holds a key store (sealed content), and no folder was given for it", hdr.Name)
+				return rep, nil
+			}
+			target = filepath.Join(ksDir, base)
+		}
+		why, err := extractFile(tr, target, wf)
 		if err != nil {
 			return rep, err
 		}
@@ -193,6 +227,11 @@ func unpack(ctx context.Context, name string, src io.Reader, dir string, pub ed2
 		}
 		if stats.HasHead && audit.Head(stats.Head) != m.AuditHead {
 			problem("checkpoint: audit head is run %q, the manifest says %q", stats.Head.RunID, m.AuditHead.RunID)
+		}
+	}
+	if m.Sealed {
+		if err := keystore.Inspect(ksDir); err != nil {
+			problem("key store checkpoint: %v", err)
 		}
 	}
 	rep.Valid = len(rep.Problems) == 0

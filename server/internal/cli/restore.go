@@ -127,6 +127,7 @@ func (e env) restore(ctx context.Context, args []string) int {
 		return done(code, "")
 	}
 
+	ksDir := "" // a backup of sealed content is refused: no key store folder
 	if !*resume {
 		file := fs.Arg(0)
 		trail, err := filepath.Abs(rcfg.AuditPath)
@@ -140,9 +141,9 @@ func (e env) restore(ctx context.Context, args []string) int {
 		state = store.RestoreState{Backup: name, DatabaseID: store.NewDatabaseID(), Audit: trail}
 		var vrep backup.Report
 		if file == "-" {
-			vrep, err = backup.ExtractPendingReader(ctx, name, e.input(), *db, pub, state)
+			vrep, err = backup.ExtractPendingReader(ctx, name, e.input(), *db, ksDir, pub, state)
 		} else {
-			vrep, err = backup.ExtractPending(ctx, file, *db, pub, state)
+			vrep, err = backup.ExtractPending(ctx, file, *db, ksDir, pub, state)
 		}
 		if err != nil {
 			return done(exitFailed, err.Error())

@@ -85,7 +85,7 @@ func TestFaultBackupThroughServer(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := backup.Unpack(context.Background(), out, dir, nil); err != nil {
+	if _, err := backup.Unpack(context.Background(), out, dir, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	st := openStore(t, dir)

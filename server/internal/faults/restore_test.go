@@ -253,7 +253,7 @@ func TestFaultHandRestoreCaughtAtStart(t *testing.T) {
 	// The operator puts the old files back.
 	must(t, os.RemoveAll(s.db))
 	must(t, os.Mkdir(s.db, 0o700))
-	if rep, err := backup.Unpack(context.Background(), archive, s.db, nil); err != nil || !rep.Valid {
+	if rep, err := backup.Unpack(context.Background(), archive, s.db, "", nil); err != nil || !rep.Valid {
 		t.Fatalf("unpack: %v %v", err, rep.Problems)
 	}
 	srv := startServer(t, env)
