@@ -71,17 +71,12 @@ func (it *Item) ErasedBy(id string) bool {
 // of runs (run IDs, in any order) under root: every item line purged for
 // erasure r.ErasureID. A run without a sealed file recorded nothing.
 func AddReceiptFiles(r *Receipt, root string, runs []string) error {
-	files, err := monthFiles(root, func(name string) bool { return isAuditName(name, extSealed) })
+	files, err := runFiles(root, runs)
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(files, func(a, b string) int { return strings.Compare(filepath.Base(a), filepath.Base(b)) })
 	for _, path := range files {
-		_, runID, ok := ParseName(path)
-		if !ok || !slices.Contains(runs, runID) {
-			continue
-		}
-		rf, items, err := receiptFile(path, r.ErasureID)
+		rf, items, _, err := receiptFile(path, r.ErasureID)
 		if err != nil {
 			return err
 		}
@@ -99,13 +94,46 @@ func AddReceiptFiles(r *Receipt, root string, runs []string) error {
 	return nil
 }
 
-// receiptFile reads one sealed file's lines of erasure id and its footer.
-func receiptFile(path, id string) (ReceiptFile, []ReceiptItem, error) {
+// CountErased counts the messages erasure id purged, and their versions,
+// in the sealed files of runs under root (as AddReceiptFiles lists them).
+func CountErased(root string, runs []string, id string) (messages, versions int64, err error) {
+	files, err := runFiles(root, runs)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, path := range files {
+		rf, _, v, err := receiptFile(path, id)
+		if err != nil {
+			return 0, 0, err
+		}
+		messages += int64(len(rf.Lines))
+		versions += v
+	}
+	return messages, versions, nil
+}
+
+// runFiles lists the sealed files of runs under root, in run order.
+func runFiles(root string, runs []string) ([]string, error) {
+	files, err := monthFiles(root, func(name string) bool { return isAuditName(name, extSealed) })
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(files, func(a, b string) int { return strings.Compare(filepath.Base(a), filepath.Base(b)) })
+	return slices.DeleteFunc(files, func(path string) bool {
+		_, runID, ok := ParseName(path)
+		return !ok || !slices.Contains(runs, runID)
+	}), nil
+}
+
+// receiptFile reads one sealed file's lines of erasure id, the versions
+// they purged, and its footer.
+func receiptFile(path, id string) (ReceiptFile, []ReceiptItem, int64, error) {
 	var rf ReceiptFile
 	var items []ReceiptItem
+	var versions int64
 	rd, err := Open(path)
 	if err != nil {
-		return rf, nil, err
+		return rf, nil, 0, err
 	}
 	defer rd.Close()
 	for {
@@ -114,20 +142,21 @@ func receiptFile(path, id string) (ReceiptFile, []ReceiptItem, error) {
 			break
 		}
 		if err != nil {
-			return rf, nil, err
+			return rf, nil, 0, err
 		}
 		switch {
 		case rec.Item != nil && rec.Item.ErasedBy(id):
 			rf.Lines = append(rf.Lines, ReceiptLine{Seq: rec.Seq, SHA256: lineHash(rec.Raw)})
 			items = append(items, ReceiptItem{ItemType: rec.Item.ItemType, ItemID: rec.Item.ItemID, ThreadID: rec.Item.ThreadID})
+			versions += rec.Item.Versions
 		case rec.Footer != nil:
 			rf.FooterSHA256, rf.Signature = lineHash(rec.Raw), rec.Footer.Signature
 		}
 	}
 	if rf.FooterSHA256 == "" {
-		return rf, nil, &Problem{File: path, Reason: "no footer: the run's file is incomplete"}
+		return rf, nil, 0, &Problem{File: path, Reason: "no footer: the run's file is incomplete"}
 	}
-	return rf, items, nil
+	return rf, items, versions, nil
 }
 
 // VerifyReceipt checks a receipt against the audit files under root and

@@ -22,6 +22,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/storagemetrics"
 	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -113,9 +114,14 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		sched.Start(ctx)
 		defer sched.Stop()
 	}
+	var erasures retention.Erasures
+	if keys != nil {
+		erasures = svc // subject erasure destroys keys: only with sealing on
+	}
 	h, err := api.New(api.Options{
 		Store:               st,
 		Retention:           svc,
+		Erasures:            erasures,
 		Backups:             backups,
 		BackupStreamTimeout: cfg.Backup.StreamTimeout,
 		Logger:              logger,
@@ -191,8 +197,11 @@ func hostname() string {
 // is enabled and withScheduler is set) and the service over both.
 // signingKey signs audit footers when set (see SigningKey).
 func NewRetention(st *store.Store, cfg config.Retention, logger *slog.Logger, reg prometheus.Registerer, withScheduler bool, signingKey ed25519.PrivateKey) (*retention.Manager, error) {
+	// A sealed store's key store: runs finish the subject erasures pending
+	// in it and erase what they destroyed from it.
+	keys, _ := st.KeySealer().(*keystore.KeyStore)
 	return newRetention(retention.RunnerOptions{Store: st, Config: cfg, Logger: logger, Metrics: retention.NewMetrics(reg),
-		SigningKey: signingKey}, withScheduler)
+		SigningKey: signingKey, Keys: keys}, withScheduler)
 }
 
 // newRetention completes o (host, version) and builds the runner, its

@@ -24,6 +24,8 @@ type journal struct {
 	err     error // the first audit write error: nothing more is written or deleted
 	scanned int64
 	byCause map[string]CauseCounts
+	// erased counts the purged records of each subject erasure.
+	erased map[string]erasedCount
 }
 
 // finishedPurge is a purged (or stamped) item whose audit record waits for
@@ -57,6 +59,14 @@ func (j *journal) record(it audit.Item) error {
 	case audit.StatusPurged:
 		cc.Purged++
 		cc.Eligible++
+		if it.ErasureID != "" {
+			if j.erased == nil {
+				j.erased = make(map[string]erasedCount)
+			}
+			c := j.erased[it.ErasureID]
+			c.messages, c.versions = c.messages+1, c.versions+it.Versions
+			j.erased[it.ErasureID] = c
+		}
 		j.metrics.ItemsPurged.WithLabelValues(it.ItemType, it.Cause).Inc()
 		if it.Replayed {
 			j.metrics.ReplayedItems.Inc()

@@ -50,6 +50,8 @@ func (rn *run) recoverPending(ctx context.Context) {
 			Cause:     m.Cause, // empty (deleted) for markers written before policies
 			Recovered: true,
 			Replayed:  m.Replayed,
+			ErasureID: m.ErasureID,
+			Versions:  m.Versions,
 		}
 		exists, err := r.st.ItemExists(ctx, m.Kind, m.ID)
 		if err != nil {

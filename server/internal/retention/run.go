@@ -54,6 +54,9 @@ type run struct {
 	meter   *meter
 
 	stop *stopCause // why the run stopped before the end; the first cause wins
+
+	// erasures are the subject erasures the run worked on (erasure.go).
+	erasures map[string]*erasureRun
 }
 
 // stopCause records why a run stopped before the end.
@@ -139,6 +142,9 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 		MaxMessages:     r.cfg.MaxMessages,
 		PolicyOverrides: overrides,
 		Shard:           r.shard,
+	}
+	if rn.trigger == TriggerErasure {
+		header.Trigger = TriggerErasure
 	}
 	for _, src := range rn.sources {
 		if n, ok := src.(headerNoter); ok {
@@ -485,7 +491,9 @@ func (rn *run) take(ctx context.Context, c candidate) {
 // purgeItem deletes a claimed item, or, when exporting, queues it for the
 // next export group (export.go).
 func (rn *run) purgeItem(ctx context.Context, m store.PurgeMarker, it audit.Item) {
-	if rn.del.exp != nil {
+	// What a subject erasure purges is never exported: a copy of it is
+	// what the erasure must not leave.
+	if rn.del.exp != nil && it.Cause != audit.CauseSubject {
 		rn.queueExport(ctx, m, it)
 		return
 	}
@@ -742,6 +750,13 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 	}
 	var erased bool
 	var eraseMS int64
+	if rn.journal.err == nil && ctx.Err() == nil {
+		// Keys destroyed by this run (or left by one before) leave the
+		// key store's files before the footer is written.
+		if err := rn.eraseKeyStore(ctx); err != nil {
+			rn.fail(ctx, stageErase, "", err)
+		}
+	}
 	if !rn.dry && r.cfg.Erase && rn.journal.err == nil && ctx.Err() == nil {
 		// A failed erase fails the run; a shutdown skips it and the next
 		// run erases everything.
@@ -782,6 +797,7 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 	} else {
 		r.advanceHead(ctx, rn.id, rn.journal.w, path, rn.dry, rn.replaying() && status == audit.RunCompleted)
 	}
+	rn.completeErasures(ctx, status, reason)
 
 	res.FinishedAt = wire.At(finished)
 	res.Status = status

@@ -16,6 +16,7 @@ import (
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -65,6 +66,9 @@ type RunnerOptions struct {
 	// Pause is the pause switch; the store's when nil. A cluster gives
 	// every shard's runner the one in etcd.
 	Pause PauseSwitch
+	// Keys, when set, is the key store of sealed content (spec §12): runs
+	// finish the subject erasures pending in it and erase it.
+	Keys *keystore.KeyStore
 	// OnFenced, when set, sees the write of a run that the store refused
 	// because a newer owner's epoch had written (store.ErrFenced): a
 	// cluster counts it in progressdb_cluster_fencing_rejections_total.
@@ -85,13 +89,14 @@ type Runner struct {
 	host      string
 	pid       int
 	version   string
-	auditOpts audit.Options // how audit files are written (signing)
-	owner     string        // lease owner: host/pid/random, unique per runner
-	coord     Coordinator   // the run lease
-	fenced    bool          // writes carry the lease's epoch
-	shard     *int          // the cluster shard, for audit headers
-	pause     PauseSwitch   // the pause switch
-	onFenced  func(error)   // a write refused by the fence; nil: not reported
+	auditOpts audit.Options      // how audit files are written (signing)
+	owner     string             // lease owner: host/pid/random, unique per runner
+	coord     Coordinator        // the run lease
+	fenced    bool               // writes carry the lease's epoch
+	shard     *int               // the cluster shard, for audit headers
+	pause     PauseSwitch        // the pause switch
+	onFenced  func(error)        // a write refused by the fence; nil: not reported
+	keys      *keystore.KeyStore // sealed content's keys; nil: sealing is off
 
 	slot   chan struct{}             // holds a token while a run is going
 	active atomic.Pointer[LeaseInfo] // lease of the run going, for refusals
@@ -172,6 +177,7 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 	}
 	r.pause = o.Pause
 	r.onFenced = o.OnFenced
+	r.keys = o.Keys
 	if r.pause == nil {
 		r.pause = storePause{st: r.st}
 	}
@@ -312,7 +318,7 @@ func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error
 		trigger: req.Trigger,
 		dry:     dry,
 		lease:   lease,
-		sources: sourcesFor(req),
+		sources: r.sourcesWith(req),
 		meter:   newMeter(req.Progress),
 	}
 	rn.release = func() {

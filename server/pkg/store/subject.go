@@ -83,6 +83,10 @@ func (s *Store) BeginSubjectPurge(ctx context.Context, m PurgeMarker) (PurgeMark
 	return m, nil
 }
 
+// KeySealer is the Sealer the store was opened with (nil: plain), for
+// what works on the keys beside the store: retention's subject erasures.
+func (s *Store) KeySealer() Sealer { return s.sealer }
+
 // liveClaim reports whether claim m took a live message out of the live
 // indexes: a policy claim always, a subject claim when the message was
 // live (it cannot change while claimed).

@@ -1,0 +1,223 @@
+package app
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/store"
+	"github.com/progressdb/progressdb/server/pkg/store/storetest"
+)
+
+// adminSend is send with the admin token.
+func adminSend(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer adm")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// waitErasure polls an erasure's status until it is completed or failed.
+func waitErasure(t *testing.T, base, id string) retention.ErasureStatus {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		code, body := adminSend(t, "GET", base+"/admin/erasures/"+id, "")
+		if code != http.StatusOK {
+			t.Fatalf("erasure status: %d %s", code, body)
+		}
+		var st retention.ErasureStatus
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Status == retention.ErasureCompleted || st.Status == retention.ErasureFailed {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("erasure still %s: %s", st.Status, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// signingKeyFiles writes an audit signing key and its public key.
+func signingKeyFiles(t *testing.T, dir string) (priv, pub string) {
+	t.Helper()
+	pk, sk, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skDER, err := x509.MarshalPKCS8PrivateKey(sk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkDER, err := x509.MarshalPKIXPublicKey(pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, pub = filepath.Join(dir, "audit.key"), filepath.Join(dir, "audit.pub")
+	if err := os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: skDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pkDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return priv, pub
+}
+
+// A subject erasure through a real server: the author's keys go in every
+// thread but the held one, their messages (live, edited, soft-deleted) are
+// purged with cause subject and counted, threads they created read null
+// while others' messages stay, the held thread keeps theirs and is
+// listed; the receipt verifies offline; no ciphertext of theirs is left in
+// any file of DB_PATH, and the author is in no file of either store.
+func TestServeErasesASubject(t *testing.T) {
+	dir := t.TempDir()
+	db, keys, auditDir := filepath.Join(dir, "data"), filepath.Join(dir, "keys"), filepath.Join(dir, "audit")
+	priv, pub := signingKeyFiles(t, dir)
+	const ann, bob = "AnnErased-Q4", "BobStays-Q4"
+	env := []string{"PROGRESSDB_DB_PATH=" + db, "PROGRESSDB_KEK=" + sealKEK(), "PROGRESSDB_KEYSTORE_PATH=" + keys,
+		"PROGRESSDB_ADMIN_TOKEN=adm", "PROGRESSDB_RETENTION_AUDIT_PATH=" + auditDir, "PROGRESSDB_AUDIT_SIGNING_KEY=" + priv}
+	addr, stop := serveFor(t, env)
+	base := "http://" + addr
+	post := func(path, body string) {
+		t.Helper()
+		if code, out := send(t, "POST", base+path, body); code != http.StatusCreated {
+			t.Fatalf("POST %s: %d %s", path, code, out)
+		}
+	}
+	post("/v1/threads", `{"id":"t1","title":"ann's plans","author":"`+ann+`"}`)
+	post("/v1/threads/t1/messages", `{"id":"a1","author":"`+ann+`","body":"one"}`)
+	post("/v1/threads/t1/messages", `{"id":"a2","author":"`+ann+`","body":"two"}`)
+	post("/v1/threads/t1/messages", `{"id":"b1","author":"`+bob+`","body":"bob's"}`)
+	if code, out := send(t, "PUT", base+"/v1/threads/t1/messages/a1", `{"body":"one, edited"}`); code != http.StatusOK {
+		t.Fatalf("edit: %d %s", code, out)
+	}
+	post("/v1/threads", `{"id":"t2","title":"bob's","author":"`+bob+`"}`)
+	post("/v1/threads/t2/messages", `{"id":"a3","author":"`+ann+`","body":"three"}`)
+	if code, out := send(t, "DELETE", base+"/v1/threads/t2/messages/a3", ""); code != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", code, out)
+	}
+	post("/v1/threads", `{"id":"t3","title":"held","author":"`+bob+`"}`)
+	post("/v1/threads/t3/messages", `{"id":"a4","author":"`+ann+`","body":"kept"}`)
+	if code, out := adminSend(t, "PUT", base+"/admin/threads/t3/legal_hold", `{"legal_hold":true}`); code != http.StatusOK {
+		t.Fatalf("hold: %d %s", code, out)
+	}
+	stop()
+
+	// Ann's ciphertexts, as the files hold them.
+	var sealed []string
+	st, err := store.Open(db, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range [][2]string{{"t1", "a1"}, {"t1", "a2"}, {"t2", "a3"}} {
+		vs, err := st.ListVersions(context.Background(), m[0], m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vs {
+			sealed = append(sealed, v.Sealed)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(sealed) != 5 {
+		t.Fatalf("ann's sealed versions: %d, want 5", len(sealed))
+	}
+	storetest.RequireAll(t, db, sealed...)
+
+	addr, stop = serveFor(t, env)
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	base = "http://" + addr
+	code, body := adminSend(t, "POST", base+"/admin/erasures", `{"author":"`+ann+`"}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("request: %d %s", code, body)
+	}
+	var acc retention.ErasureAccepted
+	if err := json.Unmarshal([]byte(body), &acc); err != nil {
+		t.Fatal(err)
+	}
+	got := waitErasure(t, base, acc.ErasureID)
+	if got.Status != retention.ErasureCompleted || got.KeysDestroyed != 2 || got.MessagesPurged != 3 ||
+		got.VersionsPurged != 5 || !slices.Equal(got.HeldThreads, []string{"t3"}) || !slices.Contains(got.RunIDs, acc.RunID) ||
+		got.CompletedAt.IsZero() || !strings.HasPrefix(got.Subject, "hmac-sha256:") {
+		t.Fatalf("status %+v; want completed, 2 keys, 3 messages, 5 versions (a tombstone is one), t3 held", got)
+	}
+
+	for _, m := range []string{"t1/messages/a1", "t1/messages/a2", "t2/messages/a3"} {
+		if code, out := send(t, "GET", base+"/v1/threads/"+m+"?include_deleted=true", ""); code != http.StatusNotFound {
+			t.Errorf("%s after the erasure: %d %s", m, code, out)
+		}
+	}
+	if _, out := send(t, "GET", base+"/v1/threads/t1", ""); !strings.Contains(out, `"title":null`) || !strings.Contains(out, `"author":null`) {
+		t.Errorf("thread ann created: %s", out)
+	}
+	if _, out := send(t, "GET", base+"/v1/threads/t1/messages/b1", ""); !strings.Contains(out, bob) {
+		t.Errorf("bob's message in ann's thread: %s", out)
+	}
+	if _, out := send(t, "GET", base+"/v1/threads/t3/messages/a4", ""); !strings.Contains(out, `"kept"`) || !strings.Contains(out, ann) {
+		t.Errorf("ann's message in the held thread: %s", out)
+	}
+
+	code, body = adminSend(t, "GET", base+"/admin/erasures/"+acc.ErasureID+"/receipt", "")
+	if code != http.StatusOK || strings.Contains(body, ann) {
+		t.Fatalf("receipt: %d %s", code, body)
+	}
+	var rc audit.Receipt
+	if err := json.Unmarshal([]byte(body), &rc); err != nil {
+		t.Fatal(err)
+	}
+	var items []string
+	for _, it := range rc.Items {
+		items = append(items, it.ItemID)
+	}
+	slices.Sort(items)
+	if !slices.Equal(items, []string{"a1", "a2", "a3"}) || rc.Subject != got.Subject || !slices.Equal(rc.HeldThreads, []string{"t3"}) {
+		t.Errorf("receipt items %v, subject %s, held %v", items, rc.Subject, rc.HeldThreads)
+	}
+	pk, err := audit.LoadPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := audit.VerifyReceipt(rc, auditDir, pk); len(ps) != 0 {
+		t.Errorf("the receipt does not verify: %v", ps)
+	}
+	stop()
+	stop = nil
+
+	storetest.RequireNone(t, db, sealed...)
+	storetest.RequireNone(t, db, ann)
+	storetest.RequireNone(t, keys, ann)
+	storetest.RequireNone(t, auditDir, ann)
+}
