@@ -6,6 +6,7 @@ import (
 	"io"
 	"iter"
 	"net/http"
+	"time"
 )
 
 // result returns v, or the answer as an *APIError when the operation's
@@ -492,6 +493,23 @@ func (c *Client) Erasure(ctx context.Context, id string) (*ErasureStatus, error)
 		return nil, err
 	}
 	return result(r.JSON200, r.HTTPResponse, r.Body)
+}
+
+// WaitErasure asks for an erasure's status every interval until it is
+// completed or failed (which the next run tries again), or ctx ends.
+func (c *Client) WaitErasure(ctx context.Context, id string, every time.Duration) (*ErasureStatus, error) {
+	for {
+		st, err := c.Erasure(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if st.Status == ErasureStatusStatusCompleted || st.Status == ErasureStatusStatusFailed {
+			return st, nil
+		}
+		if err := sleep(ctx, every); err != nil {
+			return st, err
+		}
+	}
 }
 
 // ErasureReceipt returns a completed erasure's receipt, to verify offline

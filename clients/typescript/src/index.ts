@@ -549,6 +549,18 @@ export class ProgressDB {
     );
   }
 
+  /**
+   * Asks for an erasure's status every everyMs (default 200) until it is
+   * completed or failed (which the next run tries again), or signal aborts.
+   */
+  async waitErasure(id: string, o: CallOptions & { everyMs?: number } = {}): Promise<ErasureStatus> {
+    for (;;) {
+      const st = await this.erasure(id, o);
+      if (st.status === "completed" || st.status === "failed") return st;
+      await sleep(o.everyMs ?? 200, o.signal);
+    }
+  }
+
   /** A completed erasure's receipt (erasure_incomplete before). */
   erasureReceipt(id: string, o: CallOptions = {}): Promise<ErasureReceipt> {
     return this.unwrap(

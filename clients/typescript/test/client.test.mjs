@@ -324,6 +324,32 @@ describe("@progressdb/client against progressdb serve", { skip }, () => {
     await assert.rejects(connect(url, { tls: { cert: read("client.pem") } }), /both cert and key/);
   });
 
+  test("subject erasure with sealing", async (t) => {
+    const keys = mkdtempSync(join(tmpdir(), "progressdb-keys-"));
+    t.after(() => rmSync(keys, { recursive: true, force: true }));
+    const kek = "base64key://" + Buffer.alloc(32, 7).toString("base64");
+    const c = await connect(await serve(t, { PROGRESSDB_KEK: kek, PROGRESSDB_KEYSTORE_PATH: join(keys, "ks") }));
+    await c.createThread({ id: "t-1", title: "Plans", author: "bob" });
+    await c.appendMessage("t-1", { id: "m-ann", author: "ann", body: "mine" });
+    await c.appendMessage("t-1", { id: "m-bob", author: "bob", body: "his" });
+
+    const acc = await c.requestErasure("ann");
+    assert.ok(acc.erasure_id && acc.run_id);
+    const st = await c.waitErasure(acc.erasure_id, { everyMs: 20, signal: AbortSignal.timeout(60000) });
+    assert.equal(st.status, "completed");
+    assert.equal(st.messages_purged, 1);
+    assert.match(st.completed_at, nanoTime);
+    assert.ok(!st.subject.includes("ann"));
+    await rejectsWith(c.getMessage("t-1", "m-ann", { includeDeleted: true }), 404, "not_found");
+    assert.equal((await c.getMessage("t-1", "m-bob")).body, "his");
+    const rc = await c.erasureReceipt(acc.erasure_id);
+    assert.equal(rc.erasure_id, acc.erasure_id);
+    assert.equal(rc.subject, st.subject);
+    assert.deepEqual(rc.items.map((i) => i.item_id), ["m-ann"]);
+    assert.equal(rc.completed_at, st.completed_at);
+    await rejectsWith(c.erasure("0000000000000000"), 404, "not_found");
+  });
+
   test("examples/typescript", { skip: process.env.PROGRESSDB_EXAMPLES ? false : "PROGRESSDB_EXAMPLES is not set" }, async (t) => {
     // Compiled against this package as a project that installed it would
     // be: node_modules/@progressdb/client is this folder.
