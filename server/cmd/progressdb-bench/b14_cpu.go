@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -28,6 +29,7 @@ type b14Cell struct {
 
 	apiCPU, stCPU, rawCPU    []float64 // ns per request
 	apiRate, stRate, rawRate []float64 // per second
+	apiAllocs, stAllocs      []float64 // heap allocations per request
 }
 
 const (
@@ -82,18 +84,21 @@ func runB14(ctx context.Context, b *bench) (*section, error) {
 				c.rawCPU = append(c.rawCPU, float64(raw.perOp()))
 				c.rawRate = append(c.rawRate, rate(raw.n, raw.dur))
 			}
+			prof := func(layer string) *cellProfile {
+				return b.profile(fmt.Sprintf("b14-%s-%d-%s-rep%d", c.key, c.clients, layer, rep+1))
+			}
 			if c.key == "append" {
-				st, err = b14StoreAppend(ctx, b.dir("b14", fmt.Sprintf("store-%d-%d", c.clients, rep)), c.clients, dur, maxOps)
+				st, err = b14StoreAppend(ctx, b.dir("b14", fmt.Sprintf("store-%d-%d", c.clients, rep)), c.clients, dur, maxOps, prof("store"))
 			} else {
-				st, err = b14StoreRead(ctx, read.st, c.clients, dur, maxOps)
+				st, err = b14StoreRead(ctx, read.st, c.clients, dur, maxOps, prof("store"))
 			}
 			if err != nil {
 				return sec, fmt.Errorf("store %s × %d: %w", c.name, c.clients, err)
 			}
 			if c.key == "append" {
-				ap, err = b14APIAppend(ctx, b.dir("b14", fmt.Sprintf("api-%d-%d", c.clients, rep)), c.clients, dur, maxOps)
+				ap, err = b14APIAppend(ctx, b.dir("b14", fmt.Sprintf("api-%d-%d", c.clients, rep)), c.clients, dur, maxOps, prof("api"))
 			} else {
-				ap, err = b14APIRead(ctx, read.st, c.clients, dur, maxOps)
+				ap, err = b14APIRead(ctx, read.st, c.clients, dur, maxOps, prof("api"))
 			}
 			if err != nil {
 				return sec, fmt.Errorf("api %s × %d: %w", c.name, c.clients, err)
@@ -102,9 +107,11 @@ func runB14(ctx context.Context, b *bench) (*section, error) {
 			c.stRate = append(c.stRate, rate(st.n, st.dur))
 			c.apiCPU = append(c.apiCPU, float64(ap.perOp()))
 			c.apiRate = append(c.apiRate, rate(ap.n, ap.dur))
+			c.stAllocs = append(c.stAllocs, st.allocsPerOp())
+			c.apiAllocs = append(c.apiAllocs, ap.allocsPerOp())
 			name := fmt.Sprintf("B14/%s/clients=%d", c.key, c.clients)
-			b.goBench(name+"/api", ap.n, benchMetric{float64(ap.perOp()) / 1e3, "cpu-us/op"}, benchMetric{rate(ap.n, ap.dur), "req/s"})
-			b.goBench(name+"/store", st.n, benchMetric{float64(st.perOp()) / 1e3, "cpu-us/op"}, benchMetric{rate(st.n, st.dur), "ops/s"})
+			b.goBench(name+"/api", ap.n, benchMetric{float64(ap.perOp()) / 1e3, "cpu-us/op"}, benchMetric{rate(ap.n, ap.dur), "req/s"}, benchMetric{ap.allocsPerOp(), "allocs/op"})
+			b.goBench(name+"/store", st.n, benchMetric{float64(st.perOp()) / 1e3, "cpu-us/op"}, benchMetric{rate(st.n, st.dur), "ops/s"}, benchMetric{st.allocsPerOp(), "allocs/op"})
 			if c.raw {
 				b.goBench(name+"/raw", raw.n, benchMetric{float64(raw.perOp()) / 1e3, "cpu-us/op"}, benchMetric{rate(raw.n, raw.dur), "ops/s"})
 			}
@@ -115,7 +122,7 @@ func runB14(ctx context.Context, b *bench) (*section, error) {
 
 	t := table{
 		caption: "CPU time per request (process user + system over the cell) and rate.",
-		header:  []string{"operation", "clients", "API CPU/req", "store CPU/op", "HTTP share", "raw Pebble CPU/commit", "API req/s", "store ops/s", "raw commits/s"},
+		header:  []string{"operation", "clients", "API CPU/req", "store CPU/op", "HTTP share", "raw Pebble CPU/commit", "API req/s", "store ops/s", "raw commits/s", "API allocs/req", "store allocs/op"},
 	}
 	for _, c := range cells {
 		rawCPU, rawRate := "–", "–"
@@ -124,7 +131,8 @@ func runB14(ctx context.Context, b *bench) (*section, error) {
 		}
 		t.add(c.name, fmt.Sprint(c.clients), spread(c.apiCPU, fmtDurF), spread(c.stCPU, fmtDurF),
 			fmtDurF(median(c.apiCPU)-median(c.stCPU)), rawCPU,
-			spread(c.apiRate, fmtRate), spread(c.stRate, fmtRate), rawRate)
+			spread(c.apiRate, fmtRate), spread(c.stRate, fmtRate), rawRate,
+			fmt.Sprintf("%.0f", median(c.apiAllocs)), fmt.Sprintf("%.0f", median(c.stAllocs)))
 	}
 	sec.tables = append(sec.tables, t)
 	for _, c := range cells[:2] {
@@ -151,17 +159,22 @@ func runB14(ctx context.Context, b *bench) (*section, error) {
 
 // b14Measure runs op from n goroutines, untimed for a tenth of dur, then
 // timed, and returns this process's CPU time over the timed part.
-func b14Measure(ctx context.Context, n int, dur time.Duration, maxOps int64, op func(w, k int) error) (cpuLoad, error) {
+func b14Measure(ctx context.Context, n int, dur time.Duration, maxOps int64, prof *cellProfile, op func(w, k int) error) (cpuLoad, error) {
 	if _, err := b9Loop(ctx, n, dur/10, maxOps/10, op); err != nil {
 		return cpuLoad{}, err
 	}
+	if err := prof.start(); err != nil {
+		return cpuLoad{}, err
+	}
+	m0 := mallocs()
 	c0 := cpuTime()
 	l, err := b9Loop(ctx, n, dur, maxOps, op)
 	c1 := cpuTime()
-	if err != nil {
+	m1 := mallocs()
+	if err := errors.Join(err, prof.stop()); err != nil {
 		return cpuLoad{}, err
 	}
-	return cpuLoad{n: l.n, cpu: c1 - c0, dur: l.dur}, nil
+	return cpuLoad{n: l.n, cpu: c1 - c0, dur: l.dur, mallocs: m1 - m0}, nil
 }
 
 func b14Raw(ctx context.Context, dir string, clients int, dur time.Duration, maxOps int64) (cpuLoad, error) {
@@ -170,24 +183,24 @@ func b14Raw(ctx context.Context, dir string, clients int, dur time.Duration, max
 		return cpuLoad{}, err
 	}
 	defer st.Close()
-	return b14Measure(ctx, clients, dur, maxOps, b9RawOp(st, &b9Cell{threads: 1, writers: clients}))
+	return b14Measure(ctx, clients, dur, maxOps, nil, b9RawOp(st, &b9Cell{threads: 1, writers: clients}))
 }
 
-func b14StoreAppend(ctx context.Context, dir string, clients int, dur time.Duration, maxOps int64) (cpuLoad, error) {
+func b14StoreAppend(ctx context.Context, dir string, clients int, dur time.Duration, maxOps int64, prof *cellProfile) (cpuLoad, error) {
 	st, tids, err := b9OpenWithThreads(ctx, dir, 1)
 	if err != nil {
 		return cpuLoad{}, err
 	}
 	defer st.Close()
 	body := json.RawMessage(b14Body)
-	return b14Measure(ctx, clients, dur, maxOps, func(int, int) error {
+	return b14Measure(ctx, clients, dur, maxOps, prof, func(int, int) error {
 		_, err := st.AppendMessage(ctx, tids[0], store.Message{Author: "writer", Body: body})
 		return err
 	})
 }
 
-func b14StoreRead(ctx context.Context, st *store.Store, clients int, dur time.Duration, maxOps int64) (cpuLoad, error) {
-	return b14Measure(ctx, clients, dur, maxOps, func(int, int) error {
+func b14StoreRead(ctx context.Context, st *store.Store, clients int, dur time.Duration, maxOps int64, prof *cellProfile) (cpuLoad, error) {
+	return b14Measure(ctx, clients, dur, maxOps, prof, func(int, int) error {
 		msgs, _, err := st.ListMessages(ctx, b14Thread, store.ListOptions{Limit: 100})
 		if err == nil && len(msgs) != 100 {
 			err = fmt.Errorf("page of %d messages, want 100", len(msgs))
@@ -196,7 +209,7 @@ func b14StoreRead(ctx context.Context, st *store.Store, clients int, dur time.Du
 	})
 }
 
-func b14APIAppend(ctx context.Context, dir string, clients int, dur time.Duration, maxOps int64) (cpuLoad, error) {
+func b14APIAppend(ctx context.Context, dir string, clients int, dur time.Duration, maxOps int64, prof *cellProfile) (cpuLoad, error) {
 	st, tids, err := b9OpenWithThreads(ctx, dir, 1)
 	if err != nil {
 		return cpuLoad{}, err
@@ -210,10 +223,11 @@ func b14APIAppend(ctx context.Context, dir string, clients int, dur time.Duratio
 	return driveLoadgen(ctx, loadSpec{
 		method: http.MethodPost, url: url + "/v1/threads/" + tids[0] + "/messages", body: b14Request,
 		status: http.StatusCreated, clients: clients, warm: max(maxOps/100, 200), dur: dur, maxOps: maxOps,
+		prof: prof,
 	})
 }
 
-func b14APIRead(ctx context.Context, st *store.Store, clients int, dur time.Duration, maxOps int64) (cpuLoad, error) {
+func b14APIRead(ctx context.Context, st *store.Store, clients int, dur time.Duration, maxOps int64, prof *cellProfile) (cpuLoad, error) {
 	url, _, stop, err := b9Serve(ctx, st, clients)
 	if err != nil {
 		return cpuLoad{}, err
@@ -222,6 +236,7 @@ func b14APIRead(ctx context.Context, st *store.Store, clients int, dur time.Dura
 	return driveLoadgen(ctx, loadSpec{
 		method: http.MethodGet, url: url + "/v1/threads/" + b14Thread + "/messages?limit=100",
 		status: http.StatusOK, clients: clients, warm: max(maxOps/100, 200), dur: dur, maxOps: maxOps,
+		prof: prof,
 	})
 }
 

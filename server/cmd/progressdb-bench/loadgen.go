@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,13 +127,15 @@ type loadSpec struct {
 	warm              int64
 	dur               time.Duration
 	maxOps            int64
+	prof              *cellProfile // nil: no profiles
 }
 
 // cpuLoad is what a measured stretch cost this process.
 type cpuLoad struct {
-	n   int64
-	cpu time.Duration // user and system time of this process
-	dur time.Duration
+	n       int64
+	cpu     time.Duration // user and system time of this process
+	dur     time.Duration
+	mallocs uint64 // heap allocations of this process
 }
 
 func (l cpuLoad) perOp() time.Duration {
@@ -140,6 +143,22 @@ func (l cpuLoad) perOp() time.Duration {
 		return 0
 	}
 	return l.cpu / time.Duration(l.n)
+}
+
+// allocsPerOp is the heap allocations per operation, Pebble's included.
+func (l cpuLoad) allocsPerOp() float64 {
+	if l.n == 0 {
+		return 0
+	}
+	return float64(l.mallocs) / float64(l.n)
+}
+
+// mallocs is the number of heap allocations this process has made. It
+// stops the world briefly, so it is read only at a cell's edges.
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
 }
 
 // driveLoadgen runs the load generator as a child process against a server
@@ -176,14 +195,22 @@ func driveLoadgen(ctx context.Context, sp loadSpec) (cpuLoad, error) {
 	if !lines.Scan() || lines.Text() != loadgenReady {
 		return fail(errors.New("load generator: no ready line"))
 	}
-	c0, t0 := cpuTime(), time.Now()
-	if _, err := io.WriteString(in, "go\n"); err != nil {
+	if err := sp.prof.start(); err != nil {
 		return fail(err)
 	}
+	m0 := mallocs()
+	c0, t0 := cpuTime(), time.Now()
+	if _, err := io.WriteString(in, "go\n"); err != nil {
+		return fail(errors.Join(err, sp.prof.stop()))
+	}
 	if !lines.Scan() {
-		return fail(errors.New("load generator: no done line"))
+		return fail(errors.Join(errors.New("load generator: no done line"), sp.prof.stop()))
 	}
 	c1, t1 := cpuTime(), time.Now()
+	m1 := mallocs()
+	if err := sp.prof.stop(); err != nil {
+		return fail(err)
+	}
 	var n int64
 	if _, err := fmt.Sscanf(lines.Text(), loadgenDone+" %d", &n); err != nil {
 		return fail(fmt.Errorf("load generator: %q: %w", lines.Text(), err))
@@ -192,5 +219,5 @@ func driveLoadgen(ctx context.Context, sp loadSpec) (cpuLoad, error) {
 	if err := cmd.Wait(); err != nil {
 		return cpuLoad{}, fmt.Errorf("load generator: %w: %s", err, strings.TrimSpace(errBuf.String()))
 	}
-	return cpuLoad{n: n, cpu: c1 - c0, dur: t1.Sub(t0)}, nil
+	return cpuLoad{n: n, cpu: c1 - c0, dur: t1.Sub(t0), mallocs: m1 - m0}, nil
 }

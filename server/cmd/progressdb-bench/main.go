@@ -36,6 +36,7 @@ type options struct {
 	tmp        string
 	keep       bool
 	cpuprofile string
+	profile    string
 	benchout   string
 	args       []string
 	// B12: the trail sizes, and the binaries to serve them (default: this
@@ -162,6 +163,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tmp, "tmp", "", "directory for the temporary databases (default: the system temp dir)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary databases")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&o.profile, "profile", "", "B14: write a CPU profile and heap allocation profiles of every timed cell into this directory")
 	fs.StringVar(&o.benchout, "benchout", "", "append every repetition's figures to this file in Go benchmark format (for benchstat; B9 and B14)")
 	var sizes, servers string
 	fs.StringVar(&sizes, "trail-sizes", "", "B12: comma-separated numbers of sealed audit files (default 100,10000; the targets compare the last with the first)")
@@ -178,6 +180,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.scale <= 0 {
 		return o, fmt.Errorf("-scale must be positive, got %v", o.scale)
+	}
+	if o.profile != "" && o.cpuprofile != "" {
+		return o, errors.New("-profile and -cpuprofile cannot be used together (one CPU profile at a time)")
 	}
 	if o.reps < 0 {
 		return o, fmt.Errorf("-reps must not be negative, got %d", o.reps)
