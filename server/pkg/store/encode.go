@@ -114,10 +114,17 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // compactBody checks that body is JSON and returns it without insignificant
-// whitespace; an empty body is null.
+// whitespace; an empty body is null. A body that has none (what clients
+// send) is returned as it is, checked but not copied.
 func compactBody(body json.RawMessage) (json.RawMessage, error) {
 	if len(body) == 0 {
 		return nullBody, nil
+	}
+	if !spaced(body) {
+		if !json.Valid(body) {
+			return nil, fmt.Errorf("%w: body is not valid JSON", ErrInvalidArgument)
+		}
+		return body, nil
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(body))
@@ -125,4 +132,21 @@ func compactBody(body json.RawMessage) (json.RawMessage, error) {
 		return nil, fmt.Errorf("%w: body is not valid JSON", ErrInvalidArgument)
 	}
 	return buf.Bytes(), nil
+}
+
+// spaced reports whether JSON text b may hold whitespace outside its
+// strings (json.Compact would remove it). Invalid text may answer either.
+func spaced(b []byte) bool {
+	inString := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return true
+		}
+	}
+	return false
 }

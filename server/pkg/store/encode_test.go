@@ -13,12 +13,23 @@ import (
 func FuzzRecordEncoding(f *testing.F) {
 	f.Add("t1", "hello", "ana", int64(1), int64(-1), true, []byte(`{"text":"hi"}`))
 	f.Add("x", "quote \" backslash \\ newline \n tab \t nul \x00", "\u2028<&>", int64(0), int64(1<<62), false, []byte(`null`))
+	f.Add("z", "", "", int64(2), int64(3), false, []byte(`{"a":"b \" c","d":[1,2]}`))
+	f.Add("w", "", "", int64(2), int64(3), false, []byte(`{"a":"x\\","b" :1}`))
+	f.Add("v", "", "", int64(2), int64(3), false, []byte(`{"a":1}}`))
 	f.Add("y", "bad utf8 \xff\xfe end", "é漢字😀", int64(-5), int64(0), true, []byte(` [ 1 , "two" , {"3" : null} ] `))
 	f.Fuzz(func(t *testing.T, id, title, author string, ts, deletedTS int64, deleted bool, body []byte) {
 		th := Thread{ID: id, Title: title, Author: author, CreatedTS: ts, UpdatedTS: ts + 1, Deleted: deleted, DeletedTS: deletedTS, LegalHold: !deleted}
 		sameAsStdlib(t, appendThreadJSON(nil, th), th)
 
 		compact, err := compactBody(body)
+		// Bodies without whitespace skip json.Compact: the result must
+		// still be json.Compact's, byte for byte, and refuse what it refuses.
+		var std bytes.Buffer
+		if stdErr := json.Compact(&std, body); len(body) > 0 && (stdErr == nil) != (err == nil) {
+			t.Fatalf("compactBody(%q) error %v, json.Compact's %v", body, err, stdErr)
+		} else if err == nil && len(body) > 0 && !bytes.Equal(compact, std.Bytes()) {
+			t.Fatalf("compactBody(%q) = %q, json.Compact's %q", body, compact, std.Bytes())
+		}
 		if err != nil {
 			return
 		}

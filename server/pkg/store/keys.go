@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"strconv"
 )
 
 // Key prefixes. An upper bound for "every key starting with p:" is p followed
@@ -45,11 +44,11 @@ func appendPadded(b []byte, v int64) []byte {
 		v = 0
 	}
 	var digits [padWidth]byte
-	s := strconv.AppendInt(digits[:0], v, 10)
-	for range padWidth - len(s) {
-		b = append(b, '0')
+	for i := padWidth - 1; i >= 0; i-- {
+		digits[i] = byte('0' + v%10)
+		v /= 10
 	}
-	return append(b, s...)
+	return append(b, digits[:]...)
 }
 
 // parsePadded reads a 20-digit zero-padded decimal.

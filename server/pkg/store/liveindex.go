@@ -39,41 +39,68 @@ func ageKey(created int64, mid string) []byte { return appendAgeKey(nil, created
 
 func countKey(tid string) []byte { return append(appendThreadPrefix(nil, tid), countSuffix...) }
 
-func countIndexKey(n int64, tid string) []byte {
-	b := appendPadded([]byte(countNS), n)
+func countIndexKey(n int64, tid string) []byte { return appendCountIndexKey(nil, n, tid) }
+
+func appendCountIndexKey(b []byte, n int64, tid string) []byte {
+	b = append(b, countNS...)
+	b = appendPadded(b, n)
 	b = append(b, ':')
 	return append(b, tid...)
 }
 
-// liveCount reads a thread's live-message count (0 when it has none).
+// liveCount reads a thread's live-message count (0 when it has none). The
+// value is read in place: every append reads it.
 func liveCount(r pebble.Reader, tid string) (int64, error) {
-	v, err := getFrom(r, countKey(tid))
-	if errors.Is(err, ErrNotFound) {
+	v, closer, err := r.Get(countKey(tid))
+	if errors.Is(err, pebble.ErrNotFound) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("read the live count of thread %s: %w", tid, err)
 	}
-	n, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil || n < 0 {
+	defer closer.Close()
+	n, ok := parseCount(v)
+	if !ok {
 		return 0, fmt.Errorf("live count of thread %s: %w: %q", tid, ErrMalformed, v)
 	}
 	return n, nil
 }
 
-// setLiveCount moves a thread from count from to count to in b.
+// parseCount reads a count as strconv.AppendInt writes it: decimal digits,
+// no sign, within int64.
+func parseCount(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 19 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, n >= 0
+}
+
+// setLiveCount moves a thread from count from to count to in b. Its keys
+// and value are built one after the other in one buffer (the batch copies
+// them), since every append and delete of a message comes here.
 func setLiveCount(b *pebble.Batch, tid string, from, to int64) {
 	if from == to {
 		return
 	}
+	buf := make([]byte, 0, len(countNS)+padWidth+len(threadNS)+2*len(tid)+len(countSuffix)+24)
 	if from > 0 {
-		_ = b.Delete(countIndexKey(from, tid), nil)
+		_ = b.Delete(appendCountIndexKey(buf, from, tid), nil)
 	}
 	if to > 0 {
-		_ = b.Set(countKey(tid), strconv.AppendInt(nil, to, 10), nil)
-		_ = b.Set(countIndexKey(to, tid), nil, nil)
+		kv := append(appendThreadPrefix(buf, tid), countSuffix...)
+		k := len(kv)
+		kv = strconv.AppendInt(kv, to, 10)
+		_ = b.Set(kv[:k], kv[k:], nil)
+		_ = b.Set(appendCountIndexKey(buf, to, tid), nil, nil)
 	} else {
-		_ = b.Delete(countKey(tid), nil)
+		_ = b.Delete(append(appendThreadPrefix(buf, tid), countSuffix...), nil)
 	}
 }
 
@@ -85,10 +112,13 @@ func (s *Store) addLive(b *pebble.Batch, tid, mid string, created int64, delta i
 	if err != nil {
 		return err
 	}
+	kv := appendAgeKey(make([]byte, 0, len(ageNS)+padWidth+1+len(mid)+len(tid)), created, mid)
 	if delta > 0 {
-		_ = b.Set(ageKey(created, mid), []byte(tid), nil)
+		k := len(kv)
+		kv = append(kv, tid...)
+		_ = b.Set(kv[:k], kv[k:], nil)
 	} else {
-		_ = b.Delete(ageKey(created, mid), nil)
+		_ = b.Delete(kv, nil)
 	}
 	setLiveCount(b, tid, n, max(n+delta, 0))
 	return nil

@@ -56,21 +56,46 @@ func (s *stripes) lockAll() func() {
 	}
 }
 
-// held is a taken stripe that a writer releases as soon as its batch is
-// applied, before waiting for the batch to be durable: writers of one
-// thread then share fsyncs instead of queueing for one each. Releasing
-// twice is a no-op, so callers can also release it in a defer.
-type held struct{ unlock func() }
+// held is a taken stripe (or pair) that a writer releases as soon as its
+// batch is applied, before waiting for the batch to be durable: writers of
+// one thread then share fsyncs instead of queueing for one each. Releasing
+// twice is a no-op, so callers can also release it in a defer. It names
+// its stripes rather than holding an unlock closure: every write takes one.
+type held struct {
+	s      *stripes
+	i, j   int // j < 0: one stripe
+	locked bool
+}
 
 // hold takes the stripe of id.
-func (s *stripes) hold(id string) *held { return &held{unlock: s.lock(id)} }
+func (s *stripes) hold(id string) *held {
+	i := stripeOf(id)
+	s[i].Lock()
+	return &held{s: s, i: i, j: -1, locked: true}
+}
 
 // holdPair takes the stripes of two IDs, as lockPair.
-func (s *stripes) holdPair(a, b string) *held { return &held{unlock: s.lockPair(a, b)} }
+func (s *stripes) holdPair(a, b string) *held {
+	i, j := stripeOf(a), stripeOf(b)
+	if i == j {
+		j = -1
+	} else if i > j {
+		i, j = j, i
+	}
+	s[i].Lock()
+	if j >= 0 {
+		s[j].Lock()
+	}
+	return &held{s: s, i: i, j: j, locked: true}
+}
 
 func (h *held) release() {
-	if h.unlock != nil {
-		h.unlock()
-		h.unlock = nil
+	if !h.locked {
+		return
 	}
+	h.locked = false
+	if h.j >= 0 {
+		h.s[h.j].Unlock()
+	}
+	h.s[h.i].Unlock()
 }

@@ -58,8 +58,13 @@ func (s *Store) liveThread(tid string) (Thread, error) {
 
 // putVersion writes m in the shape it has (a stamp rewrites a
 // version in place: its seal, bound to the version, stays valid).
+// The key and the value are built in one buffer, which the batch copies.
 func putVersion(b *pebble.Batch, m Message) {
-	_ = b.Set(versionKey(m.ID, m.Version), appendMessageJSON(nil, m), nil)
+	kv := make([]byte, 0, len(versionNS)+padWidth+256+2*len(m.ID)+len(m.Thread)+len(m.Author)+len(m.Body)+len(m.Sealed))
+	kv = appendVersionKey(kv, m.ID, m.Version)
+	k := len(kv)
+	kv = appendMessageJSON(kv, m)
+	_ = b.Set(kv[:k], kv[k:], nil)
 }
 
 // writeVersion writes a new version of m: sealed under the key that sealed
@@ -137,7 +142,11 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 		_ = b.Close()
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
 	}
-	_ = b.Set(logKey(tid, now, msg.ID), []byte(msg.ID), nil)
+	// The log key and its value are built in one buffer, which the batch copies.
+	kv := appendLogKey(make([]byte, 0, len(threadNS)+len(tid)+len(logSuffix)+padWidth+3+2*len(msg.ID)), tid, now, msg.ID)
+	k := len(kv)
+	kv = append(kv, msg.ID...)
+	_ = b.Set(kv[:k], kv[k:], nil)
 	if err := s.addLive(b, tid, msg.ID, now, +1); err != nil {
 		_ = b.Close()
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)

@@ -34,13 +34,16 @@ func (o ListOptions) limit() (int, error) {
 
 // readThread loads and decodes a thread's metadata.
 func (s *Store) readThread(tid string) (Thread, error) {
-	v, err := s.get(threadMetaKey(tid))
-	if errors.Is(err, ErrNotFound) {
+	// Decoded in place (decodeThread copies what it keeps): every append
+	// and every page of messages reads its thread.
+	v, closer, err := s.db.Get(threadMetaKey(tid))
+	if errors.Is(err, pebble.ErrNotFound) {
 		return Thread{}, fmt.Errorf("thread %s: %w", tid, ErrNotFound)
 	}
 	if err != nil {
-		return Thread{}, err
+		return Thread{}, fmt.Errorf("read thread %s: %w", tid, err)
 	}
+	defer closer.Close()
 	return decodeThread(tid, v)
 }
 
