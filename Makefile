@@ -65,6 +65,7 @@ fuzz:
 	$(GO) test ./server/pkg/store -run '^$$' -fuzz FuzzFastThread -fuzztime $(FUZZTIME)
 	$(GO) test ./server/pkg/store -run '^$$' -fuzz FuzzFastMessage -fuzztime $(FUZZTIME)
 	$(GO) test ./server/internal/wire -run '^$$' -fuzz FuzzAppendMessage -fuzztime $(FUZZTIME)
+	$(GO) test ./server/internal/api -run '^$$' -fuzz FuzzAppendRequest -fuzztime $(FUZZTIME)
 	$(GO) test ./audit -run '^$$' -fuzz FuzzReader -fuzztime $(FUZZTIME) -fuzzminimizetime 0
 	$(GO) test ./audit -run '^$$' -fuzz FuzzVerify -fuzztime $(FUZZTIME)
 	$(GO) test ./audit -run '^$$' -fuzz FuzzSeal -fuzztime $(FUZZTIME)

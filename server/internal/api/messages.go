@@ -44,12 +44,8 @@ func (s *server) appendMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req struct {
-		ID     string          `json:"id"`
-		Author string          `json:"author"`
-		Body   json.RawMessage `json:"body"`
-	}
-	if err := s.decodeBody(w, r, &req, false); err != nil {
+	var req appendRequest
+	if err := s.decodeAppend(w, r, &req); err != nil {
 		return err
 	}
 	if err := bodyID(req.ID, "message id"); err != nil {
@@ -65,7 +61,7 @@ func (s *server) appendMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Location", "/v1/threads/"+tid+"/messages/"+m.ID)
+	w.Header()["Location"] = []string{"/v1/threads/" + tid + "/messages/" + m.ID} // canonical key
 	return s.writeMessage(w, r, http.StatusCreated, m)
 }
 

@@ -1,6 +1,10 @@
 package api
 
 import (
+	"strconv"
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -10,6 +14,41 @@ import (
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+
+	// The series of each label set seen, so that a request finds its two
+	// series in one map read instead of hashing its labels into both vectors
+	// and formatting its status (bounded as the labels are).
+	mu     sync.RWMutex
+	series map[seriesKey]requestSeries
+}
+
+type seriesKey struct {
+	method, route string
+	status        int
+}
+
+type requestSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
+}
+
+// observe counts one request and its duration.
+func (m *httpMetrics) observe(method, route string, status int, elapsed time.Duration) {
+	k := seriesKey{method, route, status}
+	m.mu.RLock()
+	rs, ok := m.series[k]
+	m.mu.RUnlock()
+	if !ok {
+		rs = requestSeries{
+			requests: m.requests.WithLabelValues(method, route, strconv.Itoa(status)),
+			duration: m.duration.WithLabelValues(method, route),
+		}
+		m.mu.Lock()
+		m.series[k] = rs
+		m.mu.Unlock()
+	}
+	rs.requests.Inc()
+	rs.duration.Observe(elapsed.Seconds())
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
@@ -23,6 +62,7 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 			Help:    "HTTP request latency, by method and route pattern.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"method", "route"}),
+		series: make(map[seriesKey]requestSeries),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.duration} {
 		if err := reg.Register(c); err != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 func TestHTTPMetrics(t *testing.T) {
@@ -56,7 +58,7 @@ func TestPanicBecomes500(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{log: slog.New(slog.NewJSONHandler(&logs, nil)), metrics: m}
+	s := &server{log: slog.New(slog.NewJSONHandler(&logs, nil)), metrics: m, ids: store.NewIDSource()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /boom/{tid}", func(http.ResponseWriter, *http.Request) { panic("handler bug") })
 	mux.HandleFunc("GET /half", func(w http.ResponseWriter, r *http.Request) {

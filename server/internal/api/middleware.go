@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"strconv"
 	"time"
 
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -41,7 +40,7 @@ func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
 func (s *server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		r = withRequestID(w, r) // before the deferred access line reads r
+		r = withRequestID(w, r, s.ids) // before the deferred access line reads r
 		rec := &recorder{ResponseWriter: w}
 		defer func() {
 			p := recover()
@@ -67,8 +66,7 @@ func (s *server) instrument(next http.Handler) http.Handler {
 			}
 			elapsed := time.Since(start)
 			method, route := methodLabel(r.Method), routeLabel(r)
-			s.metrics.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
-			s.metrics.duration.WithLabelValues(method, route).Observe(elapsed.Seconds())
+			s.metrics.observe(method, route, status, elapsed)
 			// Checked first: building the attributes costs allocations and ID
 			// checks on every request, and the line is off unless debugging.
 			if s.log.Enabled(r.Context(), slog.LevelDebug) {

@@ -39,16 +39,31 @@ func textField(name, v string, limit int) error {
 // limit are refused. An empty body is refused unless allowEmpty, in which
 // case dst keeps its zero value.
 func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, dst any, allowEmpty bool) error {
+	data, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(data, dst, allowEmpty)
+}
+
+// readBody reads a request body within the size limit and refuses one
+// that is not valid UTF-8.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err != nil {
-		return bodyError(err)
+		return nil, bodyError(err)
 	}
 	// Go's decoder would keep invalid bytes in a raw message body (and
 	// silently replace them in strings); stored, they break every listing
 	// of the thread for strict JSON clients.
 	if !utf8.Valid(data) {
-		return badRequest(CodeInvalidJSON, "invalid JSON: request body is not valid UTF-8")
+		return nil, badRequest(CodeInvalidJSON, "invalid JSON: request body is not valid UTF-8")
 	}
+	return data, nil
+}
+
+// decodeJSON decodes data, one JSON value, into dst as decodeBody does.
+func decodeJSON(data []byte, dst any, allowEmpty bool) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {

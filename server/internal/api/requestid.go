@@ -2,9 +2,10 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
 	"log/slog"
 	"net/http"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // RequestIDHeader carries a request's ID: taken from the client (or a
@@ -12,18 +13,25 @@ import (
 // answer, so that a client's report and the server's log lines meet.
 const RequestIDHeader = "X-Request-ID"
 
+// requestIDHeaderKey is RequestIDHeader in canonical form, the answer's header
+// map key: set directly, it is not canonicalised again on every answer.
+var requestIDHeaderKey = http.CanonicalHeaderKey(RequestIDHeader)
+
 // maxRequestIDLen bounds an accepted incoming ID.
 const maxRequestIDLen = 128
 
 type requestIDKey struct{}
 
-// withRequestID gives r its ID and sets the answer's header.
-func withRequestID(w http.ResponseWriter, r *http.Request) *http.Request {
+// withRequestID gives r its ID and sets the answer's header. A generated
+// ID comes from ids, the server's source of message and thread IDs (26
+// characters: the time and 80 random bits, unique across processes), which
+// costs neither a system call nor a lock-free random read per request.
+func withRequestID(w http.ResponseWriter, r *http.Request, ids *store.IDSource) *http.Request {
 	id := r.Header.Get(RequestIDHeader)
 	if !saneRequestID(id) {
-		id = rand.Text() // 26 characters of base32, 128 bits
+		id = ids.Next()
 	}
-	w.Header().Set(RequestIDHeader, id)
+	w.Header()[requestIDHeaderKey] = []string{id}
 	return r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 }
 
