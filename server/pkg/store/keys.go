@@ -86,7 +86,13 @@ func appendThreadPrefix(b []byte, tid string) []byte {
 
 // threadPrefix is thread:<tid>: — every key of the thread except its
 // messages' versions.
-func threadPrefix(tid string) []byte { return appendThreadPrefix(nil, tid) }
+func threadPrefix(tid string) []byte { return appendThreadPrefix(threadKeyBuf(tid, 0), tid) }
+
+// threadKeyBuf is an empty buffer with room for a key of thread tid of up
+// to more bytes after thread:<tid>:, so that building it allocates once.
+func threadKeyBuf(tid string, more int) []byte {
+	return make([]byte, 0, len(threadNS)+len(tid)+1+more)
+}
 
 // threadEnd is the exclusive upper bound of threadPrefix(tid).
 func threadEnd(tid string) []byte {
@@ -95,11 +101,11 @@ func threadEnd(tid string) []byte {
 }
 
 func threadMetaKey(tid string) []byte {
-	return append(appendThreadPrefix(nil, tid), metaSuffix...)
+	return append(appendThreadPrefix(threadKeyBuf(tid, len(metaSuffix)), tid), metaSuffix...)
 }
 
 func logPrefix(tid string) []byte {
-	return append(appendThreadPrefix(nil, tid), logSuffix...)
+	return append(appendThreadPrefix(threadKeyBuf(tid, len(logSuffix)), tid), logSuffix...)
 }
 
 // appendLogKey appends thread:<tid>:log:<created 20d>:<mid>.

@@ -37,7 +37,9 @@ func appendAgeKey(b []byte, created int64, mid string) []byte {
 
 func ageKey(created int64, mid string) []byte { return appendAgeKey(nil, created, mid) }
 
-func countKey(tid string) []byte { return append(appendThreadPrefix(nil, tid), countSuffix...) }
+func countKey(tid string) []byte {
+	return append(appendThreadPrefix(threadKeyBuf(tid, len(countSuffix)), tid), countSuffix...)
+}
 
 func countIndexKey(n int64, tid string) []byte { return appendCountIndexKey(nil, n, tid) }
 
