@@ -120,7 +120,17 @@ func (e env) erasureReceipt(ctx context.Context, args []string) int {
 	}
 	var rc audit.Receipt
 	code := e.onErasures(ctx, name, *server, func(c *adminClient) error {
-		return c.untimed().do(ctx, http.MethodGet, "/admin/erasures/"+url.PathEscape(fs.Arg(0))+"/receipt", nil, &rc)
+		// Streamed: a receipt lists every item erased, and may be larger
+		// than an admin answer is read whole.
+		body, err := c.stream(ctx, http.MethodGet, "/admin/erasures/"+url.PathEscape(fs.Arg(0))+"/receipt")
+		if err != nil {
+			return err
+		}
+		defer body.Close()
+		if err := json.NewDecoder(io.LimitReader(body, maxReceiptBytes)).Decode(&rc); err != nil {
+			return fmt.Errorf("decode the server's receipt: %w", err)
+		}
+		return nil
 	})
 	if code != exitOK {
 		return code

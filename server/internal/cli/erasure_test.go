@@ -5,8 +5,10 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/retention"
 )
 
 // writeErasureTrail writes one signed run that purged m1 and m2 for
@@ -104,5 +107,96 @@ func TestErasureVerify(t *testing.T) {
 	rel := filepath.ToSlash(strings.TrimPrefix(file, root+string(filepath.Separator)))
 	if code != exitFailed || !strings.Contains(out, "FAIL "+rel+":3: line changed") || !strings.Contains(out, "does NOT verify") {
 		t.Errorf("edited line: exit %d, output %q", code, out)
+	}
+}
+
+// writeSigningKey writes an ed25519 key pair (PEM) under dir.
+func writeSigningKey(t *testing.T, dir string) (priv, pub string) {
+	t.Helper()
+	pk, sk, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skDER, err := x509.MarshalPKCS8PrivateKey(sk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkDER, err := x509.MarshalPKIXPublicKey(pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, pub = filepath.Join(dir, "audit.key"), filepath.Join(dir, "audit.pub")
+	if err := os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: skDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pkDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return priv, pub
+}
+
+// erasure request, status, receipt and verify through a sealed server, as
+// an operator runs them: the receipt written by one verifies offline; a
+// server without sealing refuses the request naming PROGRESSDB_KEK.
+func TestErasureThroughTheServer(t *testing.T) {
+	h := newHarness(t)
+	dir := t.TempDir()
+	priv, pub := writeSigningKey(t, dir)
+	kek := "base64key://" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))
+	base := serverEnv(h, "PROGRESSDB_KEK="+kek, "PROGRESSDB_KEYSTORE_PATH="+filepath.Join(dir, "keys"),
+		"PROGRESSDB_AUDIT_SIGNING_KEY="+priv)
+	addr := startBinaryServer(t, base)
+	cli := append(append([]string(nil), base...), "PROGRESSDB_ADDR="+addr)
+	for _, req := range [][2]string{
+		{"/v1/threads", `{"id":"t1","title":"x","author":"ann"}`},
+		{"/v1/threads/t1/messages", `{"id":"m1","author":"ann","body":"gone"}`},
+		{"/v1/threads/t1/messages", `{"id":"m2","author":"bob","body":"stays"}`},
+	} {
+		res, err := http.Post("http://"+addr+req[0], "application/json", strings.NewReader(req[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusCreated {
+			t.Fatalf("POST %s: %d", req[0], res.StatusCode)
+		}
+	}
+
+	code, out, errOut := runBinary(t, cli, "erasure", "request", "ann", "--json")
+	var acc retention.ErasureAccepted
+	if code != exitOK || json.Unmarshal([]byte(out), &acc) != nil || acc.ErasureID == "" {
+		t.Fatalf("request: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	var st retention.ErasureStatus
+	for deadline := time.Now().Add(time.Minute); st.Status != retention.ErasureCompleted; time.Sleep(20 * time.Millisecond) {
+		code, out, errOut := runBinary(t, cli, "erasure", "status", acc.ErasureID, "--json")
+		if code != exitOK || json.Unmarshal([]byte(out), &st) != nil || st.Status == retention.ErasureFailed || time.Now().After(deadline) {
+			t.Fatalf("status: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+		}
+	}
+	if st.MessagesPurged != 1 || st.KeysDestroyed != 1 {
+		t.Errorf("status %+v", st)
+	}
+	if code, out, _ := runBinary(t, cli, "erasure", "status", acc.ErasureID); code != exitOK || !strings.Contains(out, "status:          completed") {
+		t.Errorf("status for people: exit %d, %s", code, out)
+	}
+	receipt := filepath.Join(dir, "receipt.json")
+	if code, out, errOut := runBinary(t, cli, "erasure", "receipt", acc.ErasureID, "--out", receipt); code != exitOK {
+		t.Fatalf("receipt: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if code, out, errOut := runBinary(t, cli, "erasure", "verify", receipt, "--public-key", pub); code != exitOK ||
+		!strings.Contains(out, "(1 items in 1 audit files") {
+		t.Fatalf("verify: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if code, _, errOut := runBinary(t, cli, "erasure", "status", "nope"); code != exitFailed || !strings.Contains(errOut, "not found") {
+		t.Errorf("status of an unknown erasure: exit %d, %s", code, errOut)
+	}
+
+	plain := newHarness(t)
+	penv := serverEnv(plain)
+	paddr := startBinaryServer(t, penv)
+	code, _, errOut = runBinary(t, append(penv, "PROGRESSDB_ADDR="+paddr), "erasure", "request", "ann")
+	if code != exitFailed || !strings.Contains(errOut, "PROGRESSDB_KEK") {
+		t.Errorf("request without sealing: exit %d, %s", code, errOut)
 	}
 }

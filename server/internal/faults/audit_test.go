@@ -48,6 +48,7 @@ type auditLine struct {
 	Reason      string     `json:"reason"` // item and footer
 	Recovered   bool       `json:"recovered"`
 	Replayed    bool       `json:"replayed"`
+	ErasureID   string     `json:"erasure_id"` // subject erasures (spec §12)
 
 	FinishedAt time.Time `json:"finished_at"` // footer
 }
