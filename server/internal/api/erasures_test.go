@@ -2,80 +2,71 @@ package api
 
 import (
 	"context"
-	"fmt"
+	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"gocloud.dev/secrets/localsecrets"
+
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/retention"
-	"github.com/progressdb/progressdb/server/internal/wire"
+	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
-// handlerErasures is the erasure service as the handlers see it: requests
-// recorded in memory, one completed erasure with its receipt. It tests the
-// routes (validation, statuses, codes, the documents' shapes checked
-// against the description); the service itself is tested in retention.
-type handlerErasures struct {
-	mu   sync.Mutex
-	byID map[string]retention.ErasureStatus
-	n    int
-}
-
-func (h *handlerErasures) Request(_ context.Context, author string) (retention.ErasureAccepted, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if author == "busy" {
-		return retention.ErasureAccepted{}, &retention.LeaseHeldError{Holder: retention.LeaseInfo{Owner: "other/1"}}
+// sealedEnv serves a sealed store (a key store beside it) with a real
+// retention service that performs subject erasures.
+func sealedEnv(t *testing.T) (*testEnv, config.Retention) {
+	t.Helper()
+	dir := t.TempDir()
+	var kek [32]byte
+	for i := range kek {
+		kek[i] = byte(i + 1)
 	}
-	h.n++
-	id := fmt.Sprintf("e%015d", h.n)
-	h.byID[id] = retention.ErasureStatus{ErasureID: id, Status: retention.ErasureRunning, Subject: "hmac-sha256:00",
-		RequestedAt: wire.At(time.Now().UTC()), HeldThreads: []string{}, RunIDs: []string{"r1"}}
-	return retention.ErasureAccepted{ErasureID: id, RunID: "r1"}, nil
-}
-
-func (h *handlerErasures) Erasure(_ context.Context, id string) (retention.ErasureStatus, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	st, ok := h.byID[id]
-	if !ok {
-		return st, fmt.Errorf("erasure %s: %w", id, store.ErrNotFound)
-	}
-	return st, nil
-}
-
-func (h *handlerErasures) Receipt(ctx context.Context, id string) (audit.Receipt, error) {
-	st, err := h.Erasure(ctx, id)
+	keeper := localsecrets.NewKeeper(kek)
+	t.Cleanup(func() { _ = keeper.Close() })
+	ks, err := keystore.Open(context.Background(), filepath.Join(dir, "keys"), keystore.Options{Keeper: keeper})
 	if err != nil {
-		return audit.Receipt{}, err
+		t.Fatal(err)
 	}
-	if st.Status != retention.ErasureCompleted {
-		return audit.Receipt{}, retention.ErrErasureIncomplete
+	st, err := store.Open(filepath.Join(dir, "db"), store.Options{Sealer: ks, Closer: ks})
+	if err != nil {
+		_ = ks.Close()
+		t.Fatal(err)
 	}
-	return audit.Receipt{Format: audit.ReceiptFormat, ErasureID: id, RequestedAt: st.RequestedAt.Time,
-		CompletedAt: st.CompletedAt.Time, Subject: st.Subject, DatabaseID: "db1",
-		Items:       []audit.ReceiptItem{{ItemType: audit.ItemMessage, ItemID: "m1", ThreadID: "t1"}},
-		HeldThreads: []string{},
-		Audit: []audit.ReceiptFile{{File: filepath.ToSlash(filepath.Join("2026-11", "retention-x.jsonl")),
-			Lines: []audit.ReceiptLine{{Seq: 1, SHA256: strings.Repeat("0", 64)}}, FooterSHA256: strings.Repeat("1", 64)}},
-	}, nil
+	cfg := config.Retention{Enabled: true, Period: 30 * 24 * time.Hour, MinPeriod: time.Hour,
+		AuditPath: filepath.Join(dir, "audit")}
+	late, lateE := &lateService{}, &lateErasures{}
+	e := newEnv(t, Options{Store: st, AdminToken: "adm", Retention: late, Erasures: lateE})
+	r, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: cfg, Keys: ks,
+		Metrics: retention.NewMetrics(e.reg), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := retention.NewService(retention.ServiceOptions{Runner: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	late.Service, lateE.Erasures = svc, svc
+	return e, cfg
 }
 
-// The erasure routes: 202 and the status and receipt documents as
-// described, each refusal with its code; 409 sealing_disabled without
-// sealing; 503 without retention or on a cluster node.
+// lateErasures forwards to an erasure service built after the env's store
+// opens.
+type lateErasures struct{ retention.Erasures }
+
+// The erasure routes over a real sealed server: 202 and the status and
+// receipt documents as described; each refusal with its code (a held
+// lease, an erasure not completed, bad input, credentials); 409
+// sealing_disabled without sealing; 503 without retention.
 func TestErasureRoutes(t *testing.T) {
-	es := &handlerErasures{byID: map[string]retention.ErasureStatus{}}
-	now := time.Now().UTC()
-	es.byID["done1"] = retention.ErasureStatus{ErasureID: "done1", Status: retention.ErasureCompleted,
-		Subject: "hmac-sha256:00", RequestedAt: wire.At(now), CompletedAt: wire.At(now), KeysDestroyed: 2,
-		VersionsPurged: 3, MessagesPurged: 2, HeldThreads: []string{"t9"}, RunIDs: []string{"r1"}}
 	seen := &exercised{}
-	e := retentionEnvWith(t, true, Options{AdminToken: "adm", Erasures: es})
+	e, cfg := sealedEnv(t)
 	e.seen = seen
 	const admin = "Bearer adm"
 	check := func(env *testEnv, method, path, body, auth string, status int, code Code) response {
@@ -91,6 +82,8 @@ func TestErasureRoutes(t *testing.T) {
 		}
 		return r
 	}
+	check(e, "POST", "/v1/threads", `{"id":"t1","title":"x","author":"ann"}`, "", 201, "")
+	check(e, "POST", "/v1/threads/t1/messages", `{"id":"m1","author":"ann","body":1}`, "", 201, "")
 
 	var acc retention.ErasureAccepted
 	check(e, "POST", "/admin/erasures", `{"author":"ann"}`, admin, 202, "").decode(t, &acc)
@@ -98,17 +91,49 @@ func TestErasureRoutes(t *testing.T) {
 		t.Fatalf("202 without ids: %+v", acc)
 	}
 	var st retention.ErasureStatus
-	check(e, "GET", "/admin/erasures/"+acc.ErasureID, "", admin, 200, "").decode(t, &st)
-	if st.ErasureID != acc.ErasureID || st.Status != retention.ErasureRunning {
+	for deadline := time.Now().Add(time.Minute); st.Status != retention.ErasureCompleted; time.Sleep(10 * time.Millisecond) {
+		check(e, "GET", "/admin/erasures/"+acc.ErasureID, "", admin, 200, "").decode(t, &st)
+		if st.Status == retention.ErasureFailed || time.Now().After(deadline) {
+			t.Fatalf("erasure %+v", st)
+		}
+	}
+	if st.MessagesPurged != 1 || st.KeysDestroyed != 1 || !slices.Contains(st.RunIDs, acc.RunID) {
 		t.Errorf("status %+v", st)
 	}
-	check(e, "GET", "/admin/erasures/"+acc.ErasureID+"/receipt", "", admin, 409, CodeErasureIncomplete)
 	var rc audit.Receipt
-	check(e, "GET", "/admin/erasures/done1/receipt", "", admin, 200, "").decode(t, &rc)
-	if rc.ErasureID != "done1" || len(rc.Items) != 1 {
+	check(e, "GET", "/admin/erasures/"+acc.ErasureID+"/receipt", "", admin, 200, "").decode(t, &rc)
+	if rc.ErasureID != acc.ErasureID || len(rc.Items) != 1 || rc.Items[0].ItemID != "m1" || strings.Contains(rc.Subject, "ann") {
 		t.Errorf("receipt %+v", rc)
 	}
-	check(e, "GET", "/admin/erasures/done1", "", admin, 200, "")
+	check(e, "GET", "/v1/threads/t1/messages/m1", "", "", 404, CodeNotFound)
+
+	// An erasure recorded and not yet completed has no receipt.
+	if err := e.store.PutErasure(context.Background(), store.Erasure{ID: "running1", Status: retention.ErasureRunning,
+		Subject: "hmac-sha256:00", RequestedAt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	check(e, "GET", "/admin/erasures/running1", "", admin, 200, "")
+	check(e, "GET", "/admin/erasures/running1/receipt", "", admin, 409, CodeErasureIncomplete)
+
+	// A lease held elsewhere refuses the request. The erasure's run
+	// releases the lease after completing it: wait for that first.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		var rs retention.Status
+		check(e, "GET", "/admin/retention", "", admin, 200, "").decode(t, &rs)
+		if !rs.Lease.Held && rs.LastRun != nil && rs.LastRun.RunID == acc.RunID {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the erasure's run still holds the lease: %+v", rs.Lease)
+		}
+	}
+	lease, err := retention.AcquireLease(context.Background(), retention.LeaseConfig{
+		Path: filepath.Join(cfg.AuditPath, "retention.lock"), TTL: time.Minute, Owner: "elsewhere/1/x", Host: "elsewhere", PID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(e, "POST", "/admin/erasures", `{"author":"bob"}`, admin, 409, CodeLeaseHeld)
+	lease.Release()
 
 	check(e, "POST", "/admin/erasures", `{}`, admin, 400, CodeInvalidField)
 	check(e, "POST", "/admin/erasures", `{"author":""}`, admin, 400, CodeInvalidField)
@@ -116,26 +141,25 @@ func TestErasureRoutes(t *testing.T) {
 	check(e, "POST", "/admin/erasures", `{"author":"ann","thread":"t1"}`, admin, 400, CodeInvalidJSON)
 	check(e, "POST", "/admin/erasures", "", admin, 400, CodeInvalidJSON)
 	check(e, "POST", "/admin/erasures", `{"author":"`+strings.Repeat("a", DefaultMaxBodyBytes)+`"}`, admin, 413, CodeBodyTooLarge)
-	check(e, "POST", "/admin/erasures", `{"author":"busy"}`, admin, 409, CodeLeaseHeld)
 	check(e, "POST", "/admin/erasures", `{"author":"ann"}`, "", 401, CodeUnauthorized)
 	check(e, "GET", "/admin/erasures/nope", "", admin, 404, CodeNotFound)
 	check(e, "GET", "/admin/erasures/bad:id", "", admin, 400, CodeInvalidID)
-	check(e, "GET", "/admin/erasures/done1", "", "", 401, CodeUnauthorized)
+	check(e, "GET", "/admin/erasures/"+acc.ErasureID, "", "", 401, CodeUnauthorized)
 	check(e, "GET", "/admin/erasures/nope/receipt", "", admin, 404, CodeNotFound)
 	check(e, "GET", "/admin/erasures/bad:id/receipt", "", admin, 400, CodeInvalidID)
-	check(e, "GET", "/admin/erasures/done1/receipt", "", "", 401, CodeUnauthorized)
+	check(e, "GET", "/admin/erasures/"+acc.ErasureID+"/receipt", "", "", 401, CodeUnauthorized)
 
-	closed := newEnv(t, Options{Erasures: es})
+	closed := newEnv(t, Options{})
 	closed.seen = seen
 	check(closed, "POST", "/admin/erasures", `{"author":"ann"}`, admin, 403, CodeAdminDisabled)
-	check(closed, "GET", "/admin/erasures/done1", "", admin, 403, CodeAdminDisabled)
-	check(closed, "GET", "/admin/erasures/done1/receipt", "", admin, 403, CodeAdminDisabled)
+	check(closed, "GET", "/admin/erasures/e1", "", admin, 403, CodeAdminDisabled)
+	check(closed, "GET", "/admin/erasures/e1/receipt", "", admin, 403, CodeAdminDisabled)
 
 	// Sealing off: no erasure service.
 	plain := retentionEnvWith(t, true, Options{AdminToken: "adm"})
 	plain.seen = seen
 	for _, c := range [][3]string{{"POST", "/admin/erasures", `{"author":"ann"}`},
-		{"GET", "/admin/erasures/done1", ""}, {"GET", "/admin/erasures/done1/receipt", ""}} {
+		{"GET", "/admin/erasures/e1", ""}, {"GET", "/admin/erasures/e1/receipt", ""}} {
 		msg := check(plain, c[0], c[1], c[2], admin, 409, CodeSealingDisabled).errorText(t)
 		if !strings.Contains(msg, "PROGRESSDB_KEK") {
 			t.Errorf("%s %s: %q does not name PROGRESSDB_KEK", c[0], c[1], msg)
@@ -143,11 +167,11 @@ func TestErasureRoutes(t *testing.T) {
 	}
 
 	// No retention service at all.
-	bare := newEnv(t, Options{AdminToken: "adm", Erasures: es})
+	bare := newEnv(t, Options{AdminToken: "adm"})
 	bare.seen = seen
 	check(bare, "POST", "/admin/erasures", `{"author":"ann"}`, admin, 503, CodeNotConfigured)
-	check(bare, "GET", "/admin/erasures/done1", "", admin, 503, CodeNotConfigured)
-	check(bare, "GET", "/admin/erasures/done1/receipt", "", admin, 503, CodeNotConfigured)
+	check(bare, "GET", "/admin/erasures/e1", "", admin, 503, CodeNotConfigured)
+	check(bare, "GET", "/admin/erasures/e1/receipt", "", admin, 503, CodeNotConfigured)
 
 	for _, m := range missingExercise(t, seen) {
 		if strings.Contains(m, "/admin/erasures") {

@@ -28,11 +28,16 @@ type testEnv struct {
 	seen *exercised
 }
 
+// newEnv serves opts over a fresh store, or over opts.Store when set; the
+// store is closed when the test ends.
 func newEnv(t *testing.T, opts Options) *testEnv {
 	t.Helper()
-	st, err := store.Open(t.TempDir(), store.Options{})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
+	st := opts.Store
+	if st == nil {
+		var err error
+		if st, err = store.Open(t.TempDir(), store.Options{}); err != nil {
+			t.Fatalf("open store: %v", err)
+		}
 	}
 	opts.Store = st
 	if opts.Registry == nil {
