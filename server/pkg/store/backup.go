@@ -96,7 +96,9 @@ func (s *Store) initBackupState() error {
 	defer b.Close()
 	_ = b.Set([]byte(databaseIDKey), []byte(newDatabaseID()), nil)
 	_ = b.Set([]byte(auditHeadKey), head, nil)
-	if err := b.Commit(pebble.NoSync); err != nil {
+	err = b.Commit(pebble.NoSync)
+	s.threads.forget() // every commit but an append's (liveMemo)
+	if err != nil {
 		return fmt.Errorf("record database id: %w", err)
 	}
 	return nil

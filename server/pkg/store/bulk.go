@@ -142,7 +142,9 @@ func (b *Bulk) maybeFlush() error {
 	if b.b.Count() < bulkFlushKeys && b.b.Len() < bulkFlushBytes {
 		return nil
 	}
-	if err := b.b.Commit(pebble.NoSync); err != nil {
+	err := b.b.Commit(pebble.NoSync)
+	b.s.threads.forget() // a bulk load writes threads (liveMemo)
+	if err != nil {
 		b.err = fmt.Errorf("bulk load: %w", err)
 		return b.err
 	}
@@ -171,7 +173,9 @@ func (b *Bulk) Close() error {
 	// The batch carries the sync even when empty (LogData keeps it
 	// non-empty), making every earlier unsynced batch durable.
 	_ = b.b.LogData(nil, nil)
-	if err := b.b.Commit(pebble.Sync); err != nil {
+	err := b.b.Commit(pebble.Sync)
+	b.s.threads.forget()
+	if err != nil {
 		return fmt.Errorf("bulk load: %w", err)
 	}
 	return nil

@@ -158,7 +158,9 @@ func (s *Store) OweErase(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.db.Delete([]byte(eraseKey), pebble.NoSync); err != nil {
+	err := s.db.Delete([]byte(eraseKey), pebble.NoSync)
+	s.threads.forget() // every commit but an append's (liveMemo)
+	if err != nil {
 		return fmt.Errorf("owe erase: %w", err)
 	}
 	return nil
@@ -192,11 +194,14 @@ func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions)
 		return err != nil || len(dirs) > 0
 	}
 	er, err := erase.Run(ctx, s.db, s.path, ranges, erase.Options{Rate: opts.Rate, Wait: s.eraseWait, Progress: opts.Progress, Held: held})
+	s.threads.forget() // it commits markers of its own (liveMemo)
 	res.Ranges, res.TablesRemoved, res.LogsRemoved = er.Ranges, er.TablesRemoved, er.LogsRemoved
 	if err != nil {
 		return res, fmt.Errorf("erase: %w", err)
 	}
-	if err := s.db.Set([]byte(eraseKey), nil, pebble.Sync); err != nil {
+	err = s.db.Set([]byte(eraseKey), nil, pebble.Sync)
+	s.threads.forget()
+	if err != nil {
 		return res, fmt.Errorf("erase: record: %w", err)
 	}
 	return res, nil

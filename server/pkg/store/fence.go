@@ -115,6 +115,7 @@ func (s *Store) commit(ctx context.Context, b *pebble.Batch, opts *pebble.WriteO
 		return err
 	}
 	err = b.Commit(opts)
+	s.threads.forget() // before the caller lets go of its stripes (liveMemo)
 	release(err == nil)
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)

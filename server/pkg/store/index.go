@@ -99,7 +99,11 @@ func deletionEntry(kind ItemKind, it *pebble.Iterator) (DeletionEntry, bool) {
 // the number of deletion index entries written. It holds every thread
 // lock, so it runs alone with respect to writes.
 func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
-	defer s.locks.lockAll()()
+	unlock := s.locks.lockAll()
+	defer func() {
+		s.threads.forget() // every commit but an append's (liveMemo)
+		unlock()
+	}()
 
 	w := newIndexWriter(s.db)
 	defer w.close()

@@ -126,8 +126,13 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 	h := s.locks.holdPair(tid, m.ID)
 	defer h.release()
 
-	if _, err := s.liveThread(tid); err != nil {
-		return Message{}, err
+	// A thread an earlier append found live, with no other commit since,
+	// is live still: its record is not read again (liveMemo).
+	if known, epoch := s.threads.known(tid); !known {
+		if _, err := s.liveThread(tid); err != nil {
+			return Message{}, err
+		}
+		s.threads.remember(tid, epoch)
 	}
 	if !generated {
 		if err := s.messageIDFree(m.ID); err != nil {
@@ -151,7 +156,7 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 		_ = b.Close()
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
 	}
-	if err := s.commitUser(ctx, h, b); err != nil {
+	if err := s.commitAppend(ctx, h, b); err != nil {
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
 	}
 	return msg, nil

@@ -39,6 +39,9 @@ type Store struct {
 	// messages), so that a purge can tell when it competes with them.
 	userWrites atomic.Uint64
 
+	// threads remembers threads appends found live (livememo.go).
+	threads liveMemo
+
 	// sealer seals new writes' content (seal.go); nil: plain.
 	sealer Sealer
 	closer io.Closer // Options.Closer
@@ -269,9 +272,27 @@ func (s *Store) hasRange(lower, upper []byte) (bool, error) {
 // synced in order, so no later write can survive a crash without the
 // writes it read; the caller answers only after this returns.
 func (s *Store) commitUser(ctx context.Context, h *held, b *pebble.Batch) error {
+	return s.commitHeld(ctx, h, b, true)
+}
+
+// commitAppend is commitUser for an append, which changes no thread's
+// metadata: the threads appends found live stay remembered (livememo.go).
+func (s *Store) commitAppend(ctx context.Context, h *held, b *pebble.Batch) error {
+	return s.commitHeld(ctx, h, b, false)
+}
+
+func (s *Store) commitHeld(ctx context.Context, h *held, b *pebble.Batch, forget bool) error {
+	// The memo forgets before the stripes are let go, on every path, a
+	// failed apply included (liveMemo).
+	letGo := func() {
+		if forget {
+			s.threads.forget()
+		}
+		h.release()
+	}
 	release, err := s.admit(ctx, b)
 	if err != nil {
-		h.release()
+		letGo()
 		_ = b.Close()
 		return err
 	}
@@ -282,7 +303,7 @@ func (s *Store) commitUser(ctx context.Context, h *held, b *pebble.Batch) error 
 		// a user write: it does not compete with the purge it belongs to.
 		err := s.db.Apply(b, pebble.NoSync)
 		release(err == nil)
-		h.release()
+		letGo()
 		_ = b.Close()
 		if err != nil {
 			return fmt.Errorf("commit: %w", err)
@@ -293,11 +314,11 @@ func (s *Store) commitUser(ctx context.Context, h *held, b *pebble.Batch) error 
 		// The batch may still sit in Pebble's commit queue: it is not
 		// closed (returned to the pool), only dropped.
 		release(false)
-		h.release()
+		letGo()
 		return fmt.Errorf("commit: %w", err)
 	}
 	release(true)
-	h.release()
+	letGo()
 	defer b.Close()
 	if err := b.SyncWait(); err != nil {
 		// The batch is applied (readers may have seen it) but its log

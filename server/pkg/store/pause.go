@@ -72,7 +72,9 @@ func (s *Store) SetRetentionPause(ctx context.Context, paused bool, reason strin
 	if err != nil {
 		return RetentionPause{}, err
 	}
-	if err := s.db.Set([]byte(pauseKey), v, pebble.Sync); err != nil {
+	err = s.db.Set([]byte(pauseKey), v, pebble.Sync)
+	s.threads.forget() // every commit but an append's (liveMemo)
+	if err != nil {
 		return RetentionPause{}, fmt.Errorf("write retention pause: %w", err)
 	}
 	return next, nil

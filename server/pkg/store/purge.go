@@ -251,6 +251,7 @@ func (p *purger) flush() error {
 		return fmt.Errorf("delete batch: %w", err)
 	}
 	err = p.b.Commit(pebble.NoSync)
+	p.s.threads.forget() // a purge deletes threads (liveMemo)
 	release(err == nil)
 	if err != nil {
 		return fmt.Errorf("commit delete batch: %w", err)
