@@ -2,7 +2,6 @@ package config
 
 import (
 	"net/url"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -29,6 +28,11 @@ type Cluster struct {
 	EtcdCA   string `env:"ETCD_CA_FILE"`
 	EtcdCert string `env:"ETCD_CERT_FILE"`
 	EtcdKey  string `env:"ETCD_KEY_FILE"`
+	// Mutual TLS between the nodes (spec §14): the cluster CA that signs
+	// every node's certificate, and this node's certificate and key.
+	TLSCA   string `env:"TLS_CA_FILE"`
+	TLSCert string `env:"TLS_CERT_FILE"`
+	TLSKey  string `env:"TLS_KEY_FILE"`
 }
 
 // Cluster variables.
@@ -43,6 +47,9 @@ const (
 	VarClusterEtcdCA   = "PROGRESSDB_CLUSTER_ETCD_CA_FILE"
 	VarClusterEtcdCert = "PROGRESSDB_CLUSTER_ETCD_CERT_FILE"
 	VarClusterEtcdKey  = "PROGRESSDB_CLUSTER_ETCD_KEY_FILE"
+	VarClusterTLSCA    = "PROGRESSDB_CLUSTER_TLS_CA_FILE"
+	VarClusterTLSCert  = "PROGRESSDB_CLUSTER_TLS_CERT_FILE"
+	VarClusterTLSKey   = "PROGRESSDB_CLUSTER_TLS_KEY_FILE"
 )
 
 // Limits of the cluster settings.
@@ -112,17 +119,12 @@ func (c Config) validateCluster(vars map[string]string, node bool) *Error {
 		return &Error{name, value, "the etcd client certificate and key go together: set both " +
 			VarClusterEtcdCert + " and " + VarClusterEtcdKey + " or neither"}
 	}
-	for _, f := range []struct{ name, path string }{
+	if err := checkFiles([]file{
 		{VarClusterEtcdCA, cl.EtcdCA}, {VarClusterEtcdCert, cl.EtcdCert}, {VarClusterEtcdKey, cl.EtcdKey},
-	} {
-		if f.path == "" {
-			continue
-		}
-		if st, err := os.Stat(f.path); err != nil || !st.Mode().IsRegular() {
-			return &Error{f.name, f.path, "must be a readable PEM file"}
-		}
+	}); err != nil {
+		return err
 	}
-	return nil
+	return c.validateClusterTLS(node)
 }
 
 // validateNode checks the settings that name a cluster node, when node
@@ -170,5 +172,8 @@ func (c Config) redactedCluster() [][2]string {
 		{VarClusterEtcdCA, unsetIfEmpty(cl.EtcdCA)},
 		{VarClusterEtcdCert, unsetIfEmpty(cl.EtcdCert)},
 		{VarClusterEtcdKey, unsetIfEmpty(cl.EtcdKey)},
+		{VarClusterTLSCA, unsetIfEmpty(cl.TLSCA)},
+		{VarClusterTLSCert, unsetIfEmpty(cl.TLSCert)},
+		{VarClusterTLSKey, unsetIfEmpty(cl.TLSKey)},
 	}
 }

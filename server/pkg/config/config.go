@@ -42,6 +42,8 @@ type Config struct {
 	NodeID       string  `env:"PROGRESSDB_NODE_ID"`
 	AdvertiseURL string  `env:"PROGRESSDB_ADVERTISE_URL"`
 	Cluster      Cluster `envPrefix:"PROGRESSDB_CLUSTER_"`
+	// TLS is encryption in transit for clients (spec §14).
+	TLS TLS `envPrefix:"PROGRESSDB_TLS_"`
 }
 
 // Backup is the PROGRESSDB_BACKUP_* group (spec §10).
@@ -306,7 +308,7 @@ func (c Config) Redacted() [][2]string {
 		{VarBackupCron, c.Backup.Schedule},
 		{VarBackupKeep, FormatDuration(c.Backup.Keep)},
 		{VarBackupStream, FormatDuration(c.Backup.StreamTimeout)},
-	}, c.redactedCluster()...)
+	}, append(c.redactedCluster(), c.redactedTLS()...)...)
 }
 
 // unsetIfEmpty shows an optional setting that is off.

@@ -254,8 +254,8 @@ func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 	freeForm := map[string]bool{VarDBPath: true, VarAdminToken: true, VarAPIKey: true, VarAuditPath: true, VarLeasePath: true,
 		VarExportPath: true, VarAuditSigningKey: true, VarBackupPath: true, VarKEK: true, VarKeystorePath: true}
 	vars := fieldVars()
-	if len(vars) != 45 {
-		t.Fatalf("fieldVars has %d variables, want the 41 of the spec (SERVER and BACKUP_STREAM_TIMEOUT of §10.1 among them), YIELD_TO_WRITES, ERASE_RATE, and KEK and KEYSTORE_PATH of §12 (TestSealingInvalid)", len(vars))
+	if len(vars) != 54 {
+		t.Fatalf("fieldVars has %d variables, want the 41 of the spec (SERVER and BACKUP_STREAM_TIMEOUT of §10.1 among them), YIELD_TO_WRITES, ERASE_RATE, KEK and KEYSTORE_PATH of §12 (TestSealingInvalid), and the nine TLS files of §14 (TestTLSSettingsInvalid)", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -384,6 +384,8 @@ func TestRedacted(t *testing.T) {
 		VarErase, VarEraseRate, VarAuditSigningKey, VarKEK, VarKeystorePath, VarBackupPath, VarBackupCron, VarBackupKeep,
 		VarBackupStream, VarClusterEtcd, VarClusterName, VarNodeID, VarAdvertiseURL, VarClusterSecret, VarClusterShards,
 		VarClusterLeaseTTL, VarClusterEtcdCA, VarClusterEtcdCert, VarClusterEtcdKey,
+		VarClusterTLSCA, VarClusterTLSCert, VarClusterTLSKey,
+		VarTLSCert, VarTLSKey, VarTLSClientCA, VarTLSCA, VarTLSClientCert, VarTLSClientKey,
 	}
 	if strings.Join(names, ",") != strings.Join(wantOrder, ",") {
 		t.Errorf("order:\n got %v\nwant %v", names, wantOrder)

@@ -36,6 +36,7 @@ func (c Config) validate(vars map[string]string, node bool) error {
 		c.validateExportPath,
 		c.validateSealing,
 		c.Backup.validate,
+		c.validateTLS,
 		func(vars map[string]string) *Error { return c.validateCluster(vars, node) },
 	}
 	for _, check := range checks {
