@@ -37,6 +37,10 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err := Validate(cfg); err != nil {
 		return err
 	}
+	tr, err := loadTransport(cfg)
+	if err != nil {
+		return err
+	}
 	// The key store closes after the data store (defers run in reverse):
 	// every read and write of the store may use it.
 	keys, err := OpenKeyStore(ctx, cfg, logger)
@@ -57,6 +61,7 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildinfo.Read().Collector(), storagemetrics.New(st, logger))
+	tr.start(ctx, reg, logger)
 
 	key, err := SigningKey(cfg)
 	if err != nil {
@@ -138,8 +143,9 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	bi := buildinfo.Read()
 	logger.Info("server_started", "addr", ln.Addr().String(), "db_path", cfg.DBPath,
-		"retention_enabled", cfg.Retention.Enabled, "sealed", keys != nil, "version", bi.Version, "commit", bi.Commit)
-	err = api.Serve(ctx, ln, h, logger)
+		"retention_enabled", cfg.Retention.Enabled, "sealed", keys != nil, "tls", tr.tls(), "client_certificates", tr.clientCA != nil,
+		"version", bi.Version, "commit", bi.Commit)
+	err = api.Serve(ctx, tr.listener(ln), tr.wrap(h, tr.guard(logger)), logger)
 	logger.Info("server_stopping")
 	if errors.Is(err, context.Canceled) {
 		err = nil

@@ -73,6 +73,10 @@ func EtcdClient(cfg config.Cluster) (*clientv3.Client, error) {
 // owners. Shutdown stops HTTP, the retention runs, then gives up the
 // ownerships and the registration before the stores close.
 func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	tr, err := loadTransport(cfg)
+	if err != nil {
+		return err
+	}
 	client, err := EtcdClient(cfg.Cluster)
 	if err != nil {
 		return err
@@ -103,6 +107,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildinfo.Read().Collector())
+	tr.start(nodeCtx, reg, logger)
 	// The cluster metrics count the ownerships' etcd errors too, so they
 	// exist before the owner; nothing scrapes them before it is set.
 	var owner *cluster.Owner
@@ -259,7 +264,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	}, func() float64 { return float64(view.Unowned()) }))
 	rt, err := router.New(router.Options{Node: cfg.NodeID, Secret: cfg.Cluster.Secret, View: view, Shards: shards,
 		Owner: owner, Retention: services.service, Mover: mover, Logger: logger,
-		Metrics: cmetrics})
+		Metrics: cmetrics, TLS: tr.nodeTLS()})
 	if err != nil {
 		return err
 	}
@@ -272,6 +277,10 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	mux := http.NewServeMux()
 	mux.Handle(router.MoveStepsPath, rt.MoveSteps())
 	mux.Handle("/", h)
+	// Node calls are checked against the cluster CA, and admin calls
+	// against the client CA, before any handler (spec §14).
+	guard := tr.guard(logger)
+	guard.NodeCall, guard.CallerHost = rt.NodeCall, rt.CallerHost
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
@@ -279,8 +288,9 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	bi := buildinfo.Read()
 	logger.Info("server_started", "addr", ln.Addr().String(), "db_path", cfg.DBPath, "node", cfg.NodeID,
 		"advertise_url", cfg.AdvertiseURL, "shards", held, "retention_enabled", cfg.Retention.Enabled,
+		"tls", tr.tls(), "mutual_tls", tr.cluster != nil, "client_certificates", tr.clientCA != nil,
 		"version", bi.Version, "commit", bi.Commit)
-	err = api.Serve(ctx, ln, mux, logger)
+	err = api.Serve(ctx, tr.listener(ln), tr.wrap(mux, guard), logger)
 	logger.Info("server_stopping")
 	if errors.Is(err, context.Canceled) {
 		err = nil

@@ -113,6 +113,9 @@ func validate(cfg config.Config, keep bool) (err error) {
 	if _, err := SigningKey(cfg); err != nil {
 		return err
 	}
+	if _, err := loadTransport(cfg); err != nil {
+		return err
+	}
 	for _, f := range folders(cfg) {
 		if f.noLink {
 			if err := audit.CheckExportFolder(f.dir); err != nil {

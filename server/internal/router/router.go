@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -48,8 +49,10 @@ type Options struct {
 	Retention func(n int) retention.Service
 	// Mover is this node's part in moving shards (nil: it takes none).
 	Mover *cluster.Node
-	// Client calls the other nodes (a client with timeouts when nil).
+	// Client calls the other nodes (a client with timeouts when nil,
+	// over TLS with TLS when set).
 	Client       *http.Client
+	TLS          *tls.Config
 	Logger       *slog.Logger
 	Metrics      *Metrics
 	MaxBodyBytes int64 // api.DefaultMaxBodyBytes when 0
@@ -86,6 +89,11 @@ func New(o Options) (*Router, error) {
 			DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 			IdleConnTimeout:     90 * time.Second,
 			MaxIdleConnsPerHost: 32,
+			TLSClientConfig:     o.TLS,
+			TLSHandshakeTimeout: dialTimeout,
+			// HTTP/2 to the other nodes when they serve TLS: one
+			// connection carries every forwarded call.
+			ForceAttemptHTTP2: o.TLS != nil,
 		}}
 	}
 	if o.Logger == nil {

@@ -25,6 +25,7 @@ type state struct {
 	rev    int64
 	m      cluster.Map
 	owners map[int]owner // absent: no owner
+	nodes  map[string]string // the running nodes' advertise URLs, by ID
 }
 
 // owner is a shard's owner as its ownership key says: the node, where it
@@ -68,7 +69,7 @@ func (v *View) Refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read cluster state: %w", err)
 	}
-	st := state{rev: resp.Header.Revision, owners: map[int]owner{}}
+	st := state{rev: resp.Header.Revision, owners: map[int]owner{}, nodes: map[string]string{}}
 	var haveMap bool
 	for _, kv := range resp.Kvs {
 		rest := strings.TrimPrefix(string(kv.Key), v.prefix())
@@ -78,6 +79,13 @@ func (v *View) Refresh(ctx context.Context) error {
 				return fmt.Errorf("read cluster state: %s is not a shard map: %q", kv.Key, kv.Value)
 			}
 			haveMap = true
+		case strings.HasPrefix(rest, "nodes/"):
+			var n struct {
+				URL string `json:"url"`
+			}
+			if json.Unmarshal(kv.Value, &n) == nil && n.URL != "" {
+				st.nodes[strings.TrimPrefix(rest, "nodes/")] = n.URL
+			}
 		case strings.HasPrefix(rest, "shards/") && strings.HasSuffix(rest, "/owner"):
 			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(rest, "shards/"), "/owner"))
 			var o owner
@@ -128,6 +136,12 @@ func (v *View) state() state {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	return v.st
+}
+
+// NodeURL is the advertise URL of running node id, as registered.
+func (v *View) NodeURL(id string) (string, bool) {
+	u, ok := v.state().nodes[id]
+	return u, ok
 }
 
 // Shards is the cluster's number of shards.

@@ -129,6 +129,11 @@ func (c Config) validateClusterTLS(node bool) *Error {
 	case c.ServesTLS() && u.Scheme != "https":
 		return &Error{VarAdvertiseURL, c.AdvertiseURL, "must be an https:// URL when " + VarTLSCert +
 			" is set: the listener serves HTTPS only"}
+	case c.TLS.ClientCAFile != "" && !some:
+		// A node forwards a client's admin call with its own certificate,
+		// which only mutual TLS lets the receiver check.
+		return &Error{VarTLSClientCA, c.TLS.ClientCAFile, "needs mutual TLS between the nodes (" + VarClusterTLSCert +
+			") on a cluster node: the nodes forward admin calls to each other"}
 	}
 	return nil
 }

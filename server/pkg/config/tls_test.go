@@ -43,6 +43,8 @@ func TestTLSSettingsInvalid(t *testing.T) {
 		{"cluster key missing", append(tlsNode, VarClusterTLSKey+"="), VarClusterTLSKey, "", "all three", true},
 		{"cluster key unreadable", append(tlsNode, VarClusterTLSKey+"="+missing), VarClusterTLSKey, missing, "readable PEM file", true},
 		{"cluster TLS with http advertise URL", append(tlsNode, VarAdvertiseURL+"=http://127.0.0.1:8080"), VarAdvertiseURL, "http://127.0.0.1:8080", "https://", true},
+		{"client CA on a node without mutual TLS", []string{VarTLSCert + "=" + f, VarTLSKey + "=" + f, VarTLSClientCA + "=" + f,
+			VarAdvertiseURL + "=https://127.0.0.1:8080"}, VarTLSClientCA, f, "mutual TLS between the nodes", true},
 		{"server TLS with http advertise URL", []string{VarTLSCert + "=" + f, VarTLSKey + "=" + f}, VarAdvertiseURL, "http://127.0.0.1:8080", "HTTPS only", true},
 	}
 	for _, tt := range tests {
