@@ -34,6 +34,9 @@ type adminClient struct {
 	// named is the database the server's last answer named
 	// (api.HeaderDatabaseID), shared by the client's copies.
 	named *string
+	// caVar names what verifies the server's certificate, for the
+	// message of a failed verification.
+	caVar string
 }
 
 // adminError is a non-2xx answer of the admin API, with what a refused or
@@ -62,20 +65,31 @@ func newAdminClient(cfg config.Config) (*adminClient, error) {
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
 	}
-	return serverClient("http://"+net.JoinHostPort(host, port), cfg.AdminToken)
+	scheme := "http"
+	if cfg.ServesTLS() {
+		scheme = "https" // the listener serves HTTPS only (spec §14)
+	}
+	return serverClient(scheme+"://"+net.JoinHostPort(host, port), cfg)
 }
 
 // serverClient calls the admin API of the server at base (--server,
-// PROGRESSDB_SERVER, or PROGRESSDB_ADDR's) with token.
-func serverClient(base, token string) (*adminClient, error) {
-	if token == "" {
+// PROGRESSDB_SERVER, or PROGRESSDB_ADDR's) with PROGRESSDB_ADMIN_TOKEN,
+// over TLS as cfg says (serverTLS).
+func serverClient(base string, cfg config.Config) (*adminClient, error) {
+	if cfg.AdminToken == "" {
 		return nil, errNoAdminToken
+	}
+	tc, err := serverTLS(cfg)
+	if err != nil {
+		return nil, err
 	}
 	return &adminClient{
 		base:  strings.TrimRight(base, "/"),
-		token: token,
-		hc:    &http.Client{Timeout: adminTimeout},
+		token: cfg.AdminToken,
+		hc: &http.Client{Timeout: adminTimeout, Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
+			TLSClientConfig: tc, ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second}},
 		named: new(string),
+		caVar: caSetting(cfg),
 	}, nil
 }
 
@@ -90,7 +104,9 @@ func (c *adminClient) noteDatabase(res *http.Response) {
 // retention run); ctx still ends them.
 func (c *adminClient) untimed() *adminClient {
 	u := *c
-	u.hc = &http.Client{}
+	hc := *c.hc
+	hc.Timeout = 0
+	u.hc = &hc
 	return &u
 }
 
@@ -115,7 +131,7 @@ func (c *adminClient) do(ctx context.Context, method, path string, in, out any) 
 	}
 	res, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("reach the server at %s: %w", c.base, err)
+		return c.reachError(err)
 	}
 	defer res.Body.Close()
 	c.noteDatabase(res)
@@ -158,7 +174,7 @@ func (c *adminClient) stream(ctx context.Context, method, path string) (io.ReadC
 	hc.Timeout = 0
 	res, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("reach the server at %s: %w", c.base, err)
+		return nil, c.reachError(err)
 	}
 	c.noteDatabase(res)
 	if res.StatusCode/100 != 2 {

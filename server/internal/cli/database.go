@@ -125,7 +125,7 @@ func (e env) serverOf(name, flagValue string, cfg config.Config) (string, bool) 
 // a process the command cannot act through.
 func (e env) openTarget(ctx context.Context, cfg config.Config, logger *slog.Logger, server string) (*dbTarget, error) {
 	if server != "" {
-		c, err := serverClient(server, cfg.AdminToken)
+		c, err := serverClient(server, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("the server at %s: %w", server, err)
 		}
