@@ -26,7 +26,7 @@ import (
 // Without any TLS setting every field is nil and the server speaks plain
 // HTTP, as before.
 type transport struct {
-	serve     *certs.Pair    // presented by the listener: the server's, else the cluster's
+	serve     *certs.Pair // presented by the listener: the server's, else the cluster's
 	pairs     map[string]*certs.Pair
 	clientCA  *x509.CertPool // admin routes' client certificates
 	clusterCA *x509.CertPool // node certificates

@@ -24,7 +24,7 @@ import (
 type state struct {
 	rev    int64
 	m      cluster.Map
-	owners map[int]owner // absent: no owner
+	owners map[int]owner     // absent: no owner
 	nodes  map[string]string // the running nodes' advertise URLs, by ID
 }
 
