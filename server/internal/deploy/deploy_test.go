@@ -25,6 +25,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
 	"github.com/progressdb/progressdb/server/internal/testtools"
+	"github.com/progressdb/progressdb/server/internal/testtools/testcerts"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
@@ -60,7 +61,7 @@ var (
 func servedMetrics(t *testing.T) map[string]string {
 	t.Helper()
 	servedOnce.Do(func() {
-		served, servedErr = scrape(t.TempDir(), nil)
+		served, servedErr = scrape(t.TempDir(), nil, http.DefaultClient)
 		if servedErr != nil {
 			return
 		}
@@ -76,8 +77,13 @@ func servedMetrics(t *testing.T) map[string]string {
 	return served
 }
 
-// scrapeClusterNode scrapes a node of a one-node cluster.
+// scrapeClusterNode scrapes a node of a one-node cluster, with mutual TLS
+// between the nodes so that the certificate's expiry is served too.
 func scrapeClusterNode(t *testing.T) (map[string]string, error) {
+	dir := t.TempDir()
+	ca := testcerts.NewCA(t, "cluster CA")
+	cert, key := ca.Issue(t, "node-1", testcerts.Options{}).Write(t, dir, "node-1")
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: testcerts.ClientConfig(ca.Pool())}}
 	etcd := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -87,13 +93,18 @@ func scrapeClusterNode(t *testing.T) (map[string]string, error) {
 	return scrape(t.TempDir(), []string{
 		"PROGRESSDB_CLUSTER_ETCD=" + strings.Join(etcd.Endpoints(), ","),
 		"PROGRESSDB_NODE_ID=node-1",
-		"PROGRESSDB_ADVERTISE_URL=http://127.0.0.1:1",
+		"PROGRESSDB_ADVERTISE_URL=https://127.0.0.1:1",
 		"PROGRESSDB_CLUSTER_SECRET=0123456789abcdef",
 		"PROGRESSDB_CLUSTER_SHARDS=2",
-	})
+		"PROGRESSDB_CLUSTER_TLS_CA_FILE=" + ca.WriteCA(t, dir, "ca.pem"),
+		"PROGRESSDB_CLUSTER_TLS_CERT_FILE=" + cert,
+		"PROGRESSDB_CLUSTER_TLS_KEY_FILE=" + key,
+	}, client)
 }
 
-func scrape(dir string, extra []string) (map[string]string, error) {
+// scrape serves a node on extra and scrapes it through client (https://
+// when it has a TLS transport).
+func scrape(dir string, extra []string, client *http.Client) (map[string]string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -113,9 +124,12 @@ func scrape(dir string, extra []string) (map[string]string, error) {
 	}()
 
 	base := "http://" + addr
+	if client != http.DefaultClient {
+		base = "https://" + addr
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get(base + "/healthz")
+		resp, err := client.Get(base + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			break
@@ -125,7 +139,7 @@ func scrape(dir string, extra []string) (map[string]string, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	resp, err := http.Get(base + "/metrics")
+	resp, err := client.Get(base + "/metrics")
 	if err != nil {
 		return nil, err
 	}
@@ -328,6 +342,7 @@ func TestAlertRules(t *testing.T) {
 		"ProgressDBDown", "ProgressDBHealthzFailing", "ProgressDBDiskFillingUp", "ProgressDBDiskAlmostFull",
 		"ProgressDBBackupNoRecentSuccess",
 		"ProgressDBClusterShardWithoutOwner", "ProgressDBClusterFencingRejections", "ProgressDBClusterEtcdErrors",
+		"ProgressDBCertificateExpiresSoon",
 	} {
 		if !alerts[want] {
 			t.Errorf("alerts.yml has no %s", want)

@@ -22,7 +22,7 @@ func clusterEnvs(t testing.TB, endpoints string, extra ...string) map[string]env
 	t.Helper()
 	envs := map[string]envVars{}
 	for _, id := range clusterIDs {
-		envs[id] = clusterNodeEnv(endpoints, id, t.TempDir()).with(extra...)
+		envs[id] = clusterNodeEnv(t, endpoints, id, t.TempDir()).with(extra...)
 	}
 	return envs
 }
@@ -30,7 +30,7 @@ func clusterEnvs(t testing.TB, endpoints string, extra ...string) map[string]env
 // createCluster runs `progressdb cluster create` for the three nodes.
 func createCluster(t testing.TB, envs map[string]envVars) {
 	t.Helper()
-	if p := runCLI(t, envs["node-1"].with("PROGRESSDB_ADVERTISE_URL", "http://127.0.0.1:1"), "cluster", "create", "--nodes", strings.Join(clusterIDs, ",")); p.code != 0 {
+	if p := runCLI(t, envs["node-1"].with("PROGRESSDB_ADVERTISE_URL", "https://127.0.0.1:1"), "cluster", "create", "--nodes", strings.Join(clusterIDs, ",")); p.code != 0 {
 		t.Fatalf("cluster create: %d\n%s", p.code, p.output())
 	}
 }
@@ -193,7 +193,7 @@ func TestFaultClusterNodeKilledMidPurge(t *testing.T) {
 			}
 
 			waitUnregistered(t, nodes[0], "node-3")
-			nodes[2] = startClusterNodeAt(t, envs["node-3"], strings.TrimPrefix(nodes[2].url, "http://"))
+			nodes[2] = startClusterNodeAt(t, envs["node-3"], nodes[2].addr())
 			waitFor(t, time.Minute, "node-3 to own its shard again", func() bool { return ownedShards(clusterState(t, nodes[0])) == clusterShards })
 			runAllShards(t, nodes[1])
 			for _, n := range nodes {

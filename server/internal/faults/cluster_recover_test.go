@@ -95,7 +95,7 @@ func TestFaultClusterRecoveredEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	node3 := startClusterNode(t, envs["node-3"])
-	node1 := start(t, envs["node-1"].with("PROGRESSDB_ADDR", freeAddr(t), "PROGRESSDB_ADVERTISE_URL", "http://127.0.0.1:1"), "serve")
+	node1 := start(t, envs["node-1"].with("PROGRESSDB_ADDR", freeAddr(t), "PROGRESSDB_ADVERTISE_URL", "https://127.0.0.1:1"), "serve")
 	if code := node1.wait(t, time.Minute); code != 1 ||
 		!strings.Contains(node1.stderr.String(), "shard 0: the shard map names node node-1 its home") ||
 		!strings.Contains(node1.stderr.String(), "node node-3 holds one") {
@@ -153,7 +153,7 @@ func TestFaultClusterNodeRestartedAtOnce(t *testing.T) {
 	before := clusterState(t, nodes[0]).Shards[2].Epoch
 
 	nodes[2].kill()
-	nodes[2] = startClusterNodeAt(t, envs["node-3"], strings.TrimPrefix(nodes[2].url, "http://"))
+	nodes[2] = startClusterNodeAt(t, envs["node-3"], nodes[2].addr())
 	if !strings.Contains(nodes[2].stdout.String()+nodes[2].stderr.String(), "cluster_node_waiting_for_registration") {
 		t.Fatalf("the restarted node did not wait for its old registration\n%s", nodes[2].output())
 	}
@@ -168,7 +168,7 @@ func TestFaultClusterNodeRestartedAtOnce(t *testing.T) {
 		}
 	}
 
-	twin := start(t, envs["node-3"].with("PROGRESSDB_ADDR", freeAddr(t), "PROGRESSDB_ADVERTISE_URL", "http://127.0.0.1:1"), "serve")
+	twin := start(t, envs["node-3"].with("PROGRESSDB_ADDR", freeAddr(t), "PROGRESSDB_ADVERTISE_URL", "https://127.0.0.1:1"), "serve")
 	if code := twin.wait(t, time.Minute); code != 1 || !strings.Contains(twin.stderr.String(), "node id registered by a running process") {
 		t.Fatalf("a second process as node-3: exit %d\n%s", code, twin.output())
 	}

@@ -16,8 +16,10 @@ import (
 const clusterShards = 3
 
 // clusterNodeEnv is node id's environment over the etcd at endpoints
-// (comma-separated), with its data under dir.
-func clusterNodeEnv(endpoints, id, dir string) envVars {
+// (comma-separated), with its data under dir. The nodes talk with mutual
+// TLS (spec §14), each with a certificate of the suite's cluster CA
+// naming 127.0.0.1, so that every cluster test runs with it on.
+func clusterNodeEnv(t testing.TB, endpoints, id, dir string) envVars {
 	return envVars{
 		"PROGRESSDB_DB_PATH":           filepath.Join(dir, "data"),
 		"PROGRESSDB_ADMIN_TOKEN":       adminToken,
@@ -26,7 +28,7 @@ func clusterNodeEnv(endpoints, id, dir string) envVars {
 		"PROGRESSDB_CLUSTER_SECRET":    "0123456789abcdef-faults",
 		"PROGRESSDB_CLUSTER_SHARDS":    fmt.Sprint(clusterShards),
 		"PROGRESSDB_CLUSTER_LEASE_TTL": "3s",
-	}
+	}.with(nodeTLS(t, id, dir)...)
 }
 
 // startClusterNode starts `progressdb serve` as a cluster node on a free
@@ -50,8 +52,8 @@ func startClusterNodeAt(t testing.TB, env envVars, addr string) *server {
 // it answers.
 func launchClusterNode(t testing.TB, env envVars, addr string) *server {
 	t.Helper()
-	return &server{proc: start(t, env.with("PROGRESSDB_ADDR", addr, "PROGRESSDB_ADVERTISE_URL", "http://"+addr), "serve"),
-		url: "http://" + addr}
+	return &server{proc: start(t, env.with("PROGRESSDB_ADDR", addr, "PROGRESSDB_ADVERTISE_URL", "https://"+addr), "serve"),
+		url: "https://" + addr}
 }
 
 // waitNodeUp waits until the node s answers /healthz.

@@ -19,13 +19,7 @@ const adminToken = "fault-suite-admin-token-6c1d"
 // server is a running `progressdb serve`.
 type server struct {
 	*proc
-	url string // http://127.0.0.1:<port>
-}
-
-// httpClient never follows redirects: the suite checks statuses as sent.
-var httpClient = &http.Client{
-	Timeout:       time.Minute,
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	url string // http://127.0.0.1:<port>, https:// for a cluster node
 }
 
 // startServer starts `progressdb serve` on a free loopback port and waits

@@ -41,7 +41,7 @@ func purgeOne(t *testing.T, srv *server, tid string) runSummary {
 
 // cliEnv is env for a command that goes through srv.
 func (s *server) cliEnv(env envVars) envVars {
-	return env.with("PROGRESSDB_ADDR", strings.TrimPrefix(s.url, "http://"))
+	return env.with("PROGRESSDB_ADDR", s.addr())
 }
 
 // runSummary is the part of a run's summary the drill reads.

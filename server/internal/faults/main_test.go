@@ -44,6 +44,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "progressdb")
+	caDir = dir
 	code := 1
 	if err := build(binary); err != nil {
 		fmt.Fprintln(os.Stderr, "faults: build progressdb:", err)
