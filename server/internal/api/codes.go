@@ -35,13 +35,8 @@ const (
 	// CodeAdminDisabled: PROGRESSDB_ADMIN_TOKEN is unset, so /admin is
 	// off (403).
 	CodeAdminDisabled Code = "admin_disabled"
-	// CodeNotANode: cluster node headers without the cluster secret, or,
-	// with mutual TLS between the nodes, without a valid node certificate
-	// (403).
+	// CodeNotANode: cluster node headers without the cluster secret (403).
 	CodeNotANode Code = "not_a_node"
-	// CodeClientCertRequired: PROGRESSDB_TLS_CLIENT_CA_FILE is set and
-	// the admin call came without a client certificate it signed (403).
-	CodeClientCertRequired Code = "client_certificate_required"
 )
 
 // 404, 405: what is asked for is not there.
@@ -137,7 +132,7 @@ const (
 func Codes() []Code {
 	return []Code{
 		CodeInvalidID, CodeInvalidCursor, CodeInvalidJSON, CodeInvalidField, CodeInvalidParameter,
-		CodeUnauthorized, CodeAdminDisabled, CodeNotANode, CodeClientCertRequired,
+		CodeUnauthorized, CodeAdminDisabled, CodeNotANode,
 		CodeNotFound, CodeRouteNotFound, CodeNotACluster, CodeClusterNode, CodeMethodNotAllowed,
 		CodeAlreadyExists, CodeIDUnavailable, CodePurgeInProgress, CodeLegalHold, CodeLeaseHeld,
 		CodeRetentionPaused, CodeRetentionDisabled, CodeNoBackupPath, CodeShardNotHeld, CodeMoveInProgress,

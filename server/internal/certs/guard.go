@@ -47,7 +47,7 @@ func (g *Guard) Handler(next http.Handler) http.Handler {
 		if g.Nodes != nil && g.NodeCall != nil && g.NodeCall(r) {
 			if err := g.checkNode(r, now()); err != nil {
 				logger.Warn("tls_node_call_refused", "remote", r.RemoteAddr, "path", r.URL.Path, "err", err)
-				refuse(w, api.CodeNotANode, "node-to-node calls need a node certificate signed by the cluster CA that names the calling node's advertise host: "+err.Error())
+				refuse(w, http.StatusForbidden, api.CodeNotANode, "node-to-node calls need a node certificate signed by the cluster CA that names the calling node's advertise host: "+err.Error())
 				return
 			}
 			// A node's call was checked as one: the admin routes it
@@ -58,7 +58,7 @@ func (g *Guard) Handler(next http.Handler) http.Handler {
 		if g.Admin != nil && adminPath(r.URL.Path) {
 			if _, err := Verify(r.TLS, g.Admin, now()); err != nil {
 				logger.Warn("tls_admin_call_refused", "remote", r.RemoteAddr, "path", r.URL.Path, "err", err)
-				refuse(w, api.CodeClientCertRequired, "the admin routes need a client certificate signed by the server's client CA: "+err.Error())
+				refuse(w, http.StatusUnauthorized, api.CodeUnauthorized, "the admin routes need a client certificate signed by the server's client CA: "+err.Error())
 				return
 			}
 		}
@@ -88,10 +88,12 @@ func adminPath(path string) bool {
 	return path == "/admin" || strings.HasPrefix(path, "/admin/")
 }
 
-// refuse answers 403 with the API's error shape (spec §7).
-func refuse(w http.ResponseWriter, code api.Code, msg string) {
+// refuse answers with the API's error shape (spec §7): 403 not_a_node
+// for a node call, 401 unauthorized for an admin call (a credential is
+// missing), as for a missing token.
+func refuse(w http.ResponseWriter, status int, code api.Code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusForbidden)
+	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg, "code": string(code)})
 }
