@@ -71,8 +71,8 @@ func waitTLS(t *testing.T, c *http.Client, base string) {
 	}
 }
 
-// send makes one request through c and returns the status and body.
-func send(t *testing.T, c *http.Client, method, url, body string, h http.Header) (int, []byte, *http.Response) {
+// sendTLS makes one request through c and returns the status and body.
+func sendTLS(t *testing.T, c *http.Client, method, url, body string, h http.Header) (int, []byte, *http.Response) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
@@ -121,7 +121,7 @@ func TestServeTLS(t *testing.T) {
 		"PROGRESSDB_TLS_CLIENT_CA_FILE="+clientCA.WriteCA(t, dir, "client-ca.pem"))
 	base := "https://" + addr
 
-	code, b, resp := send(t, plain, "POST", base+"/v1/threads", `{"id":"secret-thread","title":"the launch date","author":"a"}`, nil)
+	code, b, resp := sendTLS(t, plain, "POST", base+"/v1/threads", `{"id":"secret-thread","title":"the launch date","author":"a"}`, nil)
 	if code != http.StatusCreated {
 		t.Fatalf("create over TLS: %d %s", code, b)
 	}
@@ -156,23 +156,23 @@ func TestServeTLS(t *testing.T) {
 		"another CA's":           tlsClient(testcerts.ClientConfig(ca.Pool(), otherCA.Issue(t, "op", testcerts.Options{Client: true}).TLS(t))),
 		"an expired certificate": tlsClient(testcerts.ClientConfig(ca.Pool(), clientCA.Issue(t, "op", testcerts.Options{Client: true, NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)}).TLS(t))),
 	} {
-		code, b, _ := send(t, c, "GET", base+"/admin/threads/secret-thread", "", auth)
+		code, b, _ := sendTLS(t, c, "GET", base+"/admin/threads/secret-thread", "", auth)
 		if code != http.StatusUnauthorized || codeOf(b) != "unauthorized" || strings.Contains(string(b), "launch date") {
 			t.Errorf("admin call with %s: %d %s", name, code, b)
 		}
 	}
 	op := tlsClient(testcerts.ClientConfig(ca.Pool(), clientCA.Issue(t, "operator", testcerts.Options{Client: true}).TLS(t)))
-	if code, b, _ := send(t, op, "GET", base+"/admin/threads/secret-thread", "", auth); code != http.StatusOK {
+	if code, b, _ := sendTLS(t, op, "GET", base+"/admin/threads/secret-thread", "", auth); code != http.StatusOK {
 		t.Fatalf("admin call with the client CA's certificate: %d %s", code, b)
 	}
-	if code, b, _ := send(t, op, "GET", base+"/admin/threads/secret-thread", "", nil); code != http.StatusUnauthorized {
+	if code, b, _ := sendTLS(t, op, "GET", base+"/admin/threads/secret-thread", "", nil); code != http.StatusUnauthorized {
 		t.Fatalf("admin call with a certificate and no token: %d %s", code, b)
 	}
-	if code, b, _ := send(t, plain, "GET", base+"/v1/threads/secret-thread", "", nil); code != http.StatusOK {
+	if code, b, _ := sendTLS(t, plain, "GET", base+"/v1/threads/secret-thread", "", nil); code != http.StatusOK {
 		t.Fatalf("/v1 without a client certificate: %d %s", code, b)
 	}
 
-	_, metrics, _ := send(t, plain, "GET", base+"/metrics", "", nil)
+	_, metrics, _ := sendTLS(t, plain, "GET", base+"/metrics", "", nil)
 	want := fmt.Sprintf(`progressdb_tls_cert_expiry_timestamp_seconds{cert="server"} %g`, float64(serverLeaf.Cert.NotAfter.Unix()))
 	if !strings.Contains(string(metrics), want) {
 		t.Fatalf("metrics lack %s", want)
@@ -292,10 +292,10 @@ func TestClusterMutualTLS(t *testing.T) {
 
 	// Shard 1 is node-b's: written and read back through node-a.
 	tb := threadIn(t, 1)
-	if code, body, _ := send(t, client, "POST", a.url()+"/v1/threads", `{"id":"`+tb+`","title":"t","author":"x"}`, nil); code != http.StatusCreated {
+	if code, body, _ := sendTLS(t, client, "POST", a.url()+"/v1/threads", `{"id":"`+tb+`","title":"t","author":"x"}`, nil); code != http.StatusCreated {
 		t.Fatalf("create through node-a: %d %s", code, body)
 	}
-	if code, body, _ := send(t, client, "GET", a.url()+"/v1/threads/"+tb, "", nil); code != http.StatusOK {
+	if code, body, _ := sendTLS(t, client, "GET", a.url()+"/v1/threads/"+tb, "", nil); code != http.StatusOK {
 		t.Fatalf("read through node-a: %d %s", code, body)
 	}
 
@@ -315,14 +315,14 @@ func TestClusterMutualTLS(t *testing.T) {
 		for k := i * 1000; tid == "" || cluster.ShardOf(tid, testShards) != 1; k++ {
 			tid = fmt.Sprintf("posed%d", k)
 		}
-		code, body, _ := send(t, caller, "POST", b.url()+"/v1/threads", `{"id":"`+tid+`","title":"t","author":"x"}`, posing)
+		code, body, _ := sendTLS(t, caller, "POST", b.url()+"/v1/threads", `{"id":"`+tid+`","title":"t","author":"x"}`, posing)
 		if code != http.StatusForbidden || codeOf(body) != "not_a_node" {
 			t.Errorf("a node call with %s: %d %s, want 403 not_a_node", c.name, code, body)
 		}
-		if code, body, _ := send(t, client, "GET", b.url()+"/v1/threads/"+tid, "", nil); code != http.StatusNotFound {
+		if code, body, _ := sendTLS(t, client, "GET", b.url()+"/v1/threads/"+tid, "", nil); code != http.StatusNotFound {
 			t.Errorf("after the refused call with %s, the thread: %d %s", c.name, code, body)
 		}
-		code, body, _ = send(t, caller, "POST", b.url()+router.MoveStepsPath+"1/fence?fence=1", "", posing)
+		code, body, _ = sendTLS(t, caller, "POST", b.url()+router.MoveStepsPath+"1/fence?fence=1", "", posing)
 		if code != http.StatusForbidden || codeOf(body) != "not_a_node" {
 			t.Errorf("a move step with %s: %d %s, want 403 not_a_node", c.name, code, body)
 		}
@@ -330,7 +330,7 @@ func TestClusterMutualTLS(t *testing.T) {
 	// The same call with node-a's own certificate passes the check and
 	// reaches the router, which asks a node's call for the shard's epoch.
 	own := tlsClient(testcerts.ClientConfig(ca.Pool(), ca.Issue(t, "node-a", testcerts.Options{}).TLS(t)))
-	code, body, _ := send(t, own, "GET", b.url()+"/v1/threads/"+tb, "", posing)
+	code, body, _ := sendTLS(t, own, "GET", b.url()+"/v1/threads/"+tb, "", posing)
 	if code != http.StatusMisdirectedRequest || codeOf(body) != "misdirected" {
 		t.Fatalf("a node call with node-a's certificate: %d %s, want the router's 421 for a call without the epoch", code, body)
 	}
