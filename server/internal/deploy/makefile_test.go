@@ -146,7 +146,7 @@ func freePorts(t *testing.T, n int) int {
 
 // scripts/cluster-demo.sh (make cluster-demo) starts etcd and three nodes,
 // writes through one node and reads back through the others, and stops
-// and removes everything it started.
+// and removes everything it started; with CLUSTER_DEMO_TLS=1 too.
 func TestClusterDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds two binaries and runs three nodes")
@@ -162,17 +162,25 @@ func TestClusterDemo(t *testing.T) {
 			t.Fatalf("go build %s: %v\n%s", name, err, out)
 		}
 	}
-	cmd := exec.Command(filepath.Join(root, "scripts", "cluster-demo.sh"), bins["progressdb"], bins["progressdb-dev-etcd"])
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp,
-		"CLUSTER_DEMO_PORT="+strconv.Itoa(freePorts(t, 4)), "CLUSTER_DEMO_ETCD_PORT="+strconv.Itoa(freePorts(t, 2)))
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "cluster-demo: ok") ||
-		!strings.Contains(string(out), "node-3: all six messages read back") {
-		t.Fatalf("cluster-demo.sh: %v\n%s", err, out)
-	}
-	left, err := filepath.Glob(filepath.Join(tmp, "progressdb-cluster-demo.*"))
-	if err != nil || len(left) > 0 {
-		t.Errorf("the demo left %v behind (%v)", left, err)
+	// Plain, then with mutual TLS (CLUSTER_DEMO_TLS=1), whose run also
+	// shows a call without a node certificate refused.
+	for _, mode := range []string{"", "1"} {
+		if mode != "" {
+			testtools.Need(t, "openssl", "Debian package openssl")
+		}
+		cmd := exec.Command(filepath.Join(root, "scripts", "cluster-demo.sh"), bins["progressdb"], bins["progressdb-dev-etcd"])
+		cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "CLUSTER_DEMO_TLS="+mode,
+			"CLUSTER_DEMO_PORT="+strconv.Itoa(freePorts(t, 4)), "CLUSTER_DEMO_ETCD_PORT="+strconv.Itoa(freePorts(t, 2)))
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "cluster-demo: ok") ||
+			!strings.Contains(string(out), "node-3: all six messages read back") ||
+			(mode != "") != strings.Contains(string(out), "without a certificate: 403") {
+			t.Fatalf("CLUSTER_DEMO_TLS=%q cluster-demo.sh: %v\n%s", mode, err, out)
+		}
+		left, err := filepath.Glob(filepath.Join(tmp, "progressdb-cluster-demo.*"))
+		if err != nil || len(left) > 0 {
+			t.Errorf("the demo left %v behind (%v)", left, err)
+		}
 	}
 }
 
