@@ -88,7 +88,7 @@ func TestServerOverTLS(t *testing.T) {
 		t.Fatalf("retention status --server %s: exit %d\n%s%s", server, code, out, errOut)
 	}
 	for name, env := range map[string][]string{
-		"PROGRESSDB_TLS_CA_FILE": append(withCert, "PROGRESSDB_TLS_CA_FILE="+otherFile),
+		"PROGRESSDB_TLS_CA_FILE":                       append(withCert, "PROGRESSDB_TLS_CA_FILE="+otherFile),
 		"the system's CAs (set PROGRESSDB_TLS_CA_FILE": withCert,
 	} {
 		code, out, errOut := runBinary(t, env, "retention", "status", "--server", server)
