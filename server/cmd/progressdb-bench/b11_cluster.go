@@ -116,7 +116,7 @@ func runB11(ctx context.Context, b *bench) (*section, error) {
 				return sec, err
 			}
 			name := fmt.Sprintf("w%d-%d-%t", rep, layout.nodes, layout.any)
-			c, err := b11StartCluster(ctx, b, ec, endpoint, name, layout.nodes, nil)
+			c, err := b11StartCluster(ctx, b, ec, endpoint, name, layout.nodes, nil, nil)
 			if err != nil {
 				return sec, err
 			}
@@ -161,29 +161,76 @@ func runB11(ctx context.Context, b *bench) (*section, error) {
 }
 
 // b11Forwarding times one client's requests for a thread asked of its
-// shard's owner against the same asked of another node.
+// shard's owner against the same asked of another node, with the nodes
+// in plain HTTP and then with mutual TLS between them (spec §14).
 func b11Forwarding(ctx context.Context, b *bench, ec *clientv3.Client, endpoint string, sec *section) error {
-	c, err := b11StartCluster(ctx, b, ec, endpoint, "fwd", 3, nil)
+	reads, appends := b.scaled(4000, 500), b.scaled(400, 100)
+	sec.setup = append(sec.setup, fmt.Sprintf(
+		"Forwarding: one client, three nodes; a thread's read (`GET /v1/threads/{tid}/messages`, one message) "+
+			"%d times and an append %d times, asked alternately of the shard's owner and of another node "+
+			"(which forwards it with the cluster secret and its epoch); medians. Then the same on three nodes "+
+			"with mutual TLS (certificates of one CA, P-256): the client speaks HTTP/1.1 over TLS, the nodes "+
+			"HTTP/2 over mutual TLS to each other.", reads, appends))
+	t := table{caption: "Forwarding overhead: the same request asked of the owner and of another node, without and with TLS.",
+		header: []string{"request", "nodes", "to the owner (p50)", "to another node (p50)", "added", "owner p99", "forwarded p99"}}
+	tc, err := newB11TLS(b.dir("b11", "tls"))
 	if err != nil {
 		return err
+	}
+	added := map[string][2]time.Duration{} // request → added p50 without, with TLS
+	for mode, cfg := range []*b11TLS{nil, tc} {
+		name, label := "fwd", "plain HTTP"
+		if cfg != nil {
+			name, label = "fwd-tls", "mutual TLS"
+		}
+		got, err := b11ForwardingRun(ctx, b, ec, endpoint, name, cfg, reads, appends)
+		if err != nil {
+			return err
+		}
+		for _, r := range got {
+			t.add(r.name, label, fmtDur(r.own50), fmtDur(r.fwd50), fmtDur(r.fwd50-r.own50), fmtDur(r.own99), fmtDur(r.fwd99))
+			a := added[r.name]
+			a[mode] = r.fwd50 - r.own50
+			added[r.name] = a
+			b.logf("B11 forwarding %s over %s: owner %s, forwarded %s", r.name, label, fmtDur(r.own50), fmtDur(r.fwd50))
+		}
+	}
+	sec.tables = append(sec.tables, t)
+	for _, name := range []string{"read", "append (synced)"} {
+		a := added[name]
+		if a[0] > 0 {
+			sec.addTarget("forwarding cost of a "+name+", mutual TLS vs plain HTTP (added p50; recorded, no target)", "—",
+				fmtRatio(float64(a[1])/float64(a[0])), true)
+		}
+	}
+	return nil
+}
+
+// b11Fwd is one request's timings of b11ForwardingRun.
+type b11Fwd struct {
+	name                       string
+	own50, fwd50, own99, fwd99 time.Duration
+}
+
+// b11ForwardingRun times the reads and appends on a fresh cluster of
+// three nodes (with mutual TLS when tc is set).
+func b11ForwardingRun(ctx context.Context, b *bench, ec *clientv3.Client, endpoint, name string, tc *b11TLS,
+	reads, appends int) ([]b11Fwd, error) {
+	c, err := b11StartCluster(ctx, b, ec, endpoint, name, 3, tc, nil)
+	if err != nil {
+		return nil, err
 	}
 	defer c.close()
 	tid := "b11-fwd"
 	shard := cluster.ShardOf(tid, b11Shards)
 	if err := b11Do(c.client, "POST", c.owners[shard]+"/v1/threads", fmt.Sprintf(`{"id":%q,"title":"t","author":"a"}`, tid), http.StatusCreated); err != nil {
-		return err
+		return nil, err
 	}
 	msg := `{"author":"writer","body":{"text":"a message of about sixty bytes, like a short chat line"}}`
 	if err := b11Do(c.client, "POST", c.owners[shard]+"/v1/threads/"+tid+"/messages", msg, http.StatusCreated); err != nil {
-		return err
+		return nil, err
 	}
-	reads, appends := b.scaled(4000, 500), b.scaled(400, 100)
-	sec.setup = append(sec.setup, fmt.Sprintf(
-		"Forwarding: one client, three nodes; a thread's read (`GET /v1/threads/{tid}/messages`, one message) "+
-			"%d times and an append %d times, asked alternately of the shard's owner and of another node "+
-			"(which forwards it with the cluster secret and its epoch); medians.", reads, appends))
-	t := table{caption: "Forwarding overhead: the same request asked of the owner and of another node.",
-		header: []string{"request", "to the owner (p50)", "to another node (p50)", "added", "owner p99", "forwarded p99"}}
+	var out []b11Fwd
 	for _, r := range []struct {
 		name, method, body string
 		n, code            int
@@ -192,12 +239,12 @@ func b11Forwarding(ctx context.Context, b *bench, ec *clientv3.Client, endpoint 
 		path := "/v1/threads/" + tid + "/messages"
 		for i := range r.n + 20 {
 			if err := ctx.Err(); err != nil {
-				return err
+				return nil, err
 			}
 			for j, base := range []string{c.owners[shard], c.nonOwner(shard)} {
 				t0 := time.Now()
 				if err := b11Do(c.client, r.method, base+path, r.body, r.code); err != nil {
-					return err
+					return nil, err
 				}
 				if i < 20 { // warm the connections
 					continue
@@ -211,12 +258,10 @@ func b11Forwarding(ctx context.Context, b *bench, ec *clientv3.Client, endpoint 
 		}
 		slices.Sort(own)
 		slices.Sort(fwd)
-		o50, f50 := percentile(own, 50), percentile(fwd, 50)
-		t.add(r.name, fmtDur(o50), fmtDur(f50), fmtDur(f50-o50), fmtDur(percentile(own, 99)), fmtDur(percentile(fwd, 99)))
-		b.logf("B11 forwarding %s: owner %s, forwarded %s", r.name, fmtDur(o50), fmtDur(f50))
+		out = append(out, b11Fwd{name: r.name, own50: percentile(own, 50), fwd50: percentile(fwd, 50),
+			own99: percentile(own, 99), fwd99: percentile(fwd, 99)})
 	}
-	sec.tables = append(sec.tables, t)
-	return nil
+	return out, nil
 }
 
 // b11Purge seeds the same threads into one node's single store and into
@@ -249,7 +294,7 @@ func b11Purge(ctx context.Context, b *bench, ec *clientv3.Client, endpoint strin
 		if err != nil {
 			return err
 		}
-		nd, err := b11Serve(ctx, "", dir, append(env, "PROGRESSDB_ADMIN_TOKEN="+b11Admin))
+		nd, err := b11Serve(ctx, "", dir, http.DefaultClient, append(env, "PROGRESSDB_ADMIN_TOKEN="+b11Admin))
 		if err != nil {
 			return err
 		}
@@ -291,7 +336,7 @@ func b11Purge(ctx context.Context, b *bench, ec *clientv3.Client, endpoint strin
 			}
 			return err
 		}
-		c, err := b11StartCluster(ctx, b, ec, endpoint, name, 3, seed, env...)
+		c, err := b11StartCluster(ctx, b, ec, endpoint, name, 3, nil, seed, env...)
 		if err != nil {
 			return err
 		}
@@ -376,7 +421,7 @@ func b11Writes(ctx context.Context, c *b11Cluster, writers, nThreads int, dur ti
 // calls seed (when set) for each node's folder and each shard it holds,
 // starts the nodes and waits until every shard is owned.
 func b11StartCluster(ctx context.Context, b *bench, ec *clientv3.Client, endpoint, name string, nodes int,
-	seed func(nodeDir string, shard int) error, env ...string) (*b11Cluster, error) {
+	tc *b11TLS, seed func(nodeDir string, shard int) error, env ...string) (*b11Cluster, error) {
 	var ids []string
 	for i := range nodes {
 		ids = append(ids, fmt.Sprintf("node-%d", i+1))
@@ -387,8 +432,11 @@ func b11StartCluster(ctx context.Context, b *bench, ec *clientv3.Client, endpoin
 	if err := cluster.CreateCluster(cctx, ec, keys, b11Shards, ids); err != nil {
 		return nil, err
 	}
+	// The client speaks HTTP/1.1, over TLS with mutual TLS on, so that the
+	// two runs differ only by the nodes' TLS.
 	c := &b11Cluster{name: keys.Name, owners: map[int]string{},
-		client: &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConns: 128, MaxIdleConnsPerHost: 64}}}
+		client: &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConns: 128, MaxIdleConnsPerHost: 64,
+			TLSClientConfig: tc.clientConfig()}}}
 	for i, id := range ids {
 		dir := b.dir("b11", name, id)
 		if seed != nil {
@@ -401,7 +449,12 @@ func b11StartCluster(ctx context.Context, b *bench, ec *clientv3.Client, endpoin
 				}
 			}
 		}
-		nd, err := b11Serve(ctx, id, dir, append(slices.Clone(env),
+		nodeEnv, err := tc.nodeEnv(dir, id)
+		if err != nil {
+			c.close()
+			return nil, err
+		}
+		nd, err := b11Serve(ctx, id, dir, c.client, append(append(slices.Clone(env), nodeEnv...),
 			"PROGRESSDB_ADMIN_TOKEN="+b11Admin,
 			"PROGRESSDB_CLUSTER_ETCD="+endpoint,
 			"PROGRESSDB_CLUSTER_NAME="+keys.Name,
@@ -443,7 +496,7 @@ func b11StartCluster(ctx context.Context, b *bench, ec *clientv3.Client, endpoin
 
 // b11Serve runs app.Serve for the settings given, with its folders under
 // dir (a single node when id is empty), and waits until it answers.
-func b11Serve(ctx context.Context, id, dir string, env []string) (*b11Node, error) {
+func b11Serve(ctx context.Context, id, dir string, client *http.Client, env []string) (*b11Node, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -455,20 +508,24 @@ func b11Serve(ctx context.Context, id, dir string, env []string) (*b11Node, erro
 		"PROGRESSDB_RETENTION_AUDIT_PATH="+filepath.Join(dir, "audit"),
 		"PROGRESSDB_ADDR="+addr,
 		"PROGRESSDB_LOG_LEVEL=error")
+	scheme := "http"
+	if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, config.VarClusterTLSCert+"=") }) {
+		scheme = "https"
+	}
 	if id != "" {
-		env = append(env, "PROGRESSDB_ADVERTISE_URL=http://"+addr)
+		env = append(env, "PROGRESSDB_ADVERTISE_URL="+scheme+"://"+addr)
 	}
 	cfg, err := config.Load(env)
 	if err != nil {
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	n := &b11Node{id: id, url: "http://" + addr, dir: dir, stop: cancel, done: make(chan error, 1)}
+	n := &b11Node{id: id, url: scheme + "://" + addr, dir: dir, stop: cancel, done: make(chan error, 1)}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	go func() { n.done <- app.Serve(sctx, cfg, logger) }()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		resp, err := http.Get(n.url + "/healthz")
+		resp, err := client.Get(n.url + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

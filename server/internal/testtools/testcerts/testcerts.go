@@ -17,9 +17,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"testing"
 	"time"
 )
+
+// TB is what the helpers need of a test (testing.TB has it): a
+// benchmark's harness can pass its own, whose Fatal stops its run.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+}
 
 // CA is a certificate authority of a test.
 type CA struct {
@@ -30,7 +36,7 @@ type CA struct {
 
 // NewCA makes a self-signed CA named name, valid from an hour ago for a
 // year.
-func NewCA(t testing.TB, name string) *CA {
+func NewCA(t TB, name string) *CA {
 	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
@@ -61,7 +67,7 @@ func (ca *CA) Pool() *x509.CertPool {
 }
 
 // WriteCA writes the CA's certificate to dir/name and returns its path.
-func (ca *CA) WriteCA(t testing.TB, dir, name string) string {
+func (ca *CA) WriteCA(t TB, dir, name string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, ca.PEM, 0o600); err != nil {
@@ -88,7 +94,7 @@ type Leaf struct {
 }
 
 // Issue makes a certificate for cn signed by the CA.
-func (ca *CA) Issue(t testing.TB, cn string, o Options) Leaf {
+func (ca *CA) Issue(t TB, cn string, o Options) Leaf {
 	t.Helper()
 	if len(o.Hosts) == 0 {
 		o.Hosts = []string{"127.0.0.1", "localhost"}
@@ -141,7 +147,7 @@ func (ca *CA) Issue(t testing.TB, cn string, o Options) Leaf {
 // Write writes the certificate and key to dir/<name>.crt and
 // dir/<name>.key, each replaced by a rename as a deployment replaces
 // them, and returns their paths.
-func (l Leaf) Write(t testing.TB, dir, name string) (certFile, keyFile string) {
+func (l Leaf) Write(t TB, dir, name string) (certFile, keyFile string) {
 	t.Helper()
 	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
 	for _, f := range []struct {
@@ -160,7 +166,7 @@ func (l Leaf) Write(t testing.TB, dir, name string) (certFile, keyFile string) {
 }
 
 // TLS is the pair as a tls.Certificate, for a client to present.
-func (l Leaf) TLS(t testing.TB) tls.Certificate {
+func (l Leaf) TLS(t TB) tls.Certificate {
 	t.Helper()
 	c, err := tls.X509KeyPair(l.CertPEM, l.KeyPEM)
 	if err != nil {
@@ -175,7 +181,7 @@ func ClientConfig(roots *x509.CertPool, certs ...tls.Certificate) *tls.Config {
 	return &tls.Config{RootCAs: roots, Certificates: certs, MinVersion: tls.VersionTLS12}
 }
 
-func newKey(t testing.TB) *ecdsa.PrivateKey {
+func newKey(t TB) *ecdsa.PrivateKey {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -184,7 +190,7 @@ func newKey(t testing.TB) *ecdsa.PrivateKey {
 	return k
 }
 
-func serial(t testing.TB) *big.Int {
+func serial(t TB) *big.Int {
 	t.Helper()
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
 	if err != nil {
