@@ -68,6 +68,11 @@ func newAdminClient(cfg config.Config) (*adminClient, error) {
 	scheme := "http"
 	if cfg.ServesTLS() {
 		scheme = "https" // the listener serves HTTPS only (spec §14)
+		// A node's certificate names its advertise host, which may not
+		// be the loopback address: the node is asked there.
+		if cfg.Cluster.Enabled() && cfg.AdvertiseURL != "" {
+			return serverClient(cfg.AdvertiseURL, cfg)
+		}
 	}
 	return serverClient(scheme+"://"+net.JoinHostPort(host, port), cfg)
 }
