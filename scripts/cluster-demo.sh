@@ -152,6 +152,8 @@ if [ "$scheme" = https ]; then
 		-H "X-Progressdb-Node: node-2" "$(url 1)/v1/threads/alpha/messages")
 	echo "with the secret, without a certificate: $code $(head -c 160 "$dir/answer")"
 	[ "$code" = 403 ] || fail "a call without a node certificate answered $code"
+	step "progressdb retention status in node-1's environment: through node-1 over TLS, verified with the cluster CA"
+	env $(node_env 1) "$bin" retention status
 	code=$(command curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((base + 1))/v1/threads/alpha/messages" || true)
 	echo "plain HTTP to node-1's port: $code (no data)"
 	[ "$code" != 200 ] || fail "plain HTTP was answered with data"
