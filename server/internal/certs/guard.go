@@ -1,12 +1,14 @@
 package certs
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/progressdb/progressdb/server/internal/api"
@@ -31,6 +33,58 @@ type Guard struct {
 	Logger     *slog.Logger
 	// Now is the clock certificates are checked at (time.Now when nil).
 	Now func() time.Time
+
+	cache verifyCache
+}
+
+// verifyCache keeps what Verify said of a connection's certificate for a
+// while: a connection presents the same certificate (the same
+// *x509.Certificate) on every request, and checking its chain's
+// signatures on each would cost more than the forwarding it guards.
+type verifyCache struct {
+	mu sync.Mutex
+	m  map[verifyKey]verifyResult
+}
+
+type verifyKey struct {
+	leaf *x509.Certificate
+	pool *x509.CertPool
+}
+
+type verifyResult struct {
+	err error
+	at  time.Time
+}
+
+// A verification is reused for a minute, and only while the certificate
+// is valid; the cache is emptied when it holds this many.
+const (
+	verifyCacheTTL = time.Minute
+	verifyCacheMax = 4096
+)
+
+// verify is Verify, reusing a recent answer for the same certificate.
+func (c *verifyCache) verify(cs *tls.ConnectionState, pool *x509.CertPool, now time.Time) error {
+	if cs == nil || len(cs.PeerCertificates) == 0 {
+		_, err := Verify(cs, pool, now)
+		return err
+	}
+	leaf := cs.PeerCertificates[0]
+	k := verifyKey{leaf, pool}
+	c.mu.Lock()
+	r, ok := c.m[k]
+	c.mu.Unlock()
+	if ok && now.Sub(r.at) < verifyCacheTTL && now.Before(leaf.NotAfter) && !now.Before(r.at) {
+		return r.err
+	}
+	_, err := Verify(cs, pool, now)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= verifyCacheMax {
+		c.m = make(map[verifyKey]verifyResult)
+	}
+	c.m[k] = verifyResult{err: err, at: now}
+	c.mu.Unlock()
+	return err
 }
 
 // Handler wraps next with the checks.
@@ -56,7 +110,7 @@ func (g *Guard) Handler(next http.Handler) http.Handler {
 			return
 		}
 		if g.Admin != nil && adminPath(r.URL.Path) {
-			if _, err := Verify(r.TLS, g.Admin, now()); err != nil {
+			if err := g.cache.verify(r.TLS, g.Admin, now()); err != nil {
 				logger.Warn("tls_admin_call_refused", "remote", r.RemoteAddr, "path", r.URL.Path, "err", err)
 				refuse(w, http.StatusUnauthorized, api.CodeUnauthorized, "the admin routes need a client certificate signed by the server's client CA: "+err.Error())
 				return
@@ -68,10 +122,10 @@ func (g *Guard) Handler(next http.Handler) http.Handler {
 
 // checkNode checks the certificate of a node's call.
 func (g *Guard) checkNode(r *http.Request, now time.Time) error {
-	leaf, err := Verify(r.TLS, g.Nodes, now)
-	if err != nil {
+	if err := g.cache.verify(r.TLS, g.Nodes, now); err != nil {
 		return err
 	}
+	leaf := r.TLS.PeerCertificates[0]
 	host, err := g.CallerHost(r)
 	if err != nil {
 		return err
