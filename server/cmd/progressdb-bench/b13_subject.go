@@ -47,7 +47,7 @@ func runB13E(ctx context.Context, b *bench) (*section, error) {
 		{label: "4N, author in few threads", threads: 4 * n, author: few},
 		{label: "4N, author in many threads", threads: 4 * n, author: many},
 	}
-	reps := b.reps(1)
+	reps := b.reps(3)
 	sec.setup = append(sec.setup, fmt.Sprintf("Sealed databases (a local KEK, the key store beside the data) of "+
 		"%d (N) and %d (4N) threads, each of %d messages by its own creator, flushed and compacted; the erased "+
 		"author wrote %d messages in each of %d or %d of the threads, spread over the keyspace. Measured: from "+

@@ -13,7 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -21,10 +24,13 @@ import (
 // maxReceiptBytes bounds the receipt `erasure verify` reads.
 const maxReceiptBytes = 256 << 20
 
-// errErasureNeedsServer: an erasure is asked of the server that holds the
-// database with sealing on; a command line with the folder to itself
-// would have to open the key store and run the erasure itself.
-var errErasureNeedsServer = errors.New("subject erasure goes through the running server that holds the database (with PROGRESSDB_KEK set): start it, or name it with --server URL")
+// errNoSealing: subject erasure destroys keys; a database opened without
+// PROGRESSDB_KEK has none (the API answers 409 sealing_disabled).
+var errNoSealing = errors.New("subject erasure needs sealing: set PROGRESSDB_KEK and PROGRESSDB_KEYSTORE_PATH")
+
+// erasurePoll spaces the status reads of a command waiting for an
+// erasure it ran on the database itself.
+const erasurePoll = 10 * time.Millisecond
 
 // erasureRequest asks for the erasure of an author (spec §12): the
 // server starts its run at once and answers its ID.
@@ -41,11 +47,24 @@ func (e env) erasureRequest(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	var acc retention.ErasureAccepted
-	code := e.onErasures(ctx, name, *server, func(c *adminClient) error {
+	var local *retention.ErasureStatus
+	code := e.onErasures(ctx, name, *server, func(m *retention.Manager) error {
+		// Run here, the erasure lives as long as the command: it waits.
+		var err error
+		if acc, err = m.Request(ctx, fs.Arg(0)); err != nil {
+			return err
+		}
+		st, err := waitErasure(ctx, m, acc.ErasureID)
+		local = &st
+		return err
+	}, func(c *adminClient) error {
 		return c.do(ctx, http.MethodPost, "/admin/erasures", map[string]string{"author": fs.Arg(0)}, &acc)
 	})
 	if code != exitOK {
 		return code
+	}
+	if local != nil {
+		return e.printErasure(*local, *asJSON)
 	}
 	if *asJSON {
 		writeJSON(e.stdout, acc)
@@ -54,6 +73,24 @@ func (e env) erasureRequest(ctx context.Context, args []string) int {
 	fmt.Fprintf(e.stdout, "erasure %s started (run %s); follow it with: progressdb erasure status %s\n",
 		acc.ErasureID, acc.RunID, acc.ErasureID)
 	return exitOK
+}
+
+// waitErasure waits for an erasure run in this process to end.
+func waitErasure(ctx context.Context, m *retention.Manager, id string) (retention.ErasureStatus, error) {
+	for {
+		st, err := m.Erasure(ctx, id)
+		if err != nil || st.Status == retention.ErasureCompleted || st.Status == retention.ErasureFailed {
+			if err == nil && st.Status == retention.ErasureFailed {
+				err = fmt.Errorf("erasure %s failed: %s", id, st.Error)
+			}
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-time.After(erasurePoll):
+		}
+	}
 }
 
 // erasureStatus prints an erasure's status.
@@ -70,13 +107,22 @@ func (e env) erasureStatus(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	var st retention.ErasureStatus
-	code := e.onErasures(ctx, name, *server, func(c *adminClient) error {
+	code := e.onErasures(ctx, name, *server, func(m *retention.Manager) error {
+		var err error
+		st, err = m.Erasure(ctx, fs.Arg(0))
+		return err
+	}, func(c *adminClient) error {
 		return c.do(ctx, http.MethodGet, "/admin/erasures/"+url.PathEscape(fs.Arg(0)), nil, &st)
 	})
 	if code != exitOK {
 		return code
 	}
-	if *asJSON {
+	return e.printErasure(st, *asJSON)
+}
+
+// printErasure prints an erasure's status.
+func (e env) printErasure(st retention.ErasureStatus, asJSON bool) int {
+	if asJSON {
 		writeJSON(e.stdout, st)
 		return exitOK
 	}
@@ -119,7 +165,11 @@ func (e env) erasureReceipt(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	var rc audit.Receipt
-	code := e.onErasures(ctx, name, *server, func(c *adminClient) error {
+	code := e.onErasures(ctx, name, *server, func(m *retention.Manager) error {
+		var err error
+		rc, err = m.Receipt(ctx, fs.Arg(0))
+		return err
+	}, func(c *adminClient) error {
 		// Streamed: a receipt lists every item erased, and may be larger
 		// than an admin answer is read whole.
 		body, err := c.stream(ctx, http.MethodGet, "/admin/erasures/"+url.PathEscape(fs.Arg(0))+"/receipt")
@@ -154,9 +204,12 @@ func (e env) erasureReceipt(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-// onErasures runs remote through the server that holds the database
-// (openTarget), and prints errors naming the command.
-func (e env) onErasures(ctx context.Context, name, server string, remote func(c *adminClient) error) int {
+// onErasures runs local on the database when no server holds it (the
+// erasure then runs in this process, under the lease, with the audit
+// signing key), and remote through the server that holds it otherwise
+// (openTarget); it prints errors naming the command.
+func (e env) onErasures(ctx context.Context, name, server string, local func(m *retention.Manager) error,
+	remote func(c *adminClient) error) int {
 	cfg, logger, sink, ok := e.configAndLogger()
 	if !ok {
 		return exitUsage
@@ -166,8 +219,21 @@ func (e env) onErasures(ctx context.Context, name, server string, remote func(c 
 	if !ok {
 		return exitUsage
 	}
-	_, code := e.onDatabase(ctx, cfg, logger, name, server, func(*store.Store) error {
-		return errErasureNeedsServer
+	key, err := app.SigningKey(cfg)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
+		return exitUsage
+	}
+	_, code := e.onDatabase(ctx, cfg, logger, name, server, func(st *store.Store) error {
+		if st.KeySealer() == nil {
+			return errNoSealing
+		}
+		m, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		return local(m)
 	}, remote)
 	return code
 }

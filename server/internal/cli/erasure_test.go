@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/keystore"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // writeErasureTrail writes one signed run that purged m1 and m2 for
@@ -198,5 +201,65 @@ func TestErasureThroughTheServer(t *testing.T) {
 	code, _, errOut = runBinary(t, append(penv, "PROGRESSDB_ADDR="+paddr), "erasure", "request", "ann")
 	if code != exitFailed || !strings.Contains(errOut, "PROGRESSDB_KEK") {
 		t.Errorf("request without sealing: exit %d, %s", code, errOut)
+	}
+}
+
+// With no server holding the database, erasure request runs the erasure
+// in the command (under the lease, the audit signed) and waits for it;
+// status and receipt read the database; the receipt verifies.
+func TestErasureOnTheDatabase(t *testing.T) {
+	dir := t.TempDir()
+	priv, pub := writeSigningKey(t, dir)
+	kek := "base64key://" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{5}, 32))
+	keys := filepath.Join(dir, "keys")
+	h := newHarness(t, "PROGRESSDB_KEK="+kek, "PROGRESSDB_KEYSTORE_PATH="+keys, "PROGRESSDB_AUDIT_SIGNING_KEY="+priv)
+
+	ctx := context.Background()
+	keeper, err := keystore.OpenKEK(ctx, kek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keeper.Close()
+	ks, err := keystore.Open(ctx, keys, keystore.Options{Keeper: keeper})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(h.dbPath, store.Options{Sealer: ks, Closer: ks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateThread(ctx, store.Thread{ID: "t1", Title: "x", Author: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []store.Message{{ID: "m1", Author: "ann", Body: []byte(`1`)}, {ID: "m2", Author: "ann", Body: []byte(`2`)},
+		{ID: "m3", Author: "bob", Body: []byte(`3`)}} {
+		if _, err := st.AppendMessage(ctx, "t1", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	var got retention.ErasureStatus
+	if err := json.Unmarshal([]byte(h.mustRun("erasure", "request", "ann", "--json")), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != retention.ErasureCompleted || got.MessagesPurged != 2 || got.KeysDestroyed != 1 {
+		t.Fatalf("erasure run by the command: %+v", got)
+	}
+	if out := h.mustRun("erasure", "status", got.ErasureID); !strings.Contains(out, "keys_destroyed=1 versions_purged=2 messages_purged=2") {
+		t.Errorf("status: %s", out)
+	}
+	receipt := filepath.Join(dir, "receipt.json")
+	h.mustRun("erasure", "receipt", got.ErasureID, "--out", receipt)
+	if out := h.mustRun("erasure", "verify", receipt, "--public-key", pub); !strings.Contains(out, "(2 items in 1 audit files") {
+		t.Errorf("verify: %s", out)
+	}
+
+	plain := newHarness(t)
+	plain.createDB()
+	if code, _, errOut := plain.run("erasure", "request", "ann"); code != exitFailed || !strings.Contains(errOut, "PROGRESSDB_KEK") {
+		t.Errorf("request on a database without sealing: exit %d, %s", code, errOut)
 	}
 }
