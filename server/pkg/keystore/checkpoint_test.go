@@ -58,3 +58,31 @@ func TestCheckpoint(t *testing.T) {
 		t.Fatalf("the staging folder of a killed backup is still there: %v", err)
 	}
 }
+
+// DestroyKey destroys one (thread, number) without its author: what it
+// sealed no longer opens, the author's other keys and the thread's other
+// authors stay, the author index forgets it, and a second call is a no-op.
+func TestDestroyKey(t *testing.T) {
+	ctx := context.Background()
+	ks := open(t, filepath.Join(t.TempDir(), "keys"), keeper(t, 1))
+	n1, s1 := seal(t, ks, "t1", "alice", "a1")
+	n2, s2 := seal(t, ks, "t1", "bob", "b1")
+	n3, s3 := seal(t, ks, "t2", "alice", "a2")
+	gone, err := ks.DestroyKey(ctx, keystore.KeyRef{Thread: "t1", Number: n1})
+	if err != nil || !gone {
+		t.Fatalf("destroy: %t %v", gone, err)
+	}
+	if opens(t, ks, "t1", n1, s1) || !opens(t, ks, "t1", n2, s2) || !opens(t, ks, "t2", n3, s3) {
+		t.Fatal("DestroyKey destroyed the wrong keys")
+	}
+	refs, err := ks.AuthorKeys(ctx, "alice")
+	if err != nil || len(refs) != 1 || refs[0].Thread != "t2" {
+		t.Fatalf("alice's keys after: %v %v", refs, err)
+	}
+	if gone, err := ks.DestroyKey(ctx, keystore.KeyRef{Thread: "t1", Number: n1}); err != nil || gone {
+		t.Fatalf("destroy again: %t %v", gone, err)
+	}
+	if erased, _ := ks.Erased(ctx); erased {
+		t.Fatal("a destroyed key is not owed to the erase step")
+	}
+}
