@@ -140,6 +140,10 @@ type Item struct {
 	// Versions is the number of versions a subject erasure purged with
 	// the message (its status counts them); absent when not known.
 	Versions int64 `json:"versions,omitempty"`
+	// Shredded: the purge destroyed the item's data keys (spec §12, a
+	// thread purge of a sealing server) and the key store's erase step
+	// removed them from its files before this record was written.
+	Shredded bool `json:"shredded,omitempty"`
 }
 
 // Footer closes a run's file.
@@ -159,6 +163,10 @@ type Footer struct {
 	// unrecoverable from the data directory; EraseMS is how long it took.
 	Erased  bool  `json:"erased"`
 	EraseMS int64 `json:"erase_ms"`
+	// KeystoreErased is true when the key store holds no destroyed key in
+	// any of its files at the end of the run (spec §12); absent without
+	// sealing.
+	KeystoreErased bool `json:"keystore_erased,omitempty"`
 
 	// Export (spec §3.3), present when the run exported: the number of
 	// records in its export file, the file's path and its SHA-256.

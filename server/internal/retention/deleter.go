@@ -2,6 +2,7 @@ package retention
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
@@ -28,6 +29,8 @@ type deleter struct {
 	// eraseAll when purges before this run's may not have been erased.
 	erase          *store.EraseSpans
 	owed, eraseAll bool
+	// shredded counts the threads whose keys this run destroyed.
+	shredded int
 }
 
 func newDeleter(r *Runner, check func(context.Context) error, hook func(context.Context, int)) *deleter {
@@ -39,7 +42,9 @@ func newDeleter(r *Runner, check func(context.Context) error, hook func(context.
 }
 
 // purge deletes an item's keys in batches, checking before every batch.
-func (d *deleter) purge(ctx context.Context, m store.PurgeMarker) (int, error) {
+// A sealing server's thread purge destroys the thread's data keys first
+// and sets m.Shredded.
+func (d *deleter) purge(ctx context.Context, m *store.PurgeMarker) (int, error) {
 	st := d.r.st
 	if !d.owed {
 		// Whether earlier purges were all erased is read before this run's
@@ -58,12 +63,49 @@ func (d *deleter) purge(ctx context.Context, m store.PurgeMarker) (int, error) {
 	var keys int
 	var err error
 	if m.Kind == store.KindThread {
+		if d.r.keys != nil {
+			if err := d.shred(ctx, m); err != nil {
+				return 0, err
+			}
+			opts.Shredded = true
+		}
 		keys, err = st.PurgeThread(ctx, m.ID, opts)
 	} else {
 		keys, err = st.PurgeMessage(ctx, m.ThreadID, m.ID, opts)
 	}
 	d.r.metrics.KeysDeleted.Add(float64(keys))
 	return keys, err
+}
+
+// shred destroys a sealing server's thread keys before the thread's
+// records are deleted (spec §12, design §6): its record is owed first
+// (OweShred, synced), then the keys go (synced in the key store). From
+// then on the thread's content is unreadable; the records' deletes and
+// the key store's erase step (journal.flush) follow, and a run killed
+// in between finishes the purge from its marker. A repeated destroy
+// (a resumed purge) finds nothing and is harmless.
+func (d *deleter) shred(ctx context.Context, m *store.PurgeMarker) error {
+	if err := d.check(ctx); err != nil {
+		return fmt.Errorf("stopped before destroying keys: %w", err)
+	}
+	owed, err := d.r.st.OweShred(ctx, *m)
+	if err != nil {
+		return err
+	}
+	*m = owed
+	if h := d.r.hooks.afterOweShred; h != nil {
+		h(ctx, *m)
+	}
+	n, err := d.r.keys.DestroyThread(ctx, m.ID)
+	if err != nil {
+		return fmt.Errorf("destroy the keys of thread %s: %w", m.ID, err)
+	}
+	d.shredded++
+	d.r.log.Debug("retention_thread_shredded", "thread_id", m.ID, "keys_destroyed", n)
+	if h := d.r.hooks.afterShred; h != nil {
+		h(ctx, *m)
+	}
+	return nil
 }
 
 // beforeBatch runs before every delete batch: it stops the purge on

@@ -3,8 +3,12 @@ package retention
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/erase"
+	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -14,6 +18,8 @@ import (
 // the journal adds what is not a record: entries scanned, counts by cause).
 type journal struct {
 	st      *store.Store
+	keys    *keystore.KeyStore // sealing's key store; nil: plain
+	log     *slog.Logger
 	metrics *Metrics
 	w       *audit.Writer // nil until the header is written
 
@@ -107,6 +113,12 @@ func (j *journal) flush(ctx context.Context) error {
 	if err := j.st.Sync(ctx); err != nil {
 		return atStage(stageSync, fmt.Errorf("sync store: %w", err))
 	}
+	// A "shredded" record says the thread's keys are in no file of the
+	// key store: its erase step runs first, once for the group (design
+	// §6 step 4). A failure leaves the markers: the next run erases.
+	if err := j.eraseKeys(ctx); err != nil {
+		return atStage(stageErase, err)
+	}
 	markers := make([]store.PurgeMarker, 0, len(j.group))
 	var stamps []store.StampMarker
 	for _, p := range j.group {
@@ -142,4 +154,37 @@ func (j *journal) tally() audit.Footer {
 	}
 	f.Scanned = j.scanned
 	return f
+}
+
+// eraseKeys runs the key store's erase step when the group holds a
+// shredded item.
+func (j *journal) eraseKeys(ctx context.Context) error {
+	if j.keys == nil {
+		return nil
+	}
+	shredded := false
+	for _, p := range j.group {
+		shredded = shredded || p.item.Shredded
+	}
+	if !shredded {
+		return nil
+	}
+	start := time.Now()
+	res, err := j.keys.Erase(ctx, erase.Options{})
+	if err != nil {
+		return fmt.Errorf("erase destroyed keys from the key store: %w", err)
+	}
+	j.log.Debug("retention_keystore_erased", "full", res.Full, "nothing", res.Nothing,
+		"erase_ms", time.Since(start).Milliseconds())
+	return nil
+}
+
+// keystoreErased is the footer's keystore_erased: a sealing server's key
+// store holds no destroyed key in its files. False without sealing.
+func (j *journal) keystoreErased(ctx context.Context) bool {
+	if j.keys == nil {
+		return false
+	}
+	erased, err := j.keys.Erased(context.WithoutCancel(ctx))
+	return err == nil && erased
 }

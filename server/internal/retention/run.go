@@ -100,7 +100,7 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 	rn.at = r.now().UTC()
 	rn.meter.begin(rn.at)
 	rn.del = newDeleter(r, rn.checkpoint, rn.batchHook)
-	rn.journal = &journal{st: r.st, metrics: r.metrics, flushKeys: flushKeysFactor * r.cfg.BatchSize}
+	rn.journal = &journal{st: r.st, keys: r.keys, log: r.log, metrics: r.metrics, flushKeys: flushKeysFactor * r.cfg.BatchSize}
 	res := Result{RunID: rn.id, StartedAt: wire.At(rn.at), DryRun: rn.dry}
 
 	// Files left .inprogress by a crashed run are sealed first, and only
@@ -530,7 +530,7 @@ func (rn *run) givenBack(it audit.Item) {
 
 // deleteItem deletes a confirmed item's keys and queues its record.
 func (rn *run) deleteItem(ctx context.Context, m store.PurgeMarker, it audit.Item) {
-	keys, err := rn.del.purge(ctx, m)
+	keys, err := rn.del.purge(ctx, &m)
 	if err != nil {
 		rn.purgeFailed(it, keys, err)
 		return
@@ -582,6 +582,7 @@ func (rn *run) finished(ctx context.Context, m store.PurgeMarker, it audit.Item,
 	it.Status = audit.StatusPurged
 	it.KeysDeleted = int64(keys)
 	it.PurgedAt = &at
+	it.Shredded = m.Shredded
 	if rn.journal.add(finishedPurge{marker: m, item: it}, keys) {
 		rn.flush(ctx)
 	}
@@ -783,6 +784,7 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 	footer.Failed, footer.Skipped, footer.Stamped = t.Failed, t.Skipped, t.Stamped
 	footer.KeysDeleted, footer.DurationMS = t.KeysDeleted, finished.Sub(rn.at).Milliseconds()
 	footer.Erased, footer.EraseMS = erased, eraseMS
+	footer.KeystoreErased = rn.journal.keystoreErased(ctx)
 	path, err := rn.journal.w.Close(footer)
 	if err != nil {
 		r.metrics.countError(stageAudit)

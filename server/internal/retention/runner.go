@@ -67,7 +67,10 @@ type RunnerOptions struct {
 	// every shard's runner the one in etcd.
 	Pause PauseSwitch
 	// Keys, when set, is the key store of sealed content (spec §12): runs
-	// finish the subject erasures pending in it and erase it.
+	// finish the subject erasures pending in it and erase it, a thread
+	// purge destroys the thread's data keys, and each journal group's
+	// records wait for the key store's erase step. Nil: the store's Sealer
+	// when it is a key store (Store.Sealer), else nothing is sealed.
 	Keys *keystore.KeyStore
 	// OnFenced, when set, sees the write of a run that the store refused
 	// because a newer owner's epoch had written (store.ErrFenced): a
@@ -113,6 +116,9 @@ type runnerHooks struct {
 	beforeBatch func(ctx context.Context, b batchPoint)
 	// beforeConfirm runs before a claim's re-check (claims.confirm).
 	beforeConfirm func(ctx context.Context, m store.PurgeMarker)
+	// afterOweShred and afterShred run once a thread purge's record is
+	// owed as shredded, and once its keys are destroyed.
+	afterOweShred, afterShred func(ctx context.Context, m store.PurgeMarker)
 }
 
 // batchPoint describes a batch boundary to the test hook.
@@ -178,6 +184,9 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 	r.pause = o.Pause
 	r.onFenced = o.OnFenced
 	r.keys = o.Keys
+	if ks, ok := o.Store.Sealer().(*keystore.KeyStore); ok && r.keys == nil {
+		r.keys = ks
+	}
 	if r.pause == nil {
 		r.pause = storePause{st: r.st}
 	}

@@ -41,7 +41,11 @@ func (s *Store) PurgeThread(ctx context.Context, tid string, opts PurgeOptions) 
 		indexKey = deletionKey(KindThread, indexTS(t.DeletedTS), tid)
 	}
 
-	opts.Erase.addThread(tid)
+	if !opts.Shredded {
+		opts.Erase.addThread(tid)
+	} else if err := s.erasePlainMeta(tid, opts.Erase); err != nil {
+		return 0, fmt.Errorf("purge thread %s: %w", tid, err)
+	}
 	prefix := threadPrefix(tid)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: threadEnd(tid)})
 	if err != nil {
@@ -190,6 +194,7 @@ type purger struct {
 	pending  int // data keys in b
 	deleted  int // data keys committed
 	erase    *EraseSpans
+	shredded bool // PurgeOptions.Shredded
 
 	first, last, lastValue []byte // reused buffers
 }
@@ -200,7 +205,7 @@ func (s *Store) newPurger(ctx context.Context, opts PurgeOptions) *purger {
 		size = defaultPurgeBatch
 	}
 	p := &purger{ctx: ctx, s: s, db: s.db, b: s.db.NewBatch(), before: opts.BeforeBatch, limit: opts.BatchLimit, size: size,
-		erase: opts.Erase}
+		erase: opts.Erase, shredded: opts.Shredded}
 	p.setCap()
 	return p
 }
@@ -270,7 +275,9 @@ func (p *purger) flush() error {
 // run finishes an interrupted purge with nothing left behind. One forward
 // pass: the newest version is known when the iterator runs out.
 func (p *purger) message(r *versionReader, tid, mid string, logKey []byte) error {
-	p.erase.addMessage(mid)
+	if !p.shredded {
+		p.erase.addMessage(mid)
+	}
 	it := r.bound(mid)
 	if !it.First() {
 		if err := it.Error(); err != nil {
@@ -296,6 +303,7 @@ func (p *purger) message(r *versionReader, tid, mid string, logKey []byte) error
 	p.first = append(p.first[:0], it.Key()...)
 	p.last = append(p.last[:0], p.first...)
 	p.lastValue = append(p.lastValue[:0], value...)
+	plainSeen := p.shredded && !isSealed(value)
 	for n := 1; it.Next(); n++ {
 		if n > 1 {
 			// The previous newest is a middle version after all.
@@ -310,9 +318,16 @@ func (p *purger) message(r *versionReader, tid, mid string, logKey []byte) error
 		}
 		p.last = append(p.last[:0], it.Key()...)
 		p.lastValue = append(p.lastValue[:0], value...)
+		if p.shredded && !plainSeen && !isSealed(value) {
+			plainSeen = true
+		}
 	}
 	if err := it.Error(); err != nil {
 		return err
+	}
+	if plainSeen {
+		// Content of before sealing: its keys cannot be shredded.
+		p.erase.addMessage(mid)
 	}
 
 	last, lastOK := first, firstOK
@@ -540,4 +555,59 @@ func (s *Store) ItemExists(ctx context.Context, kind ItemKind, id string) (bool,
 		return s.hasRange(threadPrefix(id), threadEnd(id))
 	}
 	return s.hasRange(versionPrefix(id), versionEnd(id))
+}
+
+// isSealed reports whether a stored version is sealed (seal.go).
+func isSealed(value []byte) bool {
+	h, ok := fastHead(value)
+	return ok && h.Key != 0
+}
+
+// erasePlainMeta adds the thread's span to e when its metadata is plain,
+// or was before it was sealed (plainMarkKey): a shredded thread's plain
+// title and author (written before sealing) still need the erase step.
+func (s *Store) erasePlainMeta(tid string, e *EraseSpans) error {
+	v, err := s.get(threadMetaKey(tid))
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if t, err := decodeThread(tid, v); err != nil || t.Sealed == "" {
+		e.addThread(tid)
+		return nil
+	}
+	if wasPlain, err := s.has(plainMarkKey(tid)); err != nil {
+		return err
+	} else if wasPlain {
+		e.addThread(tid)
+	}
+	return nil
+}
+
+// OweShred records, synced, that the purge of thread m.ID is about to
+// destroy the thread's data keys (spec §12, design §6 step 1): the item's
+// record is owed (its marker is durable, with Shredded set) before any key
+// goes, so a crash after the keys went finishes the purge and records it
+// shredded.
+func (s *Store) OweShred(ctx context.Context, m PurgeMarker) (PurgeMarker, error) {
+	if err := checkKind(m.Kind); err != nil {
+		return m, err
+	}
+	if m.Kind != KindThread {
+		return m, fmt.Errorf("%w: only a thread purge shreds", ErrInvalidArgument)
+	}
+	if m.Shredded {
+		return m, nil
+	}
+	m.Shredded = true
+	v, err := encode(m)
+	if err != nil {
+		return m, err
+	}
+	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, pebble.Sync); err != nil {
+		return m, fmt.Errorf("owe the shredded record of thread %s: %w", m.ID, err)
+	}
+	return m, nil
 }

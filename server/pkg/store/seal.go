@@ -55,6 +55,11 @@ func keyGone(err error) bool {
 // Sealing reports whether the store seals new writes.
 func (s *Store) Sealing() bool { return s.sealer != nil }
 
+// Sealer returns the store's Sealer (Options.Sealer); nil when plain. The
+// retention runner takes the key store from it, so that every runner over
+// a sealing store shreds what it purges.
+func (s *Store) Sealer() Sealer { return s.sealer }
+
 // The associated data of a seal binds the ciphertext to its record, so
 // that one copied to another thread, message, version or key number does
 // not open (design §2):
@@ -321,6 +326,13 @@ func cutSealedField(b []byte) (key uint32, sealed, rest []byte, ok bool) {
 func isBase64(c byte) bool {
 	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '='
 }
+
+// plainMarkKey, thread:<tid>:plain, is written when a thread's plain
+// metadata (from before sealing) is replaced by a sealed one: the plain
+// record may still be in a file, so a shredded purge of the thread still
+// erases its span. (A message's versions are never replaced: a plain one
+// is still there to be seen.)
+func plainMarkKey(tid string) []byte { return append(threadPrefix(tid), "plain"...) }
 
 // The key-number index: thread:<tid>:key:<num 10d>:<mid>, written with
 // version 1 of every sealed message. A key of the thread, so a thread

@@ -304,3 +304,82 @@ func TestSealedMessagePurgeDropsItsKeyIndexEntry(t *testing.T) {
 		t.Errorf("key index of m1's key: %v, %v", ids, err)
 	}
 }
+
+// A shredded thread purge leaves the erase step only the spans of plain
+// records (written before sealing): sealed ones are noise without their
+// keys. Without Shredded every purged span is collected, as before.
+func TestShreddedPurgeErasesOnlyPlainRecords(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	c := newClock()
+	plain, err := store.Open(filepath.Join(dir, "data"), store.Options{Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tid := range []string{"old", "mixed"} {
+		if _, err := plain.CreateThread(ctx, store.Thread{ID: tid, Title: "x", Author: "ana"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := plain.AppendMessage(ctx, tid, store.Message{ID: tid + "-m", Author: "ana", Body: json.RawMessage(`1`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := plain.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := sealedStore(t, dir, c)
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.CreateThread(ctx, store.Thread{ID: "new", Title: "x", Author: "ana"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendMessage(ctx, "new", store.Message{ID: "new-m", Author: "ana", Body: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	// "mixed": a title changed and a message edited after sealing: sealed
+	// metadata that replaced a plain one (still in a file, so its span),
+	// one plain version left. "old" is sealed by its delete, likewise.
+	if _, err := s.SetTitle(ctx, "mixed", "y"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EditMessage(ctx, "mixed", "mixed-m", json.RawMessage(`2`)); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"new": 0, "old": 2, "mixed": 2}
+	for _, tid := range []string{"new", "old", "mixed"} {
+		th, err := s.DeleteThread(ctx, tid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.BeginPurge(ctx, store.PurgeMarker{Kind: store.KindThread, ID: tid, ThreadID: tid, DeletedTS: th.DeletedTS, RunID: "r"}); err != nil {
+			t.Fatal(err)
+		}
+		var spans store.EraseSpans
+		if _, err := s.PurgeThread(ctx, tid, store.PurgeOptions{Erase: &spans, Shredded: true}); err != nil {
+			t.Fatal(err)
+		}
+		if spans.Len() != want[tid] {
+			t.Errorf("thread %s: %d spans to erase, want %d", tid, spans.Len(), want[tid])
+		}
+	}
+	// Not shredded: the thread's span and its message's.
+	if _, err := s.CreateThread(ctx, store.Thread{ID: "kept", Title: "x", Author: "ana"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendMessage(ctx, "kept", store.Message{ID: "kept-m", Author: "ana", Body: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	th, err := s.DeleteThread(ctx, "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BeginPurge(ctx, store.PurgeMarker{Kind: store.KindThread, ID: "kept", ThreadID: "kept", DeletedTS: th.DeletedTS, RunID: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	var spans store.EraseSpans
+	if _, err := s.PurgeThread(ctx, "kept", store.PurgeOptions{Erase: &spans}); err != nil {
+		t.Fatal(err)
+	}
+	if spans.Len() != 2 {
+		t.Errorf("unshredded purge: %d spans, want 2", spans.Len())
+	}
+}

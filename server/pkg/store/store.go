@@ -139,6 +139,10 @@ type PurgeMarker struct {
 	// on recovery carries both (BeginSubjectPurge).
 	ErasureID string `json:"erasure_id,omitempty"`
 	Versions  int64  `json:"versions,omitempty"`
+	// Shredded is set (synced, OweShred) before a thread purge destroys
+	// the thread's data keys (spec §12): from then on the purge must
+	// finish and its record says shredded, whichever run writes it.
+	Shredded bool `json:"shredded,omitempty"`
 }
 
 // StampMarker is written in the same synced batch as a stamp (the start of
@@ -169,6 +173,11 @@ type PurgeOptions struct {
 	// Erase, when set, collects the key spans the purge removes, for
 	// Store.Erase.
 	Erase *EraseSpans
+	// Shredded: the thread's data keys are destroyed (spec §12), so its
+	// sealed records are noise and need no erase: PurgeThread adds to
+	// Erase only the spans of plain records it meets (written before
+	// sealing).
+	Shredded bool
 }
 
 // Options configure Open.

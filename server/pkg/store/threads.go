@@ -247,6 +247,7 @@ func (s *Store) updateThread(ctx context.Context, tid, op string, refuse func(ct
 	if err := s.openThread(ctx, &t); err != nil {
 		return Thread{}, err
 	}
+	wasPlain := t.Sealed == ""
 	b := s.db.NewBatch()
 	if !change(&t, b) {
 		_ = b.Close()
@@ -255,6 +256,11 @@ func (s *Store) updateThread(ctx context.Context, tid, op string, refuse func(ct
 	if err := s.writeThread(ctx, b, &t); err != nil {
 		_ = b.Close()
 		return Thread{}, fmt.Errorf("%s %s: %w", op, tid, err)
+	}
+	if wasPlain && t.Sealed != "" {
+		// Its plain metadata may still be in a file (design §6): a
+		// shredded purge of the thread erases it all the same.
+		_ = b.Set(plainMarkKey(tid), nil, nil)
 	}
 	if err := s.commitUser(ctx, h, b); err != nil {
 		return Thread{}, fmt.Errorf("%s %s: %w", op, tid, err)
