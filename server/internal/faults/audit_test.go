@@ -49,6 +49,7 @@ type auditLine struct {
 	Recovered   bool       `json:"recovered"`
 	Replayed    bool       `json:"replayed"`
 	ErasureID   string     `json:"erasure_id"` // subject erasures (spec §12)
+	Shredded    bool       `json:"shredded"`   // a sealing server's thread purge (spec §12)
 
 	FinishedAt time.Time `json:"finished_at"` // footer
 }

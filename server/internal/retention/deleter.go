@@ -93,6 +93,7 @@ func (d *deleter) shred(ctx context.Context, m *store.PurgeMarker) error {
 		return err
 	}
 	*m = owed
+	d.r.log.Debug("retention_shred_owed", "thread_id", m.ID)
 	if h := d.r.hooks.afterOweShred; h != nil {
 		h(ctx, *m)
 	}
