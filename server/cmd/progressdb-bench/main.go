@@ -259,6 +259,7 @@ var scenarios = []scenario{
 	{"B10", "backup and restore with purge replay", runB10},
 	{"B11", "cluster: 1 node vs 3, forwarding, purge over shards", runB11},
 	{"B12", "an audit trail of any age", runB12},
+	{"B13", "sealed content: write CPU, shredding purge, writers", runB13},
 	{"B13E", "subject erasure: the author's threads, not the database", runB13E},
 	{"B14", "CPU per request: HTTP, store and raw Pebble", runB14},
 }
