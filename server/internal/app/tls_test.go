@@ -234,7 +234,7 @@ func (n *tlsNode) url() string { return "https://" + n.addr }
 
 // startTLSCluster starts nodes ids over one etcd, each with a certificate
 // of ca naming 127.0.0.1, and waits until every shard is owned.
-func startTLSCluster(t *testing.T, ca *testcerts.CA, ids ...string) []*tlsNode {
+func startTLSCluster(t *testing.T, ca *testcerts.CA, extra []string, ids ...string) []*tlsNode {
 	t.Helper()
 	etcd := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -249,7 +249,7 @@ func startTLSCluster(t *testing.T, ca *testcerts.CA, ids ...string) []*tlsNode {
 		dir := t.TempDir()
 		n := &tlsNode{testNode: &testNode{id: id, addr: freeAddr(t), dir: dir, done: make(chan error, 1)}}
 		n.certFile, n.keyFile = ca.Issue(t, id, testcerts.Options{}).Write(t, dir, id)
-		cfg, err := config.Load([]string{
+		cfg, err := config.Load(append([]string{
 			"PROGRESSDB_DB_PATH=" + filepath.Join(dir, "data"),
 			"PROGRESSDB_ADDR=" + n.addr,
 			"PROGRESSDB_ADMIN_TOKEN=" + testAdminToken,
@@ -263,7 +263,7 @@ func startTLSCluster(t *testing.T, ca *testcerts.CA, ids ...string) []*tlsNode {
 			"PROGRESSDB_CLUSTER_TLS_CA_FILE=" + caFile,
 			"PROGRESSDB_CLUSTER_TLS_CERT_FILE=" + n.certFile,
 			"PROGRESSDB_CLUSTER_TLS_KEY_FILE=" + n.keyFile,
-		})
+		}, extra...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,7 +286,7 @@ func startTLSCluster(t *testing.T, ca *testcerts.CA, ids ...string) []*tlsNode {
 // would create does not exist afterwards, and a move step is not taken.
 func TestClusterMutualTLS(t *testing.T) {
 	ca := testcerts.NewCA(t, "cluster CA")
-	nodes := startTLSCluster(t, ca, "node-a", "node-b")
+	nodes := startTLSCluster(t, ca, nil, "node-a", "node-b")
 	a, b := nodes[0], nodes[1]
 	client := tlsClient(testcerts.ClientConfig(ca.Pool()))
 
@@ -333,5 +333,29 @@ func TestClusterMutualTLS(t *testing.T) {
 	code, body, _ := sendTLS(t, own, "GET", b.url()+"/v1/threads/"+tb, "", posing)
 	if code != http.StatusMisdirectedRequest || codeOf(body) != "misdirected" {
 		t.Fatalf("a node call with node-a's certificate: %d %s, want the router's 421 for a call without the epoch", code, body)
+	}
+}
+
+// On a cluster with client certificates for the admin routes, a client's
+// admin call with one is served through any node: the node that forwards
+// it to the shard's owner is checked as a node, the client by the node it
+// asked. Without one it is refused at the node it asked.
+func TestClusterAdminCallsWithClientCertificates(t *testing.T) {
+	ca, clientCA := testcerts.NewCA(t, "cluster CA"), testcerts.NewCA(t, "client CA")
+	nodes := startTLSCluster(t, ca, []string{"PROGRESSDB_TLS_CLIENT_CA_FILE=" + clientCA.WriteCA(t, t.TempDir(), "client-ca.pem")},
+		"node-a", "node-b")
+	a := nodes[0]
+	plain := tlsClient(testcerts.ClientConfig(ca.Pool()))
+	op := tlsClient(testcerts.ClientConfig(ca.Pool(), clientCA.Issue(t, "operator", testcerts.Options{Client: true}).TLS(t)))
+	tb := threadIn(t, 1) // node-b's
+	if code, body, _ := sendTLS(t, plain, "POST", a.url()+"/v1/threads", `{"id":"`+tb+`","title":"t","author":"x"}`, nil); code != http.StatusCreated {
+		t.Fatalf("create through node-a: %d %s", code, body)
+	}
+	auth := http.Header{"Authorization": {"Bearer " + testAdminToken}}
+	if code, body, _ := sendTLS(t, op, "GET", a.url()+"/admin/threads/"+tb, "", auth); code != http.StatusOK {
+		t.Fatalf("an admin call with the client CA's certificate, forwarded to node-b: %d %s", code, body)
+	}
+	if code, body, _ := sendTLS(t, plain, "GET", a.url()+"/admin/threads/"+tb, "", auth); code != http.StatusUnauthorized {
+		t.Fatalf("an admin call without a client certificate: %d %s", code, body)
 	}
 }
