@@ -10,8 +10,10 @@ import (
 
 	"gocloud.dev/secrets/localsecrets"
 
+	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/erase"
 	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -32,8 +34,8 @@ const (
 // b13Case is one database and author.
 type b13Case struct {
 	label           string
-	threads, author int // threads of the database, and of the author
-	took            []float64
+	threads, author int       // threads of the database, and of the author
+	took, erase     []float64 // request → completed; the data's erase step (footer)
 	purged, keys    int64
 }
 
@@ -49,7 +51,8 @@ func runB13E(ctx context.Context, b *bench) (*section, error) {
 	}
 	reps := b.reps(3)
 	sec.setup = append(sec.setup, fmt.Sprintf("Sealed databases (a local KEK, the key store beside the data) of "+
-		"%d (N) and %d (4N) threads, each of %d messages by its own creator, flushed and compacted; the erased "+
+		"%d (N) and %d (4N) threads, each of %d messages by its own creator, flushed and compacted (the key store's "+
+		"keys flushed too); the erased "+
 		"author wrote %d messages in each of %d or %d of the threads, spread over the keyspace. Measured: from "+
 		"the request (`Manager.Request`, what POST /admin/erasures calls) to the erasure's status `completed`: "+
 		"claims, keys destroyed, versions purged in batches (production defaults), the key store's and the "+
@@ -63,16 +66,25 @@ func runB13E(ctx context.Context, b *bench) (*section, error) {
 			b.logf("B13E %s: rep %d/%d: %s (%d messages, %d keys)", c.label, i+1, reps, fmtDurF(last(c.took)), c.purged, c.keys)
 		}
 	}
-	tb := table{header: []string{"Database", "Author's threads", "Messages erased", "Keys destroyed", "Request → completed"}}
+	tb := table{header: []string{"Database", "Author's threads", "Messages erased", "Keys destroyed", "Request → completed",
+		"of which the data's erase step"}}
 	for _, c := range cases {
 		tb.add(fmt.Sprintf("%d threads", c.threads), fmt.Sprint(c.author), fmt.Sprint(c.purged), fmt.Sprint(c.keys),
-			spread(c.took, fmtDurF))
+			spread(c.took, fmtDurF), spread(c.erase, fmtDurF))
 	}
 	sec.tables = append(sec.tables, tb)
 	small, large, wide := cases[0], cases[1], cases[2]
 	bigger := median(large.took) / median(small.took)
 	sec.addTarget("erasure time, author in the same threads, N → 4N database", "≈ 1x (≤ 1.5x)",
 		fmt.Sprintf("%s (%s → %s)", fmtRatio(bigger), fmtDurF(median(small.took)), fmtDurF(median(large.took))), bigger <= 1.5)
+	if bigger > 1.5 {
+		sec.notes = append(sec.notes, fmt.Sprintf("The erasure of the same author takes %s as long in the larger "+
+			"database: its fixed part is the data's erase step (%s → %s), which compacts the key ranges of the "+
+			"purged versions (spec §12 erases message-level purges' spans, a subject erasure's included) and "+
+			"rewrites every table holding one of them: spread over the keyspace, as here, their number grows with "+
+			"the database, as in B6. Claims, key destruction and purges follow the author's messages.",
+			fmtRatio(bigger), fmtDurF(median(small.erase)), fmtDurF(median(large.erase))))
+	}
 	sec.notes = append(sec.notes, fmt.Sprintf("An author in %d threads instead of %d (%s the threads) takes %s "+
 		"as long (%s → %s): the cost follows the author's threads and messages.", wide.author, large.author,
 		fmtRatio(float64(wide.author)/float64(large.author)), fmtRatio(median(wide.took)/median(large.took)),
@@ -108,6 +120,18 @@ func b13Rep(ctx context.Context, b *bench, c *b13Case, rep int) error {
 	if err := st.DB().Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
 		return err
 	}
+	// The key store settled too: its seeded keys in tables, as old keys
+	// are, rather than all in its memtable, which the erasure's first
+	// erase step would flush. (A key made and destroyed, then erased.)
+	if _, _, err := ks.Key(ctx, "b13-settle", "settle"); err != nil {
+		return err
+	}
+	if _, err := ks.DestroyThread(ctx, "b13-settle"); err != nil {
+		return err
+	}
+	if _, err := ks.Erase(ctx, erase.Options{}); err != nil {
+		return err
+	}
 	cfg, err := config.Load([]string{"PROGRESSDB_DB_PATH=" + filepath.Join(root, "db"), "PROGRESSDB_RETENTION_ENABLED=true",
 		"PROGRESSDB_RETENTION_AUDIT_PATH=" + filepath.Join(root, "audit")})
 	if err != nil {
@@ -137,6 +161,11 @@ func b13Rep(ctx context.Context, b *bench, c *b13Case, rep int) error {
 		switch es.Status {
 		case retention.ErasureCompleted:
 			c.took = append(c.took, float64(time.Since(start)))
+			sum, err := audit.LastRun(cfg.Retention.AuditPath)
+			if err != nil || sum == nil || sum.Footer == nil {
+				return fmt.Errorf("B13E: the erasure's audit file: %v", err)
+			}
+			c.erase = append(c.erase, float64(time.Duration(sum.Footer.EraseMS)*time.Millisecond))
 			c.purged, c.keys = es.MessagesPurged, es.KeysDestroyed
 			if want := int64(c.author * b13Authored); es.MessagesPurged != want || es.KeysDestroyed != int64(c.author) {
 				return fmt.Errorf("B13E: erased %d messages and %d keys, want %d and %d", es.MessagesPurged, es.KeysDestroyed, want, c.author)
