@@ -268,6 +268,9 @@ func (s *Store) BeginReplayPurge(ctx context.Context, m PurgeMarker) (PurgeMarke
 		var msg Message
 		msg, err = s.DeleteMessage(ctx, m.ThreadID, m.ID)
 		m.DeletedTS = msg.DeletedTS
+		if errors.Is(err, ErrUnreadable) {
+			return s.claimUnreadable(ctx, m)
+		}
 	}
 	if errors.Is(err, ErrNotFound) {
 		// Its record is gone but keys may be left (a purge cut short
@@ -293,6 +296,42 @@ func (s *Store) BeginReplayPurge(ctx context.Context, m PurgeMarker) (PurgeMarke
 	}
 	// Not synced on its own, as BeginPurge: the deletes follow it in the log.
 	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, pebble.NoSync); err != nil {
+		return m, fmt.Errorf("replay purge of %s %s: %w", m.Kind, m.ID, err)
+	}
+	return m, nil
+}
+
+// claimUnreadable claims for a replayed purge a message whose key is gone
+// (a subject erasure replayed where the key store already lost the
+// author's key): no tombstone can be sealed for it, so it is taken as a
+// subject claim takes a message, marker and live indexes in one batch.
+func (s *Store) claimUnreadable(ctx context.Context, m PurgeMarker) (PurgeMarker, error) {
+	defer s.locks.lock(m.ThreadID)()
+	msg, err := s.readMessage(m.ThreadID, m.ID)
+	if err != nil {
+		return m, fmt.Errorf("replay purge of %s %s: %w", m.Kind, m.ID, err)
+	}
+	claimed, err := s.purgeStarted(KindMessage, m.ID)
+	if err != nil {
+		return m, err
+	}
+	m.DeletedTS, m.Versions = msg.DeletedTS, msg.Version
+	if m.StartedAt == 0 {
+		m.StartedAt = s.now().UnixNano()
+	}
+	v, err := encode(m)
+	if err != nil {
+		return m, err
+	}
+	b := s.db.NewBatch()
+	_ = b.Set(purgeKey(KindMessage, m.ID), v, nil)
+	if !msg.Deleted && !claimed {
+		if err := s.liveChange(b, m.ThreadID, m.ID, -1); err != nil {
+			_ = b.Close()
+			return m, err
+		}
+	}
+	if err := s.commit(ctx, b, pebble.NoSync); err != nil {
 		return m, fmt.Errorf("replay purge of %s %s: %w", m.Kind, m.ID, err)
 	}
 	return m, nil

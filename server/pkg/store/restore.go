@@ -47,6 +47,9 @@ type RestoreState struct {
 	DatabaseID string `json:"database_id,omitempty"`
 	// Audit is the trail the replay reads and where the copy keeps its own.
 	Audit string `json:"audit,omitempty"`
+	// KeyStore is the folder the backup's key store was restored into
+	// (sealed content, spec §12): the replay destroys keys there.
+	KeyStore string `json:"keystore,omitempty"`
 }
 
 // UnfinishedRestoreError names an unfinished restore and how to finish it.
