@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -182,7 +183,39 @@ func (rn *run) replay(ctx context.Context, it audit.Item) {
 		rn.record(absent)
 		return
 	}
+	if err := rn.destroySubjectKey(ctx, c); err != nil {
+		rn.fail(ctx, stagePurge, "destroy the key of "+it.ItemType+" "+it.ItemID, err)
+		return
+	}
 	rn.take(ctx, c)
+}
+
+// destroySubjectKey destroys again, on a copy, the key a subject erasure
+// destroyed (spec §12 Copies): the copy's key store, restored from before
+// the erasure, still holds the author's key in the thread, which would
+// open the thread's title they sealed even once their messages are gone.
+// The key's number is in the message's record; the author is not needed.
+// Done before the claim: a replay killed after it repeats it as a no-op.
+func (rn *run) destroySubjectKey(ctx context.Context, c candidate) error {
+	if rn.r.keys == nil || c.cause != audit.CauseSubject || c.kind != store.KindMessage {
+		return nil
+	}
+	versions, err := rn.r.st.ListVersions(ctx, c.tid, c.id)
+	if errors.Is(err, store.ErrNotFound) || err == nil && len(versions) == 0 {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if num := versions[0].Key; num != 0 {
+		gone, err := rn.r.keys.DestroyKey(ctx, keystore.KeyRef{Thread: c.tid, Number: num})
+		if err != nil {
+			return err
+		}
+		rn.r.log.Debug("retention_replay_subject_key_destroyed", "run_id", rn.id, "thread_id", c.tid,
+			"message_id", c.id, "key", num, "was_there", gone)
+	}
+	return nil
 }
 
 // BrokenTrailError lists why the trail after the head does not verify.
