@@ -155,10 +155,16 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 
 // NewBackups builds the backup creator over an open store; svc keeps
 // retention runs from purging while a checkpoint is taken. reg, when not
-// nil, receives the backup metrics.
+// nil, receives the backup metrics. A store that seals is backed up with
+// its key store (spec §12).
 func NewBackups(st *store.Store, cfg config.Config, svc *retention.Manager, logger *slog.Logger, reg prometheus.Registerer, signingKey ed25519.PrivateKey) (*backup.Creator, error) {
+	var keys backup.KeyStore
+	if ks, ok := st.KeySealer().(*keystore.KeyStore); ok && ks != nil {
+		keys = ks
+	}
 	return backup.NewCreator(backup.Options{
 		Store:      st,
+		KeyStore:   keys,
 		Hold:       svc,
 		SigningKey: signingKey,
 		Version:    buildinfo.Read().Version,

@@ -149,6 +149,11 @@ func extract(ctx context.Context, path string, r io.Reader, dir, ksDir string, p
 	if then != nil {
 		st := *then
 		st.State, st.BackupID = store.RestoreReplaying, rep.Manifest.BackupID
+		if ksMade {
+			if st.KeyStore, err = filepath.Abs(ksDir); err != nil {
+				return rep, fmt.Errorf("backup: %w", err)
+			}
+		}
 		if st.Backup == "" {
 			st.Backup = path
 		}
