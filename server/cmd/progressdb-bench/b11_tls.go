@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/progressdb/progressdb/server/internal/testtools/testcerts"
+	"github.com/progressdb/progressdb/internal/testcerts"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
@@ -17,47 +17,38 @@ type b11TLS struct {
 	caFile string
 }
 
-// certFailure is how testcerts' Fatal ends a bench run: newB11TLS and
-// nodeEnv recover it into an error.
-type certFailure struct{ msg string }
-
-type certTB struct{}
-
-func (certTB) Helper()           {}
-func (certTB) Fatal(args ...any) { panic(certFailure{fmt.Sprint(args...)}) }
-
-// catchCert turns a certFailure panic into *err.
-func catchCert(err *error) {
-	if r := recover(); r != nil {
-		f, ok := r.(certFailure)
-		if !ok {
-			panic(r)
-		}
-		*err = fmt.Errorf("make certificates: %s", f.msg)
-	}
-}
-
 // newB11TLS makes a CA in dir.
-func newB11TLS(dir string) (tc *b11TLS, err error) {
-	defer catchCert(&err)
+func newB11TLS(dir string) (*b11TLS, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	ca := testcerts.NewCA(certTB{}, "B11 cluster CA")
-	return &b11TLS{ca: ca, caFile: ca.WriteCA(certTB{}, dir, "ca.crt")}, nil
+	tc := &b11TLS{}
+	err := testcerts.Catch(func(t testcerts.TB) {
+		tc.ca = testcerts.NewCA(t, "B11 cluster CA")
+		tc.caFile = tc.ca.WriteCA(t, dir, "ca.crt")
+	})
+	if err != nil {
+		return nil, fmt.Errorf("make the cluster CA: %w", err)
+	}
+	return tc, nil
 }
 
 // nodeEnv gives node id a certificate naming 127.0.0.1, written in dir,
 // and returns the settings that turn mutual TLS on.
-func (tc *b11TLS) nodeEnv(dir, id string) (env []string, err error) {
+func (tc *b11TLS) nodeEnv(dir, id string) ([]string, error) {
 	if tc == nil {
 		return nil, nil
 	}
-	defer catchCert(&err)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	cert, key := tc.ca.Issue(certTB{}, id, testcerts.Options{}).Write(certTB{}, dir, filepath.Base(dir)+"-tls")
+	var cert, key string
+	err := testcerts.Catch(func(t testcerts.TB) {
+		cert, key = tc.ca.Issue(t, id, testcerts.Options{}).Write(t, dir, filepath.Base(dir)+"-tls")
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node %s's certificate: %w", id, err)
+	}
 	return []string{config.VarClusterTLSCA + "=" + tc.caFile, config.VarClusterTLSCert + "=" + cert,
 		config.VarClusterTLSKey + "=" + key}, nil
 }

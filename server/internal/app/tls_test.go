@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/internal/testcerts"
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
 	"github.com/progressdb/progressdb/server/internal/router"
-	"github.com/progressdb/progressdb/server/internal/testtools/testcerts"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 

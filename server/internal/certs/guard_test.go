@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/progressdb/progressdb/server/internal/testtools/testcerts"
+	"github.com/progressdb/progressdb/internal/testcerts"
 )
 
 // A verification reused for a connection's certificate never outlives

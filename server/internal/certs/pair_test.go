@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/internal/testcerts"
 	"github.com/progressdb/progressdb/server/internal/certs"
-	"github.com/progressdb/progressdb/server/internal/testtools/testcerts"
 )
 
 // tlsServer serves over TLS with pair's certificate and counts the

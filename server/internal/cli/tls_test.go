@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/progressdb/progressdb/server/internal/testtools/testcerts"
+	"github.com/progressdb/progressdb/internal/testcerts"
 )
 
 // startTLSServer starts `progressdb serve` from the built binary with

@@ -11,9 +11,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/progressdb/progressdb/internal/testcerts"
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/testtools"
-	"github.com/progressdb/progressdb/server/internal/testtools/testcerts"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/progressdb/progressdb/server/internal/testtools/testcerts"
+	"github.com/progressdb/progressdb/internal/testcerts"
 )
 
 // suiteCA is the cluster CA of the suite's nodes, made by the first

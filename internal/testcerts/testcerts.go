@@ -13,6 +13,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -20,12 +22,37 @@ import (
 	"time"
 )
 
-// TB is what the helpers need of a test (testing.TB has it): a
-// benchmark's harness can pass its own, whose Fatal stops its run.
+// TB is what the helpers need of a test (testing.TB has it); Catch
+// gives code outside a test one.
 type TB interface {
 	Helper()
 	Fatal(args ...any)
 }
+
+// Catch runs fn with a TB whose Fatal stops fn, and returns what it
+// reported as an error: for callers that are not tests (a benchmark, a
+// helper that returns errors).
+func Catch(fn func(t TB)) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c, ok := r.(caught)
+			if !ok {
+				panic(r)
+			}
+			err = errors.New(c.msg)
+		}
+	}()
+	fn(catcher{})
+	return nil
+}
+
+// caught is what a catcher's Fatal panics with.
+type caught struct{ msg string }
+
+type catcher struct{}
+
+func (catcher) Helper()           {}
+func (catcher) Fatal(args ...any) { panic(caught{fmt.Sprint(args...)}) }
 
 // CA is a certificate authority of a test.
 type CA struct {
@@ -145,11 +172,18 @@ func (ca *CA) Issue(t TB, cn string, o Options) Leaf {
 }
 
 // Write writes the certificate and key to dir/<name>.crt and
-// dir/<name>.key, each replaced by a rename as a deployment replaces
-// them, and returns their paths.
+// dir/<name>.key (WriteFiles) and returns their paths.
 func (l Leaf) Write(t TB, dir, name string) (certFile, keyFile string) {
 	t.Helper()
 	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	l.WriteFiles(t, certFile, keyFile)
+	return certFile, keyFile
+}
+
+// WriteFiles writes the certificate and key to their paths, each
+// replaced by a rename as a deployment replaces them.
+func (l Leaf) WriteFiles(t TB, certFile, keyFile string) {
+	t.Helper()
 	for _, f := range []struct {
 		path string
 		data []byte
@@ -162,7 +196,6 @@ func (l Leaf) Write(t TB, dir, name string) (certFile, keyFile string) {
 			t.Fatal(err)
 		}
 	}
-	return certFile, keyFile
 }
 
 // TLS is the pair as a tls.Certificate, for a client to present.
