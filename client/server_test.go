@@ -65,6 +65,13 @@ const (
 // and stops it with SIGTERM when the test ends. It returns the base URL.
 func serve(t testing.TB, env ...string) string {
 	t.Helper()
+	return start(t, "http", http.DefaultClient, env)
+}
+
+// start is serve with the scheme the server answers on and the HTTP client
+// that can ask its /healthz.
+func start(t testing.TB, scheme string, hc *http.Client, env []string) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -102,9 +109,9 @@ func serve(t testing.TB, env ...string) string {
 			t.Errorf("serve did not stop on SIGTERM\n%s", logs.String())
 		}
 	})
-	base := "http://" + addr
+	base := scheme + "://" + addr
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		res, err := http.Get(base + "/healthz")
+		res, err := hc.Get(base + "/healthz")
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {

@@ -324,6 +324,31 @@ describe("@progressdb/client against progressdb serve", { skip }, () => {
     await assert.rejects(connect(url, { tls: { cert: read("client.pem") } }), /both cert and key/);
   });
 
+  test("TLS options against the server's TLS listener", { skip: process.env.PROGRESSDB_TEST_PKI ? false : "PROGRESSDB_TEST_PKI is not set" }, async (t) => {
+    const pki = process.env.PROGRESSDB_TEST_PKI;
+    const read = (name) => readFileSync(join(pki, name));
+    const base = await serve(
+      t,
+      {
+        PROGRESSDB_TLS_CERT_FILE: join(pki, "server.pem"),
+        PROGRESSDB_TLS_KEY_FILE: join(pki, "server-key.pem"),
+        PROGRESSDB_TLS_CLIENT_CA_FILE: join(pki, "ca.pem"),
+      },
+      { ca: read("ca.pem") },
+    );
+    const admin = await connect(base, { tls: { ca: read("ca.pem"), cert: read("client.pem"), key: read("client-key.pem") } });
+    const th = await admin.createThread({ title: "Over TLS", author: "ann" });
+    await admin.setLegalHold(th.id, true);
+    assert.deepEqual((await admin.legalHolds()).map((x) => x.id), [th.id]);
+
+    const app = await connect(base, { tls: { ca: read("ca.pem") } });
+    assert.equal((await app.getThread(th.id)).title, "Over TLS");
+    // The certificate guard answers before the request gets its ID.
+    await assert.rejects(app.legalHolds(), (err) => err instanceof ProgressDBError && err.status === 401 && err.code === "unauthorized");
+    await assert.rejects((await connect(base)).getThread(th.id));
+    await assert.rejects((await connect(base.replace("https:", "http:"))).getThread(th.id));
+  });
+
   test("subject erasure with sealing", async (t) => {
     const keys = mkdtempSync(join(tmpdir(), "progressdb-keys-"));
     t.after(() => rmSync(keys, { recursive: true, force: true }));

@@ -2,6 +2,7 @@
 // PROGRESSDB_BIN (the Go test that runs this suite builds it).
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
+import { get as httpsGet } from "node:https";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -23,12 +24,23 @@ function freePort() {
   });
 }
 
+/** GET url's status over HTTPS, trusting ca. */
+function httpsStatus(url, ca) {
+  return new Promise((resolve, reject) => {
+    httpsGet(url, { ca }, (res) => {
+      res.resume();
+      resolve(res.statusCode);
+    }).on("error", reject);
+  });
+}
+
 /**
  * Starts a server with a database in a temporary folder, the API key, the
  * admin token, a backup folder and env (overriding; "" unsets), and
- * registers its stop with t.after. Returns its base URL.
+ * registers its stop with t.after. Returns its base URL: https:// when
+ * tls.ca (PEM) is given, which verifies the server's certificate.
  */
-export async function serve(t, env = {}) {
+export async function serve(t, env = {}, tls = undefined) {
   const dir = mkdtempSync(join(tmpdir(), "progressdb-ts-"));
   const port = await freePort();
   const vars = {
@@ -49,19 +61,34 @@ export async function serve(t, env = {}) {
   const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
   t.after(async () => {
     child.kill("SIGTERM");
-    const { code } = await exited;
+    // A server that does not stop is killed and named, not waited for.
+    let timer;
+    const stopped = await Promise.race([
+      exited,
+      new Promise((resolve) => (timer = setTimeout(() => resolve(undefined), 30000))),
+    ]);
+    clearTimeout(timer);
+    if (stopped === undefined) {
+      child.kill("SIGKILL");
+      await exited;
+    }
     rmSync(dir, { recursive: true, force: true });
-    if (code !== 0) throw new Error(`serve exited ${code}:\n${logs}`);
+    if (stopped === undefined) throw new Error(`serve did not stop within 30 s of SIGTERM:\n${logs}`);
+    if (stopped.code !== 0) throw new Error(`serve exited ${stopped.code}:\n${logs}`);
   });
-  const base = `http://127.0.0.1:${port}`;
+  const base = `${tls ? "https" : "http"}://127.0.0.1:${port}`;
   const deadline = Date.now() + 30000;
   let gone = false;
   exited.then(() => (gone = true));
   for (;;) {
     try {
-      const res = await fetch(`${base}/healthz`);
-      await res.body?.cancel();
-      if (res.status === 200) return base;
+      if (tls) {
+        if ((await httpsStatus(`${base}/healthz`, tls.ca)) === 200) return base;
+      } else {
+        const res = await fetch(`${base}/healthz`);
+        await res.body?.cancel();
+        if (res.status === 200) return base;
+      }
     } catch {
       // Not listening yet.
     }

@@ -2,27 +2,38 @@ package tsclient
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/progressdb/progressdb/internal/testpki"
 	"github.com/progressdb/progressdb/server/internal/testtools"
 )
 
-// run runs cmd in dir with PATH, HOME and env only, failing the test with
-// its output when it fails; it returns its standard output.
-func run(t *testing.T, dir string, cmd *exec.Cmd, env ...string) string {
+// run runs name with args in dir, with PATH, HOME and env only, failing
+// the test with its output when it fails or runs past five minutes (its
+// process group is then killed: node and the servers it started); it
+// returns its standard output.
+func run(t *testing.T, dir string, env []string, name string, args ...string) string {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "npm_config_update_notifier=false"}, env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s: %v\n%s\n%s", strings.Join(cmd.Args, " "), err, out.String(), errb.String())
+		t.Fatalf("%s %s: %v (%v)\n%s\n%s", name, strings.Join(args, " "), err, ctx.Err(), out.String(), errb.String())
 	}
 	return out.String()
 }
@@ -70,22 +81,23 @@ func TestTypeScriptClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	if errStamp != nil || stamp.ModTime().Before(lock.ModTime()) {
-		run(t, dir, exec.Command("npm", "ci", "--no-audit", "--no-fund"))
+		run(t, dir, nil, "npm", "ci", "--no-audit", "--no-fund")
 	}
-	run(t, dir, exec.Command("npm", "run", "--silent", "build"))
+	run(t, dir, nil, "npm", "run", "--silent", "build")
 
 	bin := filepath.Join(t.TempDir(), "progressdb")
-	run(t, root, exec.Command("go", "build", "-o", bin, "./server/cmd/progressdb"),
-		"GOCACHE="+goEnv(t, "GOCACHE"), "GOPATH="+goEnv(t, "GOPATH"), "GOFLAGS="+os.Getenv("GOFLAGS"))
+	run(t, root, []string{"GOCACHE=" + goEnv(t, "GOCACHE"), "GOPATH=" + goEnv(t, "GOPATH"), "GOFLAGS=" + os.Getenv("GOFLAGS")},
+		"go", "build", "-o", bin, "./server/cmd/progressdb")
 	pki, err := testpki.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := run(t, dir, exec.Command("node", "--test", "--test-reporter=spec", "test/client.test.mjs"),
-		"PROGRESSDB_BIN="+bin, "PROGRESSDB_TEST_PKI="+pki.Dir, "PROGRESSDB_EXAMPLES="+filepath.Join(root, "examples", "typescript"))
+	// A test that hangs fails with its name after two minutes.
+	out := run(t, dir, []string{"PROGRESSDB_BIN=" + bin, "PROGRESSDB_TEST_PKI=" + pki.Dir, "PROGRESSDB_EXAMPLES=" + filepath.Join(root, "examples", "typescript")},
+		"node", "--test", "--test-reporter=spec", "--test-timeout=120000", "test/client.test.mjs")
 	t.Logf("node --test:\n%s", out)
 	// Every test ran: none was skipped for a setting missing here.
-	for _, want := range []string{"ℹ fail 0", "ℹ skipped 0", "ℹ pass 7"} {
+	for _, want := range []string{"ℹ fail 0", "ℹ skipped 0", "ℹ pass 8"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("node --test output lacks %q:\n%s", want, out)
 		}
