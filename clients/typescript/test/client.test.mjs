@@ -350,10 +350,8 @@ describe("@progressdb/client against progressdb serve", { skip }, () => {
   });
 
   test("subject erasure with sealing", async (t) => {
-    const keys = mkdtempSync(join(tmpdir(), "progressdb-keys-"));
-    t.after(() => rmSync(keys, { recursive: true, force: true }));
     const kek = "base64key://" + Buffer.alloc(32, 7).toString("base64");
-    const c = await connect(await serve(t, { PROGRESSDB_KEK: kek, PROGRESSDB_KEYSTORE_PATH: join(keys, "ks") }));
+    const c = await connect(await serve(t, { PROGRESSDB_KEK: kek, PROGRESSDB_KEYSTORE_PATH: "{dir}/keys" }));
     await c.createThread({ id: "t-1", title: "Plans", author: "bob" });
     await c.appendMessage("t-1", { id: "m-ann", author: "ann", body: "mine" });
     await c.appendMessage("t-1", { id: "m-bob", author: "bob", body: "his" });

@@ -36,8 +36,9 @@ function httpsStatus(url, ca) {
 
 /**
  * Starts a server with a database in a temporary folder, the API key, the
- * admin token, a backup folder and env (overriding; "" unsets), and
- * registers its stop with t.after. Returns its base URL: https:// when
+ * admin token, a backup folder and env (overriding; "" unsets; "{dir}" in
+ * a value is the server's temporary folder, removed once it has stopped),
+ * and registers its stop with t.after. Returns its base URL: https:// when
  * tls.ca (PEM) is given, which verifies the server's certificate.
  */
 export async function serve(t, env = {}, tls = undefined) {
@@ -53,7 +54,10 @@ export async function serve(t, env = {}, tls = undefined) {
     PROGRESSDB_LOG_LEVEL: "warn",
     ...env,
   };
-  for (const [k, v] of Object.entries(vars)) if (v === "") delete vars[k];
+  for (const [k, v] of Object.entries(vars)) {
+    if (v === "") delete vars[k];
+    else vars[k] = v.replaceAll("{dir}", dir);
+  }
   const child = spawn(process.env.PROGRESSDB_BIN, ["serve"], { env: vars, stdio: ["ignore", "pipe", "pipe"] });
   let logs = "";
   child.stdout.on("data", (b) => (logs += b));
