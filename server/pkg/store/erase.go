@@ -176,6 +176,18 @@ func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions)
 		return res, err
 	}
 	res.Full = opts.Full
+	if !res.Full && spans.Len() == 0 {
+		// Nothing plain was purged: a shredded thread's records are
+		// ciphertext whose keys are gone (spec §12, design §6), so no
+		// table or log holds content to erase, and the flush and log
+		// rotations would only hold up writers.
+		err := s.db.Set([]byte(eraseKey), nil, pebble.Sync)
+		s.threads.forget()
+		if err != nil {
+			return res, fmt.Errorf("erase: record: %w", err)
+		}
+		return res, nil
+	}
 	var ranges []erase.Span
 	if res.Full {
 		// Every key of the store is printable ASCII.

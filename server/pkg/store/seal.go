@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -131,6 +132,13 @@ func (s *Store) sealThread(ctx context.Context, t *Thread) error {
 	return nil
 }
 
+// sealScratch holds a seal's plaintext, associated data and ciphertext
+// between calls: one append seals once, and three fresh buffers per seal
+// were a third of its allocations.
+type sealScratch struct{ plain, ad, ct []byte }
+
+var sealScratches = sync.Pool{New: func() any { return new(sealScratch) }}
+
 // sealMessage seals m's author and body (compact JSON) under the key
 // numbered m.Key, or the author's key when m has none yet (a new message,
 // or a plain one changed after sealing was turned on).
@@ -139,8 +147,9 @@ func (s *Store) sealMessage(ctx context.Context, m *Message) error {
 	if err != nil {
 		return fmt.Errorf("seal message %s: %w", m.ID, err)
 	}
-	plain := make([]byte, 0, len(`{"author":,"body":}`)+len(m.Author)+len(m.Body)+8)
-	plain = append(plain, `{"author":`...)
+	sc := sealScratches.Get().(*sealScratch)
+	defer sealScratches.Put(sc)
+	plain := append(sc.plain[:0], `{"author":`...)
 	plain = appendJSONString(plain, m.Author)
 	plain = append(plain, `,"body":`...)
 	if len(m.Body) == 0 {
@@ -149,9 +158,12 @@ func (s *Store) sealMessage(ctx context.Context, m *Message) error {
 		plain = append(plain, m.Body...)
 	}
 	plain = append(plain, '}')
+	sc.ad = sealAD(sc.ad[:0], sealFieldVersion, m.Thread, m.ID, m.Version, num)
+	sc.ct = a.Seal(sc.ct[:0], nil, plain, sc.ad)
 	m.Key = num
-	m.Sealed = seal(a, plain, sealAD(nil, sealFieldVersion, m.Thread, m.ID, m.Version, num))
+	m.Sealed = base64.StdEncoding.EncodeToString(sc.ct)
 	clear(plain)
+	sc.plain = plain[:0]
 	return nil
 }
 
