@@ -64,7 +64,7 @@ func (ks *KeyStore) Erase(ctx context.Context, opts erase.Options) (EraseResult,
 		// Every key of the store is printable ASCII.
 		ranges = []erase.Span{{Start: []byte{0}, End: []byte{0xff}}}
 	} else {
-		ranges = erase.Merge(ks.db, spans, eraseGap)
+		ranges = erase.Merge(ks.db, spans, erase.GapMerge)
 	}
 	if opts.Wait <= 0 {
 		opts.Wait = ks.eraseWait

@@ -92,15 +92,6 @@ const (
 	dirMode = 0o700
 )
 
-// tableSize is the key store's target table size at every level, and
-// eraseGap the table bytes between two destroyed spans below which its
-// erase step compacts them as one range: a few tables, so that an erase
-// rewrites the tables around what was destroyed, not the store.
-const (
-	tableSize = 64 << 10
-	eraseGap  = 4 * tableSize
-)
-
 // DefaultCacheSize is the number of built AEADs kept in memory.
 const DefaultCacheSize = 1 << 16
 
@@ -173,17 +164,10 @@ func Open(ctx context.Context, path string, opts Options) (*KeyStore, error) {
 	if err := os.MkdirAll(path, dirMode); err != nil {
 		return nil, fmt.Errorf("open key store %q: %w", path, err)
 	}
-	popts := &pebble.Options{
+	db, err := pebble.Open(path, &pebble.Options{
 		FS:     erase.NoRecycleFS{FS: vfs.Default},
 		Logger: pebbleLogger{opts.Logger},
-	}
-	// Small tables at every level: the erase step rewrites the tables
-	// that hold destroyed keys, so with small ones its cost follows the
-	// keys destroyed rather than the size of the store.
-	for i := range popts.TargetFileSizes {
-		popts.TargetFileSizes[i] = tableSize
-	}
-	db, err := pebble.Open(path, popts)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open key store %q: %w", path, err)
 	}
