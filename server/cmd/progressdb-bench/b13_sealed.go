@@ -137,6 +137,13 @@ func runB13(ctx context.Context, b *bench) (*section, error) {
 	sec.addTarget("sealed thread-purge erase time N → 4N at equal purged volume", "≤ 1.2x",
 		fmt.Sprintf("%s (%s → %s; plain, B6 here: %s, %s → %s)", fmtRatio(growth), fmtDurF(total(n)), fmtDurF(total(n4)),
 			fmtRatio(plainGrowth), fmtDurF(median(n.plainErase)), fmtDurF(median(n4.plainErase))), growth <= 1.2)
+	if growth > 1.2 {
+		sec.notes = append(sec.notes, fmt.Sprintf("The sealed erase time grows %s from N to 4N: it is the key store's "+
+			"erase step (the data's is left with nothing to compact, a few ms), whose spans are merged with the data "+
+			"store's 8 MiB gap, so a key store of a few MiB is compacted whole and its cost follows the key store's "+
+			"size (4× the threads, 4× the keys) rather than the keys destroyed. It stays below the plain erase at both "+
+			"sizes. What was tried and what is open: docs/sealed-content-design.md §6.", fmtRatio(growth)))
+	}
 	for _, sz := range sizes {
 		r := median(sz.p99Shred) / median(sz.p99None)
 		sec.addTarget(fmt.Sprintf("write p99 during a shredding run (%s) / no run", sz.label), "≤ 2x",
