@@ -49,7 +49,7 @@ for f in "$root/$cmd"/*.go; do
 done
 # The scenario table lists only the chosen scenarios.
 awk -v wanted="$wanted" '
-	/^\t\{"B[0-9]+", / {
+	/^\t\{"B[0-9]+[A-Z]*", / {
 		id = $0; sub(/^\t\{"/, "", id); sub(/".*/, "", id)
 		if (index(wanted, " " id " ") == 0) next
 	}
