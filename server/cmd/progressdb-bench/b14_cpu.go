@@ -59,8 +59,9 @@ func runB14(ctx context.Context, b *bench) (*section, error) {
 			"committing what an append writes (two keys) in one batch with `Sync`: the floor. Appends go to one "+
 			"thread (server-generated IDs, a ~60-byte body; every 201 is durable), each cell on a fresh "+
 			"database after untimed warm-up writes. The read is `GET /v1/threads/{tid}/messages?limit=100` "+
-			"(the first page) of a thread of %d messages, flushed and compacted. %d repetitions, interleaved; "+
-			"medians, with range.",
+			"(the first page) of a thread of %d messages, flushed and compacted. Allocations are this process's "+
+			"heap allocations per request over the same loop (Pebble's included). %d repetitions, interleaved; "+
+			"medians, with range. `-profile DIR` writes each cell's CPU and allocation profiles (CONTRIBUTING.md).",
 		dur, count(maxOps), threadLen, reps))
 
 	read, err := b14SeedRead(ctx, b.dir("b14", "read"), threadLen)
@@ -140,8 +141,8 @@ func runB14(ctx context.Context, b *bench) (*section, error) {
 		sec.notes = append(sec.notes, fmt.Sprintf(
 			"Append, %d client(s): raw Pebble's synced commit costs %s of CPU (the floor: the log write and "+
 				"fdatasync, most of it system time, and at 16 clients shared by the commits of one sync), the "+
-				"store %s (%s of raw: reading the thread and its live count, the message's keys and indexes, "+
-				"the lock), the API %s: HTTP adds %s (reading and parsing the request, the socket write of the "+
+				"store %s (%s of raw: the live count read, the thread's record read once and remembered, the "+
+				"message's keys and indexes, four more keys in the memtable than raw's two, the lock), the API %s: HTTP adds %s (reading and parsing the request, the socket write of the "+
 				"answer, net/http's goroutines and the wake-ups between them, the body's checks, the answer's "+
 				"encoding).",
 			c.clients, fmtDurF(raw), fmtDurF(st), fmtRatio(st/raw), fmtDurF(api), fmtDurF(api-st)))
