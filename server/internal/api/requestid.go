@@ -27,12 +27,19 @@ type requestIDKey struct{}
 // characters: the time and 80 random bits, unique across processes), which
 // costs neither a system call nor a lock-free random read per request.
 func withRequestID(w http.ResponseWriter, r *http.Request, ids *store.IDSource) *http.Request {
-	id := r.Header.Get(RequestIDHeader)
-	if !saneRequestID(id) {
-		id = ids.Next()
-	}
+	id := RequestIDFor(r, ids)
 	w.Header()[requestIDHeaderKey] = []string{id}
 	return r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+}
+
+// RequestIDFor is the ID the answer to r carries: the client's when sane,
+// else a new one from ids. Whatever answers before the API (the
+// certificate guard) gives its answers one the same way.
+func RequestIDFor(r *http.Request, ids *store.IDSource) string {
+	if id := r.Header.Get(RequestIDHeader); saneRequestID(id) {
+		return id
+	}
+	return ids.Next()
 }
 
 // saneRequestID accepts what request-ID schemes use (UUIDs, hex, base32

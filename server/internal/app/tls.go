@@ -18,6 +18,7 @@ import (
 
 	"github.com/progressdb/progressdb/server/internal/certs"
 	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // transport is a server's TLS (spec §14): the certificate its listener
@@ -168,7 +169,7 @@ func (t *transport) nodeTLS() *tls.Config {
 
 // guard is the Guard of the routes that need a client certificate.
 func (t *transport) guard(logger *slog.Logger) *certs.Guard {
-	return &certs.Guard{Admin: t.clientCA, Nodes: t.clusterCA, Logger: logger}
+	return &certs.Guard{Admin: t.clientCA, Nodes: t.clusterCA, Logger: logger, IDs: store.NewIDSource()}
 }
 
 // start reloads the pairs on SIGHUP and when their files change, and

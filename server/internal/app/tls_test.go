@@ -156,9 +156,18 @@ func TestServeTLS(t *testing.T) {
 		"another CA's":           tlsClient(testcerts.ClientConfig(ca.Pool(), otherCA.Issue(t, "op", testcerts.Options{Client: true}).TLS(t))),
 		"an expired certificate": tlsClient(testcerts.ClientConfig(ca.Pool(), clientCA.Issue(t, "op", testcerts.Options{Client: true, NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)}).TLS(t))),
 	} {
-		code, b, _ := sendTLS(t, c, "GET", base+"/admin/threads/secret-thread", "", auth)
+		code, b, resp := sendTLS(t, c, "GET", base+"/admin/threads/secret-thread", "", auth)
 		if code != http.StatusUnauthorized || codeOf(b) != "unauthorized" || strings.Contains(string(b), "launch date") {
 			t.Errorf("admin call with %s: %d %s", name, code, b)
+		}
+		// Refused before the API, the answer still carries a request ID
+		// (spec §7): the client's own when it sent one.
+		if resp.Header.Get("X-Request-ID") == "" {
+			t.Errorf("admin call with %s: refused without an X-Request-ID", name)
+		}
+		withID := http.Header{"Authorization": auth["Authorization"], "X-Request-Id": {"client-chosen-id.42"}}
+		if _, _, resp := sendTLS(t, c, "GET", base+"/admin/threads/secret-thread", "", withID); resp.Header.Get("X-Request-ID") != withID.Get("X-Request-ID") {
+			t.Errorf("admin call with %s: X-Request-ID %q, want the client's %q", name, resp.Header.Get("X-Request-ID"), withID.Get("X-Request-ID"))
 		}
 	}
 	op := tlsClient(testcerts.ClientConfig(ca.Pool(), clientCA.Issue(t, "operator", testcerts.Options{Client: true}).TLS(t)))

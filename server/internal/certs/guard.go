@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/server/internal/api"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // Guard checks the client certificates a route needs before any handler
@@ -33,6 +34,9 @@ type Guard struct {
 	Logger     *slog.Logger
 	// Now is the clock certificates are checked at (time.Now when nil).
 	Now func() time.Time
+	// IDs makes the X-Request-ID of a refusal whose request brought none
+	// (spec §7: every answer carries one); required.
+	IDs *store.IDSource
 
 	cache verifyCache
 }
@@ -100,8 +104,9 @@ func (g *Guard) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if g.Nodes != nil && g.NodeCall != nil && g.NodeCall(r) {
 			if err := g.checkNode(r, now()); err != nil {
-				logger.Warn("tls_node_call_refused", "remote", r.RemoteAddr, "path", r.URL.Path, "err", err)
-				refuse(w, http.StatusForbidden, api.CodeNotANode, "node-to-node calls need a node certificate signed by the cluster CA that names the calling node's advertise host: "+err.Error())
+				id := api.RequestIDFor(r, g.IDs)
+				logger.Warn("tls_node_call_refused", "request_id", id, "remote", r.RemoteAddr, "path", r.URL.Path, "err", err)
+				refuse(w, id, http.StatusForbidden, api.CodeNotANode, "node-to-node calls need a node certificate signed by the cluster CA that names the calling node's advertise host: "+err.Error())
 				return
 			}
 			// A node's call was checked as one: the admin routes it
@@ -111,8 +116,9 @@ func (g *Guard) Handler(next http.Handler) http.Handler {
 		}
 		if g.Admin != nil && adminPath(r.URL.Path) {
 			if err := g.cache.verify(r.TLS, g.Admin, now()); err != nil {
-				logger.Warn("tls_admin_call_refused", "remote", r.RemoteAddr, "path", r.URL.Path, "err", err)
-				refuse(w, http.StatusUnauthorized, api.CodeUnauthorized, "the admin routes need a client certificate signed by the server's client CA: "+err.Error())
+				id := api.RequestIDFor(r, g.IDs)
+				logger.Warn("tls_admin_call_refused", "request_id", id, "remote", r.RemoteAddr, "path", r.URL.Path, "err", err)
+				refuse(w, id, http.StatusUnauthorized, api.CodeUnauthorized, "the admin routes need a client certificate signed by the server's client CA: "+err.Error())
 				return
 			}
 		}
@@ -145,7 +151,8 @@ func adminPath(path string) bool {
 // refuse answers with the API's error shape (spec §7): 403 not_a_node
 // for a node call, 401 unauthorized for an admin call (a credential is
 // missing), as for a missing token.
-func refuse(w http.ResponseWriter, status int, code api.Code, msg string) {
+func refuse(w http.ResponseWriter, requestID string, status int, code api.Code, msg string) {
+	w.Header().Set(api.RequestIDHeader, requestID)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
