@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -82,7 +83,7 @@ func Scan(dir string, needles []string) (Report, error) {
 			}
 		}
 		if strings.HasSuffix(path, ".sst") {
-			if err := scanTable(path, rel, needles, rep); err != nil {
+			if err := scanTableOnceWritten(path, rel, needles, rep); err != nil {
 				return fmt.Errorf("storetest: decode %s: %w", rel, err)
 			}
 		}
@@ -92,6 +93,20 @@ func Scan(dir string, needles []string) (Report, error) {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// scanTableOnceWritten is scanTable of a table that a flush or compaction
+// may still be writing (its footer not there yet): a table that does not
+// decode is read again until it does or is gone, for a few seconds at most.
+func scanTableOnceWritten(path, rel string, needles []string, rep Report) error {
+	const tries = 100
+	for i := 1; ; i++ {
+		err := scanTable(path, rel, needles, rep)
+		if err == nil || i == tries {
+			return err
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
 }
 
 // scanTable decodes every block of one SSTable.
