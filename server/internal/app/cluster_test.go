@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"path/filepath"
@@ -131,23 +130,8 @@ var adminAuth = http.Header{"Authorization": {"Bearer " + testAdminToken}}
 
 func call(t *testing.T, method, url, body string, h http.Header) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range h {
-		req.Header[k] = v
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b
+	code, b, _ := sendTLS(t, http.DefaultClient, method, url, body, h)
+	return code, b
 }
 
 // openShard opens shard n of a stopped node's folder.

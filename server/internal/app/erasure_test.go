@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,32 +21,12 @@ import (
 	"github.com/progressdb/progressdb/server/pkg/store/storetest"
 )
 
-// adminSend is send with the admin token.
-func adminSend(t *testing.T, method, url, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer adm")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
-}
-
 // waitErasure polls an erasure's status until it is completed or failed.
 func waitErasure(t *testing.T, base, id string) retention.ErasureStatus {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		code, body := adminSend(t, "GET", base+"/admin/erasures/"+id, "")
+		code, body := call(t, "GET", base+"/admin/erasures/"+id, "", adminAuth)
 		if code != http.StatusOK {
 			t.Fatalf("erasure status: %d %s", code, body)
 		}
@@ -102,12 +81,12 @@ func TestServeErasesASubject(t *testing.T) {
 	priv, pub := signingKeyFiles(t, dir)
 	const ann, bob = "AnnErased-Q4", "BobStays-Q4"
 	env := []string{"PROGRESSDB_DB_PATH=" + db, "PROGRESSDB_KEK=" + sealKEK(), "PROGRESSDB_KEYSTORE_PATH=" + keys,
-		"PROGRESSDB_ADMIN_TOKEN=adm", "PROGRESSDB_RETENTION_AUDIT_PATH=" + auditDir, "PROGRESSDB_AUDIT_SIGNING_KEY=" + priv}
+		"PROGRESSDB_ADMIN_TOKEN=" + testAdminToken, "PROGRESSDB_RETENTION_AUDIT_PATH=" + auditDir, "PROGRESSDB_AUDIT_SIGNING_KEY=" + priv}
 	addr, stop := serveFor(t, env)
 	base := "http://" + addr
 	post := func(path, body string) {
 		t.Helper()
-		if code, out := send(t, "POST", base+path, body); code != http.StatusCreated {
+		if code, out := call(t, "POST", base+path, body, nil); code != http.StatusCreated {
 			t.Fatalf("POST %s: %d %s", path, code, out)
 		}
 	}
@@ -115,17 +94,17 @@ func TestServeErasesASubject(t *testing.T) {
 	post("/v1/threads/t1/messages", `{"id":"a1","author":"`+ann+`","body":"one"}`)
 	post("/v1/threads/t1/messages", `{"id":"a2","author":"`+ann+`","body":"two"}`)
 	post("/v1/threads/t1/messages", `{"id":"b1","author":"`+bob+`","body":"bob's"}`)
-	if code, out := send(t, "PUT", base+"/v1/threads/t1/messages/a1", `{"body":"one, edited"}`); code != http.StatusOK {
+	if code, out := call(t, "PUT", base+"/v1/threads/t1/messages/a1", `{"body":"one, edited"}`, nil); code != http.StatusOK {
 		t.Fatalf("edit: %d %s", code, out)
 	}
 	post("/v1/threads", `{"id":"t2","title":"bob's","author":"`+bob+`"}`)
 	post("/v1/threads/t2/messages", `{"id":"a3","author":"`+ann+`","body":"three"}`)
-	if code, out := send(t, "DELETE", base+"/v1/threads/t2/messages/a3", ""); code != http.StatusNoContent {
+	if code, out := call(t, "DELETE", base+"/v1/threads/t2/messages/a3", "", nil); code != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", code, out)
 	}
 	post("/v1/threads", `{"id":"t3","title":"held","author":"`+bob+`"}`)
 	post("/v1/threads/t3/messages", `{"id":"a4","author":"`+ann+`","body":"kept"}`)
-	if code, out := adminSend(t, "PUT", base+"/admin/threads/t3/legal_hold", `{"legal_hold":true}`); code != http.StatusOK {
+	if code, out := call(t, "PUT", base+"/admin/threads/t3/legal_hold", `{"legal_hold":true}`, adminAuth); code != http.StatusOK {
 		t.Fatalf("hold: %d %s", code, out)
 	}
 	stop()
@@ -160,7 +139,7 @@ func TestServeErasesASubject(t *testing.T) {
 		}
 	}()
 	base = "http://" + addr
-	code, body := adminSend(t, "POST", base+"/admin/erasures", `{"author":"`+ann+`"}`)
+	code, body := call(t, "POST", base+"/admin/erasures", `{"author":"`+ann+`"}`, adminAuth)
 	if code != http.StatusAccepted {
 		t.Fatalf("request: %d %s", code, body)
 	}
@@ -176,22 +155,22 @@ func TestServeErasesASubject(t *testing.T) {
 	}
 
 	for _, m := range []string{"t1/messages/a1", "t1/messages/a2", "t2/messages/a3"} {
-		if code, out := send(t, "GET", base+"/v1/threads/"+m+"?include_deleted=true", ""); code != http.StatusNotFound {
+		if code, out := call(t, "GET", base+"/v1/threads/"+m+"?include_deleted=true", "", nil); code != http.StatusNotFound {
 			t.Errorf("%s after the erasure: %d %s", m, code, out)
 		}
 	}
-	if _, out := send(t, "GET", base+"/v1/threads/t1", ""); !strings.Contains(out, `"title":null`) || !strings.Contains(out, `"author":null`) {
+	if _, out := call(t, "GET", base+"/v1/threads/t1", "", nil); !strings.Contains(string(out), `"title":null`) || !strings.Contains(string(out), `"author":null`) {
 		t.Errorf("thread ann created: %s", out)
 	}
-	if _, out := send(t, "GET", base+"/v1/threads/t1/messages/b1", ""); !strings.Contains(out, bob) {
+	if _, out := call(t, "GET", base+"/v1/threads/t1/messages/b1", "", nil); !strings.Contains(string(out), bob) {
 		t.Errorf("bob's message in ann's thread: %s", out)
 	}
-	if _, out := send(t, "GET", base+"/v1/threads/t3/messages/a4", ""); !strings.Contains(out, `"kept"`) || !strings.Contains(out, ann) {
+	if _, out := call(t, "GET", base+"/v1/threads/t3/messages/a4", "", nil); !strings.Contains(string(out), `"kept"`) || !strings.Contains(string(out), ann) {
 		t.Errorf("ann's message in the held thread: %s", out)
 	}
 
-	code, body = adminSend(t, "GET", base+"/admin/erasures/"+acc.ErasureID+"/receipt", "")
-	if code != http.StatusOK || strings.Contains(body, ann) {
+	code, body = call(t, "GET", base+"/admin/erasures/"+acc.ErasureID+"/receipt", "", adminAuth)
+	if code != http.StatusOK || strings.Contains(string(body), ann) {
 		t.Fatalf("receipt: %d %s", code, body)
 	}
 	var rc audit.Receipt

@@ -27,26 +27,6 @@ func sealKEK() string {
 	return "base64key://" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{3}, 32))
 }
 
-// send makes a request to the server and returns its status and body.
-func send(t *testing.T, method, url, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
-}
-
 // serveFor runs Serve with env until the returned stop is called.
 func serveFor(t *testing.T, env []string) (addr string, stop func()) {
 	t.Helper()
@@ -83,18 +63,18 @@ func TestServeSealsContent(t *testing.T) {
 	env := []string{"PROGRESSDB_DB_PATH=" + db, "PROGRESSDB_KEK=" + sealKEK(), "PROGRESSDB_KEYSTORE_PATH=" + keys}
 	addr, stop := serveFor(t, env)
 	base := "http://" + addr + "/v1"
-	if code, body := send(t, "POST", base+"/threads", `{"id":"t1","title":"`+sealTitle+`","author":"`+sealAuthor+`"}`); code != http.StatusCreated {
+	if code, body := call(t, "POST", base+"/threads", `{"id":"t1","title":"`+sealTitle+`","author":"`+sealAuthor+`"}`, nil); code != http.StatusCreated {
 		t.Fatalf("create thread: %d %s", code, body)
 	}
-	if code, body := send(t, "POST", base+"/threads/t1/messages", `{"id":"m1","author":"`+sealAuthor+`","body":{"text":"`+sealBody+`"}}`); code != http.StatusCreated {
+	if code, body := call(t, "POST", base+"/threads/t1/messages", `{"id":"m1","author":"`+sealAuthor+`","body":{"text":"`+sealBody+`"}}`, nil); code != http.StatusCreated {
 		t.Fatalf("append: %d %s", code, body)
 	}
 	check := func() {
 		t.Helper()
-		if _, body := send(t, "GET", base+"/threads/t1", ""); !strings.Contains(body, `"title":"`+sealTitle+`"`) || !strings.Contains(body, `"author":"`+sealAuthor+`"`) {
+		if _, body := call(t, "GET", base+"/threads/t1", "", nil); !strings.Contains(string(body), `"title":"`+sealTitle+`"`) || !strings.Contains(string(body), `"author":"`+sealAuthor+`"`) {
 			t.Errorf("thread: %s", body)
 		}
-		if _, body := send(t, "GET", base+"/threads/t1/messages", ""); !strings.Contains(body, sealBody) || !strings.Contains(body, sealAuthor) {
+		if _, body := call(t, "GET", base+"/threads/t1/messages", "", nil); !strings.Contains(string(body), sealBody) || !strings.Contains(string(body), sealAuthor) {
 			t.Errorf("messages: %s", body)
 		}
 	}
