@@ -34,6 +34,17 @@ func (s *server) erasureService() (retention.Erasures, error) {
 	return s.erasures, nil
 }
 
+// erasureOf is the erasure service and the erasure ID of a request to
+// /admin/erasures/{id}…
+func (s *server) erasureOf(r *http.Request) (retention.Erasures, string, error) {
+	id, err := pathID(r, "id", "erasure id")
+	if err != nil {
+		return nil, "", err
+	}
+	es, err := s.erasureService()
+	return es, id, err
+}
+
 // requestErasure answers POST /admin/erasures {author}: 202 once the
 // erasure's run has started.
 func (s *server) requestErasure(w http.ResponseWriter, r *http.Request) error {
@@ -61,11 +72,7 @@ func (s *server) requestErasure(w http.ResponseWriter, r *http.Request) error {
 
 // erasure answers GET /admin/erasures/{id}.
 func (s *server) erasure(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, "id", "erasure id")
-	if err != nil {
-		return err
-	}
-	es, err := s.erasureService()
+	es, id, err := s.erasureOf(r)
 	if err != nil {
 		return err
 	}
@@ -78,11 +85,7 @@ func (s *server) erasure(w http.ResponseWriter, r *http.Request) error {
 
 // erasureReceipt answers GET /admin/erasures/{id}/receipt.
 func (s *server) erasureReceipt(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, "id", "erasure id")
-	if err != nil {
-		return err
-	}
-	es, err := s.erasureService()
+	es, id, err := s.erasureOf(r)
 	if err != nil {
 		return err
 	}
