@@ -89,8 +89,9 @@ func FuzzVerify(f *testing.F) {
 }
 
 // FuzzSeal seals arbitrary bytes left as a file in progress: SealAbandoned
-// never panics, never loses the file, and a file it completes with a footer
-// of its own verifies.
+// never panics, never loses a file that holds anything (an empty one, a
+// run killed before its header, is removed), and a file it completes with
+// a footer of its own verifies.
 func FuzzSeal(f *testing.F) {
 	f.Add(goldenBytes(f))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -111,6 +112,12 @@ func FuzzSeal(f *testing.F) {
 			kept, rerr := os.ReadFile(base + extCorrupt)
 			if rerr != nil || !bytes.Equal(kept, data) {
 				t.Fatalf("a file set aside was changed or lost: %v", rerr)
+			}
+			return
+		}
+		if len(data) == 0 {
+			if _, err := os.Stat(base + extInProgress); len(sealed) != 0 || !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("empty file: sealed %v, still there: %v", sealed, err)
 			}
 			return
 		}

@@ -25,7 +25,8 @@ const abandonedReason = "run did not finish (process ended)"
 // record, or one that does not chain to the line before; it is cut off and
 // the chain continues from the last good line. A file whose last good line
 // already is a footer (its run ended between writing the footer and the
-// rename) is only renamed. A file without a valid header, or damaged before
+// rename) is only renamed. An empty file (a run killed before its header)
+// is removed: that run did nothing. A file without a valid header, or damaged before
 // its last line, is never cut: it is renamed to .jsonl.corrupt and reported
 // in the error as a *Problem (errors.Is(err, ErrCorrupt)). Other files are
 // still sealed.
@@ -101,6 +102,13 @@ func sealFile(path string, now time.Time, key ed25519.PrivateKey) (string, error
 		return "", err
 	}
 	s, err := scanPrefix(f, path)
+	if err == nil && s.chain.header == nil && s.bad == nil {
+		// Empty: the run was killed between creating its file and writing
+		// its header, before it could purge anything (a run purges only
+		// after its header is synced). Nothing happened to record.
+		_ = f.Close()
+		return "", removeNeverStarted(path)
+	}
 	if err == nil && (s.chain.header == nil || s.bad != nil && !s.badIsLast) {
 		_ = f.Close()
 		return "", quarantine(path, s)
@@ -145,6 +153,18 @@ func appendAbortFooter(f *os.File, s scan, now time.Time, key ed25519.PrivateKey
 	return err
 }
 
+// removeNeverStarted removes the empty file of a run that never wrote its
+// header.
+func removeNeverStarted(path string) error {
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("audit: remove the empty file of a run that never started %s: %w", path, err)
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("audit: remove %s: %w", path, err)
+	}
+	return nil
+}
+
 // quarantine renames a file that cannot be sealed to .jsonl.corrupt, so it
 // is kept but never taken for a complete run, and returns the Problem that
 // reports it.
@@ -156,15 +176,11 @@ func quarantine(path string, s scan) error {
 	if err := syncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("audit: set aside %s: %w", path, err)
 	}
-	p := &Problem{File: corrupt, Reason: "empty file, set aside instead of sealed"}
-	if s.bad != nil {
-		p.Line = s.bad.Line
-		p.Reason = s.bad.Reason
-		if s.chain.header == nil {
-			p.Reason = "no valid header (" + p.Reason + "), set aside instead of sealed"
-		} else {
-			p.Reason += ", and lines follow it: set aside instead of sealed"
-		}
+	p := &Problem{File: corrupt, Line: s.bad.Line, Reason: s.bad.Reason}
+	if s.chain.header == nil {
+		p.Reason = "no valid header (" + p.Reason + "), set aside instead of sealed"
+	} else {
+		p.Reason += ", and lines follow it: set aside instead of sealed"
 	}
 	return p
 }

@@ -137,6 +137,31 @@ func TestSealHeaderOnly(t *testing.T) {
 	}
 }
 
+// A run killed between creating its file and writing its header did
+// nothing: its empty file is removed, not set aside as damage, and the
+// trail still verifies.
+func TestSealRemovesTheEmptyFileOfARunThatNeverStarted(t *testing.T) {
+	root := t.TempDir()
+	final := writeRun(t, root, "r")
+	empty := filepath.Join(filepath.Dir(final), "retention-20991231T235959Z-z.jsonl.inprogress")
+	if err := os.WriteFile(empty, nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := SealAbandoned(root, sealNow)
+	if err != nil || len(sealed) != 0 {
+		t.Fatalf("SealAbandoned = %v, %v", sealed, err)
+	}
+	if _, err := os.Stat(empty); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the empty file is still there: %v", err)
+	}
+	if files, _ := filepath.Glob(filepath.Join(filepath.Dir(final), "*.corrupt")); len(files) != 0 {
+		t.Fatalf("set aside: %v", files)
+	}
+	if rep, err := VerifyDir(root); err != nil || len(rep.Problems) != 0 || rep.Files != 1 {
+		t.Fatalf("Verify = %+v, %v", rep, err)
+	}
+}
+
 func TestSealSetsAsideFilesItCannotSeal(t *testing.T) {
 	good := fileLines(t, writeRun(t, t.TempDir(), "r"))
 	join := func(lines ...[]byte) []byte { return append(bytes.Join(lines, []byte("\n")), '\n') }
@@ -146,7 +171,6 @@ func TestSealSetsAsideFilesItCannotSeal(t *testing.T) {
 		line    int
 		reason  string
 	}{
-		{"empty", nil, 0, "empty file"},
 		{"torn header", good[0][:30], 1, "no valid header"},
 		{"garbage header", join([]byte("garbage"), good[1]), 1, "no valid header"},
 		{"item first", join(good[1], good[2]), 1, "no valid header"},
