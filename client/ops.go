@@ -273,6 +273,17 @@ func isCluster(body []byte) bool {
 	return ok
 }
 
+// nodeOrCluster decodes an admin answer as this node's (node) or, when it
+// is a ClusterRetention, every shard's (cluster); exactly one is set.
+func nodeOrCluster[T any](body []byte, node func() (T, error), cluster func() (ClusterRetention, error)) (*T, *ClusterRetention, error) {
+	if isCluster(body) {
+		v, err := cluster()
+		return nil, &v, err
+	}
+	v, err := node()
+	return &v, nil, err
+}
+
 // RetentionStatus returns the retention configuration, schedule, lease
 // and last run: of this node (status), or of every shard on a cluster
 // node (cluster). Exactly one of the two is set.
@@ -284,12 +295,7 @@ func (c *Client) RetentionStatus(ctx context.Context) (status *RetentionStatus, 
 	if r.JSON200 == nil {
 		return nil, nil, newAPIError(r.HTTPResponse, r.Body)
 	}
-	if isCluster(r.Body) {
-		v, err := r.JSON200.AsClusterRetention()
-		return nil, &v, err
-	}
-	v, err := r.JSON200.AsRetentionStatus()
-	return &v, nil, err
+	return nodeOrCluster(r.Body, r.JSON200.AsRetentionStatus, r.JSON200.AsClusterRetention)
 }
 
 // RunRetention runs retention now and waits for its summary (a node's
@@ -303,12 +309,7 @@ func (c *Client) RunRetention(ctx context.Context, dryRun bool) (run *RunResult,
 	if r.JSON200 == nil {
 		return nil, nil, newAPIError(r.HTTPResponse, r.Body)
 	}
-	if isCluster(r.Body) {
-		v, err := r.JSON200.AsClusterRetention()
-		return nil, &v, err
-	}
-	v, err := r.JSON200.AsRunResult()
-	return &v, nil, err
+	return nodeOrCluster(r.Body, r.JSON200.AsRunResult, r.JSON200.AsClusterRetention)
 }
 
 // StartRetention starts a run in the background and returns its run ID
