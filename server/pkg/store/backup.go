@@ -315,23 +315,8 @@ func (s *Store) claimUnreadable(ctx context.Context, m PurgeMarker) (PurgeMarker
 	if err != nil {
 		return m, err
 	}
-	m.DeletedTS, m.Versions = msg.DeletedTS, msg.Version
-	if m.StartedAt == 0 {
-		m.StartedAt = s.now().UnixNano()
-	}
-	v, err := encode(m)
+	m, err = s.writeClaim(ctx, m, msg, !msg.Deleted && !claimed)
 	if err != nil {
-		return m, err
-	}
-	b := s.db.NewBatch()
-	_ = b.Set(purgeKey(KindMessage, m.ID), v, nil)
-	if !msg.Deleted && !claimed {
-		if err := s.liveChange(b, m.ThreadID, m.ID, -1); err != nil {
-			_ = b.Close()
-			return m, err
-		}
-	}
-	if err := s.commit(ctx, b, pebble.NoSync); err != nil {
 		return m, fmt.Errorf("replay purge of %s %s: %w", m.Kind, m.ID, err)
 	}
 	return m, nil

@@ -58,8 +58,20 @@ func (s *Store) BeginSubjectPurge(ctx context.Context, m PurgeMarker) (PurgeMark
 	} else if claimed {
 		return m, fmt.Errorf("begin subject purge of message %s: %w: already claimed", m.ID, ErrNotEligible)
 	}
-	m.Versions = msg.Version
-	m.DeletedTS = msg.DeletedTS
+	m, err = s.writeClaim(ctx, m, msg, !msg.Deleted)
+	if err != nil {
+		return m, fmt.Errorf("begin subject purge of message %s: %w", m.ID, err)
+	}
+	return m, nil
+}
+
+// writeClaim writes claim m of message msg, read under its thread's
+// stripe, in one batch: the marker (with the message's versions) and,
+// when dropLive, the message out of the live indexes. Not synced on its
+// own: the group's Sync makes it durable before the erasure destroys the
+// key (retention).
+func (s *Store) writeClaim(ctx context.Context, m PurgeMarker, msg Message, dropLive bool) (PurgeMarker, error) {
+	m.Versions, m.DeletedTS = msg.Version, msg.DeletedTS
 	if m.StartedAt == 0 {
 		m.StartedAt = s.now().UnixNano()
 	}
@@ -69,18 +81,13 @@ func (s *Store) BeginSubjectPurge(ctx context.Context, m PurgeMarker) (PurgeMark
 	}
 	b := s.db.NewBatch()
 	_ = b.Set(purgeKey(KindMessage, m.ID), v, nil)
-	if !msg.Deleted {
+	if dropLive {
 		if err := s.liveChange(b, m.ThreadID, m.ID, -1); err != nil {
 			_ = b.Close()
 			return m, err
 		}
 	}
-	// Not synced on its own: the group's Sync makes it durable before the
-	// erasure destroys the key (retention).
-	if err := s.commit(ctx, b, pebble.NoSync); err != nil {
-		return m, fmt.Errorf("begin subject purge of message %s: %w", m.ID, err)
-	}
-	return m, nil
+	return m, s.commit(ctx, b, pebble.NoSync)
 }
 
 // KeySealer is the Sealer the store was opened with (nil: plain), for
