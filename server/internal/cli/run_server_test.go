@@ -21,6 +21,14 @@ import (
 // stops it (SIGTERM) when the test ends. It returns the address.
 func startBinaryServer(t *testing.T, environ []string) string {
 	t.Helper()
+	addr, _ := startServe(t, environ, http.DefaultClient, "http")
+	return addr
+}
+
+// startServe is startBinaryServer over scheme, asking /healthz with c;
+// it returns the address and the serving process.
+func startServe(t *testing.T, environ []string, c *http.Client, scheme string) (string, *exec.Cmd) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -43,10 +51,10 @@ func startBinaryServer(t *testing.T, environ []string) string {
 		}
 	})
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if res, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		if res, err := c.Get(scheme + "://" + addr + "/healthz"); err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return addr
+				return addr, cmd
 			}
 		}
 		select {
@@ -56,7 +64,7 @@ func startBinaryServer(t *testing.T, environ []string) string {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("serve did not answer /healthz\n%s", logs.String())
+			t.Fatalf("serve did not answer /healthz over %s\n%s", scheme, logs.String())
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,47 +20,9 @@ import (
 // process.
 func startTLSServer(t *testing.T, ca *testcerts.CA, dir string, environ []string) (string, *exec.Cmd) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
 	cert, key := ca.Issue(t, "first", testcerts.Options{Server: true}).Write(t, dir, "server")
-	cmd := exec.Command(binary(t), "serve")
-	cmd.Env = append(append([]string(nil), environ...), "PROGRESSDB_ADDR="+addr,
-		"PROGRESSDB_TLS_CERT_FILE="+cert, "PROGRESSDB_TLS_KEY_FILE="+key)
-	var logs lockedBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		if err := <-exited; err != nil {
-			t.Errorf("serve: %v\n%s", err, logs.String())
-		}
-	})
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: testcerts.ClientConfig(ca.Pool())}}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if res, err := c.Get("https://" + addr + "/healthz"); err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return addr, cmd
-			}
-		}
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("serve exited before answering: %v\n%s", err, logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not answer /healthz over TLS\n%s", logs.String())
-		}
-	}
+	return startServe(t, append(append([]string(nil), environ...), "PROGRESSDB_TLS_CERT_FILE="+cert, "PROGRESSDB_TLS_KEY_FILE="+key), c, "https")
 }
 
 // The command line reaches a TLS server with --server https://…: it
