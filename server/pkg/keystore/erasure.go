@@ -1,7 +1,6 @@
 package keystore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -80,9 +79,7 @@ func (ks *KeyStore) PendingErasures(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	prefix := []byte(erasureNS)
-	end := bytes.Clone(prefix)
-	end[len(end)-1] = ';'
-	it, err := ks.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: end})
+	it, err := ks.db.NewIter(prefixRange(prefix))
 	if err != nil {
 		return nil, err
 	}

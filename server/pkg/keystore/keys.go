@@ -46,6 +46,14 @@ func authorIndex(mac [32]byte, tid string, num uint32) []byte {
 	return appendNum(append(b, ':'), num)
 }
 
+// prefixRange bounds an iterator to the keys under prefix, which ends in
+// ':' (the byte before ';').
+func prefixRange(prefix []byte) *pebble.IterOptions {
+	end := bytes.Clone(prefix)
+	end[len(end)-1] = ';'
+	return &pebble.IterOptions{LowerBound: prefix, UpperBound: end}
+}
+
 func appendNum(b []byte, num uint32) []byte {
 	s := strconv.FormatUint(uint64(num), 10)
 	for range numWidth - len(s) {
@@ -216,9 +224,7 @@ func (ks *KeyStore) AuthorKeys(ctx context.Context, author string) ([]KeyRef, er
 		return nil, err
 	}
 	prefix := authorPrefix(ks.mac(author))
-	end := bytes.Clone(prefix)
-	end[len(end)-1] = ';'
-	it, err := ks.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: end})
+	it, err := ks.db.NewIter(prefixRange(prefix))
 	if err != nil {
 		return nil, err
 	}
