@@ -79,10 +79,8 @@ func (c *Client) Health(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if r.JSON200 == nil {
-		return newAPIError(r.HTTPResponse, r.Body)
-	}
-	return nil
+	_, err = result(r.JSON200, r.HTTPResponse, r.Body)
+	return err
 }
 
 // CreateThread creates a thread; t.Id nil lets the server choose the ID.
