@@ -23,23 +23,25 @@ func TestVerifyCacheKeepsExpiryAndPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{parsed}}
+	// One pool throughout, as a Guard holds one: the cache keys on it.
+	pool := ca.Pool()
 	var c verifyCache
-	if err := c.verify(cs, ca.Pool(), now); err != nil {
+	if err := c.verify(cs, pool, now); err != nil {
 		t.Fatalf("a valid certificate: %v", err)
 	}
-	if err := c.verify(cs, ca.Pool(), now.Add(10*time.Second)); err != nil {
+	if err := c.verify(cs, pool, now.Add(10*time.Second)); err != nil {
 		t.Fatalf("the same certificate again: %v", err)
 	}
 	if err := c.verify(cs, other.Pool(), now); err == nil {
 		t.Fatal("the certificate passed for another CA's pool")
 	}
-	if err := c.verify(cs, ca.Pool(), now.Add(31*time.Second)); err == nil {
+	if err := c.verify(cs, pool, now.Add(31*time.Second)); err == nil {
 		t.Fatal("the certificate passed after it expired")
 	}
-	if err := c.verify(&tls.ConnectionState{}, ca.Pool(), now); !errors.Is(err, ErrNoCertificate) {
+	if err := c.verify(&tls.ConnectionState{}, pool, now); !errors.Is(err, ErrNoCertificate) {
 		t.Fatalf("no certificate: %v, want ErrNoCertificate", err)
 	}
-	if err := c.verify(nil, ca.Pool(), now); !errors.Is(err, ErrNotTLS) {
+	if err := c.verify(nil, pool, now); !errors.Is(err, ErrNotTLS) {
 		t.Fatalf("no TLS: %v, want ErrNotTLS", err)
 	}
 }
