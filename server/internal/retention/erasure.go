@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"slices"
 	"strings"
 
@@ -412,16 +411,7 @@ func (m *Manager) Request(ctx context.Context, author string) (ErasureAccepted, 
 		return ErasureAccepted{}, err
 	}
 	r.log.Info("retention_erasure_requested", "erasure_id", id, "run_id", rn.id, "subject", doc.Subject)
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		defer func() {
-			if p := recover(); p != nil {
-				r.panicked(TriggerErasure, p, debug.Stack())
-			}
-		}()
-		_, _ = rn.execute(m.ctx) // logged, counted, and in the erasure's status
-	}()
+	m.background(rn, TriggerErasure) // its failure shows in the erasure's status too
 	return ErasureAccepted{ErasureID: id, RunID: rn.id}, nil
 }
 

@@ -155,18 +155,24 @@ func (m *Manager) Start(ctx context.Context, req RunRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	m.background(rn, req.Trigger)
+	return rn.id, nil
+}
+
+// background executes a begun run in its own goroutine, which Close waits
+// for. Call it with m.mu held. Failures are logged and counted by the
+// runner and show in Status.
+func (m *Manager) background(rn *run, trigger string) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		defer func() {
 			if p := recover(); p != nil {
-				m.runner.panicked(req.Trigger, p, debug.Stack())
+				m.runner.panicked(trigger, p, debug.Stack())
 			}
 		}()
-		// Failures are logged and counted by the runner and show in Status.
 		_, _ = rn.execute(m.ctx)
 	}()
-	return rn.id, nil
 }
 
 // Status reports configuration, next run, lease and last run.
