@@ -93,6 +93,11 @@ func TestRetryHonoursRetryAfter(t *testing.T) {
 			t.Fatalf("try %d came %v after a Retry-After of 1s", i+1, gap)
 		}
 	}
+	// The 421 has no Retry-After: the fourth try waits the third backoff,
+	// Base doubled twice less at most half, so never less than Base.
+	if gap := at[3].Sub(at[2]); gap < client.DefaultRetry.Base {
+		t.Fatalf("try 4 came %v after a 421, sooner than any backoff", gap)
+	}
 	// Created once: the server has it, and only one.
 	list, _, err := newClient(t, base).ThreadsPage(ctx, client.ListOptions{})
 	if err != nil || len(list) != 1 {
