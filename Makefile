@@ -52,7 +52,7 @@ test-short:
 	$(GO) test -count=1 -short ./...
 
 faults: build
-	PROGRESSDB_FAULT_TRIALS=$(FAULT_TRIALS) $(GO) test -count=1 -timeout 60m -run 'Fault' -v ./server/internal/faults/
+	PROGRESSDB_FAULT_TRIALS=$(FAULT_TRIALS) $(GO) test -count=1 -timeout 60m -run 'Fault' -v ./server/tests/faults/
 
 # FUZZTIME per target (default 30s); the seed corpora also run in `make test`.
 FUZZTIME ?= 30s

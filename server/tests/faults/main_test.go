@@ -98,7 +98,7 @@ func trialRand(t testing.TB, i int) *rand.Rand {
 		replay += " PROGRESSDB_FAULT_TRIALS=1"
 	}
 	test, _, _ := strings.Cut(t.Name(), "/")
-	t.Logf("trial %d: seed %d (replay: %s go test -count=1 -run '^%s$' ./server/internal/faults/)", i, seed, replay, test)
+	t.Logf("trial %d: seed %d (replay: %s go test -count=1 -run '^%s$' ./server/tests/faults/)", i, seed, replay, test)
 	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 }
 
