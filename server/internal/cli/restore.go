@@ -6,51 +6,30 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
-	"github.com/progressdb/progressdb/server/pkg/erase"
-	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // restoreReport is what `restore --json` prints.
 type restoreReport struct {
-	ExitCode int    `json:"exit_code"`
-	DB       string `json:"db"`
-	Audit    string `json:"audit"`
-	// DatabaseID is the restored database's own identity; OriginID the
-	// one it was restored from (spec §10.1).
-	DatabaseID string `json:"database_id,omitempty"`
-	// KeyStore is where the backup's key store went (sealed content).
-	KeyStore string            `json:"keystore,omitempty"`
-	OriginID string            `json:"origin_id,omitempty"`
-	Backup   *backup.Manifest  `json:"backup,omitempty"`
-	Problems []string          `json:"problems,omitempty"` // why the backup does not verify
-	Replay   *retention.Result `json:"replay,omitempty"`
-	Error    string            `json:"error,omitempty"`
+	ExitCode int `json:"exit_code"`
+	backup.RestoreResult
+	Error string `json:"error,omitempty"`
 }
 
-// restore unpacks a backup into an empty folder as a new database (its own
-// identity, knowing its origin) and replays every purge the audit trail
-// records after the backup's head (spec §10, §10.1). Until the replay
-// completes, the folder's marker keeps every command from serving it;
-// `restore --resume --db DIR` finishes it. Exit 0 restored and replayed,
-// 1 failed (backup or trail does not verify, replay cut short), 2 usage
-// (DIR not empty, trail folder missing: nothing touched), 75 lease held
-// elsewhere. A backup of sealed content brings its key store, restored
-// into --keystore (default PROGRESSDB_KEYSTORE_PATH) and opened with
-// PROGRESSDB_KEK: the replay destroys there the keys that purges and
-// erasures destroyed since, and erases them from its files (spec §12).
+// restore unpacks a backup into an empty folder as a new database and
+// replays every purge the audit trail records after the backup's head
+// (backup.Restore; spec §10, §10.1, §12); `restore --resume --db DIR`
+// finishes one whose replay did not complete. Exit 0 restored and
+// replayed, 1 failed (backup or trail does not verify, replay cut short),
+// 2 usage (DIR not empty, trail folder missing: nothing touched), 75
+// lease held elsewhere.
 func (e env) restore(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
 	db := fs.String("db", "", "the folder to restore into: absent or empty (required)")
@@ -73,7 +52,7 @@ func (e env) restore(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	defer closer.Close()
-	rep := restoreReport{DB: *db}
+	rep := restoreReport{RestoreResult: backup.RestoreResult{DB: *db}}
 	done := func(code int, msg string) int {
 		rep.ExitCode = code
 		if msg != "" {
@@ -85,48 +64,6 @@ func (e env) restore(ctx context.Context, args []string) int {
 		}
 		return code
 	}
-	var state store.RestoreState
-	if *resume {
-		st, found, err := store.ReadRestoreState(*db)
-		switch {
-		case err != nil:
-			return done(exitFailed, err.Error())
-		case !found:
-			return done(exitUsage, fmt.Sprintf("%s holds no unfinished restore: nothing to resume", *db))
-		case st.State != store.RestoreReplaying:
-			return done(exitFailed, (&store.UnfinishedRestoreError{Dir: *db, State: st}).Error())
-		}
-		state = st
-	}
-	rcfg := cfg.Retention
-	switch {
-	case *auditDir != "":
-		rcfg.AuditPath = *auditDir
-	case *resume && state.Audit != "":
-		rcfg.AuditPath = state.Audit
-	}
-	if rcfg.AuditPath != cfg.Retention.AuditPath {
-		rcfg.LeasePath = filepath.Join(rcfg.AuditPath, "retention.lock")
-	}
-	rep.Audit = rcfg.AuditPath
-	if !*resume {
-		if err := backup.CheckEmpty(*db); err != nil {
-			return done(exitUsage, err.Error()+": a restore goes into an absent or empty folder; nothing was touched")
-		}
-	}
-	if inside(rcfg.AuditPath, *db) {
-		return done(exitUsage, fmt.Sprintf("the audit trail %s lies inside %s: a restore replays the authoritative trail, which must live outside the database folder", rcfg.AuditPath, *db))
-	}
-	// A trail folder that is not there is a typo, not a trail without
-	// purges: it is never made here.
-	if fi, err := os.Stat(rcfg.AuditPath); err != nil || !fi.IsDir() {
-		what := "nothing was touched"
-		if *resume {
-			what = "the restore stays unfinished"
-		}
-		return done(exitUsage, fmt.Sprintf("no audit trail folder at %s (--audit, or %s by default): a restore replays the purges it records; %s",
-			rcfg.AuditPath, config.VarAuditPath, what))
-	}
 	key, err := app.SigningKey(cfg)
 	if err != nil {
 		return done(exitUsage, "invalid configuration: "+err.Error())
@@ -135,120 +72,20 @@ func (e env) restore(ctx context.Context, args []string) int {
 	if code != exitOK {
 		return done(code, "")
 	}
-
-	ksDir := *keystoreDir
-	switch {
-	case *resume:
-		ksDir = state.KeyStore
-	case ksDir == "":
-		ksDir = cfg.KeystorePath // "" when sealing is off
-	case cfg.KEK == "":
-		return done(exitUsage, "--keystore needs "+config.VarKEK+" (the KEK of the backup's key store): the replay destroys keys in it; nothing was touched")
+	o := backup.RestoreOptions{File: fs.Arg(0), DB: *db, Resume: *resume, Retention: cfg.Retention, Audit: *auditDir,
+		KeyStore: *keystoreDir, DefaultKeyStore: cfg.KeystorePath, KEK: cfg.KEK, PublicKey: pub, AcceptBrokenAudit: *accept,
+		Logger: logger, NewReplayer: func(st *store.Store, rc config.Retention) (backup.Replayer, error) {
+			return app.NewRetention(st, rc, logger, prometheus.NewRegistry(), false, key)
+		}}
+	if o.File == "-" {
+		o.File, o.Input = stdinName, e.input()
 	}
-	if ksDir != "" && !*resume {
-		if err := keystore.CheckOutside(ksDir, *db); err != nil {
-			return done(exitUsage, fmt.Sprintf("--keystore %s: %v; nothing was touched", ksDir, err))
-		}
-	}
-	if !*resume {
-		file := fs.Arg(0)
-		trail, err := filepath.Abs(rcfg.AuditPath)
-		if err != nil {
-			return done(exitFailed, err.Error())
-		}
-		name := file
-		if file == "-" {
-			name = stdinName
-		}
-		state = store.RestoreState{Backup: name, DatabaseID: store.NewDatabaseID(), Audit: trail}
-		var vrep backup.Report
-		if file == "-" {
-			vrep, err = backup.ExtractPendingReader(ctx, name, e.input(), *db, ksDir, pub, state)
-		} else {
-			vrep, err = backup.ExtractPending(ctx, file, *db, ksDir, pub, state)
-		}
-		if errors.Is(err, backup.ErrNotEmpty) {
-			return done(exitUsage, fmt.Sprintf("%v: the backup holds a key store, restored into an absent or empty folder (--keystore, default %s); nothing was restored", err, config.VarKeystorePath))
-		}
-		if err != nil {
-			return done(exitFailed, err.Error())
-		}
-		rep.Backup = &vrep.Manifest
-		if !vrep.Valid && vrep.Manifest.Sealed && ksDir == "" {
-			return done(exitUsage, fmt.Sprintf("the backup holds sealed content: set %s and %s (or --keystore DIR) to restore it with its keys; nothing was restored",
-				config.VarKEK, config.VarKeystorePath))
-		}
-		if !vrep.Valid {
-			rep.Problems = vrep.Problems
-			for _, p := range vrep.Problems {
-				fmt.Fprintf(e.stderr, "progressdb restore: backup does not verify: %s\n", p)
-			}
-			return done(exitFailed, "the backup does not verify; nothing was restored")
-		}
-		state.BackupID = vrep.Manifest.BackupID
-		if vrep.Manifest.Sealed {
-			state.KeyStore = ksDir
-		}
-	}
-	unfinished := fmt.Sprintf("the restore is unfinished and nothing serves %s until it is: run 'progressdb restore --resume --db %s'", *db, *db)
-
-	rep.KeyStore = state.KeyStore
-	keys, code, msg := openRestoredKeys(ctx, cfg, state.KeyStore, *db, logger)
-	if code != exitOK {
-		return done(code, msg+"; "+unfinished)
-	}
-	opts := store.Options{Logger: logger, Restoring: true, Sealer: app.Sealer(keys)}
-	if keys != nil {
-		opts.Closer = keys // never a nil pointer in the interface
-	}
-	st, err := store.Open(*db, opts)
-	if err != nil {
-		if keys != nil {
-			_ = keys.Close()
-		}
-		return done(exitFailed, err.Error()+"; "+unfinished)
-	}
-	defer st.Close()
-	lineage, err := st.BecomeCopy(ctx, state.DatabaseID, state.BackupID)
-	if err != nil {
-		return done(exitFailed, err.Error()+"; "+unfinished)
-	}
-	rep.DatabaseID, rep.OriginID = state.DatabaseID, lineage.OriginID
-	svc, err := app.NewRetention(st, rcfg, logger, prometheus.NewRegistry(), false, key)
-	if err != nil {
-		return done(exitFailed, err.Error()+"; "+unfinished)
-	}
-	defer svc.Close()
-	res, err := svc.Run(ctx, retention.RunRequest{Trigger: audit.TriggerRestore, Replay: retention.ReplayOptions{
-		BackupID: state.BackupID, AcceptBrokenAudit: *accept, PublicKey: pub}})
-	var held *retention.LeaseHeldError
-	switch {
-	case errors.As(err, &held):
-		return done(exitLeaseHeld, fmt.Sprintf("the retention lease is held by %s; the files are restored, and %s once it is free",
-			held.Holder.Owner, unfinished))
-	case res.RunID != "":
-		rep.Replay = &res
-	}
-	if errors.Is(err, retention.ErrBrokenTrail) {
-		return done(exitFailed, err.Error()+"; nothing was replayed, "+unfinished+" once the trail is fixed, or add --accept-broken-audit to replay what it still shows")
+	rep.RestoreResult, err = backup.Restore(ctx, o)
+	for _, p := range rep.Problems {
+		fmt.Fprintf(e.stderr, "progressdb restore: backup does not verify: %s\n", p)
 	}
 	if err != nil {
-		return done(exitFailed, err.Error()+"; "+unfinished)
-	}
-	if res.Status != audit.RunCompleted {
-		return done(exitFailed, fmt.Sprintf("the replay ended %s: %s; %s", res.Status, res.Error, unfinished))
-	}
-	if keys != nil {
-		// The replay's runs erase what they destroy; this also erases
-		// what the backup's own key store still owed (a run killed
-		// before its erase), so that no destroyed key is left in any
-		// restored file.
-		if _, err := keys.Erase(ctx, erase.Options{}); err != nil {
-			return done(exitFailed, "erase the restored key store: "+err.Error()+"; "+unfinished)
-		}
-	}
-	if err := store.FinishRestore(*db); err != nil {
-		return done(exitFailed, err.Error()+"; "+unfinished)
+		return done(restoreExit(err), err.Error())
 	}
 	if !*asJSON {
 		printRestore(e.stdout, rep)
@@ -256,40 +93,16 @@ func (e env) restore(ctx context.Context, args []string) int {
 	return done(exitOK, "")
 }
 
-// openRestoredKeys opens the key store a sealed backup was restored into
-// (nil when the backup was plain) with PROGRESSDB_KEK; on failure it
-// returns the exit status and why.
-func openRestoredKeys(ctx context.Context, cfg config.Config, dir, db string, logger *slog.Logger) (*keystore.KeyStore, int, string) {
-	if dir == "" {
-		return nil, exitOK, ""
+// restoreExit is the exit status of a restore that failed with err.
+func restoreExit(err error) int {
+	var held *retention.LeaseHeldError
+	switch {
+	case errors.As(err, &held):
+		return exitLeaseHeld
+	case errors.Is(err, backup.ErrRefused):
+		return exitUsage
 	}
-	if cfg.KEK == "" {
-		return nil, exitUsage, fmt.Sprintf("the backup's key store is in %s and %s is not set: the replay needs it", dir, config.VarKEK)
-	}
-	keeper, err := keystore.OpenKEK(ctx, cfg.KEK)
-	if err != nil {
-		return nil, exitUsage, err.Error()
-	}
-	ks, err := keystore.Open(ctx, dir, keystore.Options{Keeper: keeper, DataPath: db, Logger: logger})
-	if errors.Is(err, keystore.ErrWrongKEK) {
-		_ = keeper.Close()
-		return nil, exitFailed, fmt.Sprintf("%s does not open the backup's key store (restored into %s): set it to the KEK the backup was made with", config.VarKEK, dir)
-	}
-	if err != nil {
-		_ = keeper.Close()
-		return nil, exitFailed, fmt.Sprintf("open the restored key store %s: %v", dir, err)
-	}
-	return ks, exitOK, ""
-}
-
-// inside reports whether path is dir or lies under it.
-func inside(path, dir string) bool {
-	p, err1 := filepath.Abs(path)
-	d, err2 := filepath.Abs(dir)
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return p == d || strings.HasPrefix(p, d+string(filepath.Separator))
+	return exitFailed
 }
 
 func printRestore(w io.Writer, rep restoreReport) {

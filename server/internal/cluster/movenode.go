@@ -25,6 +25,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // NodeOptions configure a node's part in moves.
@@ -507,9 +508,10 @@ func (nd *Node) ReceiveTrail(ctx context.Context, n int, r io.Reader) error {
 }
 
 // Restore implements MoveTarget: the backup is written beside the
-// shards, verified while unpacked (backup.Extract), opened as the shard,
-// and the purges its trail records after the backup's head are replayed
-// (trigger "restore") before the shard is taken.
+// shards and restored as the shard by backup.Restore, keeping its
+// identity: verified while unpacked, opened among the node's shards, and
+// the purges its trail records after the backup's head replayed (trigger
+// "restore") before the shard is taken.
 func (nd *Node) Restore(ctx context.Context, n int, r io.Reader) (RestoreResult, error) {
 	var rr RestoreResult
 	dir := nd.dbPath(n)
@@ -528,38 +530,38 @@ func (nd *Node) Restore(ctx context.Context, n int, r io.Reader) (RestoreResult,
 	}); err != nil {
 		return rr, fmt.Errorf("shard %d: receive backup: %w", n, err)
 	}
-	pub := nd.publicKey()
-	rep, err := backup.Extract(ctx, tmp, dir, pub)
-	if err != nil {
-		return rr, fmt.Errorf("shard %d: %w", n, err)
-	}
-	if !rep.Valid {
-		return rr, fmt.Errorf("shard %d: the backup does not verify: %s", n, strings.Join(rep.Problems, "; "))
-	}
-	rr.Backup = rep.Manifest
-	st, err := nd.o.Shards.Open(n)
-	if err != nil {
-		return rr, err
-	}
 	rc := nd.o.Retention
 	rc.AuditPath = nd.auditPath(n)
-	shard := n
-	runner, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: rc, Logger: nd.o.Logger.With("shard", n),
-		Version: nd.o.Version, SigningKey: nd.o.SigningKey, Coordinator: copyCoordinator{owner: nd.o.Node}, Shard: &shard})
+	res, err := backup.Restore(ctx, backup.RestoreOptions{File: tmp, DB: dir, KeepIdentity: true, Retention: rc,
+		PublicKey: nd.publicKey(), Logger: nd.o.Logger.With("shard", n),
+		Open: func() (*store.Store, error) { return nd.o.Shards.Open(n) },
+		NewReplayer: func(st *store.Store, rc config.Retention) (backup.Replayer, error) {
+			shard := n
+			runner, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: rc, Logger: nd.o.Logger.With("shard", n),
+				Version: nd.o.Version, SigningKey: nd.o.SigningKey, Coordinator: copyCoordinator{owner: nd.o.Node}, Shard: &shard})
+			return shardReplay{runner}, err
+		}})
+	if res.Backup != nil {
+		rr.Backup = *res.Backup
+	}
+	if res.Replay != nil {
+		rr.Replay = *res.Replay
+	}
+	if len(res.Problems) > 0 {
+		return rr, fmt.Errorf("shard %d: %w: %s", n, err, strings.Join(res.Problems, "; "))
+	}
 	if err != nil {
 		return rr, fmt.Errorf("shard %d: %w", n, err)
-	}
-	res, err := runner.Run(ctx, retention.RunRequest{Trigger: audit.TriggerRestore,
-		Replay: retention.ReplayOptions{BackupID: rep.Manifest.BackupID, PublicKey: pub}})
-	rr.Replay = res
-	if err != nil {
-		return rr, fmt.Errorf("shard %d: replay: %w", n, err)
-	}
-	if res.Status != audit.RunCompleted {
-		return rr, fmt.Errorf("shard %d: the replay ended %s: %s", n, res.Status, res.Error)
 	}
 	return rr, nil
 }
+
+// shardReplay is a shard's runner as the replay of its move's restore:
+// the replay ends with the move's context, and there is no service to
+// close.
+type shardReplay struct{ *retention.Runner }
+
+func (shardReplay) Close() {}
 
 // Take implements MoveTarget.
 func (nd *Node) Take(ctx context.Context, n int, cmps []clientv3.Cmp, ops []clientv3.Op) (int64, error) {
