@@ -154,7 +154,7 @@ func Expire(dir string, keep time.Duration, now time.Time, log *slog.Logger) (Ex
 		}
 		out.Deleted = append(out.Deleted, h)
 		log.Info("backup_expired", "file", h.Path, "backup_id", h.Manifest.BackupID,
-			"created_at", h.Manifest.CreatedAt, "keep", keep.String())
+			"created_at", h.Manifest.CreatedAt, "keep", keep)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -174,7 +174,7 @@ func Expire(dir string, keep time.Duration, now time.Time, log *slog.Logger) (Ex
 			continue
 		}
 		out.Partial = append(out.Partial, path)
-		log.Info("backup_partial_removed", "file", path, "modified_at", info.ModTime().UTC(), "keep", keep.String())
+		log.Info("backup_partial_removed", "file", path, "modified_at", info.ModTime().UTC(), "keep", keep)
 	}
 	if len(out.Deleted)+len(out.Partial) > 0 {
 		if err := syncDir(dir); err != nil {

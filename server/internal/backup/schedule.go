@@ -137,7 +137,7 @@ func (s *Scheduler) Stop() {
 }
 
 func (s *Scheduler) loop(ctx context.Context) {
-	s.log.Info("backup_scheduler_started", "cron", s.spec, "path", s.c.Path(), "keep", s.keep.String(),
+	s.log.Info("backup_scheduler_started", "cron", s.spec, "path", s.c.Path(), "keep", s.keep,
 		"next_run", s.sched.Next(s.clock.Now().UTC()))
 	if _, err := s.expire(); err != nil {
 		s.log.Error("backup_expire_failed", "path", s.c.Path(), "err", err)
