@@ -38,8 +38,13 @@ type ThreadPolicy struct {
 	Effective Policy         `json:"effective"`
 }
 
-// causes lists the audit causes in the order they are reported.
+// causes lists the policies' audit causes in the order they are reported.
 var causes = []string{audit.CauseDeleted, audit.CauseMaxAge, audit.CauseMaxMessages}
+
+// reportedCauses lists every cause a run's counts can hold, in the order
+// logs give them: the policies', then a subject erasure's (which a
+// restore's replay repeats beside them).
+var reportedCauses = append(slices.Clip(causes), audit.CauseSubject)
 
 // policy is a resolved policy: what a run applies to one thread.
 type policy struct {

@@ -81,7 +81,7 @@ func (m *meter) logDue(now time.Time) bool {
 // countLog renders per-cause counts in the fixed cause order.
 func countLog(m map[string]int64) slog.Value {
 	var attrs []slog.Attr
-	for _, c := range causes {
+	for _, c := range reportedCauses {
 		if v, ok := m[c]; ok {
 			attrs = append(attrs, slog.Int64(c, v))
 		}

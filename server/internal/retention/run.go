@@ -880,7 +880,7 @@ func unixTime(ns int64) time.Time {
 // for each cause seen.
 func causeLog(m map[string]CauseCounts) slog.Value {
 	var attrs []slog.Attr
-	for _, c := range causes {
+	for _, c := range reportedCauses {
 		if cc, ok := m[c]; ok {
 			attrs = append(attrs, slog.Group(c, "eligible", cc.Eligible, "purged", cc.Purged))
 		}
