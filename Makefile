@@ -41,11 +41,14 @@ cluster-demo: build
 # Tests that need an outside program (promtool, zsh, fish, systemd-analyze,
 # docker, kubectl, node, npm) skip when it is missing; go test hides skips of passing
 # packages, so each writes a SKIP line naming the program to a log printed here.
+# testreport prints what go test would and ends with the 10 slowest tests,
+# so that a test that grows is seen when it does.
 SKIPLOG := $(CURDIR)/bin/test-skips.txt
 test:
 	$(GO) vet ./...
 	@mkdir -p bin && rm -f $(SKIPLOG)
-	@PROGRESSDB_TEST_SKIPS=$(SKIPLOG) $(GO) test -race -count=1 -timeout 12m ./...; status=$$?; \
+	@$(GO) build -o bin/testreport ./server/internal/testtools/testreport
+	@PROGRESSDB_TEST_SKIPS=$(SKIPLOG) bin/testreport -go $(GO) -slowest 10 -- -race -count=1 -timeout 12m ./...; status=$$?; \
 	  if [ -s $(SKIPLOG) ]; then sort -u $(SKIPLOG); fi; exit $$status
 
 test-short:
