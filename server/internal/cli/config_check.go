@@ -18,7 +18,8 @@ import (
 // the same one-line message and exit status 2, and leaves nothing behind:
 // the folders and log file those checks create are removed again.
 // PROGRESSDB_* variables that no setting reads are warned
-// about (exit status unchanged): a typo would leave a default in force.
+// about (exit status unchanged): a typo would leave a default in force;
+// so is what config.Warnings finds.
 func (e env) configCheck(_ context.Context, args []string) int {
 	if !e.parseFlags(flag.NewFlagSet("config check", flag.ContinueOnError), args, false) {
 		return exitUsage
@@ -29,6 +30,9 @@ func (e env) configCheck(_ context.Context, args []string) int {
 	}
 	for _, u := range config.UnknownVars(e.environ) {
 		fmt.Fprintf(e.stderr, "progressdb config check: warning: %s\n", unknownVarMessage(u))
+	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(e.stderr, "progressdb config check: warning: %s\n", w)
 	}
 	if err := app.Check(cfg); err != nil {
 		var verr *app.StartupError
@@ -58,9 +62,13 @@ func unknownVarMessage(u config.Unknown) string {
 	return msg
 }
 
-// warnUnknownVars logs the PROGRESSDB_* variables no setting reads.
-func warnUnknownVars(logger *slog.Logger, environ []string) {
+// warnConfig logs the PROGRESSDB_* variables no setting reads and what
+// config.Warnings finds.
+func warnConfig(logger *slog.Logger, environ []string, cfg config.Config) {
 	for _, u := range config.UnknownVars(environ) {
 		logger.Warn("config_unknown_variable", "var", u.Var, "did_you_mean", u.Suggest)
+	}
+	for _, w := range cfg.Warnings() {
+		logger.Warn(w.Event, "var", w.Var, "value", w.Value, "fix", w.Fix)
 	}
 }

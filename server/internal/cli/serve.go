@@ -23,7 +23,7 @@ func (e env) serve(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	defer sink.Close()
-	warnUnknownVars(logger, e.environ)
+	warnConfig(logger, e.environ, cfg)
 	defer reopenOnHangUp(logger, sink)()
 
 	err := app.Serve(ctx, cfg, logger)

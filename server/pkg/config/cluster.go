@@ -19,6 +19,8 @@ type Cluster struct {
 	ClusterName string `env:"NAME" envDefault:"progressdb"`
 	// Secret authenticates node-to-node requests.
 	Secret string `env:"SECRET"` // secret
+	// SecretFile names a file that holds the secret instead (secrets.go).
+	SecretFile string `env:"SECRET_FILE"`
 	// Shards is fixed when the cluster is first created.
 	Shards int `env:"SHARDS" envDefault:"16"`
 	// OwnerTTL is the shard-ownership lease's lifetime (renewed every TTL/3).
@@ -167,6 +169,7 @@ func (c Config) redactedCluster() [][2]string {
 		{VarNodeID, unsetIfEmpty(c.NodeID)},
 		{VarAdvertiseURL, unsetIfEmpty(c.AdvertiseURL)},
 		{VarClusterSecret, secret(cl.Secret)},
+		{VarClusterSecretFile, unsetIfEmpty(cl.SecretFile)},
 		{VarClusterShards, strconv.Itoa(cl.Shards)},
 		{VarClusterLeaseTTL, FormatDuration(cl.OwnerTTL)},
 		{VarClusterEtcdCA, unsetIfEmpty(cl.EtcdCA)},

@@ -21,18 +21,24 @@ type Config struct {
 	// Server, for the operator commands: the URL of the server whose admin
 	// API they act through, never opening a local folder (spec §10.1).
 	Server     string `env:"PROGRESSDB_SERVER"`
-	AdminToken string `env:"PROGRESSDB_ADMIN_TOKEN"`                  // secret
-	APIKey     string `env:"PROGRESSDB_API_KEY"`                      // secret
-	LogLevel   string `env:"PROGRESSDB_LOG_LEVEL" envDefault:"info"`  // debug|info|warn|error
-	LogFormat  string `env:"PROGRESSDB_LOG_FORMAT" envDefault:"auto"` // text|json|auto
-	LogSink    string `env:"PROGRESSDB_LOG_SINK" envDefault:"stderr"` // stderr|file:<path>
+	AdminToken string `env:"PROGRESSDB_ADMIN_TOKEN"` // secret
+	// AdminTokenFile, APIKeyFile and KEKFile name files that hold those
+	// secrets instead of the variables (secrets.go); the secret's field
+	// is filled from the file.
+	AdminTokenFile string `env:"PROGRESSDB_ADMIN_TOKEN_FILE"`
+	APIKey         string `env:"PROGRESSDB_API_KEY"` // secret
+	APIKeyFile     string `env:"PROGRESSDB_API_KEY_FILE"`
+	LogLevel       string `env:"PROGRESSDB_LOG_LEVEL" envDefault:"info"`  // debug|info|warn|error
+	LogFormat      string `env:"PROGRESSDB_LOG_FORMAT" envDefault:"auto"` // text|json|auto
+	LogSink        string `env:"PROGRESSDB_LOG_SINK" envDefault:"stderr"` // stderr|file:<path>
 	// AuditSigningKey is the path of an ed25519 private key (PEM, PKCS #8)
 	// that signs every audit footer; unset: footers are not signed.
 	AuditSigningKey string `env:"PROGRESSDB_AUDIT_SIGNING_KEY"`
 	// KEK is the URL of the key that wraps the data keys of sealed
 	// content (spec §12): base64key://<32 bytes, base64> or a KMS key.
 	// Unset: nothing is sealed. A secret: never shown.
-	KEK string `env:"PROGRESSDB_KEK"`
+	KEK     string `env:"PROGRESSDB_KEK"`
+	KEKFile string `env:"PROGRESSDB_KEK_FILE"`
 	// KeystorePath is the key store's folder, required with KEK and
 	// outside DB_PATH.
 	KeystorePath string    `env:"PROGRESSDB_KEYSTORE_PATH"`
@@ -173,6 +179,9 @@ func load(environ []string, node bool) (Config, error) {
 	if err != nil {
 		return Config{}, parseError(err, vars)
 	}
+	if err := c.readSecretFiles(); err != nil {
+		return Config{}, err
+	}
 	c.applyDerived(vars)
 	if err := c.validate(vars, node); err != nil {
 		return Config{}, err
@@ -277,7 +286,9 @@ func (c Config) Redacted() [][2]string {
 		{VarAddr, c.Addr},
 		{VarServer, unsetIfEmpty(c.Server)},
 		{VarAdminToken, secret(c.AdminToken)},
+		{VarAdminTokenFile, unsetIfEmpty(c.AdminTokenFile)},
 		{VarAPIKey, secret(c.APIKey)},
+		{VarAPIKeyFile, unsetIfEmpty(c.APIKeyFile)},
 		{VarLogLevel, c.LogLevel},
 		{VarLogFormat, c.LogFormat},
 		{VarLogSink, c.LogSink},
@@ -303,6 +314,7 @@ func (c Config) Redacted() [][2]string {
 		{VarEraseRate, strconv.Itoa(r.EraseRate)},
 		{VarAuditSigningKey, unsetIfEmpty(c.AuditSigningKey)},
 		{VarKEK, secret(c.KEK)},
+		{VarKEKFile, unsetIfEmpty(c.KEKFile)},
 		{VarKeystorePath, unsetIfEmpty(c.KeystorePath)},
 		{VarBackupPath, unsetIfEmpty(c.Backup.Path)},
 		{VarBackupCron, c.Backup.Schedule},

@@ -252,10 +252,11 @@ func TestLoadInvalid(t *testing.T) {
 // the free-form strings (paths and secrets).
 func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 	freeForm := map[string]bool{VarDBPath: true, VarAdminToken: true, VarAPIKey: true, VarAuditPath: true, VarLeasePath: true,
-		VarExportPath: true, VarAuditSigningKey: true, VarBackupPath: true, VarKEK: true, VarKeystorePath: true}
+		VarExportPath: true, VarAuditSigningKey: true, VarBackupPath: true, VarKEK: true, VarKeystorePath: true,
+		VarAdminTokenFile: true, VarAPIKeyFile: true, VarKEKFile: true, VarClusterSecretFile: true}
 	vars := fieldVars()
-	if len(vars) != 54 {
-		t.Fatalf("fieldVars has %d variables, want the 41 of the spec (SERVER and BACKUP_STREAM_TIMEOUT of §10.1 among them), YIELD_TO_WRITES, ERASE_RATE, KEK and KEYSTORE_PATH of §12 (TestSealingInvalid), and the nine TLS files of §14 (TestTLSSettingsInvalid)", len(vars))
+	if len(vars) != 58 {
+		t.Fatalf("fieldVars has %d variables, want the 41 of the spec (SERVER and BACKUP_STREAM_TIMEOUT of §10.1 among them), YIELD_TO_WRITES, ERASE_RATE, KEK and KEYSTORE_PATH of §12 (TestSealingInvalid), the four secrets' files of §12 (TestSecretFilesRefused), and the nine TLS files of §14 (TestTLSSettingsInvalid)", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -377,12 +378,12 @@ func TestRedacted(t *testing.T) {
 		names = append(names, p[0])
 	}
 	wantOrder := []string{
-		VarDBPath, VarAddr, VarServer, VarAdminToken, VarAPIKey, VarLogLevel, VarLogFormat, VarLogSink,
+		VarDBPath, VarAddr, VarServer, VarAdminToken, VarAdminTokenFile, VarAPIKey, VarAPIKeyFile, VarLogLevel, VarLogFormat, VarLogSink,
 		VarEnabled, VarPeriod, VarMessagePeriod, VarCron, VarMinPeriod, VarAllowShortPeriod, VarDryRun,
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
 		VarYieldToWrites, VarMaxAge, VarMaxMessages, VarExportPath,
-		VarErase, VarEraseRate, VarAuditSigningKey, VarKEK, VarKeystorePath, VarBackupPath, VarBackupCron, VarBackupKeep,
-		VarBackupStream, VarClusterEtcd, VarClusterName, VarNodeID, VarAdvertiseURL, VarClusterSecret, VarClusterShards,
+		VarErase, VarEraseRate, VarAuditSigningKey, VarKEK, VarKEKFile, VarKeystorePath, VarBackupPath, VarBackupCron, VarBackupKeep,
+		VarBackupStream, VarClusterEtcd, VarClusterName, VarNodeID, VarAdvertiseURL, VarClusterSecret, VarClusterSecretFile, VarClusterShards,
 		VarClusterLeaseTTL, VarClusterEtcdCA, VarClusterEtcdCert, VarClusterEtcdKey,
 		VarClusterTLSCA, VarClusterTLSCert, VarClusterTLSKey,
 		VarTLSCert, VarTLSKey, VarTLSClientCA, VarTLSCA, VarTLSClientCert, VarTLSClientKey,

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/robfig/cron/v3"
 
@@ -83,18 +82,14 @@ func ValidateServerURL(s string) error {
 }
 
 // validateSecrets refuses bearer secrets that no Authorization header can
-// present: a control character (a stray "\r" or "\n" from a file) cannot
-// be sent, and the server trims the spaces around a presented token, so
-// either would lock clients out without a word. The value is not shown.
+// present (CheckBearer). The value is not shown.
 func (c Config) validateSecrets(map[string]string) *Error {
-	secrets := []struct{ name, value string }{
-		{VarAdminToken, c.AdminToken},
-		{VarAPIKey, c.APIKey},
-	}
-	for _, s := range secrets {
-		if strings.TrimSpace(s.value) != s.value || strings.IndexFunc(s.value, unicode.IsControl) >= 0 {
-			return &Error{s.name, "<redacted>", "must not contain control characters or begin or end with a space: " +
-				"no Authorization header could carry it"}
+	for _, s := range c.secretFiles()[:2] { // the admin token and the API key
+		if rule := CheckBearer(*s.value); rule != "" {
+			if *s.path != "" {
+				return &Error{s.fileName, *s.path, "holds a secret that " + rule}
+			}
+			return &Error{s.name, "<redacted>", rule}
 		}
 	}
 	return nil

@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// writeSecretFile writes content to a new file of mode perm.
+func writeSecretFile(t *testing.T, content string, perm os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(p, []byte(content), perm); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, perm); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// config check shows a secret's file by its path and the secret as
+// <redacted>, warns of a file others can read and of sealing without a
+// signing key, and refuses a secret set both ways naming both.
+func TestConfigCheckSecretFiles(t *testing.T) {
+	kek := testKEK(7)
+	kekFile := writeSecretFile(t, kek+"\n", 0o600)
+	tokenFile := writeSecretFile(t, "s3cr3t-admin\n", 0o644)
+	h, _ := sealedHarness(t, kek)
+	h.environ = append(withEnv(h.environ, "PROGRESSDB_KEK", ""), "PROGRESSDB_KEK_FILE="+kekFile,
+		"PROGRESSDB_ADMIN_TOKEN_FILE="+tokenFile)
+	code, out, errOut := h.run("config", "check")
+	if code != exitOK {
+		t.Fatalf("config check: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"PROGRESSDB_KEK=<redacted>\n", "PROGRESSDB_KEK_FILE=" + kekFile + "\n",
+		"PROGRESSDB_ADMIN_TOKEN=<redacted>\n", "PROGRESSDB_ADMIN_TOKEN_FILE=" + tokenFile + "\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	for _, want := range []string{"warning: PROGRESSDB_ADMIN_TOKEN_FILE=\"" + tokenFile + "\": readable by its group or others",
+		"chmod 600 " + tokenFile, "warning: PROGRESSDB_AUDIT_SIGNING_KEY=\"\": is unset while PROGRESSDB_KEK seals content"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if strings.Contains(out+errOut, "s3cr3t") || strings.Contains(out+errOut, strings.TrimPrefix(kek, "base64key://")) {
+		t.Errorf("the output shows a secret:\n%s%s", out, errOut)
+	}
+
+	both := append(append([]string(nil), h.environ...), "PROGRESSDB_KEK="+kek)
+	hh := *h
+	hh.environ = both
+	code, _, errOut = hh.run("config", "check")
+	if code != exitUsage || !strings.Contains(errOut, "PROGRESSDB_KEK_FILE=") || !strings.Contains(errOut, "so is PROGRESSDB_KEK") ||
+		strings.Contains(errOut, strings.TrimPrefix(kek, "base64key://")) {
+		t.Errorf("both KEK forms: exit %d, stderr %q, want 2 naming both", code, errOut)
+	}
+}
+
+// serve warns at start of sealing without an audit signing key: every
+// erasure receipt would be unverifiable.
+func TestServeWarnsOfSealingWithoutSigningKey(t *testing.T) {
+	h, _ := sealedHarness(t, testKEK(8))
+	logs := startServerLogs(t, h.environ)
+	if !strings.Contains(logs(), `"msg":"sealing_without_signing_key","var":"PROGRESSDB_AUDIT_SIGNING_KEY"`) {
+		t.Fatalf("logs:\n%s", logs())
+	}
+}
