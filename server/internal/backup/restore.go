@@ -201,7 +201,7 @@ func (r *restore) checkKeyStore() error {
 		r.ksDir = o.KeyStore
 	}
 	if r.ksDir != "" && !o.Resume {
-		if err := keystore.CheckOutside(r.ksDir, o.DB); err != nil {
+		if err := config.CheckOutside(r.ksDir, o.DB); err != nil {
 			return refused("--keystore %s: %v; nothing was touched", r.ksDir, err)
 		}
 	}

@@ -20,8 +20,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/progressdb/progressdb/server/internal/logging"
-	"github.com/progressdb/progressdb/server/internal/suggest"
 	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/suggest"
 )
 
 // Exit statuses.

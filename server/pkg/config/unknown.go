@@ -4,7 +4,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/progressdb/progressdb/server/internal/suggest"
+	"github.com/progressdb/progressdb/server/pkg/suggest"
 )
 
 // Prefix is the prefix of every progressdb variable.

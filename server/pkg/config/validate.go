@@ -1,7 +1,6 @@
 package config
 
 import (
-	"context"
 	"errors"
 	"net"
 	"net/url"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
-
-	"github.com/progressdb/progressdb/server/pkg/keystore"
 )
 
 // Limits checked by validate.
@@ -287,14 +284,14 @@ func (c Config) validateSealing(map[string]string) *Error {
 		}
 		return nil
 	}
-	if _, err := keystore.OpenKEK(context.Background(), c.KEK); err != nil {
+	if _, _, err := ParseKEK(c.KEK); err != nil {
 		return &Error{VarKEK, "<redacted>", "must be a base64key:// URL of exactly 32 bytes (progressdb keys generate-kek prints one) or a KMS key URL: " +
-			strings.TrimPrefix(err.Error(), keystore.ErrInvalidKEK.Error()+": ")}
+			strings.TrimPrefix(err.Error(), ErrInvalidKEK.Error()+": ")}
 	}
 	if c.KeystorePath == "" {
 		return &Error{VarKeystorePath, "", "is required with " + VarKEK + ": the folder of the key store, outside " + VarDBPath}
 	}
-	if err := keystore.CheckOutside(c.KeystorePath, c.DBPath); err != nil {
+	if err := CheckOutside(c.KeystorePath, c.DBPath); err != nil {
 		return &Error{VarKeystorePath, c.KeystorePath, "must not be " + VarDBPath + " (" + c.DBPath +
 			"), inside it or hold it: a copy of the data folder must not carry its keys (" + err.Error() + ")"}
 	}

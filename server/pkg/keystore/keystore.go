@@ -33,11 +33,8 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -45,6 +42,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"gocloud.dev/secrets"
 
+	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/erase"
 )
 
@@ -52,7 +50,7 @@ import (
 var (
 	// ErrInsideDataPath: the key store's path is the data directory, inside
 	// it, or holds it; a copy of the data folder would carry the keys.
-	ErrInsideDataPath = errors.New("key store path must be outside the data directory")
+	ErrInsideDataPath = config.ErrInsideDataPath
 	// ErrWrongKEK: the KEK does not open this key store's check value.
 	ErrWrongKEK = errors.New("the KEK does not open this key store")
 	// ErrRotationUnfinished: a KEK rotation began and did not finish; only
@@ -157,7 +155,7 @@ func Open(ctx context.Context, path string, opts Options) (*KeyStore, error) {
 		return nil, fmt.Errorf("open key store: %w: no keeper", ErrInvalidKEK)
 	}
 	if opts.DataPath != "" {
-		if err := checkOutside(path, opts.DataPath); err != nil {
+		if err := config.CheckOutside(path, opts.DataPath); err != nil {
 			return nil, err
 		}
 	}
@@ -424,61 +422,6 @@ func (ks *KeyStore) Subject(author string) string {
 	h := hmac.New(sha256.New, ks.receiptKey)
 	h.Write([]byte(author))
 	return "hmac-sha256:" + hex.EncodeToString(h.Sum(nil))
-}
-
-// CheckOutside refuses a key store path that is the data path, lies
-// inside it, or holds it (ErrInsideDataPath), after resolving symbolic
-// links of what exists: the configuration's check, made again by Open.
-func CheckOutside(ksPath, dataPath string) error { return checkOutside(ksPath, dataPath) }
-
-// checkOutside is CheckOutside.
-func checkOutside(ksPath, dataPath string) error {
-	ks, err := resolve(ksPath)
-	if err != nil {
-		return fmt.Errorf("key store path %q: %w", ksPath, err)
-	}
-	data, err := resolve(dataPath)
-	if err != nil {
-		return fmt.Errorf("data path %q: %w", dataPath, err)
-	}
-	if within(ks, data) || within(data, ks) {
-		return fmt.Errorf("%w: key store %q, data directory %q", ErrInsideDataPath, ksPath, dataPath)
-	}
-	return nil
-}
-
-// within reports whether p is dir or lies under it (both absolute, clean).
-func within(p, dir string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
-}
-
-// resolve makes p absolute and resolves the symbolic links of its longest
-// existing part; the rest, not created yet, is joined as it is.
-func resolve(p string) (string, error) {
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return "", err
-	}
-	rest := ""
-	cur := abs
-	for {
-		if _, err := os.Lstat(cur); err == nil {
-			real, err := filepath.EvalSymlinks(cur)
-			if err != nil {
-				return "", err
-			}
-			return filepath.Join(real, rest), nil
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return "", err
-		}
-		parent := filepath.Dir(cur)
-		if parent == cur {
-			return abs, nil
-		}
-		rest = filepath.Join(filepath.Base(cur), rest)
-		cur = parent
-	}
 }
 
 // pebbleLogger passes Pebble's errors to the log; its informational
