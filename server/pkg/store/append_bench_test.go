@@ -158,5 +158,5 @@ func rawAppend(s *Store, body json.RawMessage) error {
 	bt := s.db.NewBatch()
 	putVersion(bt, m)
 	_ = bt.Set(logKey("t", m.TS, m.ID), []byte(m.ID), nil)
-	return s.commitSync(context.Background(), bt)
+	return s.apply(context.Background(), write{kind: writeState, batch: bt, sync: true})
 }

@@ -79,7 +79,7 @@ func (s *Store) SetAuditHead(ctx context.Context, h AuditHead) error {
 	if err != nil {
 		return err
 	}
-	if err := s.set(ctx, []byte(auditHeadKey), v, pebble.Sync); err != nil {
+	if err := s.set(ctx, []byte(auditHeadKey), v, true); err != nil {
 		return fmt.Errorf("record audit head: %w", err)
 	}
 	return nil
@@ -87,18 +87,15 @@ func (s *Store) SetAuditHead(ctx context.Context, h AuditHead) error {
 
 // initBackupState records a new database's identity and its head before
 // the first audit file.
-func (s *Store) initBackupState() error {
+func (s *Store) initBackupState(ctx context.Context) error {
 	head, err := json.Marshal(AuditHead{})
 	if err != nil {
 		return err
 	}
 	b := s.db.NewBatch()
-	defer b.Close()
 	_ = b.Set([]byte(databaseIDKey), []byte(newDatabaseID()), nil)
 	_ = b.Set([]byte(auditHeadKey), head, nil)
-	err = b.Commit(pebble.NoSync)
-	s.threads.forget() // every commit but an append's (liveMemo)
-	if err != nil {
+	if err := s.apply(ctx, write{kind: writeState, batch: b}); err != nil {
 		return fmt.Errorf("record database id: %w", err)
 	}
 	return nil
@@ -114,7 +111,7 @@ func (s *Store) SetDatabaseID(ctx context.Context, id string) error {
 	if err != nil || cur != "" {
 		return err
 	}
-	if err := s.set(ctx, []byte(databaseIDKey), []byte(id), pebble.NoSync); err != nil {
+	if err := s.set(ctx, []byte(databaseIDKey), []byte(id), false); err != nil {
 		return fmt.Errorf("record database id: %w", err)
 	}
 	return s.recordIdentity(ctx)
@@ -137,7 +134,7 @@ func (s *Store) DatabaseID(ctx context.Context, create bool) (string, error) {
 		return "", nil
 	}
 	id := newDatabaseID()
-	if err := s.set(ctx, []byte(databaseIDKey), []byte(id), pebble.Sync); err != nil {
+	if err := s.set(ctx, []byte(databaseIDKey), []byte(id), true); err != nil {
 		return "", fmt.Errorf("record database id: %w", err)
 	}
 	return id, s.recordIdentity(ctx)
@@ -169,7 +166,7 @@ func (s *Store) SetRunStarted(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.set(ctx, []byte(runStartedKey), []byte(id), pebble.NoSync); err != nil {
+	if err := s.set(ctx, []byte(runStartedKey), []byte(id), false); err != nil {
 		return fmt.Errorf("record run start: %w", err)
 	}
 	return nil
@@ -295,7 +292,7 @@ func (s *Store) BeginReplayPurge(ctx context.Context, m PurgeMarker) (PurgeMarke
 		return m, err
 	}
 	// Not synced on its own, as BeginPurge: the deletes follow it in the log.
-	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, pebble.NoSync); err != nil {
+	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, false); err != nil {
 		return m, fmt.Errorf("replay purge of %s %s: %w", m.Kind, m.ID, err)
 	}
 	return m, nil
@@ -323,7 +320,7 @@ func (s *Store) claimUnreadable(ctx context.Context, m PurgeMarker) (PurgeMarker
 }
 
 // replayWriteKey marks the context of a replayed purge's soft delete
-// (commitUser).
+// (writeReplay, commit.go).
 type replayWriteKey struct{}
 
 func replayWrite(ctx context.Context) bool { return ctx.Value(replayWriteKey{}) != nil }

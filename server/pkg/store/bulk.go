@@ -142,13 +142,12 @@ func (b *Bulk) maybeFlush() error {
 	if b.b.Count() < bulkFlushKeys && b.b.Len() < bulkFlushBytes {
 		return nil
 	}
-	err := b.b.Commit(pebble.NoSync)
-	b.s.threads.forget() // a bulk load writes threads (liveMemo)
+	err := b.s.apply(context.Background(), write{kind: writeBulk, batch: b.b})
+	b.b = b.s.db.NewBatch() // apply took the last one
 	if err != nil {
 		b.err = fmt.Errorf("bulk load: %w", err)
 		return b.err
 	}
-	b.b.Reset()
 	return nil
 }
 
@@ -158,14 +157,15 @@ func (b *Bulk) Close() error {
 		return errBulkClosed
 	}
 	b.closed = true
-	defer b.b.Close()
 	if b.err != nil {
+		_ = b.b.Close()
 		return b.err
 	}
 	b.err = errBulkClosed
 	for tid, n := range b.live {
 		old, err := liveCount(b.s.db, tid)
 		if err != nil {
+			_ = b.b.Close()
 			return fmt.Errorf("bulk load: %w", err)
 		}
 		setLiveCount(b.b, tid, old, old+n)
@@ -173,9 +173,7 @@ func (b *Bulk) Close() error {
 	// The batch carries the sync even when empty (LogData keeps it
 	// non-empty), making every earlier unsynced batch durable.
 	_ = b.b.LogData(nil, nil)
-	err := b.b.Commit(pebble.Sync)
-	b.s.threads.forget()
-	if err != nil {
+	if err := b.s.apply(context.Background(), write{kind: writeBulk, batch: b.b, sync: true}); err != nil {
 		return fmt.Errorf("bulk load: %w", err)
 	}
 	return nil

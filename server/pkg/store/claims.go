@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // A purge claim (its marker) goes through two states. Claimed: the item is
@@ -86,7 +84,7 @@ func (s *Store) ConfirmPurge(ctx context.Context, m PurgeMarker, keep func(Claim
 		return m, err
 	}
 	// Not synced on its own: the deletes that follow are later in the log.
-	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, pebble.NoSync); err != nil {
+	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, false); err != nil {
 		return m, fmt.Errorf("confirm purge of %s %s: %w", m.Kind, m.ID, err)
 	}
 	return m, nil
@@ -148,7 +146,7 @@ func (s *Store) releaseClaim(ctx context.Context, m PurgeMarker) error {
 		}
 	}
 	// Not synced: lost in a crash, the claim is back and re-checked again.
-	return s.commit(ctx, b, pebble.NoSync)
+	return s.apply(ctx, write{kind: writeState, batch: b})
 }
 
 // refuseConfirmed answers ErrPurgeInProgress when a confirmed claim holds a

@@ -51,7 +51,7 @@ func (s *Store) SealCursor(ctx context.Context) (SealPass, bool, error) {
 func (s *Store) EndSealPass(ctx context.Context) error {
 	b := s.db.NewBatch()
 	_ = b.Delete([]byte(encryptCursorKey), nil)
-	return s.commit(ctx, b, pebble.Sync)
+	return s.apply(ctx, write{kind: writeState, batch: b, sync: true})
 }
 
 // NextThread returns the first thread ID after after (every thread,
@@ -147,21 +147,19 @@ func (s *Store) SealThread(ctx context.Context, tid, after string, limit int) (s
 		return 0, false, err
 	}
 	done = sealed < limit
-	cursor, opts := after, pebble.Sync
+	cursor := after
 	if done {
 		cursor = tid
 	}
-	if sealed == 0 {
-		// Nothing replaced: losing the cursor only means reading the
-		// thread again.
-		opts = pebble.NoSync
-	} else {
+	// Nothing replaced: losing the cursor only means reading the thread
+	// again, so only a batch that replaced plaintext is synced.
+	if sealed > 0 {
 		// The plaintext lives on in the files: the erase step is owed
 		// from the batch that replaces it on.
 		_ = b.Delete([]byte(eraseKey), nil)
 	}
 	_ = b.Set([]byte(encryptCursorKey), []byte(cursor), nil)
-	if err := s.commit(ctx, b, opts); err != nil {
+	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: sealed > 0}); err != nil {
 		return 0, false, fmt.Errorf("seal thread %s: %w", tid, err)
 	}
 	return sealed, done, nil

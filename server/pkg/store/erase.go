@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/progressdb/progressdb/server/pkg/erase"
 )
 
@@ -158,12 +156,19 @@ func (s *Store) OweErase(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Delete([]byte(eraseKey), pebble.NoSync)
-	s.threads.forget() // every commit but an append's (liveMemo)
-	if err != nil {
+	b := s.db.NewBatch()
+	_ = b.Delete([]byte(eraseKey), nil)
+	if err := s.apply(ctx, write{kind: writeErase, batch: b}); err != nil {
 		return fmt.Errorf("owe erase: %w", err)
 	}
 	return nil
+}
+
+// recordErased records that nothing purged is left to erase.
+func (s *Store) recordErased(ctx context.Context, sync bool) error {
+	b := s.db.NewBatch()
+	_ = b.Set([]byte(eraseKey), nil, nil)
+	return s.apply(ctx, write{kind: writeErase, batch: b, sync: sync})
 }
 
 // Erase makes the content purged in spans (with opts.Full, anywhere)
@@ -181,9 +186,7 @@ func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions)
 		// ciphertext whose keys are gone (spec §12, design §6), so no
 		// table or log holds content to erase, and the flush and log
 		// rotations would only hold up writers.
-		err := s.db.Set([]byte(eraseKey), nil, pebble.Sync)
-		s.threads.forget()
-		if err != nil {
+		if err := s.recordErased(ctx, true); err != nil {
 			return res, fmt.Errorf("erase: record: %w", err)
 		}
 		return res, nil
@@ -205,15 +208,14 @@ func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions)
 		dirs, err := stagingCheckpoints(s.path)
 		return err != nil || len(dirs) > 0
 	}
+	// Run's own writes are deletes of keys that cannot exist (it marks
+	// tables for compaction with them): no thread's liveness changes.
 	er, err := erase.Run(ctx, s.db, s.path, ranges, erase.Options{Rate: opts.Rate, Wait: s.eraseWait, Progress: opts.Progress, Held: held})
-	s.threads.forget() // it commits markers of its own (liveMemo)
 	res.Ranges, res.TablesRemoved, res.LogsRemoved = er.Ranges, er.TablesRemoved, er.LogsRemoved
 	if err != nil {
 		return res, fmt.Errorf("erase: %w", err)
 	}
-	err = s.db.Set([]byte(eraseKey), nil, pebble.Sync)
-	s.threads.forget()
-	if err != nil {
+	if err := s.recordErased(ctx, true); err != nil {
 		return res, fmt.Errorf("erase: record: %w", err)
 	}
 	return res, nil

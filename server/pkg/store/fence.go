@@ -107,29 +107,6 @@ func (s *Store) admit(ctx context.Context, b *pebble.Batch) (release func(applie
 	}, nil
 }
 
-// commit applies b under the fence of ctx's token and closes it.
-func (s *Store) commit(ctx context.Context, b *pebble.Batch, opts *pebble.WriteOptions) error {
-	defer b.Close()
-	release, err := s.admit(ctx, b)
-	if err != nil {
-		return err
-	}
-	err = b.Commit(opts)
-	s.threads.forget() // before the caller lets go of its stripes (liveMemo)
-	release(err == nil)
-	if err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
-}
-
-// set writes one key through commit.
-func (s *Store) set(ctx context.Context, key, value []byte, opts *pebble.WriteOptions) error {
-	b := s.db.NewBatch()
-	_ = b.Set(key, value, nil)
-	return s.commit(ctx, b, opts)
-}
-
 // RaiseFence makes epoch the newest fencing token the database has seen,
 // durably and with no other write: once it returns, every batch carrying
 // an older token is refused, and every batch admitted before it is
@@ -144,5 +121,5 @@ func (s *Store) RaiseFence(ctx context.Context, epoch int64) error {
 		return fmt.Errorf("%w: fencing token %d", ErrInvalidArgument, epoch)
 	}
 	// admit writes the token into the batch when it is newer.
-	return s.commit(WithEpoch(ctx, epoch), s.db.NewBatch(), pebble.Sync)
+	return s.apply(WithEpoch(ctx, epoch), write{kind: writeState, batch: s.db.NewBatch(), sync: true})
 }

@@ -196,3 +196,40 @@ func TestFenceRefusesOldRunRecords(t *testing.T) {
 		t.Fatalf("purge markers = %v, %v; want none", ms, err)
 	}
 }
+
+// TestUnfencedWrites: the writes commit.go lets skip the fence land with
+// any token and raise none: the retention pause switch, the erase record,
+// and the log-only writes (Sync, Check).
+func TestUnfencedWrites(t *testing.T) {
+	s := openStore(t, newClock())
+	bg := context.Background()
+	if err := s.RaiseFence(bg, 7); err != nil {
+		t.Fatal(err)
+	}
+	for _, ctx := range []context.Context{store.WithEpoch(bg, 5), store.WithEpoch(bg, 9)} {
+		if _, err := s.SetRetentionPause(ctx, true, "audit"); err != nil {
+			t.Fatalf("pause: %v", err)
+		}
+		if err := s.OweErase(ctx); err != nil {
+			t.Fatalf("owe erase: %v", err)
+		}
+		if _, err := s.Erase(ctx, &store.EraseSpans{}, store.EraseOptions{}); err != nil {
+			t.Fatalf("erase: %v", err)
+		}
+		if err := s.Sync(ctx); err != nil {
+			t.Fatalf("sync: %v", err)
+		}
+		if err := s.Check(ctx); err != nil {
+			t.Fatalf("check: %v", err)
+		}
+		if got := s.Epoch(); got != 7 {
+			t.Fatalf("Epoch = %d after unfenced writes, want 7", got)
+		}
+	}
+	if p, err := s.RetentionPause(bg); err != nil || !p.Paused {
+		t.Fatalf("pause = %+v, %v; want paused", p, err)
+	}
+	if ok, err := s.Erased(bg); err != nil || !ok {
+		t.Fatalf("Erased = %v, %v; want true", ok, err)
+	}
+}

@@ -99,13 +99,9 @@ func deletionEntry(kind ItemKind, it *pebble.Iterator) (DeletionEntry, bool) {
 // the number of deletion index entries written. It holds every thread
 // lock, so it runs alone with respect to writes.
 func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
-	unlock := s.locks.lockAll()
-	defer func() {
-		s.threads.forget() // every commit but an append's (liveMemo)
-		unlock()
-	}()
+	defer s.locks.lockAll()()
 
-	w := newIndexWriter(s.db)
+	w := newIndexWriter(ctx, s)
 	defer w.close()
 	// The drop and the first entries may be in different batches: sys:schema
 	// is only written at the end, so a crash means a rebuild at next open.
@@ -186,8 +182,8 @@ func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
 		return w.count, err
 	}
 	_ = w.b.Set([]byte(schemaKey), []byte(schemaVersion), nil)
-	if err := w.b.Commit(pebble.Sync); err != nil {
-		return w.count, fmt.Errorf("rebuild deletion index: %w", err)
+	if err := w.commit(true); err != nil {
+		return w.count, err
 	}
 	return w.count, nil
 }
@@ -245,7 +241,8 @@ func (w *indexWriter) setCount(c threadCount) error {
 
 // indexWriter writes index entries in unsynced batches of indexBatchKeys.
 type indexWriter struct {
-	db    *pebble.DB
+	ctx   context.Context
+	s     *Store
 	b     *pebble.Batch
 	key   []byte
 	count int
@@ -253,8 +250,8 @@ type indexWriter struct {
 
 const indexBatchKeys = 10_000
 
-func newIndexWriter(db *pebble.DB) *indexWriter {
-	return &indexWriter{db: db, b: db.NewBatch()}
+func newIndexWriter(ctx context.Context, s *Store) *indexWriter {
+	return &indexWriter{ctx: ctx, s: s, b: s.db.NewBatch()}
 }
 
 func (w *indexWriter) add(kind ItemKind, deletedTS int64, id string, value []byte) error {
@@ -274,10 +271,16 @@ func (w *indexWriter) flushFull() error {
 	if w.b.Count() < indexBatchKeys {
 		return nil
 	}
-	if err := w.b.Commit(pebble.NoSync); err != nil {
+	return w.commit(false)
+}
+
+// commit applies the batch and starts the next.
+func (w *indexWriter) commit(sync bool) error {
+	err := w.s.apply(w.ctx, write{kind: writeIndex, batch: w.b, sync: sync})
+	w.b = w.s.db.NewBatch() // apply took the last one
+	if err != nil {
 		return fmt.Errorf("rebuild deletion index: %w", err)
 	}
-	w.b.Reset()
 	return nil
 }
 
@@ -322,7 +325,7 @@ func (s *Store) StampDeletion(ctx context.Context, e DeletionEntry, ts int64, ru
 		return err
 	}
 	_ = b.Set(stampKey(e.Kind, e.ID), v, nil)
-	if err := s.commitSync(ctx, b); err != nil {
+	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true}); err != nil {
 		return fmt.Errorf("stamp %s %s: %w", e.Kind, e.ID, err)
 	}
 	return nil

@@ -385,7 +385,7 @@ func (s *Store) BeginPolicyPurge(ctx context.Context, m PurgeMarker, check Polic
 	}
 	// Not synced on its own, as BeginPurge: the purge's deletes follow it
 	// in the log, and the group's Sync makes both durable.
-	if err := s.commit(ctx, b, pebble.NoSync); err != nil {
+	if err := s.apply(ctx, write{kind: writeState, batch: b}); err != nil {
 		return fmt.Errorf("begin %s purge of message %s: %w", m.Cause, m.ID, err)
 	}
 	return nil

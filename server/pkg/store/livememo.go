@@ -10,10 +10,11 @@ import (
 // the record lies under every memtable written since the thread was
 // created, and that read was the largest cost of an append after the
 // sync. Every commit other than an append's forgets everything (forget,
-// by moving the epoch), before its writer lets go of its stripes: an
-// append holds its thread's stripe from the check to its commit, so it
-// sees a change of its thread committed under that stripe (a delete, a
-// restore, a purge) as a read of the record would.
+// by moving the epoch; apply in commit.go decides), before its writer
+// lets go of its stripes: an append holds its thread's stripe from the
+// check to its commit, so it sees a change of its thread committed under
+// that stripe (a delete, a restore, a purge) as a read of the record
+// would.
 type liveMemo struct {
 	epoch atomic.Uint64
 
@@ -24,8 +25,9 @@ type liveMemo struct {
 // liveMemoMax bounds the memo; past it, it starts over.
 const liveMemoMax = 1 << 14
 
-// forget drops every entry. Called after each commit other than an
-// append's, and after a failed one (it may still be applied).
+// forget drops every entry. Called by settle (commit.go) after each
+// commit other than an append's, and after a failed one (it may still be
+// applied).
 func (m *liveMemo) forget() { m.epoch.Add(1) }
 
 // known reports whether tid was found live in the current epoch, and

@@ -79,7 +79,7 @@ func clearMarkers[M marker](ctx context.Context, s *Store, what string, key func
 		}
 		_ = b.Delete(key(kind, id), nil)
 	}
-	if err := s.commitSync(ctx, b); err != nil {
+	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true}); err != nil {
 		return fmt.Errorf("clear %s: %w", what, err)
 	}
 	return nil

@@ -156,7 +156,7 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 		_ = b.Close()
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
 	}
-	if err := s.commitAppend(ctx, h, b); err != nil {
+	if err := s.apply(ctx, write{kind: writeAppend, batch: b, held: h}); err != nil {
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
 	}
 	return msg, nil
@@ -238,7 +238,7 @@ func (s *Store) EditMessage(ctx context.Context, tid, mid string, body json.RawM
 		_ = b.Close()
 		return Message{}, fmt.Errorf("edit message %s: %w", mid, err)
 	}
-	if err := s.commitUser(ctx, h, b); err != nil {
+	if err := s.apply(ctx, write{kind: writeUser, batch: b, held: h}); err != nil {
 		return Message{}, fmt.Errorf("edit message %s: %w", mid, err)
 	}
 	return m, nil
@@ -290,7 +290,7 @@ func (s *Store) DeleteMessage(ctx context.Context, tid, mid string) (Message, er
 		_ = b.Close()
 		return Message{}, fmt.Errorf("delete message %s: %w", mid, err)
 	}
-	if err := s.commitUser(ctx, h, b); err != nil {
+	if err := s.apply(ctx, write{kind: writeUser, batch: b, held: h}); err != nil {
 		return Message{}, fmt.Errorf("delete message %s: %w", mid, err)
 	}
 	return m, nil
@@ -366,7 +366,7 @@ func (s *Store) RestoreMessage(ctx context.Context, tid, mid string) (Message, e
 		_ = b.Close()
 		return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
 	}
-	if err := s.commitUser(ctx, h, b); err != nil {
+	if err := s.apply(ctx, write{kind: writeUser, batch: b, held: h}); err != nil {
 		return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
 	}
 	return m, nil

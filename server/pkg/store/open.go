@@ -174,13 +174,13 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 			return err
 		}
 		if !found {
-			if err := s.db.Set([]byte(eraseKey), nil, pebble.NoSync); err != nil {
+			if err := s.recordErased(ctx, false); err != nil {
 				return fmt.Errorf("record erase state: %w", err)
 			}
 			// A new database has its identity, and reflects no audit run
 			// yet: a copy of it taken before its first run, put back later,
 			// lacks every purge its runs recorded (spec §10).
-			if err := s.initBackupState(); err != nil {
+			if err := s.initBackupState(ctx); err != nil {
 				return err
 			}
 		}
@@ -215,7 +215,7 @@ func (s *Store) Sync(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+	if err := s.logWrite(ctx, true); err != nil {
 		return fmt.Errorf("sync store: %w", err)
 	}
 	return nil
@@ -263,85 +263,10 @@ func (s *Store) hasRange(lower, upper []byte) (bool, error) {
 	return found, nil
 }
 
-// commitUser commits a write of the API: it applies b while the caller
-// still holds the thread's stripe h (so the next read-check-write of the
-// thread sees it), releases the stripe, then waits until b is durable.
-// Writers queued on the stripe apply their batches meanwhile and share the
-// WAL's next fsync (group commit). A batch is visible before it is durable
-// (that is so in Pebble even for a plain synced commit), but the log is
-// synced in order, so no later write can survive a crash without the
-// writes it read; the caller answers only after this returns.
-func (s *Store) commitUser(ctx context.Context, h *held, b *pebble.Batch) error {
-	return s.commitHeld(ctx, h, b, true)
-}
-
-// commitAppend is commitUser for an append, which changes no thread's
-// metadata: the threads appends found live stay remembered (livememo.go).
-func (s *Store) commitAppend(ctx context.Context, h *held, b *pebble.Batch) error {
-	return s.commitHeld(ctx, h, b, false)
-}
-
-func (s *Store) commitHeld(ctx context.Context, h *held, b *pebble.Batch, forget bool) error {
-	// The memo forgets before the stripes are let go, on every path, a
-	// failed apply included (liveMemo).
-	letGo := func() {
-		if forget {
-			s.threads.forget()
-		}
-		h.release()
-	}
-	release, err := s.admit(ctx, b)
-	if err != nil {
-		letGo()
-		_ = b.Close()
-		return err
-	}
-	if replayWrite(ctx) {
-		// Part of a replayed purge (BeginReplayPurge): the purge's group
-		// sync makes it durable before any record says purged, and a crash
-		// before that only means the replay does it again. Not counted as
-		// a user write: it does not compete with the purge it belongs to.
-		err := s.db.Apply(b, pebble.NoSync)
-		release(err == nil)
-		letGo()
-		_ = b.Close()
-		if err != nil {
-			return fmt.Errorf("commit: %w", err)
-		}
-		return nil
-	}
-	if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
-		// The batch may still sit in Pebble's commit queue: it is not
-		// closed (returned to the pool), only dropped.
-		release(false)
-		letGo()
-		return fmt.Errorf("commit: %w", err)
-	}
-	release(true)
-	letGo()
-	defer b.Close()
-	if err := b.SyncWait(); err != nil {
-		// The batch is applied (readers may have seen it) but its log
-		// record is not durable, and Pebble's log stays failed: answering
-		// an error and going on would serve writes a restart loses and
-		// wedge every later commit. Stop instead (fail-stop).
-		s.fatal.stop(fmt.Sprintf("commit: log sync failed: %v", err))
-		return fmt.Errorf("commit: %w", err)
-	}
-	s.userWrites.Add(1)
-	return nil
-}
-
 // UserWrites is the number of thread and message writes committed since
 // Open. The retention runner watches it to slow down while they compete
 // with its purge; its own writes (purges, markers, stamps) are not counted.
 func (s *Store) UserWrites() uint64 { return s.userWrites.Load() }
-
-// commitSync applies a write durably, under the fence of ctx's token
-// (fence.go), and releases the batch.
-func (s *Store) commitSync(ctx context.Context, b *pebble.Batch) error {
-	return s.commit(ctx, b, pebble.Sync)
-}
 
 // Check reports whether the store can still commit: open, no fatal
 // storage error, and a write through Pebble's commit pipeline (an empty
@@ -356,7 +281,7 @@ func (s *Store) Check(ctx context.Context) error {
 	if s.fatal.failed.Load() {
 		return ErrStorageFailed
 	}
-	if err := s.db.LogData(nil, pebble.NoSync); err != nil {
+	if err := s.logWrite(ctx, false); err != nil {
 		return fmt.Errorf("%w: commit probe: %w", ErrStorageFailed, err)
 	}
 	return nil

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // pauseKey holds the retention pause switch (spec §3.2). It lives in the
@@ -72,9 +70,9 @@ func (s *Store) SetRetentionPause(ctx context.Context, paused bool, reason strin
 	if err != nil {
 		return RetentionPause{}, err
 	}
-	err = s.db.Set([]byte(pauseKey), v, pebble.Sync)
-	s.threads.forget() // every commit but an append's (liveMemo)
-	if err != nil {
+	b := s.db.NewBatch()
+	_ = b.Set([]byte(pauseKey), v, nil)
+	if err := s.apply(ctx, write{kind: writePause, batch: b, sync: true}); err != nil {
 		return RetentionPause{}, fmt.Errorf("write retention pause: %w", err)
 	}
 	return next, nil

@@ -139,7 +139,7 @@ func (s *Store) writeOverride(ctx context.Context, tid string, o *RetentionOverr
 		_ = b.Set(policyKey(tid), v, nil)
 		_ = b.Set(policyIndexKey(tid), nil, nil)
 	}
-	if err := s.commitSync(ctx, b); err != nil {
+	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true}); err != nil {
 		return fmt.Errorf("retention override of thread %s: %w", tid, err)
 	}
 	return nil

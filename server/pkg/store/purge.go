@@ -184,7 +184,7 @@ func (s *Store) PurgeMessage(ctx context.Context, tid, mid string, opts PurgeOpt
 // end makes it durable before the audit record says "purged".
 type purger struct {
 	ctx      context.Context
-	s        *Store // admits each batch under the fence (fence.go)
+	s        *Store // applies each batch (commit.go)
 	db       *pebble.DB
 	b        *pebble.Batch
 	before   func(context.Context) error
@@ -251,19 +251,13 @@ func (p *purger) flush() error {
 	if err := p.ctx.Err(); err != nil {
 		return fmt.Errorf("stopped before batch: %w", err)
 	}
-	release, err := p.s.admit(p.ctx, p.b)
+	err := p.s.apply(p.ctx, write{kind: writePurge, batch: p.b})
+	p.b = p.db.NewBatch() // apply took the last one
 	if err != nil {
 		return fmt.Errorf("delete batch: %w", err)
 	}
-	err = p.b.Commit(pebble.NoSync)
-	p.s.threads.forget() // a purge deletes threads (liveMemo)
-	release(err == nil)
-	if err != nil {
-		return fmt.Errorf("commit delete batch: %w", err)
-	}
 	p.deleted += p.pending
 	p.pending = 0
-	p.b.Reset()
 	p.setCap()
 	return nil
 }
@@ -480,7 +474,7 @@ func (s *Store) BeginPurgeChecked(ctx context.Context, m PurgeMarker, keep func(
 	if err != nil {
 		return err
 	}
-	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, pebble.NoSync); err != nil {
+	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, false); err != nil {
 		return fmt.Errorf("begin purge of %s %s: %w", m.Kind, m.ID, err)
 	}
 	return nil
@@ -606,7 +600,7 @@ func (s *Store) OweShred(ctx context.Context, m PurgeMarker) (PurgeMarker, error
 	if err != nil {
 		return m, err
 	}
-	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, pebble.Sync); err != nil {
+	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, true); err != nil {
 		return m, fmt.Errorf("owe the shredded record of thread %s: %w", m.ID, err)
 	}
 	return m, nil

@@ -242,7 +242,7 @@ func (s *Store) BecomeCopy(ctx context.Context, id, backupID string) (Lineage, e
 	b := s.db.NewBatch()
 	_ = b.Set([]byte(databaseIDKey), []byte(id), nil)
 	_ = b.Set([]byte(lineageKey), v, nil)
-	if err := s.commit(ctx, b, pebble.Sync); err != nil {
+	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true}); err != nil {
 		return Lineage{}, fmt.Errorf("record the restored database's identity: %w", err)
 	}
 	return l, s.recordIdentity(ctx)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // Subject erasure (spec §12, docs/sealed-content-design.md §7): the
@@ -87,7 +85,7 @@ func (s *Store) writeClaim(ctx context.Context, m PurgeMarker, msg Message, drop
 			return m, err
 		}
 	}
-	return m, s.commit(ctx, b, pebble.NoSync)
+	return m, s.apply(ctx, write{kind: writeState, batch: b})
 }
 
 // KeySealer is the Sealer the store was opened with (nil: plain), for
@@ -144,7 +142,7 @@ func (s *Store) PutErasure(ctx context.Context, e Erasure) error {
 	if err != nil {
 		return err
 	}
-	if err := s.set(ctx, erasureKey(e.ID), v, pebble.Sync); err != nil {
+	if err := s.set(ctx, erasureKey(e.ID), v, true); err != nil {
 		return fmt.Errorf("write erasure %s: %w", e.ID, err)
 	}
 	return nil
