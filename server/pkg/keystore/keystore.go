@@ -44,6 +44,7 @@ import (
 
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/erase"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // Sentinel errors callers act on.
@@ -163,7 +164,7 @@ func Open(ctx context.Context, path string, opts Options) (*KeyStore, error) {
 		return nil, fmt.Errorf("open key store %q: %w", path, err)
 	}
 	db, err := pebble.Open(path, &pebble.Options{
-		FS:     erase.NoRecycleFS{FS: vfs.Default},
+		FS:     erase.NoRecycleFS{FS: store.PrivateFS(vfs.Default)},
 		Logger: pebbleLogger{opts.Logger},
 	})
 	if err != nil {

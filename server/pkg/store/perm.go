@@ -21,6 +21,10 @@ const (
 // that can create a file or folder sets its mode explicitly.
 type privateFS struct{ vfs.FS }
 
+// PrivateFS is fs with the modes above, for Pebble's other folder (the
+// key store, whose wrapped keys are as private as the content they seal).
+func PrivateFS(fs vfs.FS) vfs.FS { return privateFS{fs} }
+
 func (p privateFS) Unwrap() vfs.FS { return p.FS }
 
 func (p privateFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
