@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"strings"
+	"sync/atomic"
 )
 
 // access says which credential a route needs.
@@ -27,6 +28,32 @@ func newSecret(token string) *secret {
 	}
 	d := secret(sha256.Sum256([]byte(token)))
 	return &d
+}
+
+// Tokens holds the API key and the admin token a handler requires, so
+// that they can be replaced while it serves (serve re-reads their files
+// on SIGHUP). The zero value requires neither.
+type Tokens struct {
+	p atomic.Pointer[tokenPair]
+}
+
+// tokenPair is what Tokens holds; a nil secret turns its check off.
+type tokenPair struct {
+	apiKey     *secret // nil: /v1 is open
+	adminToken *secret // nil: /admin is disabled
+}
+
+// Set replaces both: requests from then on need the new ones ("" turns
+// the API key off and disables /admin, as at start).
+func (t *Tokens) Set(apiKey, adminToken string) {
+	t.p.Store(&tokenPair{apiKey: newSecret(apiKey), adminToken: newSecret(adminToken)})
+}
+
+func (t *Tokens) load() tokenPair {
+	if p := t.p.Load(); p != nil {
+		return *p
+	}
+	return tokenPair{}
 }
 
 func (s *secret) matches(token string) bool {
@@ -80,19 +107,20 @@ func (s *server) guard(a access, h handlerFunc) http.Handler {
 
 func (s *server) authorize(a access, r *http.Request) error {
 	var want *secret
+	tokens := s.tokens.load()
 	switch a {
 	case accessOpen:
 		return nil
 	case accessAPI:
-		if s.apiKey == nil {
+		if tokens.apiKey == nil {
 			return nil
 		}
-		want = s.apiKey
+		want = tokens.apiKey
 	case accessAdmin:
-		if s.adminToken == nil {
+		if tokens.adminToken == nil {
 			return errAdminDisabled
 		}
-		want = s.adminToken
+		want = tokens.adminToken
 	}
 	token, ok := bearerToken(r)
 	if !ok {

@@ -48,6 +48,9 @@ type Options struct {
 	APIKey string
 	// AdminToken is the bearer token /admin requires; unset disables /admin.
 	AdminToken string
+	// Tokens, when set, is the handler's: New sets it to APIKey and
+	// AdminToken, and its Set replaces them while the handler serves.
+	Tokens *Tokens
 	// Registry receives the HTTP metrics and is served at /metrics; a fresh
 	// registry is used when nil.
 	Registry *prometheus.Registry
@@ -73,8 +76,7 @@ type server struct {
 	// streamTimeout cuts a stalled backup stream.
 	streamTimeout time.Duration
 	log           *slog.Logger
-	apiKey        *secret // nil: /v1 is open
-	adminToken    *secret // nil: /admin is disabled
+	tokens        *Tokens // the API key and admin token
 	metrics       *httpMetrics
 	scrape        http.Handler // /metrics
 	openAPI       []byte       // /openapi.yaml
@@ -100,8 +102,7 @@ func New(opts Options) (http.Handler, error) {
 		shardBacks:    opts.ShardBackups,
 		streamTimeout: opts.BackupStreamTimeout,
 		log:           opts.Logger,
-		apiKey:        newSecret(opts.APIKey),
-		adminToken:    newSecret(opts.AdminToken),
+		tokens:        opts.Tokens,
 		maxBody:       opts.MaxBodyBytes,
 		openAPI:       apispec.OpenAPI(),
 		cluster:       opts.Cluster,
@@ -109,6 +110,10 @@ func New(opts Options) (http.Handler, error) {
 		ids:           store.NewIDSource(),
 		erasures:      opts.Erasures,
 	}
+	if s.tokens == nil {
+		s.tokens = new(Tokens)
+	}
+	s.tokens.Set(opts.APIKey, opts.AdminToken)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

@@ -123,6 +123,7 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if keys != nil {
 		erasures = svc // subject erasure destroys keys: only with sealing on
 	}
+	tokens := new(api.Tokens)
 	h, err := api.New(api.Options{
 		Store:               st,
 		Retention:           svc,
@@ -132,11 +133,13 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		Logger:              logger,
 		APIKey:              cfg.APIKey,
 		AdminToken:          cfg.AdminToken,
+		Tokens:              tokens,
 		Registry:            reg,
 	})
 	if err != nil {
 		return err
 	}
+	tokenFiles{cfg: cfg, tokens: tokens, logger: logger}.start(ctx)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)

@@ -268,11 +268,14 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	if err != nil {
 		return err
 	}
+	tokens := new(api.Tokens)
 	h, err := api.New(api.Options{Cluster: rt, Pause: pause, ShardBackups: backups,
-		BackupStreamTimeout: cfg.Backup.StreamTimeout, Logger: logger, APIKey: cfg.APIKey, AdminToken: cfg.AdminToken, Registry: reg})
+		BackupStreamTimeout: cfg.Backup.StreamTimeout, Logger: logger, APIKey: cfg.APIKey, AdminToken: cfg.AdminToken,
+		Tokens: tokens, Registry: reg})
 	if err != nil {
 		return err
 	}
+	tokenFiles{cfg: cfg, tokens: tokens, logger: logger}.start(nodeCtx)
 	// The nodes' own move steps are served beside the API, not in it.
 	mux := http.NewServeMux()
 	mux.Handle(router.MoveStepsPath, rt.MoveSteps())
