@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/internal/startstop"
 )
 
 // SchedulerOptions configure NewScheduler.
@@ -40,10 +40,7 @@ type Scheduler struct {
 	// newest is the newest backup's time when Start ran (zero: none).
 	newest time.Time
 
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	life startstop.Base
 
 	// done, when set (tests), is called after every scheduled run.
 	done func(RunResult)
@@ -107,32 +104,16 @@ func (s *Scheduler) Interval() time.Duration {
 // what expired while the server was down and makes the backup it missed
 // meanwhile, if any. It returns at once. Starting twice does nothing.
 func (s *Scheduler) Start(ctx context.Context) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return
-	}
-	s.started = true
-	s.restoreLastSuccess()
-	s.c.metrics.Interval.Set(s.Interval().Seconds())
-	ctx, s.cancel = context.WithCancel(ctx)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.loop(ctx)
-	}()
+	s.life.Start(ctx, func() {
+		s.restoreLastSuccess()
+		s.c.metrics.Interval.Set(s.Interval().Seconds())
+	}, s.loop)
 }
 
 // Stop ends the loop; a backup being written is cancelled (its temporary
 // file removed) and Stop waits for that.
 func (s *Scheduler) Stop() {
-	s.mu.Lock()
-	cancel := s.cancel
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	s.wg.Wait()
+	s.life.Stop()
 	s.c.metrics.Interval.Set(0)
 }
 

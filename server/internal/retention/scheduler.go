@@ -14,6 +14,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/startstop"
 )
 
 // Run triggers.
@@ -56,10 +57,8 @@ type Scheduler struct {
 	next    atomic.Int64 // unix ns of the next tick; 0 before Start
 	running atomic.Bool  // a run fired by this scheduler is going
 
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	life startstop.Base
+	runs sync.WaitGroup // the runs fire started; the loop waits for them
 
 	hooks schedulerHooks
 }
@@ -116,40 +115,25 @@ func (s *Scheduler) Next() time.Time {
 // Start starts the schedule loop; it returns at once. The loop and its runs
 // end when ctx ends or Stop is called. Starting twice does nothing.
 func (s *Scheduler) Start(ctx context.Context) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return
-	}
-	s.started = true
-	s.metrics.Enabled.Set(1)
-	if s.runner.cfg.DryRun {
-		s.metrics.DryRun.Set(1)
-	}
-	ctx, s.cancel = context.WithCancel(ctx)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.loop(ctx)
-	}()
+	s.life.Start(ctx, func() {
+		s.metrics.Enabled.Set(1)
+		if s.runner.cfg.DryRun {
+			s.metrics.DryRun.Set(1)
+		}
+	}, s.loop)
 }
 
 // Stop ends the loop and cancels the run going, if any: it stops at its
 // next batch boundary, writes an interrupted footer and releases the lease.
 // Stop waits for all of that.
 func (s *Scheduler) Stop() {
-	s.mu.Lock()
-	cancel := s.cancel
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	s.wg.Wait()
+	s.life.Stop()
 	s.metrics.Enabled.Set(0)
 	s.metrics.DryRun.Set(0)
 }
 
 func (s *Scheduler) loop(ctx context.Context) {
+	defer s.runs.Wait() // Stop returns once the run going has ended
 	s.log.Info("retention_scheduler_started", "cron", s.spec, "next_run", s.sched.Next(s.clock.Now().UTC()))
 	if s.runMissed && s.missed() {
 		s.fire(ctx, TriggerStartup)
@@ -245,9 +229,9 @@ func (s *Scheduler) fire(ctx context.Context, trigger string) {
 	if h := s.hooks.runFired; h != nil {
 		h(trigger)
 	}
-	s.wg.Add(1)
+	s.runs.Add(1)
 	go func() {
-		defer s.wg.Done()
+		defer s.runs.Done()
 		res, err := s.runOnce(ctx, trigger) // never panics
 		s.running.Store(false)
 		if h := s.hooks.runDone; h != nil {
