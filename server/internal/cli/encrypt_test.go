@@ -69,7 +69,8 @@ func TestKeysEncryptExisting(t *testing.T) {
 	// after its first one, with most of the database still plain.
 	cmd := exec.Command(binary(t), "keys", "encrypt-existing")
 	cmd.Env = withEnv(h.environ, "PROGRESSDB_RETENTION_BATCH_PAUSE", "90s")
-	cmd.Env = withEnv(withEnv(cmd.Env, "PROGRESSDB_LOG_FORMAT", "json"), "PROGRESSDB_LOG_LEVEL", "info")
+	// Each batch has a debug line (the summaries of info are seconds apart).
+	cmd.Env = withEnv(withEnv(cmd.Env, "PROGRESSDB_LOG_FORMAT", "json"), "PROGRESSDB_LOG_LEVEL", "debug")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +102,7 @@ func TestKeysEncryptExisting(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); code != exitOK || err != nil {
 		t.Fatalf("rerun: exit %d (%v)\n%s\n%s", code, err, out, errOut)
 	}
-	want := 6 * (1 + 3*2) // a record per thread and per version
+	want := int64(6 * (1 + 3*2)) // a record per thread and per version
 	if !rep.Resumed || rep.Sealed <= 0 || rep.Sealed >= want || rep.Threads == 0 || !rep.Erased {
 		t.Fatalf("rerun: %+v, want a resumed pass sealing what the first left of %d records, then erasing", rep, want)
 	}
@@ -145,5 +146,52 @@ func TestKeysEncryptExistingUsage(t *testing.T) {
 	code, _, errOut = h.run("keys", "encrypt-existing", "now")
 	if code != exitUsage || !strings.Contains(errOut, `unexpected argument "now"`) {
 		t.Fatalf("with an argument: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// plainDatabase seeds a plain database of n threads of one message
+// (written before sealing) and returns the environment that seals it.
+func plainDatabase(t *testing.T, n int) []string {
+	t.Helper()
+	h := newHarness(t)
+	if code, _, errOut := h.run("seed", "--threads", fmt.Sprint(n), "--messages", "1", "--versions", "1"); code != exitOK {
+		t.Fatalf("seed: exit %d\n%s", code, errOut)
+	}
+	root := filepath.Dir(h.dbPath)
+	return append(h.environ, "PROGRESSDB_KEK="+testKEK(5), "PROGRESSDB_KEYSTORE_PATH="+filepath.Join(root, "keys"),
+		"PROGRESSDB_RETENTION_AUDIT_PATH="+filepath.Join(root, "audit"))
+}
+
+// Off a terminal, `keys encrypt-existing` says where it stands in a few
+// summaries (done and total threads, rate), not one line per thread: a
+// pass over 2,000 threads logs a handful of lines. Before, it logged one
+// line per batch (2,003 lines for 2,001 threads) and no total.
+func TestKeysEncryptExistingSummaries(t *testing.T) {
+	environ := withEnv(plainDatabase(t, 2000), "PROGRESSDB_LOG_LEVEL", "info")
+	code, out, errOut := runBinary(t, environ, "keys", "encrypt-existing")
+	if code != exitOK || !strings.Contains(out, " records in 2000 threads") || !strings.Contains(out, "(2000 threads were plain)") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	if len(lines) > 20 {
+		t.Fatalf("%d log lines for 2,000 threads, want a few summaries:\n%s", len(lines), strings.Join(lines[:20], "\n"))
+	}
+	var started, summary, erased bool
+	for _, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("not a JSON log line: %q", l)
+		}
+		switch rec["msg"] {
+		case "keys_encrypt_started":
+			started = rec["threads"] == 2000.0 && rec["threads_plain"] == 2000.0
+		case "keys_encrypt_progress":
+			summary = summary || (rec["done"] == 2000.0 && rec["total"] == 2000.0 && rec["records_sealed"].(float64) >= 4000 && rec["rate_per_sec"] != nil)
+		case "keys_encrypt_erased":
+			erased = rec["erase_ms"] != nil
+		}
+	}
+	if !started || !summary || !erased {
+		t.Fatalf("started with the total %t, summary of done/total %t, erase with its duration %t:\n%s", started, summary, erased, errOut)
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/logging"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -44,6 +46,20 @@ func newProgressBar(w io.Writer) *progressBar {
 	return &progressBar{w: w, fd: f.Fd()}
 }
 
+// barAndLogger builds the configured logger of a long command and, on a
+// terminal, the bar it draws its progress with (nil elsewhere: the
+// logger's periodic progress lines are the summaries). Log lines pass
+// through the bar. An error is the sink's, a configuration error.
+func (e env) barAndLogger(cfg config.Config) (*progressBar, *slog.Logger, *logging.Sink, error) {
+	bar := newProgressBar(e.stderr)
+	var logTo io.Writer // nil: e.stderr
+	if bar != nil {
+		logTo = bar
+	}
+	logger, closer, err := e.logger(cfg, logTo)
+	return bar, logger, closer, err
+}
+
 // Fd lets the logger see the terminal underneath (colours, text format).
 func (b *progressBar) Fd() uintptr { return b.fd }
 
@@ -57,12 +73,18 @@ func (b *progressBar) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// update redraws the bar with p.
-func (b *progressBar) update(p retention.Progress) {
+// update redraws the bar with a run's progress.
+func (b *progressBar) update(p retention.Progress) { b.show(renderProgress(p)) }
+
+// show redraws the bar as line; a nil bar does nothing.
+func (b *progressBar) show(line string) {
+	if b == nil {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.erase()
-	b.line = renderProgress(p)
+	b.line = line
 	b.draw()
 }
 
@@ -99,8 +121,7 @@ func renderProgress(p retention.Progress) string {
 		if byCause {
 			width = barWidthByCause
 		}
-		filled := int(min(p.Done, p.Due) * width / p.Due)
-		fmt.Fprintf(&sb, "[%s%s] %d/%d", strings.Repeat("#", filled), strings.Repeat(".", int(width)-filled), p.Done, p.Due)
+		drawBar(&sb, p.Done, p.Due, width)
 	} else {
 		fmt.Fprintf(&sb, "%d looked at", p.Done)
 	}
@@ -114,17 +135,43 @@ func renderProgress(p retention.Progress) string {
 		}
 	}
 	fmt.Fprintf(&sb, "  %d purged", p.Purged)
-	if e := p.Erase; e != nil {
-		// The scans are over: what is left is the erase step.
-		fmt.Fprintf(&sb, "  erasing: %s", e.Step)
-		if e.Step == store.EraseCompact {
-			fmt.Fprintf(&sb, " %d/%d ranges", e.Done, e.Total)
-		}
-		return sb.String()
-	}
-	fmt.Fprintf(&sb, "  %.0f/s", p.Rate)
-	if p.Left > 0 {
-		fmt.Fprintf(&sb, "  %s left", p.Left.Round(time.Second))
-	}
+	drawTail(&sb, p.Erase, p.Rate, p.Left)
 	return sb.String()
+}
+
+// renderEncrypt is `keys encrypt-existing`'s line: a bar of the threads
+// passed, the records sealed, the rate and the time left, then the erase
+// step.
+func renderEncrypt(p retention.EncryptProgress) string {
+	var sb strings.Builder
+	drawBar(&sb, p.Done, p.Total, barWidth)
+	fmt.Fprintf(&sb, " threads  %d sealed", p.Records)
+	drawTail(&sb, p.Erase, p.Rate, p.Left)
+	return sb.String()
+}
+
+// drawBar draws done of total as a bar width cells long and the counts.
+func drawBar(sb *strings.Builder, done, total, width int64) {
+	if total <= 0 {
+		fmt.Fprintf(sb, "%d", done)
+		return
+	}
+	filled := int(min(done, total) * width / total)
+	fmt.Fprintf(sb, "[%s%s] %d/%d", strings.Repeat("#", filled), strings.Repeat(".", int(width)-filled), done, total)
+}
+
+// drawTail ends a line with where the erase step is once it has begun
+// (the work before it is over), else the rate and the time left.
+func drawTail(sb *strings.Builder, e *store.EraseProgress, rate float64, left time.Duration) {
+	if e != nil {
+		fmt.Fprintf(sb, "  erasing: %s", e.Step)
+		if e.Step == store.EraseCompact {
+			fmt.Fprintf(sb, " %d/%d ranges", e.Done, e.Total)
+		}
+		return
+	}
+	fmt.Fprintf(sb, "  %.0f/s", rate)
+	if left > 0 {
+		fmt.Fprintf(sb, "  %s left", left.Round(time.Second))
+	}
 }

@@ -70,12 +70,7 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 	if *server, ok = e.serverOf("retention run", *server, cfg); !ok {
 		return done(runReport{ExitCode: exitUsage, Reason: "invalid_configuration", Error: "--server: not a server's URL"}, "")
 	}
-	bar := newProgressBar(e.stderr)
-	var logTo io.Writer // nil: e.stderr
-	if bar != nil {
-		logTo = bar
-	}
-	logger, closer, err := e.logger(cfg, logTo)
+	bar, logger, closer, err := e.barAndLogger(cfg)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
 		return done(runReport{ExitCode: exitUsage, Reason: "invalid_configuration", Error: err.Error()}, "")

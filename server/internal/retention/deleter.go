@@ -34,11 +34,7 @@ type deleter struct {
 }
 
 func newDeleter(r *Runner, check func(context.Context) error, hook func(context.Context, int)) *deleter {
-	var writes func() uint64
-	if r.cfg.YieldToWrites {
-		writes = r.st.UserWrites
-	}
-	return &deleter{r: r, check: check, hook: hook, pace: newPacer(r.cfg.BatchPause, writes), erase: &store.EraseSpans{}}
+	return &deleter{r: r, check: check, hook: hook, pace: newPacer(r.cfg.BatchPause, r.userWrites()), erase: &store.EraseSpans{}}
 }
 
 // purge deletes an item's keys in batches, checking before every batch.

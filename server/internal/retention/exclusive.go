@@ -13,6 +13,12 @@ import (
 // error once the lease is in doubt. A lease held elsewhere answers a
 // *LeaseHeldError, fn not called.
 func (r *Runner) Exclusive(ctx context.Context, what string, fn func(ctx context.Context, check func() error) error) error {
+	return r.exclusive(ctx, what, func(ctx context.Context, lease *leaseSession) error { return fn(ctx, lease.check) })
+}
+
+// exclusive is Exclusive for the workflows of this package, which see the
+// lease session itself (its holder for the test hooks, its epoch).
+func (r *Runner) exclusive(ctx context.Context, what string, fn func(ctx context.Context, lease *leaseSession) error) error {
 	select {
 	case r.slot <- struct{}{}:
 	default:
@@ -39,7 +45,7 @@ func (r *Runner) Exclusive(ctx context.Context, what string, fn func(ctx context
 		r.metrics.LeaseHeld.Set(0)
 		r.active.Store(nil)
 	}()
-	if err := fn(ctx, lease.check); err != nil {
+	if err := fn(ctx, lease); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
