@@ -11,7 +11,7 @@ LDFLAGS   := -X github.com/progressdb/progressdb/server/internal/buildinfo.versi
 # Short fault trials run in `make test`; `make faults` runs the long mode.
 FAULT_TRIALS ?= 30
 
-.PHONY: all build run demo cluster-demo test test-short faults fuzz bench bench-compare lint vet fmt clean clients check-clients
+.PHONY: all build run demo cluster-demo test testbins test-short faults fuzz bench bench-compare lint vet fmt clean clients check-clients
 
 all: build
 
@@ -44,18 +44,24 @@ cluster-demo: build
 # testreport prints what go test would and ends with the 10 slowest tests,
 # so that a test that grows is seen when it does.
 SKIPLOG := $(CURDIR)/bin/test-skips.txt
-test:
+test: testbins
 	$(GO) vet ./...
 	@mkdir -p bin && rm -f $(SKIPLOG)
 	@$(GO) build -o bin/testreport ./server/internal/testtools/testreport
-	@PROGRESSDB_TEST_SKIPS=$(SKIPLOG) bin/testreport -go $(GO) -slowest 10 -- -race -count=1 -timeout 12m ./...; status=$$?; \
+	@PROGRESSDB_TEST_BIN_DIR=$(TESTBIN) PROGRESSDB_TEST_SKIPS=$(SKIPLOG) bin/testreport -go $(GO) -slowest 10 -- -race -count=1 -timeout 12m ./...; status=$$?; \
 	  if [ -s $(SKIPLOG) ]; then sort -u $(SKIPLOG); fi; exit $$status
+
+# The commands tests run as processes, linked once for the whole run
+# instead of once per package (internal/testbin).
+TESTBIN := $(CURDIR)/bin/test
+testbins:
+	$(GO) build -o $(TESTBIN)/ ./server/cmd/progressdb ./server/cmd/progressdb-dev-etcd
 
 test-short:
 	$(GO) test -count=1 -short ./...
 
-faults: build
-	PROGRESSDB_FAULT_TRIALS=$(FAULT_TRIALS) $(GO) test -count=1 -timeout 60m -run 'Fault' -v ./server/tests/faults/
+faults: testbins
+	PROGRESSDB_TEST_BIN_DIR=$(TESTBIN) PROGRESSDB_FAULT_TRIALS=$(FAULT_TRIALS) $(GO) test -count=1 -timeout 60m -run 'Fault' -v ./server/tests/faults/
 
 # FUZZTIME per target (default 30s); the seed corpora also run in `make test`.
 FUZZTIME ?= 30s

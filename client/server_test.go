@@ -12,27 +12,23 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/progressdb/progressdb/internal/testbin"
 )
 
-// binary is the progressdb binary TestMain builds (without the race
-// detector, so that the server under test runs at its own speed).
+// binary is the progressdb binary TestMain gets from testbin (without the
+// race detector, so that the server under test runs at its own speed).
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "progressdb-client-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "progressdb")
+	var err error
 	code := 1
-	out, err := exec.Command("go", "build", "-o", binary, "github.com/progressdb/progressdb/server/cmd/progressdb").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "go build progressdb: %v\n%s", err, out)
+	if binary, err = testbin.Build("progressdb"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 	} else {
 		code = m.Run()
 	}
-	os.RemoveAll(dir)
+	testbin.Remove()
 	os.Exit(code)
 }
 

@@ -4,51 +4,22 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
+
+	"github.com/progressdb/progressdb/internal/testbin"
 )
 
-// built is the progressdb binary the process tests run, built once for
-// the package (without the race detector) and removed by TestMain.
-var built struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
+func TestMain(m *testing.M) { testbin.Main(m) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if built.dir != "" {
-		os.RemoveAll(built.dir)
-	}
-	os.Exit(code)
-}
-
-// binary returns the path of a progressdb binary built from this module.
+// binary returns the path of a progressdb binary built from this module
+// (without the race detector), shared by the package's tests.
 func binary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	built.once.Do(func() {
-		built.dir, built.err = os.MkdirTemp("", "progressdb-cli-bin-")
-		if built.err != nil {
-			return
-		}
-		built.path = filepath.Join(built.dir, "progressdb")
-		out, err := exec.Command("go", "build", "-o", built.path, "github.com/progressdb/progressdb/server/cmd/progressdb").CombinedOutput()
-		if err != nil {
-			built.err = errors.New("go build: " + err.Error() + "\n" + string(out))
-		}
-	})
-	if built.err != nil {
-		t.Fatal(built.err)
-	}
-	return built.path
+	return testbin.Path(t, "progressdb")
 }
 
 // runBinary runs the built binary with exactly environ and returns its

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/internal/testbin"
 	"github.com/progressdb/progressdb/server/internal/testtools"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -51,11 +52,7 @@ func TestMakeRunStopsTheServerWhenMakeIsKilled(t *testing.T) {
 	makeTool := testtools.Need(t, "make", "Debian package make")
 	root := repoRoot(t)
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "progressdb")
-	build := exec.Command("go", "build", "-o", bin, "github.com/progressdb/progressdb/server/cmd/progressdb")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testbin.Path(t, "progressdb")
 	// The recipe runs ./$(BIN) from the repository: BIN is relative to it.
 	relBin, err := filepath.Rel(root, bin)
 	if err != nil {
@@ -156,11 +153,7 @@ func TestClusterDemo(t *testing.T) {
 	tmp := t.TempDir()
 	bins := map[string]string{"progressdb": "", "progressdb-dev-etcd": ""}
 	for name := range bins {
-		bins[name] = filepath.Join(tmp, name)
-		build := exec.Command("go", "build", "-o", bins[name], "github.com/progressdb/progressdb/server/cmd/"+name)
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", name, err, out)
-		}
+		bins[name] = testbin.Path(t, name)
 	}
 	// Plain, then with mutual TLS (CLUSTER_DEMO_TLS=1), whose run also
 	// shows a call without a node certificate refused.

@@ -21,6 +21,7 @@ func smallSpec() fixtureSpec {
 // run must fail closed (nothing deleted, no purge marker written), report
 // the error and exit non-zero, and leave the lease free.
 func TestFaultUnwritableAudit(t *testing.T) {
+	t.Parallel()
 	for _, layout := range []string{"audit_path_is_a_file", "audit_parent_is_a_file"} {
 		t.Run(layout, func(t *testing.T) {
 			s, _, before := prepareSite(t, t.TempDir(), smallSpec(), trialRand(t, 0))
@@ -70,6 +71,7 @@ func TestFaultUnwritableAudit(t *testing.T) {
 // process), so in that mode the test checks the same invariants after a
 // write failure somewhere mid-run.
 func TestFaultAuditWriteError(t *testing.T) {
+	t.Parallel()
 	s, fx, before := prepareSite(t, t.TempDir(), smallSpec(), trialRand(t, 0))
 	env := pacedEnv(s)
 

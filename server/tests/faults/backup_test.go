@@ -34,6 +34,7 @@ func verifyBackup(t testing.TB, path string) backup.Report {
 // holds every write acknowledged before it was asked for; --out - streams
 // the same archive to standard output.
 func TestFaultBackupThroughServer(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	backups := filepath.Join(s.dir, "backups")
 	env := s.env().with("PROGRESSDB_ADMIN_TOKEN", adminToken, "PROGRESSDB_BACKUP_PATH", backups)
@@ -128,6 +129,7 @@ func TestFaultBackupThroughServer(t *testing.T) {
 // before the archive's first byte is written, and, for a backup killed
 // before that, once the database is opened again.
 func TestFaultBackupKilled(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	env := s.env()
 	if p := runCLI(t, env, "seed", "--threads", "1000", "--messages", "40"); p.code != 0 {
@@ -210,6 +212,7 @@ func writeKeys(t testing.TB, dir, name string) (priv, pub string) {
 // backup verify exits 0 for a whole, signed backup and 1, naming what
 // failed, for a tampered one, a cut one and a signature by another key.
 func TestFaultBackupVerify(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	priv, pub := writeKeys(t, s.dir, "signing")
 	_, otherPub := writeKeys(t, s.dir, "other")

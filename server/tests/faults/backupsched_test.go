@@ -16,6 +16,7 @@ import (
 // stopped (SIGTERM) during a scheduled backup leaves nothing partial, no
 // staging checkpoint, and backup list lists exactly the files there.
 func TestFaultScheduledBackupKilled(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	backups := filepath.Join(s.dir, "backups")
 	env := s.env().with(

@@ -60,6 +60,7 @@ func backupCount(t *testing.T, srv *server, result string) int {
 // stream is cut after PROGRESSDB_BACKUP_STREAM_TIMEOUT (a failed backup:
 // it was not delivered).
 func TestFaultStalledBackupStreamDuringPurge(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	const period = time.Second
 	env := s.shortPeriodEnv(period).with(
@@ -133,6 +134,7 @@ func TestFaultStalledBackupStreamDuringPurge(t *testing.T) {
 // logged without an ERROR backup_failed: ProgressDBBackupsFailing must not
 // fire for it.
 func TestFaultBackupCancelledByClient(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	env := s.env().with("PROGRESSDB_ADMIN_TOKEN", adminToken)
 	srv := startServer(t, env)

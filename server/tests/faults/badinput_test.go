@@ -17,6 +17,7 @@ import (
 // of every configuration variable: each must exit 2 with a one-line message
 // on stderr naming the variable (spec §6).
 func TestFaultBadConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "a-regular-file")
 	if err := os.WriteFile(file, []byte("not a folder\n"), 0o640); err != nil {
@@ -121,6 +122,7 @@ func TestFaultBadConfig(t *testing.T) {
 // the run completes), deletions without deleted_ts (stamped, purged a
 // period later, never on sight) and deletion times in the future (skipped).
 func TestFaultBadRecords(t *testing.T) {
+	t.Parallel()
 	spec := fixtureSpec{EligibleThreads: 20, LiveThreads: 10, HeldThreads: 2, Messages: 3, Versions: 2,
 		OldDeletedMessages: 1, Malformed: 6, Legacy: 3, Future: 3}
 	s, fx, before := prepareSite(t, t.TempDir(), spec, trialRand(t, 0))
@@ -210,6 +212,7 @@ func maxTime(a, b time.Time) time.Time {
 // bodies, oversized bodies and malformed bodies: 400 (413 when too large)
 // with a JSON error, and nothing is created.
 func TestFaultBadRequests(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	srv := startServer(t, s.env().with("PROGRESSDB_RETENTION_ENABLED", "false"))
 	var th struct {

@@ -89,6 +89,7 @@ func checkAcknowledged(t testing.TB, n *server, acks *ackLog) {
 // again with new epochs, writes resume, and every acknowledged write
 // reads back through every node.
 func TestFaultClusterEtcdLost(t *testing.T) {
+	t.Parallel()
 	for i := range pick(1, 3) {
 		t.Run(fmt.Sprintf("trial_%d", i), func(t *testing.T) {
 			rng := trialRand(t, i)

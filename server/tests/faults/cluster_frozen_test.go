@@ -37,6 +37,7 @@ func signal(t testing.TB, p *proc, sig syscall.Signal) {
 // epoch, refuses every batch carrying the old one (a write, a thread, a
 // fence raise) and keeps nothing of them.
 func TestFaultClusterNodeFrozen(t *testing.T) {
+	t.Parallel()
 	spec := crashSpec()
 	for i := range pick(1, max(2, suite.trials/10)) {
 		t.Run(fmt.Sprintf("trial_%d", i), func(t *testing.T) {

@@ -162,6 +162,7 @@ func runAllShards(t testing.TB, n *server) {
 // with exactly one purged record per item (the invariants of the single
 // node's crash tests, on the shard's database and trail).
 func TestFaultClusterNodeKilledMidPurge(t *testing.T) {
+	t.Parallel()
 	spec := crashSpec()
 	for i := range pick(1, max(2, suite.trials/10)) {
 		t.Run(fmt.Sprintf("trial_%d", i), func(t *testing.T) {

@@ -55,6 +55,7 @@ func threadMessages(t testing.TB, s *server, tid string) []string {
 // start (exit 1 naming shard 0 and node-3) rather than open an empty
 // database for it.
 func TestFaultClusterRecoveredEtcd(t *testing.T) {
+	t.Parallel()
 	etcd := startEtcd(t)
 	envs := clusterEnvs(t, etcd.endpoints())
 	nodes := startNodes(t, envs)
@@ -144,6 +145,7 @@ func TestFaultClusterRecoveredEtcd(t *testing.T) {
 // process under a node ID a live process holds still exits 1, once the
 // registration has outlived twice the TTL.
 func TestFaultClusterNodeRestartedAtOnce(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.Start(t)
 	envs := clusterEnvs(t, strings.Join(etcd.Endpoints(), ","))
 	nodes := startNodes(t, envs)

@@ -121,6 +121,7 @@ func listAll(t testing.TB, s *server) []string {
 // shards serve; once its registration has expired it restarts on its
 // folder, takes its shard again, and nothing acknowledged is lost.
 func TestFaultClusterNodeKilled(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.Start(t)
 	envs := clusterEnvs(t, strings.Join(etcd.Endpoints(), ","))
 	nodes := startNodes(t, envs)

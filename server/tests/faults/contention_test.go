@@ -17,6 +17,7 @@ import (
 // strictly increase, every purge lies inside its run's interval, and exit
 // statuses are only 0 (completed) or 75 (lease held elsewhere).
 func TestFaultContention(t *testing.T) {
+	t.Parallel()
 	const workers = 3
 	shared := newSite(t.TempDir())
 	envs := make([]envVars, workers)

@@ -43,6 +43,7 @@ func prepareSite(t testing.TB, dir string, spec fixtureSpec, rng *rand.Rand) (si
 // rename), checks after every kill that the state is consistent, reruns
 // until a run completes and checks every invariant.
 func TestFaultCrashAnyInstant(t *testing.T) {
+	t.Parallel()
 	spec := crashSpec()
 	window := cleanRunDuration(t, spec)
 	t.Logf("a clean run takes %s; kills land within %s of a start", window, window)

@@ -10,9 +10,10 @@
 //   - every sealed audit file verifies, and abandoned ones are sealed;
 //   - two runs never hold the lease, or delete, at the same time.
 //
-// The package holds tests only. `make test` runs it in its short mode (a
-// few trials, small fixtures); `make faults` runs the long mode, where
-// PROGRESSDB_FAULT_TRIALS sets the number of crash trials. Each randomised
+// The package holds tests only. `make test` runs it in its short mode (one
+// trial of each kill scenario, small fixtures); `make faults` runs the long
+// mode, where PROGRESSDB_FAULT_TRIALS sets the number of crash trials. The
+// tests run in parallel: each has its own folders, ports and processes. Each randomised
 // trial logs its seed; PROGRESSDB_FAULT_SEED replays it. docs/reliability.md
 // lists every fault, how it is produced and what is checked.
 package faults

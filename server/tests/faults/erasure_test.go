@@ -163,6 +163,7 @@ func (es *erasureSite) authorKeys(t *testing.T) []keystore.KeyRef {
 // their ciphertexts or wrapped keys is in any file of DB_PATH or the key
 // store.
 func TestFaultSubjectErasureKilled(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		at   func(t *testing.T, srv *server, es *erasureSite, runID string)

@@ -1,23 +1,17 @@
 package faults
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/progressdb/progressdb/internal/testbin"
 )
 
-// devEtcdBinary builds progressdb-dev-etcd once, beside the progressdb
-// binary, for the tests that kill and restart etcd as a process of its own.
-var devEtcdBinary = sync.OnceValues(func() (string, error) {
-	out := filepath.Join(filepath.Dir(binary), "progressdb-dev-etcd")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/progressdb/progressdb/server/cmd/progressdb-dev-etcd")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	return out, cmd.Run()
-})
+// devEtcdBinary is progressdb-dev-etcd, for the tests that kill and
+// restart etcd as a process of its own.
+func devEtcdBinary() (string, error) { return testbin.Build("progressdb-dev-etcd") }
 
 // etcdProc is a single-member etcd run as a process
 // (progressdb-dev-etcd), on a data folder and ports it keeps across

@@ -45,11 +45,12 @@ func (s site) exports() string { return filepath.Join(s.dir, "exports") }
 // first of its records; any later record of it is marked recovered; no
 // export is left in progress; every audit footer's export verifies.
 func TestFaultCrashExport(t *testing.T) {
+	t.Parallel()
 	spec := exportSpec()
 	window := cleanExportRun(t, spec)
 	t.Logf("a clean run takes %s; kills land within %s of a start", window, window)
 	total := 0
-	for i := range pick(5, suite.trials) {
+	for i := range pick(1, suite.trials) {
 		t.Run(fmt.Sprintf("trial_%d", i), func(t *testing.T) {
 			rng := trialRand(t, i)
 			s, fx, before := prepareSite(t, t.TempDir(), spec, rng)

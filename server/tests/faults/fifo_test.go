@@ -16,6 +16,7 @@ import (
 // refuse it at once with an error that says what is there, and delete
 // nothing.
 func TestFaultNamedPipes(t *testing.T) {
+	t.Parallel()
 	t.Run("lease_path", func(t *testing.T) {
 		s, _, before := prepareSite(t, t.TempDir(), smallSpec(), trialRand(t, 0))
 		if err := os.MkdirAll(filepath.Dir(s.lease), 0o750); err != nil {

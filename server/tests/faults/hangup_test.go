@@ -17,6 +17,7 @@ import (
 // included), and SIGTERM still drains and exits 0. With the stderr sink,
 // SIGHUP is harmless.
 func TestFaultHangUpReopensTheLogFile(t *testing.T) {
+	t.Parallel()
 	t.Run("file sink", func(t *testing.T) {
 		dir := t.TempDir()
 		logPath := filepath.Join(dir, "log", "progressdb.log")

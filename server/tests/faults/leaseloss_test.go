@@ -25,6 +25,7 @@ const leaseTTL = 3 * time.Second
 // its footer; everything it deleted must be accounted for, and the next
 // run must finish the work.
 func TestFaultLeaseLoss(t *testing.T) {
+	t.Parallel()
 	sabotages := []struct {
 		name    string
 		break_  func(t *testing.T, s site)

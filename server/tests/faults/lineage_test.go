@@ -93,6 +93,7 @@ func restoreJSON(t *testing.T, env envVars, args ...string) restoreReport {
 // on L after the backup) and at its next start (later, purged on L after
 // the restore).
 func TestFaultRestoreDrillNeverActsForOriginal(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	envL := s.shortPeriodEnv(drillPeriod)
 	srvL := startServer(t, envL)
@@ -174,6 +175,7 @@ func TestFaultRestoreDrillNeverActsForOriginal(t *testing.T) {
 // --audit folder (a drill on a copy of the trail) writes its replay there,
 // and adds nothing to L's trail.
 func TestFaultRestoreReplayIsTheCopysRun(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	envL := s.shortPeriodEnv(drillPeriod)
 	srvL := startServer(t, envL)

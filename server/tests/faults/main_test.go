@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,11 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/internal/testbin"
 	"github.com/progressdb/progressdb/server/internal/retention"
 )
 
-// binary is the progressdb binary TestMain builds, without the race
-// detector so that the processes under test run at production speed.
+// binary is the progressdb binary TestMain gets from testbin, without the
+// race detector so that the processes under test run at production speed.
 var binary string
 
 // suite holds the settings of this run, read once from the environment.
@@ -38,28 +38,29 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "faults:", err)
 		os.Exit(2)
 	}
-	dir, err := os.MkdirTemp("", "progressdb-faults-bin-")
+	dir, err := os.MkdirTemp("", "progressdb-faults-ca-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "faults:", err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "progressdb")
 	caDir = dir
 	code := 1
-	if err := build(binary); err != nil {
-		fmt.Fprintln(os.Stderr, "faults: build progressdb:", err)
+	if binary, err = testbin.Build("progressdb"); err != nil {
+		fmt.Fprintln(os.Stderr, "faults:", err)
 	} else {
 		code = m.Run()
 	}
+	testbin.Remove()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
 // configure reads PROGRESSDB_FAULT_TRIALS (set: the long mode, with that
-// many crash trials; unset: the short mode of `make test`) and
+// many crash trials; unset: the short mode of `make test`, one trial of
+// each kill scenario, the repetitions being `make faults`' job) and
 // PROGRESSDB_FAULT_SEED (replays a logged trial).
 func configure() error {
-	suite.trials = 3
+	suite.trials = 1
 	if v := os.Getenv("PROGRESSDB_FAULT_TRIALS"); v != "" && !testing.Short() {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -76,17 +77,6 @@ func configure() error {
 		suite.seed = n
 	}
 	return nil
-}
-
-// build compiles the binary from this module.
-func build(out string) error {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(goTool, "build", "-o", out, "github.com/progressdb/progressdb/server/cmd/progressdb")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	return cmd.Run()
 }
 
 // trialRand returns the random source of trial i of a scenario and logs

@@ -16,6 +16,7 @@ import (
 // purges a second time (spec §5: exactly one purged record per item). The
 // next run completes, and every invariant is checked.
 func TestFaultKillAfterPurgedRecord(t *testing.T) {
+	t.Parallel()
 	spec := crashSpec()
 	for i := range suite.trials {
 		t.Run(fmt.Sprintf("trial_%d", i), func(t *testing.T) {

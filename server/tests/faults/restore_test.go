@@ -152,6 +152,7 @@ func replayFiles(t testing.TB, s site) map[string]auditFile {
 // restored database holds purged content, and a server on it answers 404
 // for every purged thread.
 func TestFaultRestoreReplaysEveryCause(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	fx := buildRestoreFixture(t, s.db, 5)
 	env := policyEnv(s)
@@ -240,6 +241,7 @@ func snapshotDir(t testing.TB, dir string) string {
 // replays the purges its trail records since (trigger start) before it
 // answers the first request.
 func TestFaultHandRestoreCaughtAtStart(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	fx := buildRestoreFixture(t, s.db, 3)
 	env := policyEnv(s).with("PROGRESSDB_ADMIN_TOKEN", adminToken)
@@ -285,6 +287,7 @@ func TestFaultHandRestoreCaughtAtStart(t *testing.T) {
 // it: every purge replayed, the killed run's file sealed aborted, no
 // purged content in any file, and a server on it serves.
 func TestFaultRestoreKilledMidReplay(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	fx := buildRestoreFixture(t, s.db, pick(40, 80))
 	env := policyEnv(s)
@@ -366,6 +369,7 @@ func requireUnfinishedRefused(t *testing.T, env envVars, dir string) {
 // makes restore replay nothing and exit 1; --accept-broken-audit replays
 // what the trail still shows and says so in the replay's header.
 func TestFaultRestoreBrokenTrail(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	fx := buildRestoreFixture(t, s.db, 2)
 	env := policyEnv(s)
@@ -442,6 +446,7 @@ func copyFolder(t testing.TB, src, dst string) {
 // message, run retention (4 purged), stop, copy the old folder back,
 // start. The first request after the start must not serve any of them.
 func TestFaultCopiedBackFolder(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	const period = time.Second
 	env := s.shortPeriodEnv(period)
@@ -489,6 +494,7 @@ func TestFaultCopiedBackFolder(t *testing.T) {
 // restore made the folder, left the database in place and exited 1, and
 // a server on it served threads the trail records as purged.
 func TestFaultRestoreMissingTrailFolder(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	buildRestoreFixture(t, s.db, 1)
 	env := policyEnv(s)

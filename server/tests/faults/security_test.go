@@ -18,6 +18,7 @@ import (
 // answer 401 without the admin token or with a wrong one, and 403 when no
 // admin token is configured; /v1 needs the API key when one is set.
 func TestFaultAuth(t *testing.T) {
+	t.Parallel()
 	const apiKey = "fault-suite-api-key-93ab"
 	admin := []struct{ method, path string }{
 		{"GET", "/admin/retention"},
@@ -91,6 +92,7 @@ func (s *server) callWithHeader(t testing.TB, method, path, name, value string) 
 // that the audit folders it creates are 0750 and its files 0640 (spec §5),
 // the modes set explicitly rather than left to the umask.
 func TestFaultAuditPermissions(t *testing.T) {
+	t.Parallel()
 	s, _, _ := prepareSite(t, t.TempDir(), smallSpec(), trialRand(t, 0))
 	for _, args := range [][]string{{"retention", "run"}, {"retention", "run", "--dry-run"}} {
 		argv := append([]string{"bash", "-c", `umask 000 && exec "$0" "$@"`, binary}, args...)
@@ -130,6 +132,7 @@ func TestFaultAuditPermissions(t *testing.T) {
 // existing file and to a missing one: the run must refuse it (exit
 // non-zero, nothing deleted) and leave the link and its target untouched.
 func TestFaultLeaseSymlink(t *testing.T) {
+	t.Parallel()
 	for _, existing := range []bool{true, false} {
 		t.Run(fmt.Sprintf("target_exists=%t", existing), func(t *testing.T) {
 			s, _, before := prepareSite(t, t.TempDir(), smallSpec(), trialRand(t, 0))
@@ -182,6 +185,7 @@ func TestFaultLeaseSymlink(t *testing.T) {
 // database (log file, audit files, lease files, every process's output)
 // for them (spec §5: audit files hold IDs and timestamps only).
 func TestFaultNoContentInLogs(t *testing.T) {
+	t.Parallel()
 	s := newSite(t.TempDir())
 	logFile := filepath.Join(s.dir, "logs", "progressdb.log")
 	stamp := fmt.Sprintf("%x", time.Now().UnixNano())

@@ -16,6 +16,7 @@ import (
 // of a scheduled run, restarts it again and lets the schedule finish the
 // work; then checks every invariant.
 func TestFaultServerKilledMidRun(t *testing.T) {
+	t.Parallel()
 	spec := crashSpec()
 	for i := range pick(1, max(2, suite.trials/5)) {
 		t.Run(fmt.Sprintf("trial_%d", i), func(t *testing.T) {

@@ -131,6 +131,7 @@ func seedSealed(t testing.TB, s sealedSite, rng *rand.Rand) shredFixture {
 // threads read as written, and no marker of any thread is in any file of
 // DB_PATH (tables decoded, WAL tails read), before or after.
 func TestFaultShreddingKilledAtEachStep(t *testing.T) {
+	t.Parallel()
 	trials := pick(len(shredSteps), max(suite.trials, len(shredSteps)))
 	for i := range trials {
 		step := shredSteps[i%len(shredSteps)]

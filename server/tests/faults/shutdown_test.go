@@ -86,6 +86,7 @@ func waitForRecords(t testing.TB, srv *server, s site) string {
 // boundary with an interrupted footer, the client gets the run's result,
 // the server exits 0, and everything stays consistent.
 func TestFaultShutdownDuringWaitedRun(t *testing.T) {
+	t.Parallel()
 	s, fx, before := prepareSite(t, t.TempDir(), smallSpec(), trialRand(t, 0))
 	srv := startServer(t, slowRunEnv(s))
 	answer := postRun(context.Background(), &http.Client{Timeout: time.Minute}, srv.url)
@@ -117,6 +118,7 @@ func TestFaultShutdownDuringWaitedRun(t *testing.T) {
 // on a waited run does not interrupt it: the run completes, and its footer
 // does not claim a shutdown.
 func TestFaultClientHangsUpOnWaitedRun(t *testing.T) {
+	t.Parallel()
 	s, fx, before := prepareSite(t, t.TempDir(), smallSpec(), trialRand(t, 0))
 	srv := startServer(t, slowRunEnv(s))
 	ctx, hangUp := context.WithCancel(context.Background())

@@ -24,6 +24,7 @@ const dbDisk = 4 << 20
 // (fail-stop) with a storage_fatal log line and a non-zero exit, never
 // hang the writes that follow nor answer /healthz with ok.
 func TestFaultDatabaseDiskFull(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "db")
 	if err := os.MkdirAll(db, 0o700); err != nil {

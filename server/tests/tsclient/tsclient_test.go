@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/internal/testbin"
 	"github.com/progressdb/progressdb/internal/testpki"
 	"github.com/progressdb/progressdb/server/internal/testtools"
 )
@@ -37,6 +38,8 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) st
 	}
 	return out.String()
 }
+
+func TestMain(m *testing.M) { testbin.Main(m) }
 
 // nodeVersion returns node's major and minor version.
 func nodeVersion(t *testing.T) (major, minor int, text string) {
@@ -85,9 +88,7 @@ func TestTypeScriptClient(t *testing.T) {
 	}
 	run(t, dir, nil, "npm", "run", "--silent", "build")
 
-	bin := filepath.Join(t.TempDir(), "progressdb")
-	run(t, root, []string{"GOCACHE=" + goEnv(t, "GOCACHE"), "GOPATH=" + goEnv(t, "GOPATH"), "GOFLAGS=" + os.Getenv("GOFLAGS")},
-		"go", "build", "-o", bin, "./server/cmd/progressdb")
+	bin := testbin.Path(t, "progressdb")
 	pki, err := testpki.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -102,13 +103,4 @@ func TestTypeScriptClient(t *testing.T) {
 			t.Fatalf("node --test output lacks %q:\n%s", want, out)
 		}
 	}
-}
-
-func goEnv(t *testing.T, name string) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", name).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(out))
 }
