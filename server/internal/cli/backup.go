@@ -341,4 +341,9 @@ func printBackup(w io.Writer, rep backupReport) {
 	fmt.Fprintf(w, "contents:    %d threads, %d messages, %d files\n", m.Threads, m.Messages, len(m.Files))
 	fmt.Fprintf(w, "audit_head:  %s\n", headName(m))
 	fmt.Fprintf(w, "signed:      %t\n", m.Signature != "")
+	if m.Sealed {
+		fmt.Fprintln(w, "sealed:      true (its key store is in it: restore it with the KEK, into a key-store folder of its own)")
+	} else {
+		fmt.Fprintln(w, "sealed:      false")
+	}
 }

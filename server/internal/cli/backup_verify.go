@@ -106,6 +106,7 @@ func printVerify(w io.Writer, rep backup.Report) {
 		fmt.Fprintf(w, "backup_id:   %s (created %s)\n", m.BackupID, m.CreatedAt.Format("2006-01-02T15:04:05Z"))
 		fmt.Fprintf(w, "contents:    %d threads, %d messages, %d files\n", m.Threads, m.Messages, len(m.Files))
 		fmt.Fprintf(w, "audit_head:  %s\n", headName(m))
+		fmt.Fprintf(w, "sealed:      %t\n", m.Sealed)
 	}
 	switch {
 	case rep.SignatureChecked:
