@@ -230,8 +230,7 @@ func (r *restore) unpack(ctx context.Context) error {
 		}
 	}
 	if errors.Is(err, ErrNotEmpty) {
-		return &restoreError{msg: fmt.Sprintf("%v: the backup holds a key store, restored into an absent or empty folder (--keystore, default %s); nothing was restored",
-			err, config.VarKeystorePath), err: ErrRefused}
+		return r.keyStoreInUse(err)
 	}
 	if err != nil {
 		return err
@@ -250,6 +249,20 @@ func (r *restore) unpack(ctx context.Context) error {
 		r.state.KeyStore = ksDir
 	}
 	return nil
+}
+
+// keyStoreInUse is the refusal of a sealed backup whose key store's folder
+// (DB was checked before) is not empty: by default the key store of the
+// database the restore's environment serves, which a restore never
+// writes into.
+func (r *restore) keyStoreInUse(err error) error {
+	if r.o.KeyStore == "" {
+		return &restoreError{msg: fmt.Sprintf("the backup holds a key store, and the folder it would go into, %s (%s, the default of --keystore), is not empty: "+
+			"it is the key store of the database this environment serves. Restore the backup's into a folder of its own: --keystore DIR, absent or empty; nothing was restored",
+			r.ksDir, config.VarKeystorePath), err: errors.Join(ErrRefused, err)}
+	}
+	return &restoreError{msg: fmt.Sprintf("--keystore %s is not empty: the backup's key store is restored into an absent or empty folder; nothing was restored",
+		r.ksDir), err: errors.Join(ErrRefused, err)}
 }
 
 // extractCopy is Extract of the options' archive: the copy keeps the

@@ -370,7 +370,7 @@ func TestRestoreSealedUsage(t *testing.T) {
 		{plain, []string{"--keystore", filepath.Join(root, "k")}, "PROGRESSDB_KEK"},
 		{h.environ, []string{"--keystore", filepath.Join(db, "keys")}, "--keystore"},
 		{h.environ, []string{"--keystore", full}, "--keystore"},
-		{h.environ, nil, "not empty"}, // the live key store is the default
+		{h.environ, nil, "--keystore DIR"}, // the live key store is the default
 	} {
 		hh := *h
 		hh.environ = tt.environ

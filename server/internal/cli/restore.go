@@ -20,7 +20,10 @@ import (
 type restoreReport struct {
 	ExitCode int `json:"exit_code"`
 	backup.RestoreResult
-	Error string `json:"error,omitempty"`
+	// ServeEnv is the environment that serves the copy (serveEnv); an
+	// empty value means unset.
+	ServeEnv map[string]string `json:"serve_env,omitempty"`
+	Error    string            `json:"error,omitempty"`
 }
 
 // restore unpacks a backup into an empty folder as a new database and
@@ -87,6 +90,7 @@ func (e env) restore(ctx context.Context, args []string) int {
 	if err != nil {
 		return done(restoreExit(err), err.Error())
 	}
+	rep.ServeEnv = serveEnv(rep, cfg)
 	if !*asJSON {
 		printRestore(e.stdout, rep)
 	}
@@ -121,4 +125,5 @@ func printRestore(w io.Writer, rep restoreReport) {
 		fmt.Fprintf(w, "replayed:    %d purges (%d absent from the backup), run %s\n", r.Purged, r.Skipped, r.RunID)
 		fmt.Fprintf(w, "audit_file:  %s\n", r.AuditFile)
 	}
+	printServeEnv(w, rep.ServeEnv)
 }
