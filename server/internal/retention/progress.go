@@ -3,7 +3,10 @@ package retention
 import (
 	"log/slog"
 	"maps"
+	"math"
 	"time"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // meter is a run's progress: the index entries due when it started, by
@@ -87,4 +90,57 @@ func countLog(m map[string]int64) slog.Value {
 		}
 	}
 	return slog.GroupValue(attrs...)
+}
+
+// looked counts one entry a source looked at, reports progress, and says
+// whether the source should go on.
+func (rn *run) looked() error {
+	rn.meter.seen1()
+	rn.progress()
+	if rn.done() {
+		return store.ErrStopScan
+	}
+	return nil
+}
+
+// progress logs how a long run is going, about every progressEvery, and
+// reports it to the caller's Progress more often.
+func (rn *run) progress() {
+	now := rn.r.now()
+	if rn.meter.reportDue(now) {
+		rn.reportProgress(now)
+	}
+	if !rn.meter.logDue(now) {
+		return
+	}
+	p := rn.meter.at(now, int64(rn.claims.taken))
+	t := rn.journal.tally()
+	attrs := []any{"run_id", rn.id, "done", p.Done, "due", p.Due, "done_by_cause", countLog(p.DoneByCause),
+		"due_by_cause", countLog(p.DueByCause), "items_done", p.Purged,
+		"scanned", t.Scanned, "keys_deleted", t.KeysDeleted, "rate_per_sec", math.Round(p.Rate*10) / 10,
+		"by_cause", causeLog(rn.journal.byCause)}
+	if p.Left > 0 {
+		attrs = append(attrs, "time_left", p.Left.Round(time.Second))
+	}
+	rn.r.log.Info("retention_run_progress", attrs...)
+}
+
+// eraseProgress logs each step of the erase step and shows where it is to
+// the caller's Progress: once the scans are over the bar would otherwise sit
+// at due/due for as long as the erase takes.
+func (rn *run) eraseProgress(ep store.EraseProgress) {
+	now := rn.r.now()
+	newStep := ep.Step != store.EraseCompact || ep.Done == 0
+	if newStep {
+		rn.r.log.Info("retention_erase_progress", "run_id", rn.id, "step", ep.Step, "ranges_done", ep.Done, "ranges", ep.Total)
+	}
+	if newStep || rn.meter.reportDue(now) {
+		p := rn.meter.at(now, int64(rn.claims.taken))
+		p.Erase = &ep
+		rn.meter.send(now, p)
+	}
+}
+
+func (rn *run) reportProgress(now time.Time) {
+	rn.meter.send(now, rn.meter.at(now, int64(rn.claims.taken)))
 }

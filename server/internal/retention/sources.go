@@ -364,3 +364,17 @@ func (s maxMessagesSource) count(ctx context.Context, rn *run) (int64, error) {
 	})
 	return n, err
 }
+
+// scanRanges are the deletion-time ranges a scan with period reads: the
+// entries due, then those stamped in the future (reported as clock skew).
+func (rn *run) scanRanges(period time.Duration) [][2]int64 {
+	cutoff := rn.at.Add(-period).UnixNano()
+	future := rn.at.Add(clockSkew).UnixNano()
+	var out [][2]int64
+	for _, rg := range [][2]int64{{0, cutoff}, {future + 1, math.MaxInt64}} {
+		if rg[0] <= rg[1] {
+			out = append(out, rg)
+		}
+	}
+	return out
+}
