@@ -1044,6 +1044,12 @@ type StreamBackupParams struct {
 // StreamBackupParamsCompress defines parameters for StreamBackup.
 type StreamBackupParamsCompress string
 
+// GetDatabaseParams defines parameters for GetDatabase.
+type GetDatabaseParams struct {
+	// Threads Also count the threads, sealed and plain (false when absent or empty).
+	Threads *bool `form:"threads,omitempty" json:"threads,omitempty"`
+}
+
 // RetentionStatus200JSONResponseBody defines parameters for RetentionStatus.
 type RetentionStatus200JSONResponseBody struct {
 	union json.RawMessage
@@ -1508,10 +1514,12 @@ type ClientInterface interface {
 	// through it. Every admin answer served from one database (a single
 	// node's, or a thread's shard's in a cluster) names it in the
 	// `X-Progressdb-Database-Id` header. A cluster node serves one
-	// database per shard: 404.
+	// database per shard: 404. With `threads=true` it also counts the
+	// threads by whether their record is sealed (spec §12), which
+	// `progressdb keys status` shows: a read of one record per thread.
 	//
 	// Corresponds with GET /admin/database (the `GetDatabase` operationId).
-	GetDatabase(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetDatabase(ctx context.Context, params *GetDatabaseParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestErasureWithBody Erase everything an author wrote (subject erasure, spec §12).
 	//
@@ -1986,11 +1994,13 @@ func (c *Raw) MoveShard(ctx context.Context, n int, body MoveShardJSONRequestBod
 // through it. Every admin answer served from one database (a single
 // node's, or a thread's shard's in a cluster) names it in the
 // `X-Progressdb-Database-Id` header. A cluster node serves one
-// database per shard: 404.
+// database per shard: 404. With `threads=true` it also counts the
+// threads by whether their record is sealed (spec §12), which
+// `progressdb keys status` shows: a read of one record per thread.
 //
 // Corresponds with GET /admin/database (the `GetDatabase` operationId).
-func (c *Raw) GetDatabase(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetDatabaseRequest(c.Server)
+func (c *Raw) GetDatabase(ctx context.Context, params *GetDatabaseParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetDatabaseRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2914,7 +2924,7 @@ func NewMoveShardRequestWithBody(server string, n int, contentType string, body 
 }
 
 // NewGetDatabaseRequest constructs an http.Request for the GetDatabase method
-func NewGetDatabaseRequest(server string) (*http.Request, error) {
+func NewGetDatabaseRequest(server string, params *GetDatabaseParams) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2930,6 +2940,33 @@ func NewGetDatabaseRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Threads != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "threads", *params.Threads, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -4351,12 +4388,14 @@ type ClientWithResponsesInterface interface {
 	// through it. Every admin answer served from one database (a single
 	// node's, or a thread's shard's in a cluster) names it in the
 	// `X-Progressdb-Database-Id` header. A cluster node serves one
-	// database per shard: 404.
+	// database per shard: 404. With `threads=true` it also counts the
+	// threads by whether their record is sealed (spec §12), which
+	// `progressdb keys status` shows: a read of one record per thread.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /admin/database (the `GetDatabase` operationId).
-	GetDatabaseWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetDatabaseResponse, error)
+	GetDatabaseWithResponse(ctx context.Context, params *GetDatabaseParams, reqEditors ...RequestEditorFn) (*GetDatabaseResponse, error)
 
 	// RequestErasureWithBodyWithResponse Erase everything an author wrote (subject erasure, spec §12).
 	//
@@ -5141,7 +5180,18 @@ type GetDatabaseResponse struct {
 
 		// Path The database folder, absolute, as the server sees it.
 		Path string `json:"path"`
+
+		// Threads With `threads=true`: the threads (deleted ones included)
+		// whose record is sealed, and those whose record is plain
+		// (written before sealing was on; `progressdb keys
+		// encrypt-existing` seals them).
+		Threads *struct {
+			Plain  int64 `json:"plain"`
+			Sealed int64 `json:"sealed"`
+		} `json:"threads,omitempty"`
 	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
@@ -5159,8 +5209,22 @@ func (r GetDatabaseResponse) GetJSON200() *struct {
 
 	// Path The database folder, absolute, as the server sees it.
 	Path string `json:"path"`
+
+	// Threads With `threads=true`: the threads (deleted ones included)
+	// whose record is sealed, and those whose record is plain
+	// (written before sealing was on; `progressdb keys
+	// encrypt-existing` seals them).
+	Threads *struct {
+		Plain  int64 `json:"plain"`
+		Sealed int64 `json:"sealed"`
+	} `json:"threads,omitempty"`
 } {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetDatabaseResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -7911,13 +7975,15 @@ func (c *ClientWithResponses) MoveShardWithResponse(ctx context.Context, n int, 
 // through it. Every admin answer served from one database (a single
 // node's, or a thread's shard's in a cluster) names it in the
 // `X-Progressdb-Database-Id` header. A cluster node serves one
-// database per shard: 404.
+// database per shard: 404. With `threads=true` it also counts the
+// threads by whether their record is sealed (spec §12), which
+// `progressdb keys status` shows: a read of one record per thread.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /admin/database (the `GetDatabase` operationId).
-func (c *ClientWithResponses) GetDatabaseWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetDatabaseResponse, error) {
-	rsp, err := c.GetDatabase(ctx, reqEditors...)
+func (c *ClientWithResponses) GetDatabaseWithResponse(ctx context.Context, params *GetDatabaseParams, reqEditors ...RequestEditorFn) (*GetDatabaseResponse, error) {
+	rsp, err := c.GetDatabase(ctx, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -8889,11 +8955,27 @@ func ParseGetDatabaseResponse(rsp *http.Response) (*GetDatabaseResponse, error) 
 
 			// Path The database folder, absolute, as the server sees it.
 			Path string `json:"path"`
+
+			// Threads With `threads=true`: the threads (deleted ones included)
+			// whose record is sealed, and those whose record is plain
+			// (written before sealing was on; `progressdb keys
+			// encrypt-existing` seals them).
+			Threads *struct {
+				Plain  int64 `json:"plain"`
+				Sealed int64 `json:"sealed"`
+			} `json:"threads,omitempty"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized

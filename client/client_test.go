@@ -203,6 +203,9 @@ func TestEveryOperation(t *testing.T) {
 	if db.ID == "" || !strings.HasSuffix(db.Path, "db") {
 		t.Fatalf("database %+v", db)
 	}
+	if n := check(c.CountThreads(ctx)).must(t); n.Sealed != 0 || n.Plain == 0 {
+		t.Fatalf("thread counts %+v, want plain threads only", n)
+	}
 	st, cl, err := c.RetentionStatus(ctx)
 	if err != nil || st == nil || cl != nil || st.Paused {
 		t.Fatalf("retention status %+v %+v %v", st, cl, err)

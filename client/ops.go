@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"iter"
 	"net/http"
@@ -249,7 +250,7 @@ type Database struct {
 // Database returns the database the server serves (404 cluster_node on a
 // cluster node).
 func (c *Client) Database(ctx context.Context) (*Database, error) {
-	r, err := c.raw.GetDatabaseWithResponse(ctx, c.AdminAuth())
+	r, err := c.raw.GetDatabaseWithResponse(ctx, nil, c.AdminAuth())
 	if err != nil {
 		return nil, err
 	}
@@ -258,6 +259,31 @@ func (c *Client) Database(ctx context.Context) (*Database, error) {
 		return nil, err
 	}
 	return &Database{ID: d.DatabaseId, Path: d.Path}, nil
+}
+
+// ThreadCounts are a database's threads by whether their record is
+// sealed (spec §12); plain ones were written before sealing was on.
+type ThreadCounts struct {
+	Sealed, Plain int64
+}
+
+// CountThreads counts the threads of the database the server serves,
+// sealed and plain (GET /admin/database?threads=true: a read of one
+// record per thread).
+func (c *Client) CountThreads(ctx context.Context) (*ThreadCounts, error) {
+	yes := true
+	r, err := c.raw.GetDatabaseWithResponse(ctx, &GetDatabaseParams{Threads: &yes}, c.AdminAuth())
+	if err != nil {
+		return nil, err
+	}
+	d, err := result(r.JSON200, r.HTTPResponse, r.Body)
+	if err != nil {
+		return nil, err
+	}
+	if d.Threads == nil {
+		return nil, errors.New("the server did not count its threads (it predates GET /admin/database?threads=true)")
+	}
+	return &ThreadCounts{Sealed: d.Threads.Sealed, Plain: d.Threads.Plain}, nil
 }
 
 // isCluster reports whether an admin answer is a ClusterRetention (every

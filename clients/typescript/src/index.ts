@@ -402,6 +402,19 @@ export class ProgressDB {
     return this.unwrap(this.raw.GET("/admin/database", { headers: this.admin, signal: o.signal }), 200);
   }
 
+  /**
+   * Its threads by whether their record is sealed (spec §12): plain ones were
+   * written before sealing was on. A read of one record per thread.
+   */
+  async countThreads(o: CallOptions = {}): Promise<{ sealed: number; plain: number }> {
+    const db = await this.unwrap(
+      this.raw.GET("/admin/database", { params: { query: { threads: true } }, headers: this.admin, signal: o.signal }),
+      200,
+    );
+    if (!db.threads) throw new Error("the server did not count its threads (it predates GET /admin/database?threads=true)");
+    return db.threads;
+  }
+
   /** A node's retention status, or every shard's (ClusterRetention, with `shards`) on a cluster node. */
   retentionStatus(o: CallOptions = {}): Promise<RetentionStatus | ClusterRetention> {
     return this.unwrap(this.raw.GET("/admin/retention", { headers: this.admin, signal: o.signal }), 200);

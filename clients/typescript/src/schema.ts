@@ -219,7 +219,9 @@ export interface paths {
          *     through it. Every admin answer served from one database (a single
          *     node's, or a thread's shard's in a cluster) names it in the
          *     `X-Progressdb-Database-Id` header. A cluster node serves one
-         *     database per shard: 404.
+         *     database per shard: 404. With `threads=true` it also counts the
+         *     threads by whether their record is sealed (spec §12), which
+         *     `progressdb keys status` shows: a read of one record per thread.
          */
         get: operations["getDatabase"];
         put?: never;
@@ -2047,7 +2049,10 @@ export interface operations {
     };
     getDatabase: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Also count the threads, sealed and plain (false when absent or empty). */
+                threads?: boolean;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2063,7 +2068,11 @@ export interface operations {
                     /**
                      * @example {
                      *       "database_id": "3f9a2c71e0b84d15",
-                     *       "path": "/var/lib/progressdb/data"
+                     *       "path": "/var/lib/progressdb/data",
+                     *       "threads": {
+                     *         "sealed": 1200,
+                     *         "plain": 0
+                     *       }
                      *     }
                      */
                     "application/json": {
@@ -2071,9 +2080,22 @@ export interface operations {
                         database_id: string;
                         /** @description The database folder, absolute, as the server sees it. */
                         path: string;
+                        /**
+                         * @description With `threads=true`: the threads (deleted ones included)
+                         *     whose record is sealed, and those whose record is plain
+                         *     (written before sealing was on; `progressdb keys
+                         *     encrypt-existing` seals them).
+                         */
+                        threads?: {
+                            /** Format: int64 */
+                            sealed: number;
+                            /** Format: int64 */
+                            plain: number;
+                        };
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["AdminDisabled"];
             404: components["responses"]["NotFound"];

@@ -98,6 +98,9 @@ describe("@progressdb/client against progressdb serve", { skip }, () => {
     // Admin.
     const db = await c.database();
     assert.ok(db.database_id);
+    const n = await c.countThreads();
+    assert.equal(n.sealed, 0);
+    assert.ok(n.plain > 0);
     const st = await c.retentionStatus();
     assert.ok(!("shards" in st));
     assert.equal(st.paused, false);

@@ -3,6 +3,8 @@ package api
 import (
 	"net/http"
 	"path/filepath"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // HeaderDatabaseID names, on an admin answer served from one database, the
@@ -16,6 +18,10 @@ const HeaderDatabaseID = "X-Progressdb-Database-Id"
 type Database struct {
 	DatabaseID string `json:"database_id"`
 	Path       string `json:"path"` // the folder, absolute
+	// Threads, asked for with ?threads=true, counts the threads by whether
+	// their record is sealed (spec §12): its cost follows the number of
+	// threads, which the identity check every command makes must not pay.
+	Threads *store.ThreadCounts `json:"threads,omitempty"`
 }
 
 var errDatabasePerShard = &httpError{http.StatusNotFound, CodeClusterNode,
@@ -38,7 +44,19 @@ func (s *server) database(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		path = s.store.Path()
 	}
-	return s.writeJSON(w, r, http.StatusOK, Database{DatabaseID: id, Path: path})
+	d := Database{DatabaseID: id, Path: path}
+	count, err := boolParam(r, "threads", false)
+	if err != nil {
+		return err
+	}
+	if count {
+		c, err := s.store.CountThreads(r.Context(), "")
+		if err != nil {
+			return err
+		}
+		d.Threads = &c
+	}
+	return s.writeJSON(w, r, http.StatusOK, d)
 }
 
 // nameDatabase sets HeaderDatabaseID on an admin answer served from one
