@@ -5,6 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	iofs "io/fs"
+	"os"
 	"strings"
 	"time"
 
@@ -14,11 +17,14 @@ import (
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
-// keysGenerateKEK prints a fresh local KEK URL (spec §12) and nothing else
-// on stdout, so that `PROGRESSDB_KEK=$(progressdb keys generate-kek)`
-// holds exactly the key. It reads no configuration and opens nothing.
+// keysGenerateKEK makes a fresh local KEK URL (spec §12). With --out it
+// writes it to a new file, 0600, for PROGRESSDB_KEK_FILE, and never
+// overwrites one (it may hold the only copy of a key); without, it prints
+// the URL and nothing else on stdout, for a pipe into a secret store. It
+// reads no configuration and opens nothing else.
 func (e env) keysGenerateKEK(_ context.Context, args []string) int {
 	fs := flag.NewFlagSet("keys generate-kek", flag.ContinueOnError)
+	out := fs.String("out", "", "write the KEK to FILE (created 0600, never overwritten) instead of stdout, for PROGRESSDB_KEK_FILE")
 	if !e.parseFlags(fs, args, false) {
 		return exitUsage
 	}
@@ -27,8 +33,70 @@ func (e env) keysGenerateKEK(_ context.Context, args []string) int {
 		fmt.Fprintf(e.stderr, "progressdb keys generate-kek: %v\n", err)
 		return exitFailed
 	}
-	fmt.Fprintln(e.stdout, url)
+	if *out == "" {
+		fmt.Fprintln(e.stdout, url)
+		return exitOK
+	}
+	if err := writeNewSecret(*out, url+"\n"); err != nil {
+		if errors.Is(err, iofs.ErrExist) {
+			fmt.Fprintf(e.stderr, "progressdb keys generate-kek: --out %s exists: a KEK file is never overwritten (it may hold the only copy of a key); choose another path\n", *out)
+			return exitUsage
+		}
+		fmt.Fprintf(e.stderr, "progressdb keys generate-kek: --out: %v\n", err)
+		return exitFailed
+	}
+	fmt.Fprintf(e.stdout, "a new KEK is in %s (mode 0600): serve with %s=%s, and keep a copy apart from the key store's backups (docs/encryption.md)\n",
+		*out, config.VarKEKFile, *out)
 	return exitOK
+}
+
+// writeNewSecret writes content to a file that must not exist yet,
+// readable by its owner only, synced; a failed write leaves no file.
+func writeNewSecret(path, content string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(content)
+	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+		_ = os.Remove(path)
+		return err
+	}
+	return nil
+}
+
+// readNewKEK returns the new KEK of rotate-kek: a KMS key URL given with
+// --to (it names a key and holds none), or a URL read from the file
+// --to-file names ("-": standard input), so that a local key never shows
+// in ps or in the shell's history. The error is the message for exit 2.
+func (e env) readNewKEK(to, toFile string) (string, error) {
+	switch {
+	case to != "" && toFile != "":
+		return "", errors.New("--to and --to-file are both set: give the new KEK once")
+	case to == "" && toFile == "":
+		return "", errors.New("the new KEK is required: --to-file FILE (or --to-file - for standard input) with the URL 'progressdb keys generate-kek --out FILE' writes, or --to URL for a KMS key")
+	case to != "":
+		if scheme, _, _ := strings.Cut(to, "://"); scheme == config.LocalKEKScheme {
+			return "", errors.New("--to takes a KMS key URL only: a local key on the command line shows in ps and the shell's history; " +
+				"pass it with --to-file FILE or --to-file - (standard input)")
+		}
+		return to, nil
+	case toFile == "-":
+		b, err := io.ReadAll(io.LimitReader(e.stdin, 64<<10))
+		v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		if err != nil {
+			return "", fmt.Errorf("--to-file -: read standard input: %w", err)
+		}
+		if v == "" {
+			return "", errors.New("--to-file -: standard input holds no KEK URL")
+		}
+		return v, nil
+	}
+	v, err := config.ReadSecretFile("--to-file", toFile)
+	if err != nil {
+		return "", err
+	}
+	return v, nil
 }
 
 // rotateReport is what `keys rotate-kek --json` prints.
@@ -43,16 +111,17 @@ type rotateReport struct {
 }
 
 // keysRotateKEK re-wraps every data key and secret of the key store with
-// the KEK --to names, makes it the key store's, and erases the old wrapped
+// the new KEK (--to-file, --to), makes it the key store's, and erases the old wrapped
 // values from the key store's files (spec §12, design §11). It runs with
 // no server holding the database (the key store is one process's at a
 // time) and under the retention lease, so no run destroys keys meanwhile.
 // From its end the old KEK opens nothing: a server started with it exits
-// 1 (wrong KEK), which is why the output says to restart with --to's URL.
+// 1 (wrong KEK), which is why the output says to restart with the new KEK.
 // A rotation killed part way is finished by the same command again.
 func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("keys rotate-kek", flag.ContinueOnError)
-	to := fs.String("to", "", "the new KEK's URL (base64key://… as 'progressdb keys generate-kek' prints, or a KMS key URL); required")
+	to := fs.String("to", "", "the new KEK as a KMS key URL (a local key goes in --to-file)")
+	toFile := fs.String("to-file", "", "read the new KEK's URL from FILE ('-': standard input), as 'progressdb keys generate-kek --out FILE' writes it")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if !e.parseFlags(fs, args, false) {
 		return exitUsage
@@ -69,8 +138,9 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 		}
 		return code
 	}
-	if *to == "" {
-		return done(exitUsage, "--to URL is required: the new KEK ('progressdb keys generate-kek' prints one)")
+	newURL, err := e.readNewKEK(*to, *toFile)
+	if err != nil {
+		return done(exitUsage, err.Error())
 	}
 	cfg, logger, closer, ok := e.configAndLogger()
 	if !ok {
@@ -81,12 +151,12 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 	if cfg.KEK == "" {
 		return done(exitUsage, config.VarKEK+" is not set: it must hold the current KEK, the one the key store was made with")
 	}
-	if *to == cfg.KEK {
-		return done(exitUsage, "--to is the current KEK ("+config.VarKEK+"): nothing to rotate")
+	if newURL == cfg.KEK {
+		return done(exitUsage, "the new KEK is the current one ("+config.VarKEK+"): nothing to rotate")
 	}
-	newKEK, err := keystore.OpenKEK(ctx, *to)
+	newKEK, err := keystore.OpenKEK(ctx, newURL)
 	if err != nil {
-		return done(exitUsage, "--to: "+strings.Replace(err.Error(), "invalid "+keystore.VarKEK, "not a usable KEK URL", 1))
+		return done(exitUsage, "the new KEK: "+strings.Replace(err.Error(), "invalid "+keystore.VarKEK, "not a usable KEK URL", 1))
 	}
 	defer newKEK.Close()
 	oldKEK, err := keystore.OpenKEK(ctx, cfg.KEK)
@@ -107,11 +177,11 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 	defer st.Close()
 	ks, err := keystore.Open(ctx, cfg.KeystorePath, keystore.Options{Keeper: oldKEK, RotateTo: newKEK, DataPath: cfg.DBPath, Logger: logger})
 	if errors.Is(err, keystore.ErrWrongKEK) {
-		// A rotation to --to that finished before its erase: the key store
+		// A rotation to the new KEK that finished before its erase: the key store
 		// is already the new KEK's, and the erase is what is left.
 		ks, err = keystore.Open(ctx, cfg.KeystorePath, keystore.Options{Keeper: newKEK, DataPath: cfg.DBPath, Logger: logger})
 		if err != nil {
-			return done(exitFailed, fmt.Sprintf("neither %s nor --to opens the key store at %s (%s)", config.VarKEK, cfg.KeystorePath, config.VarKeystorePath))
+			return done(exitFailed, fmt.Sprintf("neither %s nor the new KEK opens the key store at %s (%s)", config.VarKEK, cfg.KeystorePath, config.VarKeystorePath))
 		}
 		rep.AlreadyDone = true
 	}
@@ -138,10 +208,10 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 	case errors.As(err, &held):
 		return done(exitLeaseHeld, fmt.Sprintf("the retention lease is held by %s: nothing was rotated; run it again once the run is over", held.Holder.Owner))
 	case err != nil:
-		return done(exitFailed, fmt.Sprintf("%v; the rotation is unfinished: run the same command again, with the same --to", err))
+		return done(exitFailed, fmt.Sprintf("%v; the rotation is unfinished: run the same command again, with the same new KEK", err))
 	}
 	logger.Info("kek_rotated", "keystore", cfg.KeystorePath, "rewrapped", res.Rewrapped, "duration_ms", rep.DurationMS)
-	rep.RestartWith = "set " + config.VarKEK + " to the --to URL: the old KEK opens nothing any more"
+	rep.RestartWith = "set " + config.VarKEK + " (or " + config.VarKEKFile + ") to the new KEK: the old KEK opens nothing any more"
 	if !*asJSON {
 		fmt.Fprintf(e.stdout, "keystore:  %s\n", cfg.KeystorePath)
 		fmt.Fprintf(e.stdout, "rewrapped: %d keys\n", res.Rewrapped)

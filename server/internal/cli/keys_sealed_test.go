@@ -166,7 +166,9 @@ func TestKeysRotateKEK(t *testing.T) {
 		t.Fatalf("the scan finds %d of the %d wrapped values before the rotation: it could not see them go", len(rep.Found()), len(old))
 	}
 
-	code, out, errOut := h.run("keys", "rotate-kek", "--to", newKEK, "--json")
+	// The new key comes from a file, never from argv (ps, shell history).
+	newFile := writeSecretFile(t, newKEK+"\n", 0o600)
+	code, out, errOut := h.run("keys", "rotate-kek", "--to-file", newFile, "--json")
 	if code != exitOK {
 		t.Fatalf("rotate-kek: exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -206,8 +208,9 @@ func TestKeysRotateKEK(t *testing.T) {
 		t.Fatalf("a command with the old KEK after the rotation: exit %d, stderr %q", code, errOut)
 	}
 
-	// Again with the old KEK in the environment: already done, nothing to re-wrap.
-	code, out, errOut = h.run("keys", "rotate-kek", "--to", newKEK, "--json")
+	// Again with the old KEK in the environment, the new one on standard
+	// input: already done, nothing to re-wrap.
+	code, out, errOut = h.runStdin(strings.NewReader(newKEK+"\n"), "keys", "rotate-kek", "--to-file", "-", "--json")
 	if err := json.Unmarshal([]byte(out), &r); code != exitOK || err != nil || !r.AlreadyDone || r.Rewrapped != 0 {
 		t.Fatalf("rotate-kek again: exit %d, %+v\n%s", code, r, errOut)
 	}
@@ -218,21 +221,26 @@ func TestKeysRotateKEK(t *testing.T) {
 func TestKeysRotateKEKUsage(t *testing.T) {
 	h, _ := sealedHarness(t, testKEK(1))
 	h.createDB()
+	newFile := writeSecretFile(t, testKEK(2), 0o600)
 	for _, tt := range []struct {
 		environ []string
 		args    []string
 		want    string
 	}{
-		{h.environ, []string{}, "--to"},
-		{h.environ, []string{"--to", ""}, "--to"},
-		{h.environ, []string{"--to", "base64key://c2hvcnQ="}, "--to"},
-		{h.environ, []string{"--to", "nonsense"}, "--to"},
-		{h.environ, []string{"--to", testKEK(1)}, "--to is the current KEK"},
-		{h.environ, []string{"--to", testKEK(2), "extra"}, `unexpected argument "extra"`},
-		{withEnv(h.environ, "PROGRESSDB_KEK", ""), []string{"--to", testKEK(2)}, "PROGRESSDB_KEK"},
-		{withEnv(h.environ, "PROGRESSDB_KEK", "base64key://"), []string{"--to", testKEK(2)}, "PROGRESSDB_KEK"},
-		{withEnv(h.environ, "PROGRESSDB_KEYSTORE_PATH", ""), []string{"--to", testKEK(2)}, "PROGRESSDB_KEYSTORE_PATH"},
-		{withEnv(h.environ, "PROGRESSDB_KEYSTORE_PATH", filepath.Join(h.dbPath, "keys")), []string{"--to", testKEK(2)}, "PROGRESSDB_KEYSTORE_PATH"},
+		{h.environ, []string{}, "--to-file FILE"},
+		{h.environ, []string{"--to", ""}, "--to-file FILE"},
+		{h.environ, []string{"--to", testKEK(2)}, "--to takes a KMS key URL only"},
+		{h.environ, []string{"--to", "nonsense"}, "not a usable KEK URL"},
+		{h.environ, []string{"--to-file", writeSecretFile(t, "base64key://c2hvcnQ=", 0o600)}, "not a usable KEK URL"},
+		{h.environ, []string{"--to-file", filepath.Join(t.TempDir(), "absent")}, "--to-file"},
+		{h.environ, []string{"--to-file", "-"}, "standard input holds no KEK URL"},
+		{h.environ, []string{"--to-file", newFile, "--to", "awskms://alias/x"}, "both set"},
+		{h.environ, []string{"--to-file", writeSecretFile(t, testKEK(1), 0o600)}, "the new KEK is the current one"},
+		{h.environ, []string{"--to-file", newFile, "extra"}, `unexpected argument "extra"`},
+		{withEnv(h.environ, "PROGRESSDB_KEK", ""), []string{"--to-file", newFile}, "PROGRESSDB_KEK"},
+		{withEnv(h.environ, "PROGRESSDB_KEK", "base64key://"), []string{"--to-file", newFile}, "PROGRESSDB_KEK"},
+		{withEnv(h.environ, "PROGRESSDB_KEYSTORE_PATH", ""), []string{"--to-file", newFile}, "PROGRESSDB_KEYSTORE_PATH"},
+		{withEnv(h.environ, "PROGRESSDB_KEYSTORE_PATH", filepath.Join(h.dbPath, "keys")), []string{"--to-file", newFile}, "PROGRESSDB_KEYSTORE_PATH"},
 	} {
 		hh := *h
 		hh.environ = tt.environ

@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"bytes"
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,4 +71,12 @@ func TestServeWarnsOfSealingWithoutSigningKey(t *testing.T) {
 	if !strings.Contains(logs(), `"msg":"sealing_without_signing_key","var":"PROGRESSDB_AUDIT_SIGNING_KEY"`) {
 		t.Fatalf("logs:\n%s", logs())
 	}
+}
+
+// runStdin is run with stdin as the command's standard input.
+func (h *harness) runStdin(stdin io.Reader, args ...string) (code int, stdout, stderr string) {
+	h.t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(context.Background(), args, h.environ, stdin, &out, &errb)
+	return code, out.String(), errb.String()
 }

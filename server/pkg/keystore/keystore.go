@@ -56,7 +56,7 @@ var (
 	ErrWrongKEK = errors.New("the KEK does not open this key store")
 	// ErrRotationUnfinished: a KEK rotation began and did not finish; only
 	// finishing it (Open with RotateTo, then Rewrap) opens the store.
-	ErrRotationUnfinished = errors.New("a KEK rotation is unfinished: run progressdb keys rotate-kek --to URL again with the same URL")
+	ErrRotationUnfinished = errors.New("a KEK rotation is unfinished: run progressdb keys rotate-kek again with the same new KEK")
 	// ErrNoKey: the key was never created or has been destroyed. It
 	// answers KeyGone() true, which is how the data store (which does not
 	// import this package) tells a destroyed key from a failure.
