@@ -192,6 +192,9 @@ func VerifyReceipt(r Receipt, root string, pub ed25519.PublicKey) []Problem {
 	}
 	recorded := make(map[ReceiptItem]int) // lines that record it
 	files := make(map[string]bool)
+	// A file that cannot be checked says nothing of the items it holds:
+	// they are not reported again as recorded nowhere.
+	unchecked := false
 	for _, rf := range r.Audit {
 		if files[rf.File] {
 			bad(rf.File, 0, "file is named twice in the receipt")
@@ -200,10 +203,18 @@ func VerifyReceipt(r Receipt, root string, pub ed25519.PublicKey) []Problem {
 		files[rf.File] = true
 		if !localName(rf.File) {
 			bad(rf.File, 0, "not a file name inside the audit folder")
+			unchecked = true
+			continue
+		}
+		if rf.Signature == "" {
+			bad(rf.File, 0, "unsigned: the server that wrote it had no audit signing key, and a receipt is verified by its files' signatures: "+
+				"this one cannot be (runs signed from now on can)")
+			unchecked = true
 			continue
 		}
 		records, err := checkedRecords(filepath.Join(root, filepath.FromSlash(rf.File)), pub)
 		if err != nil {
+			unchecked = true
 			var p *Problem
 			if errors.As(err, &p) {
 				p.File = rf.File
@@ -248,6 +259,7 @@ func VerifyReceipt(r Receipt, root string, pub ed25519.PublicKey) []Problem {
 	}
 	for _, it := range r.Items {
 		switch n := recorded[it]; {
+		case n == 0 && unchecked:
 		case n == 0:
 			bad("receipt", 0, "item %s %s (thread %s): no audit line of the receipt records it", it.ItemType, it.ItemID, it.ThreadID)
 		case n > 1:

@@ -18,6 +18,7 @@ import (
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -199,8 +200,8 @@ func (e env) erasureReceipt(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stderr, "progressdb %s: --out: %v\n", name, err)
 		return exitFailed
 	}
-	fmt.Fprintf(e.stdout, "receipt of erasure %s written to %s (%d items); check it with: progressdb erasure verify %s --public-key FILE\n",
-		rc.ErasureID, *out, len(rc.Items), *out)
+	fmt.Fprintf(e.stdout, "receipt of erasure %s written to %s (%s); check it with: progressdb erasure verify %s --public-key FILE\n",
+		rc.ErasureID, *out, count(len(rc.Items), "item"), *out)
 	return exitOK
 }
 
@@ -264,12 +265,16 @@ func (e env) erasureVerify(_ context.Context, args []string) int {
 		fmt.Fprintln(e.stderr, "usage: progressdb erasure verify RECEIPT --public-key FILE [--audit DIR] [--json]")
 		return exitUsage
 	}
+	from := "--audit"
 	if *dir == "" {
-		cfg, ok := e.loadConfig()
-		if !ok {
-			return exitUsage
-		}
-		*dir = cfg.Retention.AuditPath
+		*dir, from = config.AuditPathOf(e.environ), config.VarAuditPath
+	}
+	// A folder that is not there is a typo or a volume not mounted: it
+	// says nothing of the receipt.
+	if fi, err := os.Stat(*dir); err != nil || !fi.IsDir() {
+		fmt.Fprintf(e.stderr, "progressdb %s: no audit folder at %s (%s): the receipt is checked against the audit files it names there; give the folder the server wrote them in with --audit DIR\n",
+			name, *dir, from)
+		return exitUsage
 	}
 	pub, err := audit.LoadPublicKey(*pubPath)
 	if err != nil {
@@ -297,13 +302,35 @@ func (e env) erasureVerify(_ context.Context, args []string) int {
 		if !rep.Verified {
 			verdict = fmt.Sprintf("does NOT verify: %d problem(s)", len(rep.Problems))
 		}
-		fmt.Fprintf(e.stdout, "receipt of erasure %s (%d items in %d audit files under %s, signatures checked) %s\n",
-			rc.ErasureID, rep.Items, rep.Files, *dir, verdict)
+		fmt.Fprintf(e.stdout, "receipt of erasure %s (%s in %s under %s, signatures checked) %s\n",
+			rc.ErasureID, count(rep.Items, "item"), count(rep.Files, "audit file"), *dir, verdict)
+		if unsigned(rep.Problems) {
+			fmt.Fprintf(e.stdout, "to verify later erasures, set %s on the server (docs/audit.md): runs and receipts are signed from then on\n",
+				config.VarAuditSigningKey)
+		}
 	}
 	if !rep.Verified {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// count is "1 item", "2 items".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// unsigned reports whether a receipt failed for files without signatures.
+func unsigned(problems []audit.Problem) bool {
+	for _, p := range problems {
+		if strings.HasPrefix(p.Reason, "unsigned:") {
+			return true
+		}
+	}
+	return false
 }
 
 // readReceipt reads and decodes a receipt file; unknown fields are refused

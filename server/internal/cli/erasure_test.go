@@ -27,15 +27,25 @@ import (
 // paths and the audit file's.
 func writeErasureTrail(t *testing.T) (root, receipt, pubPath, file string) {
 	t.Helper()
+	return writeErasureTrailSigned(t, true)
+}
+
+// writeErasureTrailSigned is writeErasureTrail, the run unsigned unless
+// sign (a server without an audit signing key).
+func writeErasureTrailSigned(t *testing.T, sign bool) (root, receipt, pubPath, file string) {
+	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts := audit.Options{SigningKey: priv}
+	if !sign {
+		opts = audit.Options{}
+	}
 	dir := t.TempDir()
 	root = filepath.Join(dir, "audit")
 	start := time.Now().UTC()
-	w, err := audit.CreateWith(root, "run000000001", audit.Header{StartedAt: start, Trigger: audit.TriggerErasure},
-		audit.Options{SigningKey: priv})
+	w, err := audit.CreateWith(root, "run000000001", audit.Header{StartedAt: start, Trigger: audit.TriggerErasure}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +91,7 @@ func TestErasureVerify(t *testing.T) {
 	root, receipt, pub, file := writeErasureTrail(t)
 	h := newHarness(t, "PROGRESSDB_RETENTION_AUDIT_PATH="+root)
 	out := h.mustRun("erasure", "verify", receipt, "--public-key", pub)
-	if !strings.Contains(out, "receipt of erasure e1 (2 items in 1 audit files") || !strings.Contains(out, "verifies") {
+	if !strings.Contains(out, "receipt of erasure e1 (2 items in 1 audit file ") || !strings.Contains(out, "verifies") {
 		t.Errorf("output %q", out)
 	}
 	var rep receiptReport
@@ -188,7 +198,7 @@ func TestErasureThroughTheServer(t *testing.T) {
 		t.Fatalf("receipt: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	if code, out, errOut := runBinary(t, cli, "erasure", "verify", receipt, "--public-key", pub); code != exitOK ||
-		!strings.Contains(out, "(1 items in 1 audit files") {
+		!strings.Contains(out, "(1 item in 1 audit file ") {
 		t.Fatalf("verify: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	if code, _, errOut := runBinary(t, cli, "erasure", "status", "nope"); code != exitFailed || !strings.Contains(errOut, "not found") {
@@ -253,7 +263,7 @@ func TestErasureOnTheDatabase(t *testing.T) {
 	}
 	receipt := filepath.Join(dir, "receipt.json")
 	h.mustRun("erasure", "receipt", got.ErasureID, "--out", receipt)
-	if out := h.mustRun("erasure", "verify", receipt, "--public-key", pub); !strings.Contains(out, "(2 items in 1 audit files") {
+	if out := h.mustRun("erasure", "verify", receipt, "--public-key", pub); !strings.Contains(out, "(2 items in 1 audit file ") {
 		t.Errorf("verify: %s", out)
 	}
 

@@ -189,6 +189,23 @@ func load(environ []string, node bool) (Config, error) {
 	return c, nil
 }
 
+// AuditPathOf is the audit folder as Load derives it
+// (PROGRESSDB_RETENTION_AUDIT_PATH, else <PROGRESSDB_DB_PATH>/purge_audit),
+// read alone and unvalidated: for a command that reads audit files and
+// nothing else (erasure verify), which a setting it does not use (a
+// PROGRESSDB_KEYSTORE_PATH without its KEK) must not stop.
+func AuditPathOf(environ []string) string {
+	vars := envMap(environ)
+	if p := vars[VarAuditPath]; p != "" {
+		return p
+	}
+	db := vars[VarDBPath]
+	if db == "" {
+		db = "./data"
+	}
+	return filepath.Join(db, "purge_audit")
+}
+
 // envMap turns KEY=value pairs into a map; later entries win, as in a shell.
 func envMap(environ []string) map[string]string {
 	m := make(map[string]string, len(environ))
