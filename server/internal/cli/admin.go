@@ -155,7 +155,8 @@ func (c *adminClient) do(ctx context.Context, method, path string, in, out any) 
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			e.Error = http.StatusText(res.StatusCode)
 		}
-		return &adminError{Status: res.StatusCode, Code: e.Code, Msg: e.Error, Holder: e.Holder, Paused: e.Paused, Result: e.Result}
+		return &adminError{Status: res.StatusCode, Code: e.Code, Msg: c.withHint(res.StatusCode, e.Error, data),
+			Holder: e.Holder, Paused: e.Paused, Result: e.Result}
 	}
 	if out == nil || len(data) == 0 {
 		return nil
@@ -164,6 +165,27 @@ func (c *adminClient) do(ctx context.Context, method, path string, in, out any) 
 		return fmt.Errorf("decode the server's answer: %w", err)
 	}
 	return nil
+}
+
+// plainToTLS is what Go's HTTPS listener answers (400) a plain-HTTP
+// request with.
+const plainToTLS = "Client sent an HTTP request to an HTTPS server"
+
+// withHint adds to an error answer's message what the command line's
+// caller can do about it: the settings of this side that the answer is
+// about.
+func (c *adminClient) withHint(status int, msg string, body []byte) string {
+	switch {
+	case status == http.StatusBadRequest && bytes.Contains(body, []byte(plainToTLS)):
+		return fmt.Sprintf("%s: the server at %s serves HTTPS only: ask it at https:// (--server https://HOST:PORT or %s; through %s, this shell's %s makes the command use https)",
+			plainToTLS, c.base, config.VarServer, config.VarAddr, config.VarTLSCert)
+	case status == http.StatusUnauthorized && strings.Contains(msg, "client certificate"):
+		return fmt.Sprintf("%s: the command line presents the certificate of %s and %s, signed by the CA the server's %s names",
+			msg, config.VarTLSClientCert, config.VarTLSClientKey, config.VarTLSClientCA)
+	case status == http.StatusUnauthorized:
+		return fmt.Sprintf("%s: %s is not the admin token of the server at %s; set it to that server's", msg, config.VarAdminToken, c.base)
+	}
+	return msg
 }
 
 // stream sends a request without a body and returns the answer's body,
@@ -191,7 +213,7 @@ func (c *adminClient) stream(ctx context.Context, method, path string) (io.ReadC
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			e.Error = http.StatusText(res.StatusCode)
 		}
-		return nil, &adminError{Status: res.StatusCode, Msg: e.Error}
+		return nil, &adminError{Status: res.StatusCode, Msg: c.withHint(res.StatusCode, e.Error, data)}
 	}
 	return res.Body, nil
 }

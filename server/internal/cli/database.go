@@ -36,9 +36,9 @@ func serverFlag(fs *flag.FlagSet) *string {
 }
 
 // errNotTheServer: the folder the command means is held by a process,
-// and the server at PROGRESSDB_ADDR could not be asked or serves another
-// database.
-var errNotTheServer = errors.New("the database is held by a process that is not the server asked")
+// and the server at PROGRESSDB_ADDR could not be asked (no admin token,
+// one it refused, no answer) or serves another database.
+var errNotTheServer = errors.New("the database is open in a running process that this command cannot act through")
 
 // database names the database a command acted on, in its output.
 type database struct {
@@ -186,6 +186,13 @@ func heldTarget(ctx context.Context, cfg config.Config) (*dbTarget, error) {
 		return nil, err
 	}
 	t, err := remoteTarget(ctx, c, database{Path: cfg.DBPath, Server: c.base})
+	var ae *adminError
+	if errors.As(err, &ae) {
+		// The server answered, refusing: which database it serves is
+		// not known, and the answer says what to set.
+		return nil, fmt.Errorf("%w (%s): the server at %s (%s), asked which database it serves, answered %d: %s",
+			errNotTheServer, cfg.DBPath, c.base, config.VarAddr, ae.Status, ae.Msg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s; %v; %s", errNotTheServer, held, err, hint)
 	}
