@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -84,22 +85,11 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	defer client.Close()
 	keys := cluster.Keys{Name: cfg.Cluster.ClusterName}
 	// An etcd that does not answer stops the start instead of hanging it:
-	// each call of the start is bounded (the waits below are not).
-	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, etcdDialTimeout) }
-	startCtx, cancel := call()
-	defer cancel()
-	if err := cluster.RecordShards(startCtx, client, keys, cfg.Cluster.Shards); err != nil {
-		var sc *cluster.ShardCountError
-		switch {
-		case errors.As(err, &sc):
-			return &StartupError{Var: config.VarClusterShards, Value: strconv.Itoa(cfg.Cluster.Shards),
-				Rule: "must be the number the cluster was created with", Err: err}
-		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			return fmt.Errorf("etcd at %s did not answer within %s: %w", cfg.Cluster.Etcd, etcdDialTimeout, err)
-		}
+	// each call of the start is bounded by etcdDialTimeout (the waits
+	// below are not).
+	if err := recordShards(ctx, cfg, client, keys); err != nil {
 		return err
 	}
-
 	// The view ends with the node; the ownerships and the node's
 	// registration are released by owner.Close.
 	nodeCtx, stopNode := context.WithCancel(ctx)
@@ -131,22 +121,8 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 			_ = registration.Release()
 		}
 	}()
-	// What this node holds on disk, whatever the map says: how `cluster
-	// create` rebuilds the map after etcd's data is lost (spec §10.1).
-	disk, err := cluster.DiskShards(ctx, cfg.DBPath)
+	reporter, onDisk, err := reportDisk(ctx, cfg, client, keys, logger)
 	if err != nil {
-		return err
-	}
-	reporter := &heldReporter{client: client, keys: keys, node: cfg.NodeID, dbPath: cfg.DBPath, ids: map[int]string{},
-		logger: logger}
-	onDisk := make([]int, 0, len(disk))
-	for _, s := range disk {
-		reporter.ids[s.Shard] = s.DatabaseID
-		onDisk = append(onDisk, s.Shard)
-	}
-	reportCtx, cancel := call()
-	defer cancel()
-	if err := cluster.ReportHeld(reportCtx, client, keys, cfg.NodeID, disk); err != nil {
 		return err
 	}
 	m, err := cluster.WaitMap(ctx, client, keys, func() {
@@ -164,7 +140,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 		return err
 	}
 	// Never an empty database for a shard another node holds.
-	checkCtx, cancel := call()
+	checkCtx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
 	defer cancel()
 	if err := cluster.CheckHomes(checkCtx, client, keys, m, cfg.NodeID, onDisk); err != nil {
 		return err
@@ -210,14 +186,10 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	// being written holds both.
 	backups := newShardBackups(nodeCtx, cfg, key, logger)
 	defer backups.close()
+	per := &shardRuntime{ctx: ctx, cfg: cfg, logger: logger, key: key, shards: shards, owner: owner, pause: pause,
+		cmetrics: cmetrics, smetrics: smetrics, services: services, backups: backups}
 	for _, n := range held {
-		st, _ := shards.Store(n)
-		svc, err := shardRetention(ctx, st, n, owner, pause, cmetrics, cfg, logger, smetrics.add(n, st), key)
-		if err != nil {
-			return err
-		}
-		services.add(n, svc)
-		if err := backups.add(n, st, svc, smetrics.backups(n)); err != nil {
+		if err := per.start(n); err != nil {
 			return err
 		}
 	}
@@ -226,64 +198,14 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	mover, err := cluster.NewNode(cluster.NodeOptions{Node: cfg.NodeID, Owner: owner, Shards: shards,
 		Held:      func() { reporter.report(nodeCtx) },
 		Retention: cfg.Retention, SigningKey: key, Version: buildinfo.Read().Version, Logger: logger,
-		Holder: func(n int) (backup.Holder, bool) {
-			svc := services.get(n)
-			return svc, svc != nil
-		},
-		Detach: func(n int) {
-			backups.remove(n)
-			if svc := services.remove(n); svc != nil {
-				svc.Close()
-			}
-			smetrics.remove(n)
-		},
-		Attach: func(n int) {
-			st, ok := shards.Store(n)
-			if !ok {
-				return
-			}
-			svc, err := shardRetention(ctx, st, n, owner, pause, cmetrics, cfg, logger, smetrics.add(n, st), key)
-			if err != nil {
-				logger.Error("retention_start_failed", "shard", n, "err", err)
-				return
-			}
-			services.add(n, svc)
-			if err := backups.add(n, st, svc, smetrics.backups(n)); err != nil {
-				logger.Error("backup_start_failed", "shard", n, "err", err)
-			}
-		},
-	})
+		Holder: per.holder, Detach: per.detach, Attach: per.attach})
 	if err != nil {
 		return err
 	}
-	// Every node reports the shards without an owner, so the alert fires
-	// while their home node is down, when it reports nothing itself.
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "progressdb_cluster_shards_unowned",
-		Help: "Shards that no node owns, as etcd shows them to this node: their requests answer 503.",
-	}, func() float64 { return float64(view.Unowned()) }))
-	rt, err := router.New(router.Options{Node: cfg.NodeID, Secret: cfg.Cluster.Secret, View: view, Shards: shards,
-		Owner: owner, Retention: services.service, Mover: mover, Logger: logger,
-		Metrics: cmetrics, TLS: tr.nodeTLS()})
+	handler, err := per.handler(nodeCtx, tr, view, mover, reg)
 	if err != nil {
 		return err
 	}
-	tokens := new(api.Tokens)
-	h, err := api.New(api.Options{Cluster: rt, Pause: pause, ShardBackups: backups,
-		BackupStreamTimeout: cfg.Backup.StreamTimeout, Logger: logger, APIKey: cfg.APIKey, AdminToken: cfg.AdminToken,
-		Tokens: tokens, Registry: reg})
-	if err != nil {
-		return err
-	}
-	tokenFiles{cfg: cfg, tokens: tokens, logger: logger}.start(nodeCtx)
-	// The nodes' own move steps are served beside the API, not in it.
-	mux := http.NewServeMux()
-	mux.Handle(router.MoveStepsPath, rt.MoveSteps())
-	mux.Handle("/", h)
-	// Node calls are checked against the cluster CA, and admin calls
-	// against the client CA, before any handler (spec §14).
-	guard := tr.guard(logger)
-	guard.NodeCall, guard.CallerHost = rt.NodeCall, rt.CallerHost
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
@@ -293,12 +215,152 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 		"advertise_url", cfg.AdvertiseURL, "shards", held, "retention_enabled", cfg.Retention.Enabled,
 		"tls", tr.tls(), "mutual_tls", tr.cluster != nil, "client_certificates", tr.clientCA != nil,
 		"version", bi.Version, "commit", bi.Commit)
-	err = api.Serve(ctx, tr.listener(ln), tr.wrap(mux, guard), logger)
+	err = api.Serve(ctx, tr.listener(ln), handler, logger)
 	logger.Info("server_stopping")
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
 	return err
+}
+
+// recordShards records the cluster's shard count in etcd, or checks it
+// against the one recorded: a node never starts with another count.
+func recordShards(ctx context.Context, cfg config.Config, client *clientv3.Client, keys cluster.Keys) error {
+	startCtx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
+	defer cancel()
+	err := cluster.RecordShards(startCtx, client, keys, cfg.Cluster.Shards)
+	var sc *cluster.ShardCountError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &sc):
+		return &StartupError{Var: config.VarClusterShards, Value: strconv.Itoa(cfg.Cluster.Shards),
+			Rule: "must be the number the cluster was created with", Err: err}
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return fmt.Errorf("etcd at %s did not answer within %s: %w", cfg.Cluster.Etcd, etcdDialTimeout, err)
+	}
+	return err
+}
+
+// reportDisk reports to etcd the shards this node holds on disk, whatever
+// the map says (how `cluster create` rebuilds the map after etcd's data is
+// lost, spec §10.1), and returns the reporter that keeps it current and
+// the shards found.
+func reportDisk(ctx context.Context, cfg config.Config, client *clientv3.Client, keys cluster.Keys, logger *slog.Logger) (*heldReporter, []int, error) {
+	disk, err := cluster.DiskShards(ctx, cfg.DBPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	reporter := &heldReporter{client: client, keys: keys, node: cfg.NodeID, dbPath: cfg.DBPath, ids: map[int]string{},
+		logger: logger}
+	onDisk := make([]int, 0, len(disk))
+	for _, s := range disk {
+		reporter.ids[s.Shard] = s.DatabaseID
+		onDisk = append(onDisk, s.Shard)
+	}
+	reportCtx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
+	defer cancel()
+	if err := cluster.ReportHeld(reportCtx, client, keys, cfg.NodeID, disk); err != nil {
+		return nil, nil, err
+	}
+	return reporter, onDisk, nil
+}
+
+// shardRuntime starts and stops what runs for each shard a node holds:
+// its retention service, its backups and its metrics. Shards held at
+// start begin with start; those moved here or away while the node runs
+// come and go with attach and detach.
+type shardRuntime struct {
+	ctx      context.Context
+	cfg      config.Config
+	logger   *slog.Logger
+	key      ed25519.PrivateKey
+	shards   *cluster.Shards
+	owner    *cluster.Owner
+	pause    retention.PauseSwitch
+	cmetrics *router.Metrics
+	smetrics *shardMetrics
+	services *shardServices
+	backups  *shardBackups
+}
+
+// start starts shard n's retention service and backups.
+func (p *shardRuntime) start(n int) error {
+	st, _ := p.shards.Store(n)
+	svc, err := shardRetention(p.ctx, st, n, p.owner, p.pause, p.cmetrics, p.cfg, p.logger, p.smetrics.add(n, st), p.key)
+	if err != nil {
+		return err
+	}
+	p.services.add(n, svc)
+	return p.backups.add(n, st, svc, p.smetrics.backups(n))
+}
+
+// attach starts a shard moved here, once it is owned; a failure is
+// logged (the move is done).
+func (p *shardRuntime) attach(n int) {
+	st, ok := p.shards.Store(n)
+	if !ok {
+		return
+	}
+	svc, err := shardRetention(p.ctx, st, n, p.owner, p.pause, p.cmetrics, p.cfg, p.logger, p.smetrics.add(n, st), p.key)
+	if err != nil {
+		p.logger.Error("retention_start_failed", "shard", n, "err", err)
+		return
+	}
+	p.services.add(n, svc)
+	if err := p.backups.add(n, st, svc, p.smetrics.backups(n)); err != nil {
+		p.logger.Error("backup_start_failed", "shard", n, "err", err)
+	}
+}
+
+// detach stops a shard moved away, before its store closes.
+func (p *shardRuntime) detach(n int) {
+	p.backups.remove(n)
+	if svc := p.services.remove(n); svc != nil {
+		svc.Close()
+	}
+	p.smetrics.remove(n)
+}
+
+// handler is what the node serves: the API over the router of its shards
+// and, beside it, the nodes' move steps, behind the guard of spec §14.
+func (p *shardRuntime) handler(nodeCtx context.Context, tr *transport, view *router.View, mover *cluster.Node,
+	reg *prometheus.Registry) (http.Handler, error) {
+	// Every node reports the shards without an owner, so the alert fires
+	// while their home node is down, when it reports nothing itself.
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "progressdb_cluster_shards_unowned",
+		Help: "Shards that no node owns, as etcd shows them to this node: their requests answer 503.",
+	}, func() float64 { return float64(view.Unowned()) }))
+	rt, err := router.New(router.Options{Node: p.cfg.NodeID, Secret: p.cfg.Cluster.Secret, View: view, Shards: p.shards,
+		Owner: p.owner, Retention: p.services.service, Mover: mover, Logger: p.logger,
+		Metrics: p.cmetrics, TLS: tr.nodeTLS()})
+	if err != nil {
+		return nil, err
+	}
+	tokens := new(api.Tokens)
+	h, err := api.New(api.Options{Cluster: rt, Pause: p.pause, ShardBackups: p.backups,
+		BackupStreamTimeout: p.cfg.Backup.StreamTimeout, Logger: p.logger, APIKey: p.cfg.APIKey, AdminToken: p.cfg.AdminToken,
+		Tokens: tokens, Registry: reg})
+	if err != nil {
+		return nil, err
+	}
+	tokenFiles{cfg: p.cfg, tokens: tokens, logger: p.logger}.start(nodeCtx)
+	// The nodes' own move steps are served beside the API, not in it.
+	mux := http.NewServeMux()
+	mux.Handle(router.MoveStepsPath, rt.MoveSteps())
+	mux.Handle("/", h)
+	// Node calls are checked against the cluster CA, and admin calls
+	// against the client CA, before any handler (spec §14).
+	guard := tr.guard(p.logger)
+	guard.NodeCall, guard.CallerHost = rt.NodeCall, rt.CallerHost
+	return tr.wrap(mux, guard), nil
+}
+
+// holder is shard n's retention service as the hold of a move.
+func (p *shardRuntime) holder(n int) (backup.Holder, bool) {
+	svc := p.services.get(n)
+	return svc, svc != nil
 }
 
 // shardRetention builds shard n's retention service: its runs hold the
