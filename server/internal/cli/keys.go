@@ -142,8 +142,13 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 	if err != nil {
 		return done(exitUsage, err.Error())
 	}
-	cfg, logger, closer, ok := e.configAndLogger()
+	cfg, ok := e.loadConfig()
 	if !ok {
+		return exitUsage
+	}
+	bar, logger, closer, err := e.barAndLogger(cfg)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
 		return exitUsage
 	}
 	defer closer.Close()
@@ -199,9 +204,10 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 		if err := check(); err != nil {
 			return err
 		}
-		res, err = ks.Rewrap(ctx, newKEK)
+		res, err = ks.Rewrap(ctx, newKEK, keystore.RewrapOptions{Progress: rotateProgress(bar, logger)})
 		return err
 	})
+	bar.clear()
 	rep.Rewrapped, rep.DurationMS = res.Rewrapped, time.Since(start).Milliseconds()
 	var held *retention.LeaseHeldError
 	switch {

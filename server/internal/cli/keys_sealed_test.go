@@ -253,3 +253,33 @@ func TestKeysRotateKEKUsage(t *testing.T) {
 		}
 	}
 }
+
+// Off a terminal, keys rotate-kek logs where it stands: the values to
+// re-wrap, a summary with done of the total and the rate, then each step
+// of its erase. Before, nothing was said until it ended.
+func TestKeysRotateKEKProgress(t *testing.T) {
+	h, _ := sealedHarness(t, testKEK(1))
+	writeSealed(t, h.environ, 3)
+	h.environ = withEnv(h.environ, "PROGRESSDB_LOG_LEVEL", "info")
+	code, out, errOut := h.run("keys", "rotate-kek", "--to", testKEK(2))
+	if code != exitOK {
+		t.Fatalf("rotate-kek: exit %d\n%s\n%s", code, out, errOut)
+	}
+	var first, last, erasing bool
+	for _, l := range strings.Split(strings.TrimSpace(errOut), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("not a JSON log line: %q", l)
+		}
+		switch rec["msg"] {
+		case "keys_rotate_progress":
+			first = first || (rec["done"] == 0.0 && rec["total"] == 8.0)
+			last = last || (rec["done"] == 8.0 && rec["total"] == 8.0 && rec["rate_per_sec"] != nil)
+		case "keys_rotate_erase_progress":
+			erasing = erasing || rec["step"] == "compacting"
+		}
+	}
+	if !first || !last || !erasing {
+		t.Fatalf("0 of 8 %t, 8 of 8 %t, the erase's compaction %t:\n%s", first, last, erasing, errOut)
+	}
+}

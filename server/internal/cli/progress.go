@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/logging"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -174,4 +176,54 @@ func drawTail(sb *strings.Builder, e *store.EraseProgress, rate float64, left ti
 	if left > 0 {
 		fmt.Fprintf(sb, "  %s left", left.Round(time.Second))
 	}
+}
+
+// summaryEvery spaces the progress lines a long command logs when no
+// terminal shows its bar (a retention run's are retention's own).
+const summaryEvery = 10 * time.Second
+
+// rotateProgress shows `keys rotate-kek`'s progress: on the bar when
+// there is one, else as a log line about every summaryEvery and one per
+// step of the erase. Values re-wrapped of the total, rate, time left.
+func rotateProgress(bar *progressBar, logger *slog.Logger) func(keystore.RewrapProgress) {
+	start := time.Now()
+	var lastLog time.Time
+	return func(p keystore.RewrapProgress) {
+		rate, left := rateAndLeft(start, int64(p.Done), int64(p.Total))
+		if bar != nil {
+			var sb strings.Builder
+			drawBar(&sb, int64(p.Done), int64(p.Total), barWidth)
+			sb.WriteString(" keys")
+			drawTail(&sb, p.Erase, rate, left)
+			bar.show(sb.String())
+			return
+		}
+		switch {
+		case p.Erase != nil:
+			if p.Erase.Step != store.EraseCompact || p.Erase.Done == 0 {
+				logger.Info("keys_rotate_erase_progress", "step", p.Erase.Step, "ranges_done", p.Erase.Done, "ranges", p.Erase.Total)
+			}
+		case p.Done == 0 || p.Done == p.Total || time.Since(lastLog) >= summaryEvery:
+			lastLog = time.Now()
+			attrs := []any{"done", p.Done, "total", p.Total, "rate_per_sec", math.Round(rate*10) / 10}
+			if left > 0 {
+				attrs = append(attrs, "time_left", left.Round(time.Second))
+			}
+			logger.Info("keys_rotate_progress", attrs...)
+		}
+	}
+}
+
+// rateAndLeft is the rate of done since start and the time left to total
+// at that rate (0 when unknown).
+func rateAndLeft(start time.Time, done, total int64) (float64, time.Duration) {
+	elapsed := time.Since(start).Seconds()
+	if elapsed <= 0 || done <= 0 {
+		return 0, 0
+	}
+	rate := float64(done) / elapsed
+	if total <= done {
+		return rate, 0
+	}
+	return rate, time.Duration(float64(total-done) / rate * float64(time.Second))
 }

@@ -140,7 +140,7 @@ func TestRewrap(t *testing.T) {
 	// Killed after the first batch.
 	cctx, cancel := context.WithCancel(ctx)
 	ks.afterRewrapBatch = cancel
-	if _, err := ks.Rewrap(cctx, newK); !errors.Is(err, context.Canceled) {
+	if _, err := ks.Rewrap(cctx, newK, RewrapOptions{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("interrupted Rewrap = %v", err)
 	}
 	if err := ks.Close(); err != nil {
@@ -158,12 +158,28 @@ func TestRewrap(t *testing.T) {
 		t.Fatalf("finishing with another new KEK: %v, want ErrWrongKEK", err)
 	}
 	ks = testOpen(t, dir, Options{Keeper: oldK, RotateTo: newK})
-	res, err := ks.Rewrap(ctx, newK)
+	var reports []RewrapProgress
+	res, err := ks.Rewrap(ctx, newK, RewrapOptions{Progress: func(p RewrapProgress) { reports = append(reports, p) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Rewrapped == 0 || res.Rewrapped >= len(oldWrapped) || !res.Erase.Full {
 		t.Fatalf("resumed Rewrap = %+v; want the rest re-wrapped and a full erase", res)
+	}
+	// Progress: the values left counted first, then every batch synced,
+	// then each step of the erase.
+	// (Total counts the secrets too, re-wrapped before the kill or not.)
+	total := reports[0].Total
+	if len(reports) < 3 || reports[0].Done != 0 || total < res.Rewrapped || total > res.Rewrapped+2 {
+		t.Fatalf("progress %+v, want 0 of the %d values left first", reports, res.Rewrapped)
+	}
+	var counted, erasing bool
+	for _, p := range reports {
+		counted = counted || (p.Done == total && p.Total == total && p.Erase == nil)
+		erasing = erasing || (p.Erase != nil && p.Done == total)
+	}
+	if !counted || !erasing || reports[len(reports)-1].Erase == nil {
+		t.Fatalf("progress %+v, want %d of %d looked at, then the erase's steps", reports, total, total)
 	}
 	if err := ks.Close(); err != nil {
 		t.Fatal(err)
@@ -190,7 +206,7 @@ func TestRewrap(t *testing.T) {
 		t.Fatalf("generation after one rotation = %d, want 2", ks.gen)
 	}
 	// Running it again finds nothing to re-wrap.
-	if res, err := ks.Rewrap(ctx, newK); err != nil || res.Rewrapped != 0 {
+	if res, err := ks.Rewrap(ctx, newK, RewrapOptions{}); err != nil || res.Rewrapped != 0 {
 		t.Fatalf("second Rewrap = %+v, %v", res, err)
 	}
 }

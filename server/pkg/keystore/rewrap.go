@@ -14,6 +14,22 @@ import (
 // rewrapSync is how many values a rotation re-wraps between syncs.
 const rewrapSync = 64
 
+// RewrapOptions configure Rewrap.
+type RewrapOptions struct {
+	// Progress, when set, is told where the rotation is: once the values
+	// to re-wrap are counted, after every rewrapSync of them, and at each
+	// step of the erase that follows.
+	Progress func(RewrapProgress)
+}
+
+// RewrapProgress is where a rotation is: values re-wrapped of those left
+// when it (or its resumption) began, then the erase step.
+type RewrapProgress struct {
+	Done, Total int
+	// Erase is set once the erase step has begun.
+	Erase *erase.Progress
+}
+
 // RewrapResult describes a KEK rotation.
 type RewrapResult struct {
 	// Rewrapped is the number of values this call re-wrapped (a resumed
@@ -28,7 +44,7 @@ type RewrapResult struct {
 // is resumed by opening with RotateTo set to the same keeper and calling
 // Rewrap again: each value's generation byte says whether it is done.
 // Keys may be created and destroyed meanwhile.
-func (ks *KeyStore) Rewrap(ctx context.Context, to *secrets.Keeper) (RewrapResult, error) {
+func (ks *KeyStore) Rewrap(ctx context.Context, to *secrets.Keeper, opts RewrapOptions) (RewrapResult, error) {
 	var res RewrapResult
 	if err := ks.live(ctx); err != nil {
 		return res, err
@@ -40,8 +56,14 @@ func (ks *KeyStore) Rewrap(ctx context.Context, to *secrets.Keeper) (RewrapResul
 	if err != nil {
 		return res, fmt.Errorf("rewrap: %w", err)
 	}
+	total := 0 // values looked at, for the erase step's progress
 	if rotation != nil {
-		n, err := ks.rewrapAll(ctx, old, next)
+		n, err := ks.rewrapAll(ctx, old, next, func(p RewrapProgress) {
+			total = p.Total
+			if opts.Progress != nil {
+				opts.Progress(p)
+			}
+		})
 		res.Rewrapped = n
 		if err != nil {
 			return res, fmt.Errorf("rewrap: %w", err)
@@ -50,7 +72,13 @@ func (ks *KeyStore) Rewrap(ctx context.Context, to *secrets.Keeper) (RewrapResul
 			return res, fmt.Errorf("rewrap: %w", err)
 		}
 	}
-	er, err := ks.Erase(ctx, erase.Options{})
+	var eo erase.Options
+	if opts.Progress != nil {
+		eo.Progress = func(ep erase.Progress) {
+			opts.Progress(RewrapProgress{Done: total, Total: total, Erase: &ep})
+		}
+	}
+	er, err := ks.Erase(ctx, eo)
 	res.Erase = er
 	if err != nil {
 		return res, fmt.Errorf("rewrap: %w", err)
@@ -100,7 +128,7 @@ func (ks *KeyStore) beginRotation(ctx context.Context, to *secrets.Keeper) (old,
 // rewrapAll re-wraps every value of generation old with the keeper of
 // next. A data key is re-read and re-written under its thread's stripe, so
 // that a destroy in between is never undone by writing the key back.
-func (ks *KeyStore) rewrapAll(ctx context.Context, old, next byte) (int, error) {
+func (ks *KeyStore) rewrapAll(ctx context.Context, old, next byte, progress func(RewrapProgress)) (int, error) {
 	var keys [][]byte
 	for _, k := range []string{indexSecretKey, receiptSecretKey} {
 		keys = append(keys, []byte(k))
@@ -117,8 +145,16 @@ func (ks *KeyStore) rewrapAll(ctx context.Context, old, next byte) (int, error) 
 	if err := it.Close(); err != nil {
 		return 0, err
 	}
+	report := func(done int) {
+		if progress != nil {
+			progress(RewrapProgress{Done: done, Total: len(keys)})
+		}
+	}
+	// Progress counts the values looked at: one already of the new
+	// generation (the secrets of a resumed rotation) is done as well.
 	done, pending := 0, 0
-	for _, key := range keys {
+	report(0)
+	for i, key := range keys {
 		if err := ks.live(ctx); err != nil {
 			return done, err
 		}
@@ -136,6 +172,7 @@ func (ks *KeyStore) rewrapAll(ctx context.Context, old, next byte) (int, error) 
 				return done, err
 			}
 			pending = 0
+			report(i + 1)
 			if ks.afterRewrapBatch != nil {
 				ks.afterRewrapBatch()
 			}
@@ -144,6 +181,7 @@ func (ks *KeyStore) rewrapAll(ctx context.Context, old, next byte) (int, error) 
 	if err := ks.db.LogData(nil, pebble.Sync); err != nil {
 		return done, err
 	}
+	report(len(keys))
 	return done, nil
 }
 
