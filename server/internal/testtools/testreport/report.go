@@ -12,6 +12,7 @@ import (
 
 // event is one line of `go test -json` (cmd/test2json).
 type event struct {
+	Time    time.Time
 	Action  string
 	Package string
 	Test    string
@@ -29,9 +30,10 @@ type line struct {
 // group is a top-level test and its subtests while they run: their output
 // is kept until the test ends, and printed only if it failed.
 type group struct {
-	tests  []string // the test and its subtests in start order
-	lines  []line
-	failed map[string]bool
+	resumed time.Time // when the test last started or continued
+	tests   []string  // the test and its subtests in start order
+	lines   []line
+	failed  map[string]bool
 }
 
 // pkg is the state of one package while its tests run.
@@ -114,6 +116,13 @@ func (r *report) handle(e event) {
 	switch e.Action {
 	case "run":
 		g.tests = append(g.tests, e.Test)
+		if e.Test == top {
+			g.resumed = e.Time
+		}
+	case "cont":
+		if e.Test == top {
+			g.resumed = e.Time
+		}
 	case "output":
 		if !isProgress(e.Output) {
 			g.lines = append(g.lines, line{e.Test, e.Output})
@@ -125,7 +134,13 @@ func (r *report) handle(e event) {
 		return
 	}
 	if e.Action != "skip" {
-		r.timings = append(r.timings, timing{e.Package, e.Test, e.Elapsed})
+		// A test whose subtests run in parallel reports only its own
+		// body's time; its subtests' is the time until it ended.
+		elapsed := e.Elapsed
+		if !g.resumed.IsZero() && !e.Time.IsZero() {
+			elapsed = max(elapsed, e.Time.Sub(g.resumed).Seconds())
+		}
+		r.timings = append(r.timings, timing{e.Package, e.Test, elapsed})
 	}
 	if e.Action == "fail" {
 		g.printFailed(r.w)

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // writeModule writes a module of three packages: good passes (one test
@@ -43,6 +44,22 @@ func TestBroken(t *testing.T) {
 
 func TestAlsoFine(t *testing.T) { t.Log("another passing log") }
 `,
+		"par/par_test.go": `package par
+
+import (
+	"testing"
+	"time"
+)
+
+func TestParallelHalves(t *testing.T) {
+	for _, name := range []string{"a", "b"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			time.Sleep(500 * time.Millisecond)
+		})
+	}
+}
+`,
 		"gone/gone_test.go": `package gone
 
 import (
@@ -76,7 +93,7 @@ func TestReportOfARealRun(t *testing.T) {
 	}
 	t.Chdir(writeModule(t))
 	var out, errb bytes.Buffer
-	code := run([]string{"-slowest", "3", "--", "-count=1", "./..."}, &out, &errb)
+	code := run([]string{"-slowest", "3", "--", "-count=1", "./good", "./bad", "./gone"}, &out, &errb)
 	got := out.String()
 	if code != 1 {
 		t.Errorf("exit status %d, want 1 (a test failed)\n%s%s", code, got, errb.String())
@@ -111,6 +128,26 @@ func TestReportOfARealRun(t *testing.T) {
 	}
 	if strings.Contains(slowest, "TestSkipped") {
 		t.Errorf("a skipped test is listed among the slowest:\n%s", slowest)
+	}
+}
+
+// A test whose subtests run in parallel is timed until its subtests end,
+// not by its own body, which returns at once.
+func TestReportTimesParallelSubtests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go test")
+	}
+	t.Chdir(writeModule(t))
+	var out, errb bytes.Buffer
+	if code := run([]string{"-slowest", "1", "--", "-count=1", "./par"}, &out, &errb); code != 0 {
+		t.Fatalf("exit status %d\n%s%s", code, out.String(), errb.String())
+	}
+	m := regexp.MustCompile(`(?m)^\s*(\S+)  TestParallelHalves  example.com/m/par$`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("TestParallelHalves not listed:\n%s", out.String())
+	}
+	if d, err := time.ParseDuration(m[1]); err != nil || d < 450*time.Millisecond {
+		t.Errorf("TestParallelHalves timed %s (%v), want at least its subtests' 500ms", m[1], err)
 	}
 }
 
