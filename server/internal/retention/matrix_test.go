@@ -66,8 +66,13 @@ func matrixCases() []matrixCase {
 // purged exactly once with its cause, the neighbour always stays, and the
 // indexes equal a rebuild.
 func TestPolicyMatrix(t *testing.T) {
+	// Each case has its own store, clock and audit folder: they run in
+	// parallel, overlapping their fsyncs.
 	for _, c := range matrixCases() {
-		t.Run(c.name(), func(t *testing.T) { runMatrixCase(t, c) })
+		t.Run(c.name(), func(t *testing.T) {
+			t.Parallel()
+			runMatrixCase(t, c)
+		})
 	}
 }
 
@@ -320,6 +325,7 @@ func TestPolicyPurgesAreErased(t *testing.T) {
 func TestPolicyPropertyRandomOperationsAndRuns(t *testing.T) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint("seed_", seed), func(t *testing.T) {
+			t.Parallel()
 			rng := rand.New(rand.NewPCG(seed, 11))
 			e := newEnv(t)
 			ctx := context.Background()
