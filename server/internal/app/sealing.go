@@ -29,8 +29,8 @@ func OpenKeyStore(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		return nil, &StartupError{Var: config.VarKeystorePath, Value: cfg.KeystorePath,
 			Rule: "must be outside " + config.VarDBPath, Err: err}
 	case errors.Is(err, keystore.ErrWrongKEK):
-		return nil, fmt.Errorf("%w: check that %s is the KEK this key store (%s=%s) was made with",
-			err, config.VarKEK, config.VarKeystorePath, cfg.KeystorePath)
+		return nil, fmt.Errorf("%w (%s=%s): set %s to its current KEK: the one it was created with or, after keys rotate-kek, the one it was rotated to (the old one opens it no more)",
+			err, config.VarKeystorePath, cfg.KeystorePath, config.VarKEK)
 	case err != nil:
 		return nil, fmt.Errorf("open key store (%s=%s): %w", config.VarKeystorePath, cfg.KeystorePath, err)
 	}

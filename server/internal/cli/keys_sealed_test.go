@@ -207,6 +207,11 @@ func TestKeysRotateKEK(t *testing.T) {
 	if code != exitFailed || !strings.Contains(errOut, "KEK") {
 		t.Fatalf("a command with the old KEK after the rotation: exit %d, stderr %q", code, errOut)
 	}
+	// The message sends the operator to the KEK rotated to, not to "the
+	// KEK this key store was made with", which is the old one.
+	if !strings.Contains(errOut, "rotated to") || strings.Contains(errOut, "made with") {
+		t.Errorf("the old KEK after a rotation: %q, want the KEK rotated to named", errOut)
+	}
 
 	// Again with the old KEK in the environment, the new one on standard
 	// input: already done, nothing to re-wrap.
