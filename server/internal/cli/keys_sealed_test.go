@@ -266,7 +266,7 @@ func TestKeysRotateKEKProgress(t *testing.T) {
 	h, _ := sealedHarness(t, testKEK(1))
 	writeSealed(t, h.environ, 3)
 	h.environ = withEnv(h.environ, "PROGRESSDB_LOG_LEVEL", "info")
-	code, out, errOut := h.run("keys", "rotate-kek", "--to", testKEK(2))
+	code, out, errOut := h.runStdin(strings.NewReader(testKEK(2)+"\n"), "keys", "rotate-kek", "--to-file", "-")
 	if code != exitOK {
 		t.Fatalf("rotate-kek: exit %d\n%s\n%s", code, out, errOut)
 	}
