@@ -49,7 +49,7 @@ func (e env) erasureRequest(ctx context.Context, args []string) int {
 	}
 	var acc retention.ErasureAccepted
 	var local *retention.ErasureStatus
-	code := e.onErasures(ctx, name, *server, func(m *retention.Manager) error {
+	db, code := e.onErasures(ctx, name, *server, func(m *retention.Manager) error {
 		// Run here, the erasure lives as long as the command: it waits.
 		var err error
 		if acc, err = m.Request(ctx, fs.Arg(0)); err != nil {
@@ -65,12 +65,16 @@ func (e env) erasureRequest(ctx context.Context, args []string) int {
 		return code
 	}
 	if local != nil {
-		return e.printErasure(*local, *asJSON)
+		return e.printErasure(db, *local, *asJSON)
 	}
 	if *asJSON {
-		writeJSON(e.stdout, acc)
+		writeJSON(e.stdout, struct {
+			retention.ErasureAccepted
+			Database database `json:"database"`
+		}{acc, db})
 		return exitOK
 	}
+	printDatabase(e.stdout, db)
 	fmt.Fprintf(e.stdout, "erasure %s started (run %s); follow it with: progressdb erasure status %s\n",
 		acc.ErasureID, acc.RunID, acc.ErasureID)
 	return exitOK
@@ -108,7 +112,7 @@ func (e env) erasureStatus(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	var st retention.ErasureStatus
-	code := e.onErasures(ctx, name, *server, func(m *retention.Manager) error {
+	db, code := e.onErasures(ctx, name, *server, func(m *retention.Manager) error {
 		var err error
 		st, err = m.Erasure(ctx, fs.Arg(0))
 		return err
@@ -118,16 +122,20 @@ func (e env) erasureStatus(ctx context.Context, args []string) int {
 	if code != exitOK {
 		return code
 	}
-	return e.printErasure(st, *asJSON)
+	return e.printErasure(db, st, *asJSON)
 }
 
-// printErasure prints an erasure's status.
-func (e env) printErasure(st retention.ErasureStatus, asJSON bool) int {
+// printErasure prints an erasure's status and the database it is of.
+func (e env) printErasure(db database, st retention.ErasureStatus, asJSON bool) int {
 	if asJSON {
-		writeJSON(e.stdout, st)
+		writeJSON(e.stdout, struct {
+			retention.ErasureStatus
+			Database database `json:"database"`
+		}{st, db})
 		return exitOK
 	}
 	w := e.stdout
+	printDatabase(w, db)
 	fmt.Fprintf(w, "erasure:         %s\n", st.ErasureID)
 	fmt.Fprintf(w, "status:          %s\n", st.Status)
 	fmt.Fprintf(w, "subject:         %s\n", st.Subject)
@@ -140,6 +148,9 @@ func (e env) printErasure(st retention.ErasureStatus, asJSON bool) int {
 	fmt.Fprintf(w, "runs:            %s\n", listOrNone(st.RunIDs))
 	if st.Error != "" {
 		fmt.Fprintf(w, "error:           %s\n", st.Error)
+	}
+	if st.Status == retention.ErasureCompleted && st.KeysDestroyed+st.VersionsPurged+st.MessagesPurged == 0 && len(st.HeldThreads) == 0 {
+		fmt.Fprintln(w, "note:            nothing of this author was found: an author who never wrote here, or a name written otherwise (authors match exactly, case included)")
 	}
 	return exitOK
 }
@@ -166,7 +177,7 @@ func (e env) erasureReceipt(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	var rc audit.Receipt
-	code := e.onErasures(ctx, name, *server, func(m *retention.Manager) error {
+	db, code := e.onErasures(ctx, name, *server, func(m *retention.Manager) error {
 		var err error
 		rc, err = m.Receipt(ctx, fs.Arg(0))
 		return err
@@ -200,6 +211,7 @@ func (e env) erasureReceipt(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stderr, "progressdb %s: --out: %v\n", name, err)
 		return exitFailed
 	}
+	printDatabase(e.stdout, db)
 	fmt.Fprintf(e.stdout, "receipt of erasure %s written to %s (%s); check it with: progressdb erasure verify %s --public-key FILE\n",
 		rc.ErasureID, *out, count(len(rc.Items), "item"), *out)
 	return exitOK
@@ -210,22 +222,22 @@ func (e env) erasureReceipt(ctx context.Context, args []string) int {
 // signing key), and remote through the server that holds it otherwise
 // (openTarget); it prints errors naming the command.
 func (e env) onErasures(ctx context.Context, name, server string, local func(m *retention.Manager) error,
-	remote func(c *adminClient) error) int {
+	remote func(c *adminClient) error) (database, int) {
 	cfg, logger, sink, ok := e.configAndLogger()
 	if !ok {
-		return exitUsage
+		return database{}, exitUsage
 	}
 	defer sink.Close()
 	server, ok = e.serverOf(name, server, cfg)
 	if !ok {
-		return exitUsage
+		return database{}, exitUsage
 	}
 	key, err := app.SigningKey(cfg)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "progressdb: invalid configuration: %v\n", err)
-		return exitUsage
+		return database{}, exitUsage
 	}
-	_, code := e.onDatabase(ctx, cfg, logger, name, server, func(st *store.Store) error {
+	return e.onDatabase(ctx, cfg, logger, name, server, func(st *store.Store) error {
 		if st.KeySealer() == nil {
 			return errNoSealing
 		}
@@ -236,7 +248,6 @@ func (e env) onErasures(ctx context.Context, name, server string, local func(m *
 		defer m.Close()
 		return local(m)
 	}, remote)
-	return code
 }
 
 // receiptReport is what `erasure verify --json` prints.
