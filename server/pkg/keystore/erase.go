@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/progressdb/progressdb/server/pkg/erase"
+	"github.com/progressdb/progressdb/server/pkg/pebbledir"
 )
 
 // EraseResult describes what Erase did.
@@ -73,7 +74,7 @@ func (ks *KeyStore) Erase(ctx context.Context, opts erase.Options) (EraseResult,
 	// destroy (backups take it while no run destroys keys, so this is a
 	// guard): wait for it to go, as the data store does.
 	if opts.Held == nil {
-		opts.Held = func() bool { return hasCheckpoints(ks.path) }
+		opts.Held = func() bool { return pebbledir.HasCheckpoints(ks.path) }
 	}
 	er, err := erase.Run(ctx, ks.db, ks.path, ranges, opts)
 	res.Result = er

@@ -39,12 +39,11 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"gocloud.dev/secrets"
 
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/erase"
-	"github.com/progressdb/progressdb/server/pkg/store"
+	"github.com/progressdb/progressdb/server/pkg/pebbledir"
 )
 
 // Sentinel errors callers act on.
@@ -163,16 +162,13 @@ func Open(ctx context.Context, path string, opts Options) (*KeyStore, error) {
 	if err := os.MkdirAll(path, dirMode); err != nil {
 		return nil, fmt.Errorf("open key store %q: %w", path, err)
 	}
-	db, err := pebble.Open(path, &pebble.Options{
-		FS:     erase.NoRecycleFS{FS: store.PrivateFS(vfs.Default)},
-		Logger: pebbleLogger{opts.Logger},
-	})
+	db, err := pebbledir.Open(path, pebbledir.Options{Logger: opts.Logger, ErrorEvent: "keystore_storage_error"})
 	if err != nil {
 		return nil, fmt.Errorf("open key store %q: %w", path, err)
 	}
 	// Under Pebble's lock: a staging copy is a killed backup's, never a
 	// running one's.
-	if err := removeStaleCheckpoints(path); err != nil {
+	if err := pebbledir.RemoveStaleCheckpoints(path); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open key store %q: remove a backup's staging copy: %w", path, err)
 	}
@@ -425,16 +421,29 @@ func (ks *KeyStore) Subject(author string) string {
 	return "hmac-sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
-// pebbleLogger passes Pebble's errors to the log; its informational
-// messages are dropped. Pebble's Fatalf must not return.
-type pebbleLogger struct{ log *slog.Logger }
-
-func (pebbleLogger) Infof(string, ...any) {}
-func (l pebbleLogger) Errorf(format string, args ...any) {
-	if l.log != nil {
-		l.log.Error("keystore_storage_error", "detail", fmt.Sprintf(format, args...))
+// Checkpoint copies the key store as it is now (every wrapped key, log
+// synced first) into a new staging folder inside its own folder (on its
+// file system, so tables are hard-linked, and never inside the data
+// folder, whose copies must carry no key), named by name, and returns the
+// folder. A backup takes it while no retention run destroys keys, reads
+// its files, and removes it (RemoveCheckpoint) before a run may destroy
+// any: hard links left behind would keep a destroyed key's table on disk
+// after the next erase. Open removes one a killed process left.
+func (ks *KeyStore) Checkpoint(ctx context.Context, name string) (string, error) {
+	if err := ks.live(ctx); err != nil {
+		return "", err
 	}
+	dir, err := pebbledir.Checkpoint(ks.db, ks.path, name)
+	if err != nil {
+		return "", fmt.Errorf("key store checkpoint: %w", err)
+	}
+	return dir, nil
 }
-func (pebbleLogger) Fatalf(format string, args ...any) {
-	panic("key store: " + fmt.Sprintf(format, args...))
+
+// RemoveCheckpoint removes a staging folder made by Checkpoint.
+func (ks *KeyStore) RemoveCheckpoint(dir string) error {
+	if err := pebbledir.RemoveCheckpoint(ks.path, dir); err != nil {
+		return fmt.Errorf("key store: %w", err)
+	}
+	return nil
 }

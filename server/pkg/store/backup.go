@@ -8,12 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/progressdb/progressdb/server/pkg/pebbledir"
 )
 
 // auditHeadKey holds the last audit run whose purges this database
@@ -32,10 +30,6 @@ const databaseIDKey = "sys:db:id"
 // killed part way leaves markers the next run finishes), even when the
 // run never recorded itself as the head.
 const runStartedKey = "sys:audit:started"
-
-// checkpointPrefix names the staging folders of backups inside the
-// database folder: on the same file system, so tables are hard-linked.
-const checkpointPrefix = ".backup-checkpoint-"
 
 // AuditHead names an audit file: its run, its path under the audit root
 // and the hex SHA-256 of its footer line (what the next file's prev_file
@@ -177,7 +171,7 @@ func (s *Store) SetRunStarted(ctx context.Context, id string) error {
 // into a new staging folder inside the database folder and returns its
 // path. Tables are hard-linked: the caller must remove the folder as soon
 // as it has opened its files (RemoveCheckpoint). While a staging folder
-// is there, Erase waits for it (stagingCheckpoints): it holds the database as it
+// is there, Erase waits for it (pebbledir.HasCheckpoints): it holds the database as it
 // was before a purge, in a copied log and in tables the compactions
 // replace, and an erase must not say "erased" while anything under the
 // database folder still holds purged content. Open removes folders a
@@ -186,12 +180,11 @@ func (s *Store) Checkpoint(ctx context.Context, name string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	if name == "" || strings.ContainsAny(name, `/\`) {
-		return "", fmt.Errorf("%w: checkpoint name %q", ErrInvalidArgument, name)
+	dir, err := pebbledir.Checkpoint(s.db, s.path, name)
+	if errors.Is(err, pebbledir.ErrCheckpointName) {
+		return "", fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
-	dir := filepath.Join(s.path, checkpointPrefix+name)
-	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
-		_ = os.RemoveAll(dir)
+	if err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	return dir, nil
@@ -200,41 +193,11 @@ func (s *Store) Checkpoint(ctx context.Context, name string) (string, error) {
 // RemoveCheckpoint removes a staging folder made by Checkpoint. Call it
 // once for each.
 func (s *Store) RemoveCheckpoint(dir string) error {
-	if filepath.Dir(dir) != filepath.Clean(s.path) || !strings.HasPrefix(filepath.Base(dir), checkpointPrefix) {
-		return fmt.Errorf("%w: %s is not a checkpoint of %s", ErrInvalidArgument, dir, s.path)
+	err := pebbledir.RemoveCheckpoint(s.path, dir)
+	if errors.Is(err, pebbledir.ErrNotCheckpoint) {
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
-	return os.RemoveAll(dir)
-}
-
-// removeStaleCheckpoints removes the staging folders of backups that a
-// killed process left: their hard links would keep purged tables on disk.
-func removeStaleCheckpoints(path string) error {
-	dirs, err := stagingCheckpoints(path)
-	var errs []error
-	for _, d := range dirs {
-		errs = append(errs, os.RemoveAll(d))
-	}
-	return errors.Join(append(errs, err)...)
-}
-
-// stagingCheckpoints lists the backups' staging folders in the database
-// folder. The folders themselves are the truth, not a count of the calls
-// that made them: a caller may move one away (a restore drill's copy).
-func stagingCheckpoints(path string) ([]string, error) {
-	entries, err := os.ReadDir(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	var dirs []string
-	for _, e := range entries {
-		if e.IsDir() && strings.HasPrefix(e.Name(), checkpointPrefix) {
-			dirs = append(dirs, filepath.Join(path, e.Name()))
-		}
-	}
-	return dirs, nil
+	return err
 }
 
 // BeginReplayPurge claims an item whose purge the audit trail records, on
@@ -352,18 +315,13 @@ func Count(ctx context.Context, dir string) (DirStats, error) { return inspect(c
 
 func inspect(ctx context.Context, dir string, check bool) (st DirStats, err error) {
 	defer func() {
-		// A damaged copy can make Pebble give up (inspectLogger.Fatalf):
+		// A damaged copy can make Pebble give up (pebbledir.OpenReadOnly):
 		// that is a finding about the copy, not a reason to stop.
 		if p := recover(); p != nil {
 			err = fmt.Errorf("inspect %s: %v", dir, p)
 		}
 	}()
-	db, err := pebble.Open(dir, &pebble.Options{
-		ReadOnly:         true,
-		FS:               vfs.Default,
-		Logger:           inspectLogger{},
-		ErrorIfNotExists: true,
-	})
+	db, err := pebbledir.OpenReadOnly(dir)
 	if err != nil {
 		return st, fmt.Errorf("inspect %s: open: %w", dir, err)
 	}
@@ -404,14 +362,4 @@ func inspect(ctx context.Context, dir string, check bool) (st DirStats, err erro
 		return st, fmt.Errorf("inspect %s: %w", dir, err)
 	}
 	return st, nil
-}
-
-// inspectLogger drops Pebble's messages about a read-only copy; a fatal
-// one panics, and Inspect's caller reports the copy as damaged.
-type inspectLogger struct{}
-
-func (inspectLogger) Infof(string, ...any)  {}
-func (inspectLogger) Errorf(string, ...any) {}
-func (inspectLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf("pebble: "+format, args...))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/progressdb/progressdb/server/pkg/erase"
+	"github.com/progressdb/progressdb/server/pkg/pebbledir"
 )
 
 // Physical erasure (docs/erasure.md). A purge only writes tombstones; the
@@ -204,10 +205,7 @@ func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions)
 	// client keeps nothing there); an erase that outlasts one fails.
 	// A folder that cannot be listed counts as held: erased is claimed
 	// only when nothing can be left.
-	held := func() bool {
-		dirs, err := stagingCheckpoints(s.path)
-		return err != nil || len(dirs) > 0
-	}
+	held := func() bool { return pebbledir.HasCheckpoints(s.path) }
 	// Run's own writes are deletes of keys that cannot exist (it marks
 	// tables for compaction with them): no thread's liveness changes.
 	er, err := erase.Run(ctx, s.db, s.path, ranges, erase.Options{Rate: opts.Rate, Wait: s.eraseWait, Progress: opts.Progress, Held: held})

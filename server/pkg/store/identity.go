@@ -8,6 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/progressdb/progressdb/server/pkg/durable"
+	"github.com/progressdb/progressdb/server/pkg/pebbledir"
 )
 
 // IdentityFile is a file in the database folder that repeats the
@@ -34,8 +37,8 @@ func FolderDatabaseID(path string) (string, error) {
 }
 
 // recordIdentity writes the database's identity into its folder when it
-// has one and the file says otherwise; written aside and renamed, so a
-// reader never sees half of it.
+// has one and the file says otherwise; written aside and renamed
+// (durable), so a reader never sees half of it.
 func (s *Store) recordIdentity(ctx context.Context) error {
 	id, err := s.DatabaseID(ctx, false)
 	if err != nil || id == "" {
@@ -44,13 +47,7 @@ func (s *Store) recordIdentity(ctx context.Context) error {
 	if cur, err := FolderDatabaseID(s.path); err == nil && cur == id {
 		return nil
 	}
-	dst := filepath.Join(s.path, IdentityFile)
-	tmp := dst + ".tmp"
-	if err := os.WriteFile(tmp, []byte(id+"\n"), dbFileMode); err != nil {
-		return fmt.Errorf("record the database's identity in its folder: %w", err)
-	}
-	if err := os.Rename(tmp, dst); err != nil {
-		_ = os.Remove(tmp)
+	if err := durable.WriteFile(filepath.Join(s.path, IdentityFile), []byte(id+"\n"), pebbledir.FileMode); err != nil {
 		return fmt.Errorf("record the database's identity in its folder: %w", err)
 	}
 	return nil

@@ -8,16 +8,13 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"os"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/progressdb/progressdb/server/pkg/erase"
+	"github.com/progressdb/progressdb/server/pkg/pebbledir"
 )
 
 // Store is the chat store. Build one with Open and pass it down; no globals.
@@ -83,26 +80,26 @@ func Open(path string, opts Options) (*Store, error) {
 	if memTable == 0 {
 		memTable = DefaultMemTableSize
 	}
-	db, err := pebble.Open(path, &pebble.Options{
-		Logger:           pebbleLogger{opts.Logger, fatal},
-		FS:               erase.NoRecycleFS{FS: privateFS{vfs.Default}},
-		MemTableSize:     memTable,
-		CacheSize:        CacheSize,
-		Cache:            opts.Cache, // used instead of CacheSize when set
-		ErrorIfNotExists: opts.MustExist,
+	db, err := pebbledir.Open(path, pebbledir.Options{
+		Logger:       opts.Logger,
+		Fatal:        fatal.stop,
+		MemTableSize: memTable,
+		CacheSize:    CacheSize,
+		Cache:        opts.Cache, // used instead of CacheSize when set
+		MustExist:    opts.MustExist,
 	})
 	if err != nil {
 		if errors.Is(err, pebble.ErrDBDoesNotExist) {
 			return nil, fmt.Errorf("open store %q: %w", path, ErrNoDatabase)
 		}
-		if isLockHeld(err) {
+		if pebbledir.IsLocked(err) {
 			return nil, fmt.Errorf("open store %q: %w (is a progressdb server running on it?): %w", path, ErrDatabaseLocked, err)
 		}
 		return nil, fmt.Errorf("open store %q: %w", path, err)
 	}
 	// Only the process holding Pebble's lock may remove staging folders:
 	// another one's backup may be reading its own.
-	if err := removeStaleCheckpoints(path); err != nil {
+	if err := pebbledir.RemoveStaleCheckpoints(path); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %q: remove a backup's staging checkpoint left by a killed process: %w", path, err)
 	}
@@ -139,21 +136,6 @@ func mustExist(path string) error {
 		return fmt.Errorf("open store %q: %w", path, err)
 	}
 	return nil
-}
-
-// isLockHeld tells Pebble's "directory lock is taken" from other open
-// errors: fcntl answers EAGAIN or EACCES (a bare errno; failing to create the
-// lock file is a *PathError instead), and a second open in this process is
-// refused by Pebble itself.
-func isLockHeld(err error) bool {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return false
-	}
-	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) {
-		return true
-	}
-	return strings.Contains(err.Error(), "lock held by current process")
 }
 
 // ensureIndexes builds the indexes once for a database written before they
@@ -313,39 +295,7 @@ func (f *fatalHandler) stop(detail string) {
 		// Options.Fatal must not return; Pebble's caller cannot go on.
 		panic("pebble: " + detail)
 	}
-	if f.log != nil {
-		f.log.Error("storage_fatal", "detail", detail, "action", "exit")
-	} else {
-		fmt.Fprintf(os.Stderr, "progressdb: fatal storage error, exiting: %s\n", detail)
-	}
-	os.Exit(1)
-}
-
-// pebbleLogger sends Pebble's own messages to slog; without a logger they
-// are dropped, since Pebble's default writes to the process-wide log package.
-type pebbleLogger struct {
-	l     *slog.Logger
-	fatal *fatalHandler
-}
-
-// Infof logs at debug level: Pebble's routine messages (log replay at
-// every open, compactions) would otherwise fill every command's output.
-func (p pebbleLogger) Infof(format string, args ...any) {
-	if p.l != nil {
-		p.l.Debug("pebble", "detail", fmt.Sprintf(format, args...))
-	}
-}
-
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	if p.l != nil {
-		p.l.Error("pebble_error", "detail", fmt.Sprintf(format, args...))
-	}
-}
-
-// Fatalf is called on errors Pebble cannot continue from (a failed commit,
-// corruption); it must not return.
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	p.fatal.stop(fmt.Sprintf(format, args...))
+	pebbledir.Stop(f.log, detail)
 }
 
 // Path is the database folder.

@@ -10,6 +10,9 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/progressdb/progressdb/server/pkg/durable"
+	"github.com/progressdb/progressdb/server/pkg/pebbledir"
 )
 
 // A restore has three states: unpacked (files being put in place),
@@ -116,26 +119,7 @@ func WriteRestoreState(dir string, st RestoreState) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, RestoreMarker+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("write the restore marker: %w", err)
-	}
-	_, err = f.Write(append(data, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, RestoreMarker))
-	}
-	if err == nil {
-		err = syncFolder(dir)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
+	if err := durable.WriteFile(filepath.Join(dir, RestoreMarker), append(data, '\n'), pebbledir.FileMode); err != nil {
 		return fmt.Errorf("write the restore marker: %w", err)
 	}
 	return nil
@@ -146,16 +130,7 @@ func FinishRestore(dir string) error {
 	if err := os.Remove(filepath.Join(dir, RestoreMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("finish the restore: %w", err)
 	}
-	return syncFolder(dir)
-}
-
-func syncFolder(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return durable.SyncDir(dir)
 }
 
 // lineageKey holds where a restored database came from.
