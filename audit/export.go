@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/progressdb/progressdb/server/pkg/durable"
 )
 
 // Export files (spec §3.3): <root>/YYYY-MM/export-<YYYYMMDDTHHMMSSZ>-<run_id>.jsonl.gz,
@@ -361,11 +363,11 @@ func (w *ExportWriter) create() error {
 	if err == nil {
 		err = f.Chmod(fileMode) // explicit, so the umask cannot change it
 		if err == nil {
-			err = syncDir(w.dir)
+			err = durable.SyncDir(w.dir)
 		}
 		for _, d := range created {
 			if err == nil {
-				err = syncDir(filepath.Dir(d))
+				err = durable.SyncDir(filepath.Dir(d))
 			}
 		}
 		if err != nil {
@@ -541,7 +543,7 @@ func (w *ExportWriter) Close() (ExportSummary, error) {
 		return ExportSummary{}, w.fail(fmt.Errorf("audit: %w: seal %s: %w", ErrExportUnwritable, w.path, err))
 	}
 	w.path = final
-	if err := syncDir(w.dir); err != nil {
+	if err := durable.SyncDir(w.dir); err != nil {
 		return ExportSummary{}, w.fail(fmt.Errorf("audit: %w: %w", ErrExportUnwritable, err))
 	}
 	return ExportSummary{Path: final, SHA256: hex.EncodeToString(w.sum.Sum(nil)), Records: w.count}, nil

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/progressdb/progressdb/server/pkg/durable"
 )
 
 // SealAbandonedExports finds export files under root left .inprogress by
@@ -59,7 +61,7 @@ func sealExport(path string) (string, error) {
 		if err := os.Remove(path); err != nil {
 			return "", fmt.Errorf("audit: seal %s: %w", path, err)
 		}
-		return "", syncDir(filepath.Dir(path))
+		return "", durable.SyncDir(filepath.Dir(path))
 	}
 	if m.bad != "" {
 		err = f.Truncate(m.goodEnd)
@@ -74,7 +76,7 @@ func sealExport(path string) (string, error) {
 		err = renameNew(path, final)
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(path))
+		err = durable.SyncDir(filepath.Dir(path))
 	}
 	if err != nil {
 		return "", fmt.Errorf("audit: seal %s: %w", path, err)
@@ -87,7 +89,7 @@ func quarantineExport(path string, m members) error {
 	if err := renameNew(path, corrupt); err != nil {
 		return fmt.Errorf("audit: set aside %s: %w", path, err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := durable.SyncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("audit: set aside %s: %w", path, err)
 	}
 	return &Problem{File: corrupt, Line: int(m.records) + 1,

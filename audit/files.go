@@ -135,22 +135,6 @@ func removeDirs(created []string) {
 	}
 }
 
-// syncDir makes the entries of dir (creations, renames) durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync folder %s: %w", dir, err)
-	}
-	return nil
-}
-
 // renameNew renames from to to, refusing to replace an existing file: a
 // sealed file is never modified again.
 func renameNew(from, to string) error {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/progressdb/progressdb/server/pkg/durable"
 )
 
 // abandonedReason is the footer reason of a run sealed by a later one.
@@ -131,7 +133,7 @@ func sealFile(path string, now time.Time, key ed25519.PrivateKey) (string, error
 	if err := renameNew(path, final); err != nil {
 		return "", fmt.Errorf("audit: seal %s: %w", path, err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := durable.SyncDir(filepath.Dir(path)); err != nil {
 		return "", fmt.Errorf("audit: seal %s: %w", path, err)
 	}
 	return final, nil
@@ -159,7 +161,7 @@ func removeNeverStarted(path string) error {
 	if err := os.Remove(path); err != nil {
 		return fmt.Errorf("audit: remove the empty file of a run that never started %s: %w", path, err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := durable.SyncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("audit: remove %s: %w", path, err)
 	}
 	return nil
@@ -173,7 +175,7 @@ func quarantine(path string, s scan) error {
 	if err := renameNew(path, corrupt); err != nil {
 		return fmt.Errorf("audit: set aside %s: %w", path, err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := durable.SyncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("audit: set aside %s: %w", path, err)
 	}
 	p := &Problem{File: corrupt, Line: s.bad.Line, Reason: s.bad.Reason}

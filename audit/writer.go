@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/progressdb/progressdb/server/pkg/durable"
 )
 
 // Writer appends one run's records to
@@ -121,11 +123,11 @@ func (w *Writer) open(final string, created []string, header []byte) error {
 		err = w.flushSync()
 	}
 	if err == nil {
-		err = syncDir(w.dir) // the file's entry
+		err = durable.SyncDir(w.dir) // the file's entry
 	}
 	for _, d := range created { // each new folder's entry lives in its parent
 		if err == nil {
-			err = syncDir(filepath.Dir(d))
+			err = durable.SyncDir(filepath.Dir(d))
 		}
 	}
 	if err != nil {
@@ -236,7 +238,7 @@ func (w *Writer) Close(f Footer) (string, error) {
 		return "", w.fail(fmt.Errorf("audit: seal %s: %w", w.path, err))
 	}
 	w.path = final
-	if err := syncDir(w.dir); err != nil {
+	if err := durable.SyncDir(w.dir); err != nil {
 		return "", w.fail(fmt.Errorf("audit: %w", err))
 	}
 	return final, nil

@@ -22,6 +22,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/durable"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -455,57 +456,30 @@ func WriteNew(path string, fill func(io.Writer) error) error {
 	return writeAtomic(path, false, fill)
 }
 
-func writeAtomic(path string, replace bool, fill func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("backup: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
+// writeAtomic buffers fill's writes (an archive is written in small
+// pieces) and puts the file in place through durable.
+func writeAtomic(path string, replace bool, fill func(io.Writer) error) error {
+	var fillErr error
+	buffered := func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 1<<20)
+		if fillErr = fill(bw); fillErr != nil {
+			return fillErr
 		}
-	}()
-	if err := tmp.Chmod(0o600); err != nil {
-		return fmt.Errorf("backup: %w", err)
+		return bw.Flush()
 	}
-	bw := bufio.NewWriterSize(tmp, 1<<20)
-	if err := fill(bw); err != nil {
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("backup: write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("backup: sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("backup: close %s: %w", tmp.Name(), err)
-	}
+	var err error
 	if replace {
-		err = os.Rename(tmp.Name(), path)
-	} else if err = os.Link(tmp.Name(), path); err == nil {
-		err = os.Remove(tmp.Name())
-	} else if errors.Is(err, fs.ErrExist) {
-		err = ErrExists
+		err = durable.Write(path, 0o600, buffered)
+	} else {
+		err = durable.WriteNew(path, 0o600, buffered)
 	}
-	if err != nil {
-		return fmt.Errorf("backup: %s: %w", path, err)
+	switch {
+	case err == nil || err == fillErr: // fill's own error, as it said it
+		return err
+	case !replace && errors.Is(err, fs.ErrExist):
+		return ErrExists
 	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("backup: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("backup: sync %s: %w", dir, err)
-	}
-	return nil
+	return fmt.Errorf("backup: %s: %w", path, err)
 }
 
 type countingWriter struct {

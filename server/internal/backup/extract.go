@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/progressdb/progressdb/server/pkg/durable"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -138,11 +139,11 @@ func extract(ctx context.Context, path string, r io.Reader, dir, ksDir string, p
 		undo()
 		return rep, err
 	}
-	if err := syncDir(dir); err != nil {
+	if err := durable.SyncDir(dir); err != nil {
 		return rep, err
 	}
 	if ksMade {
-		if err := syncDir(ksDir); err != nil {
+		if err := durable.SyncDir(ksDir); err != nil {
 			return rep, err
 		}
 	}

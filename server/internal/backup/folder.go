@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/progressdb/progressdb/server/pkg/durable"
 )
 
 // backupName matches the names FileName gives (.zst added for a stream
@@ -24,8 +26,9 @@ import (
 var backupName = regexp.MustCompile(`^progressdb-backup-(?:[0-9]{8}T[0-9]{6}Z-([0-9a-f]{12})|incoming)\.tar(\.zst)?$`)
 
 // tempName matches what WriteAtomic leaves when the process is killed
-// while it writes a backup: a partial archive that can hold purged content.
-var tempName = regexp.MustCompile(`^\.progressdb-backup-(?:[0-9]{8}T[0-9]{6}Z-[0-9a-f]{12}|incoming)\.tar(\.zst)?\.tmp-[0-9]+$`)
+// while it writes a backup: a partial archive that can hold purged content
+// (random hex since durable writes it, decimal before).
+var tempName = regexp.MustCompile(`^\.progressdb-backup-(?:[0-9]{8}T[0-9]{6}Z-[0-9a-f]{12}|incoming)\.tar(\.zst)?\.tmp-[0-9a-f]+$`)
 
 // Held is one backup found in a backup folder.
 type Held struct {
@@ -177,7 +180,7 @@ func Expire(dir string, keep time.Duration, now time.Time, log *slog.Logger) (Ex
 		log.Info("backup_partial_removed", "file", path, "modified_at", info.ModTime().UTC(), "keep", keep)
 	}
 	if len(out.Deleted)+len(out.Partial) > 0 {
-		if err := syncDir(dir); err != nil {
+		if err := durable.SyncDir(dir); err != nil {
 			errs = append(errs, err)
 		}
 	}

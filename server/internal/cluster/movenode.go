@@ -25,6 +25,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/durable"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -296,7 +297,7 @@ func (nd *Node) Remove(ctx context.Context, n int, to string, epoch int64) error
 	erase := time.Now()
 	derr := os.RemoveAll(dir)
 	if derr == nil {
-		derr = syncDir(filepath.Dir(dir))
+		derr = durable.SyncDir(filepath.Dir(dir))
 	}
 	f := w.Counts()
 	f.FinishedAt = time.Now().UTC()
@@ -463,7 +464,7 @@ func (nd *Node) ReceiveTrail(ctx context.Context, n int, r io.Reader) error {
 		if err := os.Rename(root, aside); err != nil {
 			return fmt.Errorf("shard %d: set the older audit trail aside: %w", n, err)
 		}
-		if err := syncDir(filepath.Dir(root)); err != nil {
+		if err := durable.SyncDir(filepath.Dir(root)); err != nil {
 			return err
 		}
 		nd.incoming(n).aside = aside
@@ -500,11 +501,11 @@ func (nd *Node) ReceiveTrail(ctx context.Context, n int, r io.Reader) error {
 		}
 	}
 	for d := range dirs {
-		if err := syncDir(d); err != nil {
+		if err := durable.SyncDir(d); err != nil {
 			return err
 		}
 	}
-	return syncDir(filepath.Dir(root))
+	return durable.SyncDir(filepath.Dir(root))
 }
 
 // Restore implements MoveTarget: the backup is written beside the
@@ -670,15 +671,6 @@ func writeFileSync(path string, r io.Reader, mode os.FileMode) error {
 		return err
 	}
 	return f.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // newRunID returns 12 lowercase hex characters, like a run's.

@@ -23,8 +23,6 @@ package retention
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +39,7 @@ import (
 	"github.com/gofrs/flock"
 
 	"github.com/progressdb/progressdb/server/internal/wire"
+	"github.com/progressdb/progressdb/server/pkg/durable"
 )
 
 // Lease errors callers act on.
@@ -242,7 +241,7 @@ func takeOver(cfg LeaseConfig, lock *flock.Flock) (*Lease, error) {
 	}
 	// Record the epoch before using it, so a crash in between can only
 	// skip a number, never repeat one.
-	if err := writeFileAtomic(cfg.epochPath(), []byte(strconv.FormatInt(epoch, 10)+"\n")); err != nil {
+	if err := durable.WriteFile(cfg.epochPath(), []byte(strconv.FormatInt(epoch, 10)+"\n"), leaseFilePerm); err != nil {
 		return nil, fmt.Errorf("lease epoch: %w", err)
 	}
 
@@ -467,7 +466,7 @@ func writeLease(path string, info LeaseInfo) error {
 	if err != nil {
 		return fmt.Errorf("lease encode: %w", err)
 	}
-	if err := writeFileAtomic(path, append(data, '\n')); err != nil {
+	if err := durable.WriteFile(path, append(data, '\n'), leaseFilePerm); err != nil {
 		return fmt.Errorf("lease write: %w", err)
 	}
 	return nil
@@ -530,49 +529,4 @@ func readNoFollow(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %s: larger than %d bytes", errLeaseCorrupt, path, maxLeaseFile)
 	}
 	return data, nil
-}
-
-// writeFileAtomic replaces path with data: a fresh temporary file in the
-// same folder is written and synced, renamed over path, and the folder is
-// synced so the rename survives a crash. rename(2) replaces a symbolic link
-// itself rather than following it.
-func writeFileAtomic(path string, data []byte) error {
-	var suffix [8]byte
-	if _, err := rand.Read(suffix[:]); err != nil {
-		return err
-	}
-	dir := filepath.Dir(path)
-	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp-"+hex.EncodeToString(suffix[:]))
-
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, leaseFilePerm)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
 }
