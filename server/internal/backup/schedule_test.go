@@ -156,6 +156,8 @@ func TestExpireDeletesOnlyOldBackups(t *testing.T) {
 	incoming := write("progressdb-backup-incoming.tar", oldData)
 	stale := write(".progressdb-backup-20200101T000000Z-111111111111.tar.zst.tmp-123", []byte("partial"))
 	staleIncoming := write(".progressdb-backup-incoming.tar.tmp-77", []byte("partial"))
+	// What a backup killed while it writes leaves (durable's temporary name).
+	staleHex := write(".progressdb-backup-20200101T000000Z-333333333333.tar.tmp-0a1b2c3d4e5f6a7b", []byte("partial"))
 	writing := filepath.Join(dir, ".progressdb-backup-20260101T000000Z-222222222222.tar.tmp-456")
 	if err := os.WriteFile(writing, []byte("partial"), 0o600); err != nil {
 		t.Fatal(err)
@@ -176,10 +178,12 @@ func TestExpireDeletesOnlyOldBackups(t *testing.T) {
 		t.Errorf("deleted %v, want %v", deleted, want)
 	}
 	slices.Sort(got.Partial)
-	if partial := []string{stale, staleIncoming}; !slices.Equal(got.Partial, partial) {
+	partial := []string{stale, staleIncoming, staleHex}
+	slices.Sort(partial)
+	if !slices.Equal(got.Partial, partial) {
 		t.Errorf("partial archives removed %v, want %v", got.Partial, partial)
 	}
-	for _, p := range append(want, stale, staleIncoming) {
+	for _, p := range append(want, stale, staleIncoming, staleHex) {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s still there: %v", p, err)
 		}
