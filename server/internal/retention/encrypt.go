@@ -80,6 +80,9 @@ func (r *Runner) EncryptExisting(ctx context.Context, req EncryptRequest) (Encry
 		if r.fenced {
 			ctx = store.WithEpoch(ctx, lease.info().Epoch)
 		}
+		// Here, under the lease and before the first record is sealed, is
+		// where the database starts to be a sealed one: whatever records
+		// that (and binds the key store to it) belongs before the pass.
 		p := &sealPass{r: r, lease: lease, res: &res, report: req.Progress, pace: newPacer(r.cfg.BatchPause, r.userWrites())}
 		return p.run(ctx)
 	})
