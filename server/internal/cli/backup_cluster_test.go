@@ -67,6 +67,7 @@ func TestClusterBackupCreateThroughANode(t *testing.T) {
 // The same works from a shell with no cluster settings, naming a node with
 // --server. Each output names the shard's database.
 func TestClusterPerThreadCommandsThroughAnyNode(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	dir := t.TempDir()
 	h := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=2", "PROGRESSDB_ADMIN_TOKEN=adm", "PROGRESSDB_CLUSTER_LEASE_TTL=3s")

@@ -289,6 +289,7 @@ func TestUnknownCommandIsAUsageError(t *testing.T) {
 // `audit verify` exit 1; `retention status` still answers (exit 0) with a
 // damaged newest file and names it.
 func TestAuditVerifyReportsHiddenAndDeletedFiles(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createDB()
 	var files []string
@@ -334,6 +335,7 @@ func TestAuditVerifyReportsHiddenAndDeletedFiles(t *testing.T) {
 // to the file before: exit 0 on a whole trail, 1 when the file before the
 // run was changed, 2 for a run the trail does not hold.
 func TestAuditVerifySince(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.createDB()
 	var runs []retention.Result

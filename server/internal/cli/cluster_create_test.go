@@ -105,6 +105,7 @@ func TestClusterCreate(t *testing.T) {
 // cluster create against an etcd that does not answer fails (exit 1)
 // instead of hanging.
 func TestClusterCreateEtcdDown(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	h := clusterHarness(t, srv)
 	srv.Stop()

@@ -18,6 +18,7 @@ import (
 // URL and owns its shards with their epochs; a node that never started is
 // not alive and its shards are unavailable.
 func TestClusterStatus(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	h := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=3")
 	if code, _, errOut := h.run("cluster", "status"); code != exitFailed || !strings.Contains(errOut, "cluster create") {
@@ -77,6 +78,7 @@ func TestClusterStatus(t *testing.T) {
 // naming the endpoint (before: clusterTimeout, 15 s, naming nothing to
 // check).
 func TestClusterStatusNeedsOnlyEtcd(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	h := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=2")
 	reportHeld(t, srv, "node-1")

@@ -25,6 +25,7 @@ func TestMainHelper(t *testing.T) {
 // The bash completion completes commands from the table and flags from
 // each command's --help.
 func TestBashCompletion(t *testing.T) {
+	t.Parallel()
 	bash := testtools.Need(t, "bash", "Debian package bash")
 	script, bin := completionScript(t, "bash")
 	files := t.TempDir()

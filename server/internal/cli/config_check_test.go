@@ -113,6 +113,7 @@ func TestConfigCheckClusterSettings(t *testing.T) {
 // A node whose etcd does not answer stops (exit 1, naming etcd) instead of
 // waiting for it, and writes nothing before it has read the shard map.
 func TestServeStopsWithoutEtcd(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

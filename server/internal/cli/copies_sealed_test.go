@@ -174,6 +174,7 @@ func copyDir(t *testing.T, src, dst string) {
 // the destroyed keys is in any file of the restored key store (tables
 // decoded, logs read raw), though all were in the backup's.
 func TestRestoreReplaysShreddingAndErasure(t *testing.T) {
+	t.Parallel()
 	h, ksPath := sealedHarness(t, testKEK(3))
 	root := filepath.Dir(h.dbPath)
 	bodies := writeSealed(t, h.environ, 4)

@@ -132,6 +132,7 @@ func TestVersion(t *testing.T) {
 // A test binary records no dependencies, so the Pebble version and the
 // Makefile's stamps are checked on a real build with the same -ldflags.
 func TestVersionOfABuiltBinary(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}

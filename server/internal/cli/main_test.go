@@ -10,6 +10,9 @@ import (
 	"github.com/progressdb/progressdb/internal/testbin"
 )
 
+// Tests that mostly wait (on processes, etcd, a timeout) call t.Parallel:
+// Main takes its environment as an argument and every test has its own
+// folders and ports, so they overlap safely.
 func TestMain(m *testing.M) { testbin.Main(m) }
 
 // binary returns the path of a progressdb binary built from this module

@@ -62,6 +62,7 @@ func serveNode(t *testing.T, h *harness) []string {
 // shard is reported with its 503 and the commands exit 1; once every shard
 // is owned, every shard runs (exit 0), each in its own audit folder.
 func TestClusterRetentionThroughANode(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	h := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=2", "PROGRESSDB_ADMIN_TOKEN=adm",
 		"PROGRESSDB_CLUSTER_LEASE_TTL=3s")
