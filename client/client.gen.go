@@ -5186,8 +5186,11 @@ type GetDatabaseResponse struct {
 		// (written before sealing was on; `progressdb keys
 		// encrypt-existing` seals them).
 		Threads *struct {
-			Plain  int64 `json:"plain"`
-			Sealed int64 `json:"sealed"`
+			// Plain A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
+			Plain Count `json:"plain"`
+
+			// Sealed A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
+			Sealed Count `json:"sealed"`
 		} `json:"threads,omitempty"`
 	}
 	// JSON400 the response for an HTTP 400 `application/json` response
@@ -5215,8 +5218,11 @@ func (r GetDatabaseResponse) GetJSON200() *struct {
 	// (written before sealing was on; `progressdb keys
 	// encrypt-existing` seals them).
 	Threads *struct {
-		Plain  int64 `json:"plain"`
-		Sealed int64 `json:"sealed"`
+		// Plain A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
+		Plain Count `json:"plain"`
+
+		// Sealed A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
+		Sealed Count `json:"sealed"`
 	} `json:"threads,omitempty"`
 } {
 	return r.JSON200
@@ -8961,8 +8967,11 @@ func ParseGetDatabaseResponse(rsp *http.Response) (*GetDatabaseResponse, error) 
 			// (written before sealing was on; `progressdb keys
 			// encrypt-existing` seals them).
 			Threads *struct {
-				Plain  int64 `json:"plain"`
-				Sealed int64 `json:"sealed"`
+				// Plain A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
+				Plain Count `json:"plain"`
+
+				// Sealed A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
+				Sealed Count `json:"sealed"`
 			} `json:"threads,omitempty"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {

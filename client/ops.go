@@ -283,7 +283,7 @@ func (c *Client) CountThreads(ctx context.Context) (*ThreadCounts, error) {
 	if d.Threads == nil {
 		return nil, errors.New("the server did not count its threads (it predates GET /admin/database?threads=true)")
 	}
-	return &ThreadCounts{Sealed: d.Threads.Sealed, Plain: d.Threads.Plain}, nil
+	return &ThreadCounts{Sealed: int64(d.Threads.Sealed), Plain: int64(d.Threads.Plain)}, nil
 }
 
 // isCluster reports whether an admin answer is a ClusterRetention (every

@@ -2087,10 +2087,8 @@ export interface operations {
                          *     encrypt-existing` seals them).
                          */
                         threads?: {
-                            /** Format: int64 */
-                            sealed: number;
-                            /** Format: int64 */
-                            plain: number;
+                            sealed: components["schemas"]["Count"];
+                            plain: components["schemas"]["Count"];
                         };
                     };
                 };
