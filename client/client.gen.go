@@ -5178,6 +5178,9 @@ type GetDatabaseResponse struct {
 		// DatabaseId The database's identity ("" for a database from before identities that has not yet run retention).
 		DatabaseId string `json:"database_id"`
 
+		// OriginId For a database restored from a backup, the identity of the database the backup was taken of (absent otherwise).
+		OriginId *string `json:"origin_id,omitempty"`
+
 		// Path The database folder, absolute, as the server sees it.
 		Path string `json:"path"`
 
@@ -5209,6 +5212,9 @@ type GetDatabaseResponse struct {
 func (r GetDatabaseResponse) GetJSON200() *struct {
 	// DatabaseId The database's identity ("" for a database from before identities that has not yet run retention).
 	DatabaseId string `json:"database_id"`
+
+	// OriginId For a database restored from a backup, the identity of the database the backup was taken of (absent otherwise).
+	OriginId *string `json:"origin_id,omitempty"`
 
 	// Path The database folder, absolute, as the server sees it.
 	Path string `json:"path"`
@@ -8958,6 +8964,9 @@ func ParseGetDatabaseResponse(rsp *http.Response) (*GetDatabaseResponse, error) 
 		var dest struct {
 			// DatabaseId The database's identity ("" for a database from before identities that has not yet run retention).
 			DatabaseId string `json:"database_id"`
+
+			// OriginId For a database restored from a backup, the identity of the database the backup was taken of (absent otherwise).
+			OriginId *string `json:"origin_id,omitempty"`
 
 			// Path The database folder, absolute, as the server sees it.
 			Path string `json:"path"`

@@ -2080,6 +2080,8 @@ export interface operations {
                         database_id: string;
                         /** @description The database folder, absolute, as the server sees it. */
                         path: string;
+                        /** @description For a database restored from a backup, the identity of the database the backup was taken of (absent otherwise). */
+                        origin_id?: string;
                         /**
                          * @description With `threads=true`: the threads (deleted ones included)
                          *     whose record is sealed, and those whose record is plain

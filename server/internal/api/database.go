@@ -18,6 +18,9 @@ const HeaderDatabaseID = "X-Progressdb-Database-Id"
 type Database struct {
 	DatabaseID string `json:"database_id"`
 	Path       string `json:"path"` // the folder, absolute
+	// OriginID is, for a restored copy, the database it was restored
+	// from (spec §10.1).
+	OriginID string `json:"origin_id,omitempty"`
 	// Threads, asked for with ?threads=true, counts the threads by whether
 	// their record is sealed (spec §12): its cost follows the number of
 	// threads, which the identity check every command makes must not pay.
@@ -45,6 +48,13 @@ func (s *server) database(w http.ResponseWriter, r *http.Request) error {
 		path = s.store.Path()
 	}
 	d := Database{DatabaseID: id, Path: path}
+	l, copied, err := s.store.Lineage(r.Context())
+	if err != nil {
+		return err
+	}
+	if copied {
+		d.OriginID = l.OriginID
+	}
 	count, err := boolParam(r, "threads", false)
 	if err != nil {
 		return err
