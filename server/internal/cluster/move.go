@@ -135,33 +135,12 @@ func MoveShard(ctx context.Context, o MoveOptions) (res MoveResult, err error) {
 	}
 	n, k, c := o.Shard, o.Keys, o.Client
 	res.Shard, res.To = n, o.To
-	mresp, err := c.Get(ctx, k.ShardMap())
+	m, mapRev, err := checkMove(ctx, o)
+	if n >= 0 && n < len(m.Homes) {
+		res.From = m.Homes[n]
+	}
 	if err != nil {
-		return res, fmt.Errorf("move shard %d: read shard map: %w", n, err)
-	}
-	if len(mresp.Kvs) == 0 {
-		return res, ErrNoCluster
-	}
-	var m Map
-	if err := json.Unmarshal(mresp.Kvs[0].Value, &m); err != nil || len(m.Homes) != m.Shards {
-		return res, fmt.Errorf("move shard %d: %s is not a shard map", n, k.ShardMap())
-	}
-	mapRev := mresp.Kvs[0].ModRevision
-	if n < 0 || n >= m.Shards {
-		return res, fmt.Errorf("move shard %d: %w: the cluster has shards 0 to %d", n, ErrMoveTarget, m.Shards-1)
-	}
-	res.From = m.Homes[n]
-	switch {
-	case o.To == "":
-		return res, fmt.Errorf("move shard %d: %w: no node named", n, ErrMoveTarget)
-	case o.To == res.From:
-		return res, fmt.Errorf("move shard %d: %w: node %s holds it already", n, ErrMoveTarget, o.To)
-	}
-	// The target must be running: it restores the copy and takes it.
-	if r, err := c.Get(ctx, k.Node(o.To), clientv3.WithCountOnly()); err != nil {
-		return res, fmt.Errorf("move shard %d: %w", n, err)
-	} else if r.Count == 0 {
-		return res, fmt.Errorf("move shard %d: node %s: %w", n, o.To, ErrNodeDown)
+		return res, err
 	}
 
 	// The move key, created only when none is there and the map is
@@ -280,6 +259,39 @@ func MoveShard(ctx context.Context, o MoveOptions) (res MoveResult, err error) {
 		res.Removed = true
 	}
 	return res, nil
+}
+
+// checkMove reads the shard map (and the revision the hand-over compares)
+// and checks that the move can begin: the shard exists, the target is
+// another node, and it is running (it restores the copy and takes it).
+func checkMove(ctx context.Context, o MoveOptions) (Map, int64, error) {
+	n, k, c := o.Shard, o.Keys, o.Client
+	var m Map
+	mresp, err := c.Get(ctx, k.ShardMap())
+	if err != nil {
+		return m, 0, fmt.Errorf("move shard %d: read shard map: %w", n, err)
+	}
+	if len(mresp.Kvs) == 0 {
+		return m, 0, ErrNoCluster
+	}
+	if err := json.Unmarshal(mresp.Kvs[0].Value, &m); err != nil || len(m.Homes) != m.Shards {
+		return m, 0, fmt.Errorf("move shard %d: %s is not a shard map", n, k.ShardMap())
+	}
+	if n < 0 || n >= m.Shards {
+		return m, 0, fmt.Errorf("move shard %d: %w: the cluster has shards 0 to %d", n, ErrMoveTarget, m.Shards-1)
+	}
+	switch {
+	case o.To == "":
+		return m, 0, fmt.Errorf("move shard %d: %w: no node named", n, ErrMoveTarget)
+	case o.To == m.Homes[n]:
+		return m, 0, fmt.Errorf("move shard %d: %w: node %s holds it already", n, ErrMoveTarget, o.To)
+	}
+	if r, err := c.Get(ctx, k.Node(o.To), clientv3.WithCountOnly()); err != nil {
+		return m, 0, fmt.Errorf("move shard %d: %w", n, err)
+	} else if r.Count == 0 {
+		return m, 0, fmt.Errorf("move shard %d: node %s: %w", n, o.To, ErrNodeDown)
+	}
+	return m, mresp.Kvs[0].ModRevision, nil
 }
 
 // pipe runs write and read at once over an in-memory pipe; an error on
