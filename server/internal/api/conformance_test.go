@@ -253,6 +253,8 @@ func TestOpenAPIConformance(t *testing.T) {
 	send(e, "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":true}`, v1, 401)
 	send(closed, "PUT", "/admin/threads/t1/legal_hold", `{"legal_hold":true}`, admin, 403)
 	send(e, "GET", "/admin/database", "", admin, 200)
+	send(e, "GET", "/admin/database?threads=true", "", admin, 200)
+	send(e, "GET", "/admin/database?threads=maybe", "", admin, 400)
 	send(e, "GET", "/admin/database", "", none, 401)
 	send(closed, "GET", "/admin/database", "", admin, 403)
 	send(e, "GET", "/admin/legal_holds", "", admin, 200)

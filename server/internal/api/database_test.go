@@ -44,3 +44,25 @@ func TestAdminDatabase(t *testing.T) {
 	off := newEnv(t, Options{})
 	off.expect(t, "GET", "/admin/database", "", http.StatusForbidden)
 }
+
+// GET /admin/database counts the threads, sealed and plain, only when
+// asked (?threads=true): the identity check every command makes reads no
+// record per thread. A value that is not a boolean is refused.
+func TestAdminDatabaseThreadCounts(t *testing.T) {
+	e := newEnv(t, Options{AdminToken: "adm", Retention: &fakeRetention{}})
+	e.createThread(t, "t1")
+	e.createThread(t, "t2")
+	var got Database
+	r := e.send(t, "GET", "/admin/database", "", "Bearer adm")
+	if err := json.Unmarshal(r.body, &got); err != nil || got.Threads != nil {
+		t.Fatalf("without threads=true: %s (%v), want no counts", r.body, err)
+	}
+	r = e.send(t, "GET", "/admin/database?threads=true", "", "Bearer adm")
+	if err := json.Unmarshal(r.body, &got); r.status != http.StatusOK || err != nil || got.Threads == nil ||
+		*got.Threads != (store.ThreadCounts{Plain: 2}) {
+		t.Fatalf("threads=true: %d %s, want 2 plain threads", r.status, r.body)
+	}
+	if r := e.send(t, "GET", "/admin/database?threads=maybe", "", "Bearer adm"); r.status != http.StatusBadRequest {
+		t.Fatalf("threads=maybe: %d %s, want 400", r.status, r.body)
+	}
+}
