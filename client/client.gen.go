@@ -106,6 +106,7 @@ const (
 	ErrorCodeNotConfigured      ErrorCode = "not_configured"
 	ErrorCodeNotFound           ErrorCode = "not_found"
 	ErrorCodePurgeInProgress    ErrorCode = "purge_in_progress"
+	ErrorCodeReceiptUnsigned    ErrorCode = "receipt_unsigned"
 	ErrorCodeRetentionDisabled  ErrorCode = "retention_disabled"
 	ErrorCodeRetentionPaused    ErrorCode = "retention_paused"
 	ErrorCodeRouteNotFound      ErrorCode = "route_not_found"
@@ -169,6 +170,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeNotFound:
 		return true
 	case ErrorCodePurgeInProgress:
+		return true
+	case ErrorCodeReceiptUnsigned:
 		return true
 	case ErrorCodeRetentionDisabled:
 		return true
@@ -581,6 +584,7 @@ type Error struct {
 	// - `move_in_progress`: 409: another move of the shard is under way, or the target holds a copy of the shard already.
 	// - `sealing_disabled`: 409: sealing is off (PROGRESSDB_KEK unset), and the route needs it (subject erasure).
 	// - `erasure_incomplete`: 409: the erasure has not completed; its receipt is written once it has.
+	// - `receipt_unsigned`: 409: the erasure's audit footers are not signed (no PROGRESSDB_AUDIT_SIGNING_KEY), so no receipt of it could be verified; none is given.
 	// - `body_too_large`: 413: the request body is over the limit the message names.
 	// - `misdirected`: 421: a node's call reached a node that does not own the shard with that epoch.
 	// - `internal_error`: 500: the server failed; the details are in its log.
@@ -631,6 +635,7 @@ type Error struct {
 // - `move_in_progress`: 409: another move of the shard is under way, or the target holds a copy of the shard already.
 // - `sealing_disabled`: 409: sealing is off (PROGRESSDB_KEK unset), and the route needs it (subject erasure).
 // - `erasure_incomplete`: 409: the erasure has not completed; its receipt is written once it has.
+// - `receipt_unsigned`: 409: the erasure's audit footers are not signed (no PROGRESSDB_AUDIT_SIGNING_KEY), so no receipt of it could be verified; none is given.
 // - `body_too_large`: 413: the request body is over the limit the message names.
 // - `misdirected`: 421: a node's call reached a node that does not own the shard with that epoch.
 // - `internal_error`: 500: the server failed; the details are in its log.

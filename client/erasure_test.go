@@ -2,7 +2,11 @@ package client_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,7 +20,21 @@ import (
 // the receipt lists what was erased.
 func TestErasure(t *testing.T) {
 	kek := "base64key://" + base64.StdEncoding.EncodeToString([]byte(strings.Repeat("\x07", 32)))
-	base := serve(t, "PROGRESSDB_KEK="+kek, "PROGRESSDB_KEYSTORE_PATH="+filepath.Join(t.TempDir(), "keys"))
+	// The receipt is given only with signed audit footers.
+	_, sk, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(sk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPath := filepath.Join(t.TempDir(), "audit-signing.pem")
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := serve(t, "PROGRESSDB_KEK="+kek, "PROGRESSDB_KEYSTORE_PATH="+filepath.Join(t.TempDir(), "keys"),
+		"PROGRESSDB_AUDIT_SIGNING_KEY="+keyPath)
 	c := newClient(t, base)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

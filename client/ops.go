@@ -538,7 +538,8 @@ func (c *Client) WaitErasure(ctx context.Context, id string, every time.Duration
 }
 
 // ErasureReceipt returns a completed erasure's receipt, to verify offline
-// (erasure_incomplete until it has completed).
+// (erasure_incomplete until it has completed; receipt_unsigned when the
+// server's audit footers are not signed).
 func (c *Client) ErasureReceipt(ctx context.Context, id string) (*ErasureReceipt, error) {
 	r, err := c.raw.GetErasureReceiptWithResponse(ctx, id, c.AdminAuth())
 	if err != nil {

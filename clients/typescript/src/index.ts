@@ -574,7 +574,7 @@ export class ProgressDB {
     }
   }
 
-  /** A completed erasure's receipt (erasure_incomplete before). */
+  /** A completed erasure's receipt (erasure_incomplete before; receipt_unsigned without signed audit footers). */
   erasureReceipt(id: string, o: CallOptions = {}): Promise<ErasureReceipt> {
     return this.unwrap(
       this.raw.GET("/admin/erasures/{id}/receipt", { params: { path: { id } }, headers: this.admin, signal: o.signal }),

@@ -811,6 +811,7 @@ export interface components {
              *     - `move_in_progress`: 409: another move of the shard is under way, or the target holds a copy of the shard already.
              *     - `sealing_disabled`: 409: sealing is off (PROGRESSDB_KEK unset), and the route needs it (subject erasure).
              *     - `erasure_incomplete`: 409: the erasure has not completed; its receipt is written once it has.
+             *     - `receipt_unsigned`: 409: the erasure's audit footers are not signed (no PROGRESSDB_AUDIT_SIGNING_KEY), so no receipt of it could be verified; none is given.
              *     - `body_too_large`: 413: the request body is over the limit the message names.
              *     - `misdirected`: 421: a node's call reached a node that does not own the shard with that epoch.
              *     - `internal_error`: 500: the server failed; the details are in its log.
@@ -822,7 +823,7 @@ export interface components {
              *     - `unavailable`: 503: the server is shutting down, the request was canceled, or (`/healthz`) the store cannot commit.
              * @enum {string}
              */
-            code: "invalid_id" | "invalid_cursor" | "invalid_json" | "invalid_field" | "invalid_parameter" | "unauthorized" | "admin_disabled" | "not_a_node" | "not_found" | "route_not_found" | "not_a_cluster" | "cluster_node" | "method_not_allowed" | "already_exists" | "id_unavailable" | "purge_in_progress" | "legal_hold" | "lease_held" | "retention_paused" | "retention_disabled" | "no_backup_path" | "shard_not_held" | "move_in_progress" | "sealing_disabled" | "erasure_incomplete" | "body_too_large" | "misdirected" | "internal_error" | "run_failed" | "shard_unavailable" | "cluster_unavailable" | "move_failed" | "not_configured" | "unavailable";
+            code: "invalid_id" | "invalid_cursor" | "invalid_json" | "invalid_field" | "invalid_parameter" | "unauthorized" | "admin_disabled" | "not_a_node" | "not_found" | "route_not_found" | "not_a_cluster" | "cluster_node" | "method_not_allowed" | "already_exists" | "id_unavailable" | "purge_in_progress" | "legal_hold" | "lease_held" | "retention_paused" | "retention_disabled" | "no_backup_path" | "shard_not_held" | "move_in_progress" | "sealing_disabled" | "erasure_incomplete" | "receipt_unsigned" | "body_too_large" | "misdirected" | "internal_error" | "run_failed" | "shard_unavailable" | "cluster_unavailable" | "move_failed" | "not_configured" | "unavailable";
             holder?: components["schemas"]["LeaseInfo"];
             result?: components["schemas"]["RunResult"];
             /** @description true when a run was refused because retention is paused. */
@@ -2892,9 +2893,12 @@ export interface operations {
                 };
             };
             /**
-             * @description Sealing is off (`sealing_disabled`), or the erasure has not
+             * @description Sealing is off (`sealing_disabled`), the erasure has not
              *     completed yet (`erasure_incomplete`): its receipt is written
-             *     once it has.
+             *     once it has; or its audit footers are not signed
+             *     (`receipt_unsigned`: the server has no
+             *     PROGRESSDB_AUDIT_SIGNING_KEY, or had none when the erasure
+             *     ran), so no receipt of it could be verified and none is given.
              */
             409: {
                 headers: {

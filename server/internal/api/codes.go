@@ -91,6 +91,9 @@ const (
 	// CodeErasureIncomplete: the erasure has not completed; its receipt
 	// is written once it has.
 	CodeErasureIncomplete Code = "erasure_incomplete"
+	// CodeReceiptUnsigned: the erasure's audit footers are not signed (no
+	// PROGRESSDB_AUDIT_SIGNING_KEY), so no receipt of it could be verified.
+	CodeReceiptUnsigned Code = "receipt_unsigned"
 )
 
 // 413, 421.
@@ -136,7 +139,7 @@ func Codes() []Code {
 		CodeNotFound, CodeRouteNotFound, CodeNotACluster, CodeClusterNode, CodeMethodNotAllowed,
 		CodeAlreadyExists, CodeIDUnavailable, CodePurgeInProgress, CodeLegalHold, CodeLeaseHeld,
 		CodeRetentionPaused, CodeRetentionDisabled, CodeNoBackupPath, CodeShardNotHeld, CodeMoveInProgress,
-		CodeSealingDisabled, CodeErasureIncomplete,
+		CodeSealingDisabled, CodeErasureIncomplete, CodeReceiptUnsigned,
 		CodeBodyTooLarge, CodeMisdirected,
 		CodeInternal, CodeRunFailed, CodeShardUnavailable, CodeClusterUnavailable, CodeMoveFailed,
 		CodeNotConfigured, CodeUnavailable,

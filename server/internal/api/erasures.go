@@ -93,6 +93,9 @@ func (s *server) erasureReceipt(w http.ResponseWriter, r *http.Request) error {
 	if errors.Is(err, retention.ErrErasureIncomplete) {
 		return &httpError{http.StatusConflict, CodeErasureIncomplete, fmt.Sprintf("erasure %s: %v", id, err)}
 	}
+	if errors.Is(err, retention.ErrReceiptUnsigned) {
+		return &httpError{http.StatusConflict, CodeReceiptUnsigned, err.Error()}
+	}
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/ed25519"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -19,8 +20,9 @@ import (
 )
 
 // sealedEnv serves a sealed store (a key store beside it) with a real
-// retention service that performs subject erasures.
-func sealedEnv(t *testing.T) (*testEnv, config.Retention) {
+// retention service that performs subject erasures, signing its audit
+// footers with signingKey when set.
+func sealedEnv(t *testing.T, signingKey ed25519.PrivateKey) (*testEnv, config.Retention) {
 	t.Helper()
 	dir := t.TempDir()
 	var kek [32]byte
@@ -42,7 +44,7 @@ func sealedEnv(t *testing.T) (*testEnv, config.Retention) {
 		AuditPath: filepath.Join(dir, "audit")}
 	late, lateE := &lateService{}, &lateErasures{}
 	e := newEnv(t, Options{Store: st, AdminToken: "adm", Retention: late, Erasures: lateE})
-	r, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: cfg, Keys: ks,
+	r, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: cfg, Keys: ks, SigningKey: signingKey,
 		Metrics: retention.NewMetrics(e.reg), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +68,11 @@ type lateErasures struct{ retention.Erasures }
 // sealing_disabled without sealing; 503 without retention.
 func TestErasureRoutes(t *testing.T) {
 	seen := &exercised{}
-	e, cfg := sealedEnv(t)
+	_, signingKey, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, cfg := sealedEnv(t, signingKey)
 	e.seen = seen
 	const admin = "Bearer adm"
 	check := func(env *testEnv, method, path, body, auth string, status int, code Code) response {
@@ -177,5 +183,33 @@ func TestErasureRoutes(t *testing.T) {
 		if strings.Contains(m, "/admin/erasures") {
 			t.Error(m)
 		}
+	}
+}
+
+// Without an audit signing key the footers of an erasure's run are
+// unsigned, and `erasure verify --public-key` could never verify its
+// receipt: the receipt route refuses with its own code, naming the key,
+// instead of handing out a document with "signature": "".
+func TestErasureReceiptRefusedUnsigned(t *testing.T) {
+	e, _ := sealedEnv(t, nil)
+	const admin = "Bearer adm"
+	e.send(t, "POST", "/v1/threads", `{"id":"t1","title":"x","author":"ann"}`, "")
+	e.send(t, "POST", "/v1/threads/t1/messages", `{"id":"m1","author":"ann","body":1}`, "")
+	var acc retention.ErasureAccepted
+	if r := e.send(t, "POST", "/admin/erasures", `{"author":"ann"}`, admin); r.status != 202 {
+		t.Fatalf("request: %d %s", r.status, r.body)
+	} else {
+		r.decode(t, &acc)
+	}
+	var st retention.ErasureStatus
+	for deadline := time.Now().Add(time.Minute); st.Status != retention.ErasureCompleted; time.Sleep(10 * time.Millisecond) {
+		e.send(t, "GET", "/admin/erasures/"+acc.ErasureID, "", admin).decode(t, &st)
+		if st.Status == retention.ErasureFailed || time.Now().After(deadline) {
+			t.Fatalf("erasure %+v", st)
+		}
+	}
+	r := e.send(t, "GET", "/admin/erasures/"+acc.ErasureID+"/receipt", "", admin)
+	if r.status != 409 || r.errorCode(t) != CodeReceiptUnsigned || !strings.Contains(string(r.body), "PROGRESSDB_AUDIT_SIGNING_KEY") {
+		t.Fatalf("receipt without a signing key: %d %s, want 409 %s naming PROGRESSDB_AUDIT_SIGNING_KEY", r.status, r.body, CodeReceiptUnsigned)
 	}
 }

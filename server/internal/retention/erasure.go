@@ -435,6 +435,10 @@ func (m *Manager) Receipt(ctx context.Context, id string) (audit.Receipt, error)
 	if e.Status != ErasureCompleted {
 		return audit.Receipt{}, fmt.Errorf("erasure %s is %s: %w", id, e.Status, ErrErasureIncomplete)
 	}
+	if r.auditOpts.SigningKey == nil {
+		return audit.Receipt{}, fmt.Errorf("erasure %s: this server has no PROGRESSDB_AUDIT_SIGNING_KEY, so no receipt of it could be verified; "+
+			"set it to an ed25519 private key (PEM) and restart: %w", id, ErrReceiptUnsigned)
+	}
 	dbID, err := r.st.DatabaseID(ctx, false)
 	if err != nil {
 		return audit.Receipt{}, err
@@ -447,6 +451,12 @@ func (m *Manager) Receipt(ctx context.Context, id string) (audit.Receipt, error)
 	}
 	if err := audit.AddReceiptFiles(&rc, r.cfg.AuditPath, e.RunIDs); err != nil {
 		return audit.Receipt{}, fmt.Errorf("erasure %s: receipt: %w", id, err)
+	}
+	for _, f := range rc.Audit {
+		if f.Signature == "" {
+			return audit.Receipt{}, fmt.Errorf("erasure %s: its audit file %s was written without PROGRESSDB_AUDIT_SIGNING_KEY, "+
+				"so its footer is unsigned and no receipt of it could be verified: %w", id, f.File, ErrReceiptUnsigned)
+		}
 	}
 	return rc, nil
 }

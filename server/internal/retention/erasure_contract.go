@@ -22,6 +22,11 @@ const (
 // ErrErasureIncomplete: the receipt of an erasure that has not completed.
 var ErrErasureIncomplete = errors.New("the erasure has not completed: its receipt is written once it has")
 
+// ErrReceiptUnsigned: a receipt whose audit footers are not signed, which
+// `erasure verify --public-key` could never verify, is refused rather
+// than handed out.
+var ErrReceiptUnsigned = errors.New("a receipt is only given when the audit files that record the erasure are signed (PROGRESSDB_AUDIT_SIGNING_KEY)")
+
 // ErasureStatus answers GET /admin/erasures/{id} and `erasure status`.
 type ErasureStatus struct {
 	ErasureID      string    `json:"erasure_id"`
