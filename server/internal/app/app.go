@@ -41,17 +41,13 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	// The key store closes after the data store (defers run in reverse):
-	// every read and write of the store may use it.
-	keys, err := OpenKeyStore(ctx, cfg, logger)
-	if err != nil {
-		return err
-	}
-	defer closeKeyStore(keys, logger)
-	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger, Sealer: Sealer(keys)})
+	// The store closes its key store after itself: every read and write
+	// of the store may use it.
+	st, err := OpenStore(ctx, cfg, logger, store.Options{Logger: logger}, MaySeal)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
+	keys := KeyStore(st)
 	defer func() {
 		if err := st.Close(); err != nil {
 			logger.Error("store_close_failed", "err", err)

@@ -398,7 +398,7 @@ func (r *restore) openKeys(ctx context.Context) (*keystore.KeyStore, error) {
 	if err != nil {
 		return nil, r.unfinished(errors.Join(ErrRefused, err), "%v", err)
 	}
-	ks, err := keystore.Open(ctx, dir, keystore.Options{Keeper: keeper, DataPath: r.o.DB, Logger: r.o.Logger})
+	ks, err := keystore.Open(ctx, dir, keystore.Options{Keeper: keeper, DataPath: r.o.DB, Logger: r.o.Logger, MustExist: true})
 	if errors.Is(err, keystore.ErrWrongKEK) {
 		_ = keeper.Close()
 		return nil, r.unfinished(err, "%s does not open the backup's key store (restored into %s): set it to the KEK the backup was made with", config.VarKEK, dir)

@@ -81,7 +81,8 @@ func (e env) backupCreate(ctx context.Context, args []string) int {
 	var rep backupReport
 	t, err := e.openTarget(ctx, cfg, logger, *server)
 	if err != nil {
-		return fail(err)
+		fail(err)
+		return openExit(err)
 	}
 	defer t.close()
 	switch {

@@ -64,11 +64,12 @@ func keysOf(t *testing.T, environ []string, authors ...string) []keystore.KeyRef
 	if err != nil {
 		t.Fatal(err)
 	}
-	ks, err := app.OpenKeyStore(context.Background(), cfg, nil)
+	st, err := app.OpenStore(context.Background(), cfg, nil, store.Options{}, app.KeepPlain)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ks.Close()
+	defer st.Close()
+	ks := app.KeyStore(st)
 	var refs []keystore.KeyRef
 	for _, a := range authors {
 		r, err := ks.AuthorKeys(context.Background(), a)
@@ -90,12 +91,8 @@ func purgeAndErase(t *testing.T, h *harness, tid, author string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ks, err := app.OpenKeyStore(ctx, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	past := func() time.Time { return time.Now().Add(-40 * 24 * time.Hour) }
-	st, err := store.Open(cfg.DBPath, store.Options{Sealer: app.Sealer(ks), Closer: ks, Now: past})
+	st, err := app.OpenStore(ctx, cfg, nil, store.Options{Now: past}, app.KeepPlain)
 	if err != nil {
 		t.Fatal(err)
 	}

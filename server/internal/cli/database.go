@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/progressdb/progressdb/server/internal/app"
 	"io"
 	"log/slog"
 	"net/http"
@@ -138,7 +139,7 @@ func (e env) openTarget(ctx context.Context, cfg config.Config, logger *slog.Log
 		}
 		return &dbTarget{db: database{Server: c.base, Node: true}, c: c}, nil
 	}
-	st, err := openStore(cfg, logger, mustExist)
+	st, err := openStore(cfg, logger, mustExist, app.KeepPlain)
 	switch {
 	case errors.Is(err, store.ErrNoDatabase):
 		return nil, fmt.Errorf("%w (to act through a server instead, name it with --server URL or %s)", err, config.VarServer)
@@ -229,7 +230,7 @@ func (e env) onDatabase(ctx context.Context, cfg config.Config, logger *slog.Log
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "progressdb %s: %v\n", name, err)
-		return database{}, exitFailed
+		return database{}, openExit(err)
 	}
 	return t.acted(), exitOK
 }

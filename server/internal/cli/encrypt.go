@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -62,12 +63,12 @@ func (e env) keysEncryptExisting(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	defer closer.Close()
-	st, err := openStore(cfg, logger, mustExist)
+	st, err := openStore(cfg, logger, mustExist, app.MaySeal)
 	switch {
 	case errors.Is(err, store.ErrDatabaseLocked):
 		return done(exitFailed, fmt.Sprintf("a running server holds %s: stop it, seal, then start it again (it seals every new write already)", cfg.DBPath))
 	case err != nil:
-		return done(exitFailed, err.Error())
+		return done(openExit(err), err.Error())
 	}
 	defer st.Close()
 	runner, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: cfg.Retention, Logger: logger})

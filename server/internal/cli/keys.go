@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
+
+	"gocloud.dev/secrets"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
@@ -170,30 +173,26 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 	}
 	defer oldKEK.Close()
 
-	// The data store is opened first and only to keep a server out: a
-	// server holds it (and its key store) while it runs.
-	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger, MustExist: true})
+	// The data store is opened first, to keep a server out (a server
+	// holds it and its key store while it runs), and opens the key store
+	// itself: a sealed database opens only with its own (app.OpenStore).
+	var ks *keystore.KeyStore
+	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger, MustExist: true,
+		OpenSealer: func(ctx context.Context, _ store.SealState) (store.Sealer, io.Closer, error) {
+			var err error
+			ks, rep.AlreadyDone, err = openRotating(ctx, cfg, logger, oldKEK, newKEK)
+			if err != nil {
+				return nil, nil, err
+			}
+			return ks, ks, nil
+		}})
 	switch {
 	case errors.Is(err, store.ErrDatabaseLocked):
 		return done(exitFailed, fmt.Sprintf("a running server holds %s: stop it, rotate, then start it with %s set to the new URL", cfg.DBPath, config.VarKEK))
 	case err != nil:
-		return done(exitFailed, err.Error())
+		return done(openExit(err), err.Error())
 	}
 	defer st.Close()
-	ks, err := keystore.Open(ctx, cfg.KeystorePath, keystore.Options{Keeper: oldKEK, RotateTo: newKEK, DataPath: cfg.DBPath, Logger: logger})
-	if errors.Is(err, keystore.ErrWrongKEK) {
-		// A rotation to the new KEK that finished before its erase: the key store
-		// is already the new KEK's, and the erase is what is left.
-		ks, err = keystore.Open(ctx, cfg.KeystorePath, keystore.Options{Keeper: newKEK, DataPath: cfg.DBPath, Logger: logger})
-		if err != nil {
-			return done(exitFailed, fmt.Sprintf("neither %s nor the new KEK opens the key store at %s (%s)", config.VarKEK, cfg.KeystorePath, config.VarKeystorePath))
-		}
-		rep.AlreadyDone = true
-	}
-	if err != nil {
-		return done(exitFailed, fmt.Sprintf("open the key store at %s (%s): %v", cfg.KeystorePath, config.VarKeystorePath, err))
-	}
-	defer ks.Close()
 	runner, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: cfg.Retention, Logger: logger})
 	if err != nil {
 		return done(exitFailed, err.Error())
@@ -225,4 +224,25 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stdout, "next:      %s\n", rep.RestartWith)
 	}
 	return done(exitOK, "")
+}
+
+// openRotating opens the key store at PROGRESSDB_KEYSTORE_PATH for a
+// rotation from oldKEK to newKEK; done is set when the rotation finished
+// before its erase (the store is already newKEK's).
+func openRotating(ctx context.Context, cfg config.Config, logger *slog.Logger, oldKEK, newKEK *secrets.Keeper) (ks *keystore.KeyStore, done bool, err error) {
+	opts := keystore.Options{Keeper: oldKEK, RotateTo: newKEK, DataPath: cfg.DBPath, Logger: logger, MustExist: true}
+	ks, err = keystore.Open(ctx, cfg.KeystorePath, opts)
+	if errors.Is(err, keystore.ErrWrongKEK) {
+		// A rotation to the new KEK that finished before its erase: the key
+		// store is already the new KEK's, and the erase is what is left.
+		opts.Keeper, opts.RotateTo = newKEK, nil
+		if ks, err = keystore.Open(ctx, cfg.KeystorePath, opts); err != nil {
+			return nil, false, fmt.Errorf("neither %s nor the new KEK opens the key store at %s (%s)", config.VarKEK, cfg.KeystorePath, config.VarKeystorePath)
+		}
+		return ks, true, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("open the key store at %s (%s): %w", cfg.KeystorePath, config.VarKeystorePath, err)
+	}
+	return ks, false, nil
 }

@@ -57,13 +57,8 @@ func openSealed(t *testing.T, environ []string) *store.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ks, err := app.OpenKeyStore(context.Background(), cfg, nil)
+	st, err := app.OpenStore(context.Background(), cfg, nil, store.Options{}, app.MaySeal)
 	if err != nil {
-		t.Fatalf("open key store: %v", err)
-	}
-	st, err := store.Open(cfg.DBPath, store.Options{Sealer: app.Sealer(ks), Closer: ks})
-	if err != nil {
-		_ = ks.Close()
 		t.Fatal(err)
 	}
 	return st

@@ -92,7 +92,7 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 		// its admin API (POST /admin/retention/run), once it is known.
 		return done(runReport{ExitCode: exitFailed, Reason: "database_busy"}, err.Error())
 	case err != nil:
-		return done(runReport{ExitCode: exitFailed, Reason: "error"}, err.Error())
+		return done(runReport{ExitCode: openExit(err), Reason: "error"}, err.Error())
 	}
 	defer t.close()
 	switch {
@@ -292,7 +292,8 @@ func (e env) readStatus(ctx context.Context, cfg config.Config, asJSON bool, ser
 		return &statusReport{Source: statusFromFiles, Note: err.Error() + "; lease and last run read from " + cfg.Retention.AuditPath,
 			Database: db, Lease: st.Lease, LastRun: st.LastRun}, code
 	case err != nil:
-		return fail(err)
+		_, _ = fail(err)
+		return nil, openExit(err)
 	}
 	defer t.close()
 	switch {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/seed"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -33,14 +34,14 @@ func (e env) seed(ctx context.Context, args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	st, err := openStore(cfg, nil, mayCreate)
+	st, err := openStore(cfg, nil, mayCreate, app.MaySeal)
 	if errors.Is(err, store.ErrDatabaseLocked) {
 		fmt.Fprintf(e.stderr, "progressdb seed: the database at %s is open in a running server; stop it first\n", cfg.DBPath)
 		return exitFailed
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "progressdb seed: %v\n", err)
-		return exitFailed
+		return openExit(err)
 	}
 	defer st.Close()
 

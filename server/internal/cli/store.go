@@ -25,35 +25,29 @@ const (
 )
 
 // openStore opens the database at PROGRESSDB_DB_PATH for a command; every
-// command but serve (app.Serve) opens it here. A database a server holds gives an error wrapping
-// store.ErrDatabaseLocked, a missing one (mustExist) store.ErrNoDatabase.
+// command but serve (app.Serve) opens it here. A database a server holds
+// gives an error wrapping store.ErrDatabaseLocked, a missing one
+// (mustExist) store.ErrNoDatabase; what must not open (a sealed database
+// without its KEK or key store, an unknown format) an *app.StartupError.
 //
-// With PROGRESSDB_KEK set it opens the key store too (spec §12), which
-// the store closes with itself: what the command reads is opened and
-// what it writes is sealed. The key store is opened second, so that a
-// database a server holds is reported as held (the server holds its key
-// store too).
-func openStore(cfg config.Config, logger *slog.Logger, mode openMode) (*store.Store, error) {
-	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger, MustExist: mode == mustExist})
-	if err == nil && cfg.KEK != "" {
-		// Opened again with its key store: the first open proved the
-		// database is there and free.
-		if err = st.Close(); err != nil {
-			return nil, err
-		}
-		ks, kerr := app.OpenKeyStore(context.Background(), cfg, logger)
-		if kerr != nil {
-			return nil, kerr
-		}
-		st, err = store.Open(cfg.DBPath, store.Options{Logger: logger, MustExist: mode == mustExist,
-			Sealer: app.Sealer(ks), Closer: ks})
-		if err != nil {
-			_ = ks.Close()
-		}
-	}
+// A sealed database opens with its key store, which the store closes with
+// itself: what the command reads is opened and what it writes is sealed.
+// Only sealing commands (seal) seal a database that is not yet.
+func openStore(cfg config.Config, logger *slog.Logger, mode openMode, sealing app.Sealing) (*store.Store, error) {
+	st, err := app.OpenStore(context.Background(), cfg, logger, store.Options{Logger: logger, MustExist: mode == mustExist}, sealing)
 	if errors.Is(err, store.ErrNoDatabase) {
 		return nil, fmt.Errorf("%w at %s (%s): nothing was created; 'progressdb serve' creates one",
 			store.ErrNoDatabase, cfg.DBPath, config.VarDBPath)
 	}
 	return st, err
+}
+
+// openExit is the exit status of a failed open: 2 for what the
+// configuration must change (*app.StartupError), 1 otherwise.
+func openExit(err error) int {
+	var se *app.StartupError
+	if errors.As(err, &se) {
+		return exitUsage
+	}
+	return exitFailed
 }

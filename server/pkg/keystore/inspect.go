@@ -33,10 +33,13 @@ func Inspect(dir string) (err error) {
 		if err != nil {
 			return fmt.Errorf("%s: %w", dir, err)
 		}
-		ok := key != formatKey || string(v) == formatVersion
+		var ferr error
+		if key == formatKey {
+			_, ferr = parseFormat(v)
+		}
 		closer.Close()
-		if !ok {
-			return fmt.Errorf("%s: unknown key store format", dir)
+		if ferr != nil {
+			return fmt.Errorf("%s: %w", dir, ferr)
 		}
 	}
 	return nil

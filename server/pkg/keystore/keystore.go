@@ -6,7 +6,8 @@
 //
 // Key layout:
 //
-//	ks:format                     "1"
+//	ks:format                     "2" (binding.go; "1" before identities)
+//	ks:id, ks:db                  the store's identity, its database's (binding.go)
 //	ks:kek                        check value wrapped by the current KEK
 //	ks:rotate                     check value of the new KEK while a rotation is unfinished
 //	ks:secret:index               wrapped HMAC key of the author index
@@ -35,6 +36,7 @@ import (
 	"hash"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -78,7 +80,6 @@ const (
 	indexSecretKey   = "ks:secret:index"
 	receiptSecretKey = "ks:secret:receipt"
 	erasedKey        = "ks:erased"
-	formatVersion    = "1"
 
 	threadNS = "k:"
 	authorNS = "a:"
@@ -109,6 +110,14 @@ type Options struct {
 	EraseWait time.Duration
 	// Logger receives Pebble's errors; they are dropped when nil.
 	Logger *slog.Logger
+	// MustExist opens only a key store that is already there: Open creates
+	// nothing and returns ErrNoKeyStore for a missing or empty folder. A
+	// sealed database's key store is opened so: a fresh one would hand out
+	// keys its readers never find.
+	MustExist bool
+	// Database, when set, is recorded in a new key store as the data
+	// database it belongs to (binding.go).
+	Database string
 }
 
 // KeyStore holds the data keys. Build one with Open; safe for concurrent use.
@@ -147,6 +156,10 @@ type KeyStore struct {
 
 	// afterRewrapBatch is the tests' view of a rotation's batch boundary.
 	afterRewrapBatch func()
+
+	// bindMu guards id and database (binding.go).
+	bindMu       sync.RWMutex
+	id, database string
 }
 
 // Open opens (creating if needed) the key store at path.
@@ -159,10 +172,15 @@ func Open(ctx context.Context, path string, opts Options) (*KeyStore, error) {
 			return nil, err
 		}
 	}
+	if opts.MustExist {
+		if err := checkExists(path); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(path, dirMode); err != nil {
 		return nil, fmt.Errorf("open key store %q: %w", path, err)
 	}
-	db, err := pebbledir.Open(path, pebbledir.Options{Logger: opts.Logger, ErrorEvent: "keystore_storage_error"})
+	db, err := pebbledir.Open(path, pebbledir.Options{Logger: opts.Logger, ErrorEvent: "keystore_storage_error", MustExist: opts.MustExist})
 	if err != nil {
 		return nil, fmt.Errorf("open key store %q: %w", path, err)
 	}
@@ -193,10 +211,18 @@ func (ks *KeyStore) load(ctx context.Context, opts Options) error {
 		return err
 	}
 	if !ok {
-		return ks.initialise(ctx, opts.Keeper)
+		if opts.MustExist {
+			return fmt.Errorf("%w (the folder holds no key store's marker)", ErrNoKeyStore)
+		}
+		return ks.initialise(ctx, opts.Keeper, opts.Database)
 	}
-	if string(format) != formatVersion {
-		return fmt.Errorf("unknown key store format %q", format)
+	// The format is checked before anything else is read.
+	n, err := parseFormat(format)
+	if err != nil {
+		return err
+	}
+	if err := ks.loadBinding(n); err != nil {
+		return err
 	}
 	check, _, err := ks.get([]byte(kekKey))
 	if err != nil {
@@ -240,8 +266,9 @@ func (ks *KeyStore) load(ctx context.Context, opts Options) error {
 	return nil
 }
 
-// initialise writes a new store's format, check value and secrets, synced.
-func (ks *KeyStore) initialise(ctx context.Context, keeper *secrets.Keeper) error {
+// initialise writes a new store's format, identity, binding, check value
+// and secrets, synced.
+func (ks *KeyStore) initialise(ctx context.Context, keeper *secrets.Keeper, database string) error {
 	it, err := ks.db.NewIter(nil)
 	if err != nil {
 		return err
@@ -261,7 +288,10 @@ func (ks *KeyStore) initialise(ctx context.Context, keeper *secrets.Keeper) erro
 	}
 	b := ks.db.NewBatch()
 	defer b.Close()
-	_ = b.Set([]byte(formatKey), []byte(formatVersion), nil)
+	ks.id, ks.database = newID(), database
+	_ = b.Set([]byte(formatKey), []byte(strconv.Itoa(FormatBound)), nil)
+	_ = b.Set([]byte(idKey), []byte(ks.id), nil)
+	_ = b.Set([]byte(databaseKey), []byte(database), nil)
 	_ = b.Set([]byte(kekKey), check, nil)
 	for _, s := range []struct {
 		key string

@@ -49,6 +49,9 @@ func (b *Bulk) PutThread(t Thread) error {
 	if err := ValidateID(t.ID); err != nil {
 		return err
 	}
+	if err := b.s.refusePlain(); err != nil {
+		return err
+	}
 	if b.s.sealer != nil && t.Sealed == "" {
 		// A bulk load has no caller's context: it runs alone, to its end.
 		if err := b.s.sealThread(context.Background(), &t); err != nil {
@@ -80,6 +83,9 @@ func (b *Bulk) PutMessage(versions []Message) error {
 	}
 	mid, tid := versions[0].ID, versions[0].Thread
 	if err := validateIDs(mid, tid); err != nil {
+		return err
+	}
+	if err := b.s.refusePlain(); err != nil {
 		return err
 	}
 	var prev int64

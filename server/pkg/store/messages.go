@@ -74,6 +74,9 @@ func putVersion(b *pebble.Batch, m Message) {
 func (s *Store) writeVersion(ctx context.Context, b *pebble.Batch, m *Message) error {
 	m.Sealed = ""
 	if s.sealer == nil {
+		if err := s.refusePlain(); err != nil {
+			return err
+		}
 		m.Key = 0
 		putVersion(b, *m)
 		return nil

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,13 @@ type Store struct {
 	// sealer seals new writes' content (seal.go); nil: plain.
 	sealer Sealer
 	closer io.Closer // Options.Closer
+	// sealed: the database records it is sealed (sealbind.go).
+	sealed atomic.Bool
+
+	log *slog.Logger // Options.Logger; may be nil
+	// raises are the format raises of this open, until Raises takes them.
+	raisesMu sync.Mutex
+	raises   []FormatRaise
 }
 
 // DefaultMemTableSize is larger than Pebble's 4 MiB default so bulk loads
@@ -97,6 +105,11 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store %q: %w", path, err)
 	}
+	// The format is checked before anything else is read or written.
+	if _, _, err := readFormat(db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open store %q: %w", path, err)
+	}
 	// Only the process holding Pebble's lock may remove staging folders:
 	// another one's backup may be reading its own.
 	if err := pebbledir.RemoveStaleCheckpoints(path); err != nil {
@@ -108,9 +121,20 @@ func Open(path string, opts Options) (*Store, error) {
 		eraseWait = defaultEraseWait
 	}
 	s := &Store{db: db, path: path, now: now, ids: newIDGen(now), fatal: fatal, eraseWait: eraseWait,
-		sealer: opts.Sealer, closer: opts.Closer}
+		log: opts.Logger}
 	if err := s.ensureIndexes(context.Background()); err != nil {
 		_ = db.Close()
+		return nil, fmt.Errorf("open store %q: %w", path, err)
+	}
+	if err := s.initFormat(context.Background()); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open store %q: %w", path, err)
+	}
+	if opened, err := s.bindSealer(context.Background(), opts); err != nil {
+		_ = db.Close()
+		if opened != nil {
+			_ = opened.Close()
+		}
 		return nil, fmt.Errorf("open store %q: %w", path, err)
 	}
 	if err := s.loadFence(); err != nil {

@@ -242,16 +242,16 @@ func TestPurgeMessageInterruptedAndResumed(t *testing.T) {
 			after := rawKeys(t, s, "", "")
 			delete(after, "sys:purge:m:m")
 			for k := range before {
-				if _, ok := after[k]; ok != (k == "sys:schema" || k == "sys:erased" || k == "sys:db:id" || k == "sys:audit:head" ||
+				if _, ok := after[k]; ok != (k == "sys:schema" || k == "sys:erased" || k == "sys:db:id" || k == "sys:audit:head" || k == "sys:format" ||
 					k == "idx:live:t:" || containsAny(k, "keep", "thread:t:meta") ||
 					k == "thread:t:count" || strings.HasPrefix(k, "idx:cnt:")) {
 					t.Errorf("key %s present=%v after purge", k, ok)
 				}
 			}
-			// schema, erase state, identity and audit head, thread meta and
-			// live entry, keep's log entry, version and age entry, the
-			// thread's live count and its index entry
-			if len(after) != 11 {
+			// schema, format, erase state, identity and audit head, thread
+			// meta and live entry, keep's log entry, version and age entry,
+			// the thread's live count and its index entry
+			if len(after) != 12 {
 				t.Fatalf("keys after purge: %v", after)
 			}
 			if n, err := s.PurgeMessage(ctx, "t", "m", store.PurgeOptions{}); n != 0 || err != nil {

@@ -214,6 +214,14 @@ func (s *Store) BecomeCopy(ctx context.Context, id, backupID string) (Lineage, e
 	if err != nil {
 		return Lineage{}, err
 	}
+	// A sealed copy's key store (the backup's) still names the origin:
+	// it is bound to the copy first, so that the copy, once it has its
+	// identity, opens only with it and the origin never does (sealbind.go).
+	if s.sealer != nil {
+		if err := s.sealer.Bind(ctx, id); err != nil {
+			return Lineage{}, fmt.Errorf("bind the restored key store to the copy: %w", err)
+		}
+	}
 	b := s.db.NewBatch()
 	_ = b.Set([]byte(databaseIDKey), []byte(id), nil)
 	_ = b.Set([]byte(lineageKey), v, nil)

@@ -39,6 +39,13 @@ type Sealer interface {
 	// was destroyed or never made answers an error with a method
 	// KeyGone() bool that returns true (keystore.ErrNoKey).
 	KeyByNumber(ctx context.Context, tid string, num uint32) (cipher.AEAD, error)
+	// ID is the key store's identity ("" when it has none yet), and
+	// Database the data database's identity it records ("" for none).
+	ID() string
+	Database() string
+	// Bind records, synced, that the key store belongs to the database
+	// databaseID (sealbind.go), giving it an identity if it has none.
+	Bind(ctx context.Context, databaseID string) error
 }
 
 // ErrUnreadable refuses a change that needs the content of a record whose

@@ -16,6 +16,8 @@
 //	sys:stamp:t:<tid> / sys:stamp:m:<mid>   stamp whose audit record is pending
 //	sys:retention:pause                     retention pause switch
 //	sys:fence                               newest fencing token seen (cluster mode, fence.go)
+//	sys:format                              the database's format (format.go)
+//	sys:seal                                sealed, and under which key store (sealbind.go)
 //	sys:...                                 other server state
 //
 // IDs cannot contain ':', so no thread's prefix covers another thread's keys.
@@ -216,6 +218,13 @@ type Options struct {
 	// Closer, when set, is closed by Close after the database: the key
 	// store behind Sealer when it was opened for this store alone.
 	Closer io.Closer
+	// OpenSealer, when set and Sealer is not, opens the key store once
+	// Open knows the database's identity and whether it is sealed
+	// (sealbind.go), so that a sealed database's key store is opened only
+	// if it exists and a new one is bound to this database at creation. It
+	// returns the Sealer and what Close closes; nil, nil: open plain
+	// (refused for a sealed database).
+	OpenSealer func(ctx context.Context, st SealState) (Sealer, io.Closer, error)
 	// Restoring opens a folder that holds an unfinished restore (its
 	// marker, restore.go): only the restore that finishes it may.
 	Restoring bool

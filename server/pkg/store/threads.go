@@ -73,6 +73,9 @@ func putThreadRecord(b *pebble.Batch, t Thread) {
 // when the store seals and t has no seal yet (a new thread, a new title,
 // or a plain thread changed after sealing was turned on).
 func (s *Store) writeThread(ctx context.Context, b *pebble.Batch, t *Thread) error {
+	if err := s.refusePlain(); err != nil {
+		return err
+	}
 	if s.sealer != nil && t.Sealed == "" {
 		if err := s.sealThread(ctx, t); err != nil {
 			return err

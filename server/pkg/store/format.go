@@ -1,0 +1,226 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Format version (spec §2, docs/upgrading.md). Every database records the
+// format it is written in under sys:format, checked at open before
+// anything else is read or written, as Pebble ratchets its format major
+// version: a binary refuses a format it does not know, and a feature that
+// changes what is stored raises it when first used, once. A database
+// written before the marker has none and is in FormatBase.
+const formatKey = "sys:format"
+
+// Format is a database's format version.
+type Format int
+
+const (
+	// FormatBase is what releases before the marker wrote: threads,
+	// messages, versions, the indexes, identities, plain content.
+	FormatBase Format = 1
+	// FormatSealed adds sealed content (spec §12) and the record of the
+	// key store it is sealed under (sealKey). A binary that reads only
+	// FormatBase would answer sealed records as empty and write plaintext
+	// beside them.
+	FormatSealed Format = 2
+	// FormatNewest is the newest format this binary reads and writes.
+	FormatNewest = FormatSealed
+)
+
+// Sentinel errors of the format and the seal.
+var (
+	// ErrUnknownFormat: the database is in a format this binary does not
+	// know (a newer release's); a *FormatError names both.
+	ErrUnknownFormat = errors.New("unknown database format")
+	// ErrSealedNeedsKEK: the database is sealed and the store was opened
+	// without its key store, so it would answer every content as null
+	// and write new content in clear.
+	ErrSealedNeedsKEK = errors.New("the database is sealed: it opens only with its KEK and key store")
+	// ErrForeignKeyStore: the key store is not the one the database is
+	// sealed under (another database's, or a fresh one); a
+	// *ForeignKeyStoreError names both sides.
+	ErrForeignKeyStore = errors.New("the key store belongs to another database")
+)
+
+// FormatError refuses a database whose format this binary does not read.
+type FormatError struct {
+	Found string // the database's format, as recorded
+	Known Format // the newest this binary reads
+}
+
+func (e *FormatError) Error() string {
+	return fmt.Sprintf("%v: the database is in format %s, this binary reads formats %d to %d: run a release that reads it, or restore a backup from before the upgrade (docs/upgrading.md)",
+		ErrUnknownFormat, e.Found, FormatBase, e.Known)
+}
+
+func (e *FormatError) Unwrap() error { return ErrUnknownFormat }
+
+// String is the format's number.
+func (f Format) String() string { return strconv.Itoa(int(f)) }
+
+// readFormat returns the recorded format; ok is false when none is (a
+// database from before the marker, or a new one).
+func readFormat(r pebble.Reader) (f Format, ok bool, err error) {
+	v, err := getFrom(r, []byte(formatKey))
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, err
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil || n < int(FormatBase) || n > int(FormatNewest) {
+		return 0, false, &FormatError{Found: strconv.Quote(string(v)), Known: FormatNewest}
+	}
+	return Format(n), true, nil
+}
+
+// FormatRaise is one raise of a database's format, reported once: the
+// server logs it and writes it to the audit trail.
+type FormatRaise struct {
+	From, To Format
+	// Reason is the feature that raised it ("sealing", "legacy sealed
+	// content": a database sealed before the marker existed).
+	Reason string
+	At     time.Time
+}
+
+// Format returns the database's format.
+func (s *Store) Format(ctx context.Context) (Format, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	f, ok, err := readFormat(s.db)
+	if err != nil || ok {
+		return f, err
+	}
+	return FormatBase, nil
+}
+
+// Raises returns the format raises this open made (and forgets them):
+// the caller records them where it keeps its trail.
+func (s *Store) Raises() []FormatRaise {
+	s.raisesMu.Lock()
+	defer s.raisesMu.Unlock()
+	out := s.raises
+	s.raises = nil
+	return out
+}
+
+// raiseIn puts a raise of the format to "to" into b when the database is
+// older, and returns it (nil when nothing is raised).
+func (s *Store) raiseIn(b *pebble.Batch, to Format, reason string) (*FormatRaise, error) {
+	cur, err := s.Format(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	if cur >= to {
+		return nil, nil
+	}
+	_ = b.Set([]byte(formatKey), []byte(to.String()), nil)
+	return &FormatRaise{From: cur, To: to, Reason: reason, At: s.now().UTC()}, nil
+}
+
+// noteRaise logs a committed raise and keeps it for Raises.
+func (s *Store) noteRaise(r *FormatRaise) {
+	if r == nil {
+		return
+	}
+	if s.log != nil {
+		s.log.Warn("database_format_raised", "from", int(r.From), "to", int(r.To), "reason", r.Reason,
+			"path", s.path, "note", "releases that do not read this format refuse the database (docs/upgrading.md)")
+	}
+	s.raisesMu.Lock()
+	s.raises = append(s.raises, *r)
+	s.raisesMu.Unlock()
+}
+
+// initFormat records the format of a database that has no marker: a new
+// one, or one written before the marker existed. A database sealed by the
+// release that introduced sealing has sealed records and no record of it;
+// it is found once here and marked sealed (its key store is identified
+// at the first open with the KEK, bindSealer). Later opens read the marker
+// alone.
+func (s *Store) initFormat(ctx context.Context) error {
+	if _, ok, err := readFormat(s.db); err != nil || ok {
+		return err
+	}
+	sealed, err := s.hasSealedContent(ctx)
+	if err != nil {
+		return fmt.Errorf("look for sealed content written before the format marker: %w", err)
+	}
+	b := s.db.NewBatch()
+	if !sealed {
+		_ = b.Set([]byte(formatKey), []byte(FormatBase.String()), nil)
+		return s.apply(ctx, write{kind: writeState, batch: b, sync: true})
+	}
+	r := &FormatRaise{From: FormatBase, To: FormatSealed, Reason: "sealed content written before the format marker", At: s.now().UTC()}
+	v, err := json.Marshal(sealRecord{SealedAt: r.At.UnixNano()})
+	if err != nil {
+		_ = b.Close()
+		return err
+	}
+	_ = b.Set([]byte(sealKey), v, nil)
+	_ = b.Set([]byte(formatKey), []byte(FormatSealed.String()), nil)
+	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true}); err != nil {
+		return fmt.Errorf("mark the database sealed: %w", err)
+	}
+	s.noteRaise(r)
+	return nil
+}
+
+// hasSealedContent reports whether any thread has a sealed record: its
+// metadata, or a message in the key-number index (every sealed message's
+// first version is there). One seek per thread, done once per database.
+func (s *Store) hasSealedContent(ctx context.Context) (bool, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(threadNS), UpperBound: upperBound([]byte(threadNS))})
+	if err != nil {
+		return false, fmt.Errorf("open iterator: %w", err)
+	}
+	defer it.Close()
+	for valid := it.First(); valid; {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		rest := it.Key()[len(threadNS):]
+		i := bytes.IndexByte(rest, ':')
+		if i < 0 {
+			valid = it.Next()
+			continue
+		}
+		tid := string(rest[:i])
+		if it.SeekGE(append(threadPrefix(tid), keyIndexSuffix...)) &&
+			bytes.HasPrefix(it.Key(), append(threadPrefix(tid), keyIndexSuffix...)) {
+			return true, nil
+		}
+		if it.SeekGE(threadMetaKey(tid)) && bytes.Equal(it.Key(), threadMetaKey(tid)) {
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return false, err
+			}
+			if sealedThreadRecord(v) {
+				return true, nil
+			}
+		}
+		valid = it.SeekGE(upperBound(threadPrefix(tid)))
+	}
+	return false, it.Error()
+}
+
+// sealedThreadRecord reports whether thread metadata v is sealed.
+func sealedThreadRecord(v []byte) bool {
+	if t, ok := fastThread(v); ok {
+		return t.Sealed != ""
+	}
+	var t Thread
+	return json.Unmarshal(v, &t) == nil && t.Sealed != ""
+}
