@@ -136,7 +136,7 @@ func (s *Store) noteRaise(r *FormatRaise) {
 		return
 	}
 	if s.log != nil {
-		s.log.Warn("database_format_raised", "from", int(r.From), "to", int(r.To), "reason", r.Reason,
+		s.log.Info("database_format_raised", "from", int(r.From), "to", int(r.To), "reason", r.Reason,
 			"path", s.path, "note", "releases that do not read this format refuse the database (docs/upgrading.md)")
 	}
 	s.raisesMu.Lock()
