@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
@@ -114,6 +115,10 @@ func validate(cfg config.Config, keep bool) (err error) {
 		return err
 	}
 	if _, err := loadTransport(cfg); err != nil {
+		return err
+	}
+	// Before any folder is made: a start refused for its KEK leaves none.
+	if err := checkKEK(context.Background(), cfg); err != nil {
 		return err
 	}
 	for _, f := range folders(cfg) {

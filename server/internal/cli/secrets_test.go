@@ -80,3 +80,30 @@ func (h *harness) runStdin(stdin io.Reader, args ...string) (code int, stdout, s
 	code = Main(context.Background(), args, h.environ, stdin, &out, &errb)
 	return code, out.String(), errb.String()
 }
+
+// A KMS KEK this host cannot use (here: AWS KMS without credentials) is
+// refused by config check as by serve, exit 2 naming PROGRESSDB_KEK, and
+// serve's refused start leaves no folder behind: before, config check
+// passed it, and serve exited 1 naming the key store and left the
+// database and key store folders.
+func TestUnusableKMSKEKRefused(t *testing.T) {
+	dir := t.TempDir()
+	environ := []string{
+		"PROGRESSDB_DB_PATH=" + filepath.Join(dir, "data"),
+		"PROGRESSDB_KEYSTORE_PATH=" + filepath.Join(dir, "keys"),
+		"PROGRESSDB_RETENTION_ENABLED=true",
+		"PROGRESSDB_ADDR=127.0.0.1:0",
+		"PROGRESSDB_KEK=awskms://alias/progressdb?region=us-east-1",
+		"AWS_EC2_METADATA_DISABLED=true",
+		"HOME=" + dir,
+	}
+	for _, cmd := range [][]string{{"config", "check"}, {"serve"}} {
+		code, out, errOut := runBinary(t, environ, cmd...)
+		if code != exitUsage || !strings.Contains(errOut, "invalid configuration: PROGRESSDB_KEK=") {
+			t.Errorf("%s: exit %d, want 2 naming PROGRESSDB_KEK\nstdout: %s\nstderr: %s", cmd[0], code, out, errOut)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Errorf("%s left %d entries behind", cmd[0], len(entries))
+		}
+	}
+}
