@@ -100,7 +100,8 @@ func TestSealedDatabaseRefusesWithoutItsKEKAndKeyStore(t *testing.T) {
 }
 
 // A database in a format newer than the binary's is refused before
-// anything is read or written: exit 2 naming both formats.
+// anything is read or written: exit 2 naming both formats; version names
+// the formats the binary reads.
 func TestNewerDatabaseFormatIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	env := []string{"PROGRESSDB_DB_PATH=" + filepath.Join(dir, "data"), "PROGRESSDB_ADDR=127.0.0.1:0"}
@@ -123,5 +124,9 @@ func TestNewerDatabaseFormatIsRefused(t *testing.T) {
 			!strings.Contains(errOut, `format "99"`) || !strings.Contains(errOut, "formats 1 to 2") {
 			t.Errorf("%s: exit %d, stderr %q; want 2 naming format 99 and this binary's 1 to 2", cmd[0], code, errOut)
 		}
+	}
+	// The formats the binary reads are what version says.
+	if code, out, _ := runBinary(t, env, "version"); code != exitOK || !strings.Contains(out, "formats: database 1 to 2, key store 1 to 2") {
+		t.Errorf("version: exit %d\n%s; want the formats it reads", code, out)
 	}
 }

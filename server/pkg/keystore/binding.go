@@ -30,10 +30,11 @@ const (
 	databaseKey = "ks:db"
 )
 
-// Formats of the key store. formatLegacy stores opened by this release are
+// Formats of the key store. FormatLegacy stores opened by this release are
 // raised to FormatBound when they are bound to their database (Bind).
 const (
-	formatLegacy = 1
+	// FormatLegacy is what the release that introduced sealing wrote.
+	FormatLegacy = 1
 	// FormatBound is the format this release writes.
 	FormatBound = 2
 )
@@ -56,7 +57,7 @@ type FormatError struct {
 
 func (e *FormatError) Error() string {
 	return fmt.Sprintf("%v: the key store is in format %s, this binary reads formats %d to %d (docs/upgrading.md)",
-		ErrUnknownFormat, e.Found, formatLegacy, e.Known)
+		ErrUnknownFormat, e.Found, FormatLegacy, e.Known)
 }
 
 func (e *FormatError) Unwrap() error { return ErrUnknownFormat }
@@ -65,7 +66,7 @@ func (e *FormatError) Unwrap() error { return ErrUnknownFormat }
 // does not know.
 func parseFormat(v []byte) (int, error) {
 	n, err := strconv.Atoi(string(v))
-	if err != nil || n < formatLegacy || n > FormatBound {
+	if err != nil || n < FormatLegacy || n > FormatBound {
 		return 0, &FormatError{Found: strconv.Quote(string(v)), Known: FormatBound}
 	}
 	return n, nil
