@@ -5183,11 +5183,17 @@ type GetDatabaseResponse struct {
 		// DatabaseId The database's identity ("" for a database from before identities that has not yet run retention).
 		DatabaseId string `json:"database_id"`
 
+		// Format The format the database is written in (docs/upgrading.md); a binary refuses one it does not read.
+		Format int `json:"format"`
+
 		// OriginId For a database restored from a backup, the identity of the database the backup was taken of (absent otherwise).
 		OriginId *string `json:"origin_id,omitempty"`
 
 		// Path The database folder, absolute, as the server sees it.
 		Path string `json:"path"`
+
+		// Sealed Whether the database is sealed (spec §12); a sealed database opens only with its KEK and its own key store.
+		Sealed bool `json:"sealed"`
 
 		// Threads With `threads=true`: the threads (deleted ones included)
 		// whose record is sealed, and those whose record is plain
@@ -5218,11 +5224,17 @@ func (r GetDatabaseResponse) GetJSON200() *struct {
 	// DatabaseId The database's identity ("" for a database from before identities that has not yet run retention).
 	DatabaseId string `json:"database_id"`
 
+	// Format The format the database is written in (docs/upgrading.md); a binary refuses one it does not read.
+	Format int `json:"format"`
+
 	// OriginId For a database restored from a backup, the identity of the database the backup was taken of (absent otherwise).
 	OriginId *string `json:"origin_id,omitempty"`
 
 	// Path The database folder, absolute, as the server sees it.
 	Path string `json:"path"`
+
+	// Sealed Whether the database is sealed (spec §12); a sealed database opens only with its KEK and its own key store.
+	Sealed bool `json:"sealed"`
 
 	// Threads With `threads=true`: the threads (deleted ones included)
 	// whose record is sealed, and those whose record is plain
@@ -8970,11 +8982,17 @@ func ParseGetDatabaseResponse(rsp *http.Response) (*GetDatabaseResponse, error) 
 			// DatabaseId The database's identity ("" for a database from before identities that has not yet run retention).
 			DatabaseId string `json:"database_id"`
 
+			// Format The format the database is written in (docs/upgrading.md); a binary refuses one it does not read.
+			Format int `json:"format"`
+
 			// OriginId For a database restored from a backup, the identity of the database the backup was taken of (absent otherwise).
 			OriginId *string `json:"origin_id,omitempty"`
 
 			// Path The database folder, absolute, as the server sees it.
 			Path string `json:"path"`
+
+			// Sealed Whether the database is sealed (spec §12); a sealed database opens only with its KEK and its own key store.
+			Sealed bool `json:"sealed"`
 
 			// Threads With `threads=true`: the threads (deleted ones included)
 			// whose record is sealed, and those whose record is plain

@@ -2081,6 +2081,10 @@ export interface operations {
                         database_id: string;
                         /** @description The database folder, absolute, as the server sees it. */
                         path: string;
+                        /** @description The format the database is written in (docs/upgrading.md); a binary refuses one it does not read. */
+                        format: number;
+                        /** @description Whether the database is sealed (spec §12); a sealed database opens only with its KEK and its own key store. */
+                        sealed: boolean;
                         /** @description For a database restored from a backup, the identity of the database the backup was taken of (absent otherwise). */
                         origin_id?: string;
                         /**

@@ -18,6 +18,10 @@ const HeaderDatabaseID = "X-Progressdb-Database-Id"
 type Database struct {
 	DatabaseID string `json:"database_id"`
 	Path       string `json:"path"` // the folder, absolute
+	// Format is the database's format (docs/upgrading.md), Sealed whether
+	// it is sealed (spec §12).
+	Format int  `json:"format"`
+	Sealed bool `json:"sealed"`
 	// OriginID is, for a restored copy, the database it was restored
 	// from (spec §10.1).
 	OriginID string `json:"origin_id,omitempty"`
@@ -48,6 +52,15 @@ func (s *server) database(w http.ResponseWriter, r *http.Request) error {
 		path = s.store.Path()
 	}
 	d := Database{DatabaseID: id, Path: path}
+	f, err := s.store.Format(r.Context())
+	if err != nil {
+		return err
+	}
+	seal, err := s.store.SealInfo(r.Context())
+	if err != nil {
+		return err
+	}
+	d.Format, d.Sealed = int(f), seal.Sealed
 	l, copied, err := s.store.Lineage(r.Context())
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -27,6 +28,11 @@ func TestAdminDatabase(t *testing.T) {
 	abs, _ := filepath.Abs(e.store.Path())
 	if got.DatabaseID != id || got.Path != abs {
 		t.Fatalf("answer %+v, want %s at %s", got, id, abs)
+	}
+	// The format and the seal are on the wire even when 1 and false.
+	if got.Format != int(store.FormatBase) || got.Sealed || !strings.Contains(string(r.body), `"format":1`) ||
+		!strings.Contains(string(r.body), `"sealed":false`) {
+		t.Fatalf("answer %s, want format %d, not sealed", r.body, store.FormatBase)
 	}
 	if folder, err := store.FolderDatabaseID(e.store.Path()); err != nil || folder != id {
 		t.Fatalf("the folder records %q (%v), the database is %s", folder, err, id)
