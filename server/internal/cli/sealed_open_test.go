@@ -130,3 +130,25 @@ func TestNewerDatabaseFormatIsRefused(t *testing.T) {
 		t.Errorf("version: exit %d\n%s; want the formats it reads", code, out)
 	}
 }
+
+// keys encrypt-existing seals the database it seals: its key store is
+// created bound to it, and from then on the database opens only with the
+// KEK and that key store.
+func TestEncryptExistingBindsItsKeyStore(t *testing.T) {
+	dir := t.TempDir()
+	kek := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x42}, 32))
+	env := sealedEnv(dir, "data", kek)
+	plain := withVar(withVar(env, "PROGRESSDB_KEK", ""), "PROGRESSDB_KEYSTORE_PATH", "")
+	if code, out, errOut := runBinary(t, plain, "seed", "--threads", "2", "--messages", "1"); code != exitOK {
+		t.Fatalf("seed: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := runBinary(t, env, "keys", "encrypt-existing"); code != exitOK {
+		t.Fatalf("encrypt-existing: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := runBounded(t, plain, "retention", "run"); code != exitUsage || !strings.Contains(errOut, "PROGRESSDB_KEK") {
+		t.Errorf("without the KEK after encrypt-existing: exit %d, stderr %q; want 2 naming PROGRESSDB_KEK", code, errOut)
+	}
+	if code, out, errOut := runBounded(t, env, "retention", "run"); code != exitOK {
+		t.Errorf("with the KEK and its key store: exit %d\n%s%s", code, out, errOut)
+	}
+}
