@@ -11,12 +11,12 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/progressdb/progressdb/server/pkg/keystore"
-	. "github.com/progressdb/progressdb/server/pkg/store"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 const (
-	formatKey = FormatKeyForTest
-	sealKey   = SealKeyForTest
+	formatKey = store.FormatKeyForTest
+	sealKey   = store.SealKeyForTest
 )
 
 // openKeys opens (creating) the key store dir/keys for a database at
@@ -32,13 +32,13 @@ func openKeys(t *testing.T, dir, database string, mustExist bool) (*keystore.Key
 }
 
 // openSealedAt opens dir/data sealed under dir/keys.
-func openSealedAt(t *testing.T, dir string) (*Store, error) {
+func openSealedAt(t *testing.T, dir string) (*store.Store, error) {
 	t.Helper()
 	ks, err := openKeys(t, dir, "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(filepath.Join(dir, "data"), Options{Sealer: ks, Closer: ks})
+	s, err := store.Open(filepath.Join(dir, "data"), store.Options{Sealer: ks, Closer: ks})
 	if err != nil {
 		_ = ks.Close()
 	}
@@ -91,22 +91,22 @@ func TestStoreRefusesPlaintextInSealedDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateThread(ctx, Thread{ID: "t", Title: "x", Author: "a"}); err != nil {
+	if _, err := s.CreateThread(ctx, store.Thread{ID: "t", Title: "x", Author: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if f, err := s.Format(ctx); err != nil || f != FormatSealed {
-		t.Fatalf("format = %v, %v; want %v", f, err, FormatSealed)
+	if f, err := s.Format(ctx); err != nil || f != store.FormatSealed {
+		t.Fatalf("format = %v, %v; want %v", f, err, store.FormatSealed)
 	}
-	// A caller that drops the Sealer (belt and braces: Open gives none).
-	giveBack := DropSealer(s)
-	if _, err := s.CreateThread(ctx, Thread{ID: "u", Title: "plain", Author: "a"}); !errors.Is(err, ErrSealedNeedsKEK) {
+	// A caller that drops the Sealer (belt and braces: store.Open gives none).
+	giveBack := store.DropSealer(s)
+	if _, err := s.CreateThread(ctx, store.Thread{ID: "u", Title: "plain", Author: "a"}); !errors.Is(err, store.ErrSealedNeedsKEK) {
 		t.Errorf("plain thread into a sealed database: %v; want ErrSealedNeedsKEK", err)
 	}
-	if _, err := s.AppendMessage(ctx, "t", Message{ID: "m", Author: "a", Body: []byte(`"plain"`)}); !errors.Is(err, ErrSealedNeedsKEK) {
+	if _, err := s.AppendMessage(ctx, "t", store.Message{ID: "m", Author: "a", Body: []byte(`"plain"`)}); !errors.Is(err, store.ErrSealedNeedsKEK) {
 		t.Errorf("plain message into a sealed database: %v; want ErrSealedNeedsKEK", err)
 	}
 	bk := s.NewBulk()
-	if err := bk.PutThread(Thread{ID: "v", Title: "plain", Author: "a"}); !errors.Is(err, ErrSealedNeedsKEK) {
+	if err := bk.PutThread(store.Thread{ID: "v", Title: "plain", Author: "a"}); !errors.Is(err, store.ErrSealedNeedsKEK) {
 		t.Errorf("bulk plain thread: %v; want ErrSealedNeedsKEK", err)
 	}
 	_ = bk.Close()
@@ -114,7 +114,7 @@ func TestStoreRefusesPlaintextInSealedDatabase(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(filepath.Join(dir, "data"), Options{}); !errors.Is(err, ErrSealedNeedsKEK) {
+	if _, err := store.Open(filepath.Join(dir, "data"), store.Options{}); !errors.Is(err, store.ErrSealedNeedsKEK) {
 		t.Fatalf("open without a Sealer: %v; want ErrSealedNeedsKEK", err)
 	}
 }
@@ -138,10 +138,10 @@ func TestSealedDatabaseRefusesAForeignKeyStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = Open(filepath.Join(a, "data"), Options{Sealer: ks, Closer: ks})
-		var fe *ForeignKeyStoreError
-		if !errors.Is(err, ErrForeignKeyStore) || !errors.As(err, &fe) || fe.KeyStoreID != ks.ID() {
-			t.Errorf("%s key store: %v; want ErrForeignKeyStore naming it", name, err)
+		_, err = store.Open(filepath.Join(a, "data"), store.Options{Sealer: ks, Closer: ks})
+		var fe *store.ForeignKeyStoreError
+		if !errors.Is(err, store.ErrForeignKeyStore) || !errors.As(err, &fe) || fe.KeyStoreID != ks.ID() {
+			t.Errorf("%s key store: %v; want store.ErrForeignKeyStore naming it", name, err)
 		}
 		if name == "a fresh one" && ks.Database() != "" {
 			t.Errorf("the fresh key store was bound to %s", ks.Database())
@@ -159,7 +159,7 @@ func TestSealedDatabaseRefusesAForeignKeyStore(t *testing.T) {
 func TestSealingFinishesAfterACrashBetweenBindAndMark(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := Open(filepath.Join(dir, "data"), Options{})
+	s, err := store.Open(filepath.Join(dir, "data"), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestSealingFinishesAfterACrashBetweenBindAndMark(t *testing.T) {
 	if _, ok := rawGet(t, filepath.Join(dir, "data"), sealKey); ok {
 		t.Fatal("marked before the open")
 	}
-	s, err = Open(filepath.Join(dir, "data"), Options{Sealer: ks, Closer: ks})
+	s, err = store.Open(filepath.Join(dir, "data"), store.Options{Sealer: ks, Closer: ks})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,8 +184,8 @@ func TestSealingFinishesAfterACrashBetweenBindAndMark(t *testing.T) {
 	if err != nil || !info.Sealed || info.KeyStoreID != ksID {
 		t.Fatalf("seal = %+v, %v; want sealed under %s", info, err, ksID)
 	}
-	if r := s.Raises(); len(r) != 1 || r[0].From != FormatBase || r[0].To != FormatSealed {
-		t.Fatalf("raises = %+v; want one from %v to %v", r, FormatBase, FormatSealed)
+	if r := s.Raises(); len(r) != 1 || r[0].From != store.FormatBase || r[0].To != store.FormatSealed {
+		t.Fatalf("raises = %+v; want one from %v to %v", r, store.FormatBase, store.FormatSealed)
 	}
 	_ = s.Close()
 }
@@ -197,11 +197,11 @@ func TestSealingFinishesAfterACrashBetweenBindAndMark(t *testing.T) {
 func TestDatabaseFromBeforeTheMarker(t *testing.T) {
 	ctx := context.Background()
 	plain, sealed := t.TempDir(), t.TempDir()
-	s, err := Open(filepath.Join(plain, "data"), Options{})
+	s, err := store.Open(filepath.Join(plain, "data"), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateThread(ctx, Thread{ID: "t", Title: "x", Author: "a"}); err != nil {
+	if _, err := s.CreateThread(ctx, store.Thread{ID: "t", Title: "x", Author: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.Close()
@@ -209,7 +209,7 @@ func TestDatabaseFromBeforeTheMarker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateThread(ctx, Thread{ID: "t", Title: "x", Author: "a"}); err != nil {
+	if _, err := s.CreateThread(ctx, store.Thread{ID: "t", Title: "x", Author: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.Close()
@@ -220,7 +220,7 @@ func TestDatabaseFromBeforeTheMarker(t *testing.T) {
 		})
 	}
 
-	s, err = Open(filepath.Join(plain, "data"), Options{})
+	s, err = store.Open(filepath.Join(plain, "data"), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestDatabaseFromBeforeTheMarker(t *testing.T) {
 		t.Fatalf("plain database from before the marker: format %q, %v; want 1 recorded", v, ok)
 	}
 
-	if _, err := Open(filepath.Join(sealed, "data"), Options{}); !errors.Is(err, ErrSealedNeedsKEK) {
+	if _, err := store.Open(filepath.Join(sealed, "data"), store.Options{}); !errors.Is(err, store.ErrSealedNeedsKEK) {
 		t.Fatalf("sealed database from before the marker without a Sealer: %v; want ErrSealedNeedsKEK", err)
 	}
 	if v, ok := rawGet(t, filepath.Join(sealed, "data"), formatKey); !ok || v != "2" {
