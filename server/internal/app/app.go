@@ -31,8 +31,13 @@ import (
 // footer) while HTTP drains, so that a client waiting for a run gets its
 // answer; then the store closes, after every run has ended.
 func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	ln, err := listen(cfg.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	if cfg.Cluster.Enabled() {
-		return serveCluster(ctx, cfg, logger)
+		return serveCluster(ctx, cfg, logger, ln)
 	}
 	if err := Validate(cfg); err != nil {
 		return err
@@ -136,10 +141,6 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return err
 	}
 	tokenFiles{cfg: cfg, tokens: tokens, logger: logger}.start(ctx)
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
-	}
 	bi := buildinfo.Read()
 	logger.Info("server_started", "addr", ln.Addr().String(), "db_path", cfg.DBPath,
 		"retention_enabled", cfg.Retention.Enabled, "sealed", keys != nil, "tls", tr.tls(), "client_certificates", tr.clientCA != nil,
@@ -242,4 +243,18 @@ func newRetention(o retention.RunnerOptions, withScheduler bool) (*retention.Man
 		}
 	}
 	return retention.NewService(retention.ServiceOptions{Runner: runner, Scheduler: sched, Logger: logger})
+}
+
+// listen takes the server's address before the start creates or opens any
+// folder: an address in use (the most common failed start) then stops it
+// with nothing left on disk. Connections that arrive while the start
+// replays or recovers wait in the backlog until the server accepts them.
+// The caller closes the listener; closing it again after api.Serve is
+// harmless.
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return ln, nil
 }

@@ -73,7 +73,7 @@ func EtcdClient(cfg config.Cluster) (*clientv3.Client, error) {
 // request, its own shards' from their stores and the others' through their
 // owners. Shutdown stops HTTP, the retention runs, then gives up the
 // ownerships and the registration before the stores close.
-func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, ln net.Listener) error {
 	tr, err := loadTransport(cfg)
 	if err != nil {
 		return err
@@ -205,10 +205,6 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	handler, err := per.handler(nodeCtx, tr, view, mover, reg)
 	if err != nil {
 		return err
-	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	bi := buildinfo.Read()
 	logger.Info("server_started", "addr", ln.Addr().String(), "db_path", cfg.DBPath, "node", cfg.NodeID,

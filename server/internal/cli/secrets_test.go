@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,5 +106,30 @@ func TestUnusableKMSKEKRefused(t *testing.T) {
 		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 			t.Errorf("%s left %d entries behind", cmd[0], len(entries))
 		}
+	}
+}
+
+// An address another process holds is the most common failed start: the
+// server takes its address before it creates any folder, so the failure
+// leaves nothing on disk to mistake for a database.
+func TestServeOnAnAddressInUseLeavesNoFolder(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	dir := t.TempDir()
+	environ := []string{
+		"PROGRESSDB_DB_PATH=" + filepath.Join(dir, "data"),
+		"PROGRESSDB_BACKUP_PATH=" + filepath.Join(dir, "backups"),
+		"PROGRESSDB_ADDR=" + held.Addr().String(),
+		"HOME=" + dir,
+	}
+	code, out, errOut := runBinary(t, environ, "serve")
+	if code == 0 || !strings.Contains(errOut, "listen on "+held.Addr().String()) {
+		t.Errorf("exit %d, want a failure naming the address\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("serve left %d entries behind: %v", len(entries), entries)
 	}
 }
