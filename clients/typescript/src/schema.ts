@@ -2070,6 +2070,8 @@ export interface operations {
                      * @example {
                      *       "database_id": "3f9a2c71e0b84d15",
                      *       "path": "/var/lib/progressdb/data",
+                     *       "format": 2,
+                     *       "sealed": true,
                      *       "threads": {
                      *         "sealed": 1200,
                      *         "plain": 0

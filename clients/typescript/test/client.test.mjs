@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { createServer as createHTTPServer, request as httpRequest } from "node:http";
 import { createServer as createHTTPSServer } from "node:https";
 import { execFileSync } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { generateKeyPairSync } from "node:crypto";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -354,7 +355,15 @@ describe("@progressdb/client against progressdb serve", { skip }, () => {
 
   test("subject erasure with sealing", async (t) => {
     const kek = "base64key://" + Buffer.alloc(32, 7).toString("base64");
-    const c = await connect(await serve(t, { PROGRESSDB_KEK: kek, PROGRESSDB_KEYSTORE_PATH: "{dir}/keys" }));
+    // A receipt is given only when the audit files that record the
+    // erasure are signed.
+    const keyDir = mkdtempSync(join(tmpdir(), "progressdb-signing-"));
+    t.after(() => rmSync(keyDir, { recursive: true, force: true }));
+    const signingKey = join(keyDir, "audit-signing.pem");
+    writeFileSync(signingKey, generateKeyPairSync("ed25519").privateKey.export({ type: "pkcs8", format: "pem" }), { mode: 0o600 });
+    const c = await connect(
+      await serve(t, { PROGRESSDB_KEK: kek, PROGRESSDB_KEYSTORE_PATH: "{dir}/keys", PROGRESSDB_AUDIT_SIGNING_KEY: signingKey }),
+    );
     await c.createThread({ id: "t-1", title: "Plans", author: "bob" });
     await c.appendMessage("t-1", { id: "m-ann", author: "ann", body: "mine" });
     await c.appendMessage("t-1", { id: "m-bob", author: "bob", body: "his" });

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 	"github.com/progressdb/progressdb/server/pkg/store/storetest"
 )
@@ -109,9 +111,14 @@ func TestServeErasesASubject(t *testing.T) {
 	}
 	stop()
 
-	// Ann's ciphertexts, as the files hold them.
+	// Ann's ciphertexts, as the files hold them. A sealed database opens
+	// only with its KEK and key store, even to read ciphertexts.
 	var sealed []string
-	st, err := store.Open(db, store.Options{})
+	cfg, err := config.Load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := OpenStore(context.Background(), cfg, slog.New(slog.DiscardHandler), store.Options{}, KeepPlain)
 	if err != nil {
 		t.Fatal(err)
 	}
