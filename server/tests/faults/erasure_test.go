@@ -85,9 +85,20 @@ func newErasureSite(t *testing.T, threads, perThread int) *erasureSite {
 		t.Fatalf("server exit %d\n%s", code, srv.output())
 	}
 
-	// What the files hold of the erased author before the erasure.
-	st, err := store.Open(es.db, store.Options{})
+	// What the files hold of the erased author before the erasure, read
+	// through the key store: a sealed database opens only with it.
+	kek, err := keystore.OpenKEK(context.Background(), erasureKEK)
 	if err != nil {
+		t.Fatal(err)
+	}
+	defer kek.Close()
+	ks, err := keystore.Open(context.Background(), es.keys, keystore.Options{Keeper: kek, DataPath: es.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(es.db, store.Options{Sealer: ks, Closer: ks})
+	if err != nil {
+		_ = ks.Close()
 		t.Fatal(err)
 	}
 	for _, mid := range es.erased {
