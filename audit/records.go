@@ -40,6 +40,11 @@ const (
 // it moved to in moved_to, and a footer saying the copy was deleted.
 const TriggerMove = "move"
 
+// TriggerFormat is the trigger of the record of a raise of the database's
+// format (a feature that changes what is stored, first used): no items,
+// format_from and format_to, and a footer naming the feature.
+const TriggerFormat = "format"
+
 // ReasonAbsent is the reason of a replayed item the restored database
 // never held (or no longer held): nothing to purge.
 const ReasonAbsent = "absent"
@@ -116,6 +121,10 @@ type Header struct {
 	// MovedTo is the node a shard moved to, in the record of the move
 	// (trigger "move") left by the node it moved from.
 	MovedTo string `json:"moved_to,omitempty"`
+	// FormatFrom and FormatTo are the database's formats before and after
+	// a raise, in its record (trigger "format").
+	FormatFrom int `json:"format_from,omitempty"`
+	FormatTo   int `json:"format_to,omitempty"`
 }
 
 // Item records what happened to one thread or message. It holds IDs and

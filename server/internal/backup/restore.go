@@ -29,6 +29,8 @@ var ErrRefused = errors.New("restore refused")
 // restored store: a retention service, or a shard's runner.
 type Replayer interface {
 	Run(ctx context.Context, req retention.RunRequest) (retention.Result, error)
+	// RecordRaises writes the format raises the copy owes the trail.
+	RecordRaises(ctx context.Context) error
 	Close()
 }
 
@@ -314,6 +316,11 @@ func (r *restore) replay(ctx context.Context) error {
 		BackupID: r.state.BackupID, AcceptBrokenAudit: r.o.AcceptBrokenAudit, PublicKey: r.o.PublicKey}})
 	if err := r.replayed(res, err); err != nil {
 		return err
+	}
+	// A copy sealed at its open (or restored with a raise not yet in
+	// the trail) has it recorded before it serves.
+	if err := svc.RecordRaises(ctx); err != nil {
+		return r.unfinished(err, "record the format raise: %v", err)
 	}
 	if keys != nil {
 		// The replay's runs erase what they destroy; this also erases

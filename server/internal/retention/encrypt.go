@@ -2,6 +2,7 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -86,6 +87,11 @@ func (r *Runner) EncryptExisting(ctx context.Context, req EncryptRequest) (Encry
 		p := &sealPass{r: r, lease: lease, res: &res, report: req.Progress, pace: newPacer(r.cfg.BatchPause, r.userWrites())}
 		return p.run(ctx)
 	})
+	// The raise sealing made at open goes to the trail now, not at the
+	// next start.
+	if rerr := r.RecordRaises(context.WithoutCancel(ctx)); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("record format raises: %w", rerr))
+	}
 	return res, err
 }
 

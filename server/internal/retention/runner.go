@@ -119,6 +119,9 @@ type runnerHooks struct {
 	// afterOweShred and afterShred run once a thread purge's record is
 	// owed as shredded, and once its keys are destroyed.
 	afterOweShred, afterShred func(ctx context.Context, m store.PurgeMarker)
+	// afterRaiseRecord runs once a format raise's record is in the trail,
+	// before the store forgets it owes it.
+	afterRaiseRecord func(ctx context.Context, fr store.FormatRaise)
 }
 
 // batchPoint describes a batch boundary to the test hook.
@@ -352,8 +355,18 @@ func (r *Runner) leaseConfig() LeaseConfig {
 // it ran forever). It works under the lease, so it never seals a live run's
 // file; when the lease is held (or a run is going here) the holder seals
 // them itself. With nothing in progress it takes no lease and creates
-// nothing.
+// nothing. It then writes the format raises the database still owes the
+// trail (RecordRaises), so every start pays them.
 func (r *Runner) Recover(ctx context.Context) ([]string, error) {
+	sealed, err := r.sealAbandoned(ctx)
+	if rerr := r.RecordRaises(ctx); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("record format raises: %w", rerr))
+	}
+	return sealed, err
+}
+
+// sealAbandoned is Recover's sealing of the files a crash left.
+func (r *Runner) sealAbandoned(ctx context.Context) ([]string, error) {
 	pending, err := audit.InProgress(r.cfg.AuditPath)
 	if err != nil {
 		return nil, err

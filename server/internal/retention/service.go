@@ -79,6 +79,10 @@ func (m *Manager) StartScheduler(ctx context.Context) {
 // Runner.Recover); the server calls it at start.
 func (m *Manager) Recover(ctx context.Context) ([]string, error) { return m.runner.Recover(ctx) }
 
+// RecordRaises writes the format raises the database owes the audit trail
+// (see Runner.RecordRaises); the workflows that seal call it when they end.
+func (m *Manager) RecordRaises(ctx context.Context) error { return m.runner.RecordRaises(ctx) }
+
 // RestoreLastSuccess sets progressdb_retention_last_success_timestamp_seconds
 // from the audit folder (the newest completed run that was not a dry run)
 // and returns when that run finished, zero when there was none. The server

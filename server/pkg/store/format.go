@@ -84,15 +84,23 @@ func readFormat(r pebble.Reader) (f Format, ok bool, err error) {
 	return Format(n), true, nil
 }
 
-// FormatRaise is one raise of a database's format, reported once: the
-// server logs it and writes it to the audit trail.
+// FormatRaise is one raise of a database's format, recorded once in the
+// audit trail (retention's RecordRaises) and logged when it is made.
 type FormatRaise struct {
-	From, To Format
-	// Reason is the feature that raised it ("sealing", "legacy sealed
-	// content": a database sealed before the marker existed).
-	Reason string
-	At     time.Time
+	From Format `json:"from"`
+	To   Format `json:"to"`
+	// Reason is the feature that raised it ("sealing", "sealed content
+	// written before the format marker").
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
 }
+
+// owedRaiseNS keeps the raises not yet in the audit trail, one key per
+// format raised to (a format is raised to once). The raise's own batch
+// writes it, so a crash before the trail has it loses nothing.
+const owedRaiseNS = "sys:format:owed:"
+
+func owedRaiseKey(to Format) []byte { return []byte(owedRaiseNS + to.String()) }
 
 // Format returns the database's format.
 func (s *Store) Format(ctx context.Context) (Format, error) {
@@ -106,18 +114,45 @@ func (s *Store) Format(ctx context.Context) (Format, error) {
 	return FormatBase, nil
 }
 
-// Raises returns the format raises this open made (and forgets them):
-// the caller records them where it keeps its trail.
-func (s *Store) Raises() []FormatRaise {
-	s.raisesMu.Lock()
-	defer s.raisesMu.Unlock()
-	out := s.raises
-	s.raises = nil
-	return out
+// OwedRaises returns the format raises not yet recorded in the audit
+// trail, oldest format first.
+func (s *Store) OwedRaises(ctx context.Context) ([]FormatRaise, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(owedRaiseNS), UpperBound: upperBound([]byte(owedRaiseNS))})
+	if err != nil {
+		return nil, fmt.Errorf("open iterator: %w", err)
+	}
+	defer it.Close()
+	var out []FormatRaise
+	for valid := it.First(); valid; valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		var r FormatRaise
+		if err := json.Unmarshal(v, &r); err != nil {
+			return nil, fmt.Errorf("read owed format raise %q: %w", it.Key(), err)
+		}
+		out = append(out, r)
+	}
+	return out, it.Error()
+}
+
+// RaiseRecorded forgets an owed raise once the audit trail has it.
+func (s *Store) RaiseRecorded(ctx context.Context, r FormatRaise) error {
+	b := s.db.NewBatch()
+	_ = b.Delete(owedRaiseKey(r.To), nil)
+	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true}); err != nil {
+		return fmt.Errorf("forget the recorded format raise to %v: %w", r.To, err)
+	}
+	return nil
 }
 
 // raiseIn puts a raise of the format to "to" into b when the database is
-// older, and returns it (nil when nothing is raised).
+// older, with its owed record, and returns it (nil when nothing is
+// raised).
 func (s *Store) raiseIn(b *pebble.Batch, to Format, reason string) (*FormatRaise, error) {
 	cur, err := s.Format(context.Background())
 	if err != nil {
@@ -126,22 +161,28 @@ func (s *Store) raiseIn(b *pebble.Batch, to Format, reason string) (*FormatRaise
 	if cur >= to {
 		return nil, nil
 	}
-	_ = b.Set([]byte(formatKey), []byte(to.String()), nil)
-	return &FormatRaise{From: cur, To: to, Reason: reason, At: s.now().UTC()}, nil
+	r := &FormatRaise{From: cur, To: to, Reason: reason, At: s.now().UTC()}
+	return r, oweRaise(b, r)
 }
 
-// noteRaise logs a committed raise and keeps it for Raises.
+// oweRaise writes the raise's format and its owed record into b.
+func oweRaise(b *pebble.Batch, r *FormatRaise) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_ = b.Set([]byte(formatKey), []byte(r.To.String()), nil)
+	_ = b.Set(owedRaiseKey(r.To), v, nil)
+	return nil
+}
+
+// noteRaise logs a committed raise.
 func (s *Store) noteRaise(r *FormatRaise) {
-	if r == nil {
+	if r == nil || s.log == nil {
 		return
 	}
-	if s.log != nil {
-		s.log.Info("database_format_raised", "from", int(r.From), "to", int(r.To), "reason", r.Reason,
-			"path", s.path, "note", "releases that do not read this format refuse the database (docs/upgrading.md)")
-	}
-	s.raisesMu.Lock()
-	s.raises = append(s.raises, *r)
-	s.raisesMu.Unlock()
+	s.log.Info("database_format_raised", "from", int(r.From), "to", int(r.To), "reason", r.Reason,
+		"path", s.path, "note", "releases that do not read this format refuse the database (docs/upgrading.md)")
 }
 
 // initFormat records the format of a database that has no marker: a new
@@ -170,7 +211,10 @@ func (s *Store) initFormat(ctx context.Context) error {
 		return err
 	}
 	_ = b.Set([]byte(sealKey), v, nil)
-	_ = b.Set([]byte(formatKey), []byte(FormatSealed.String()), nil)
+	if err := oweRaise(b, r); err != nil {
+		_ = b.Close()
+		return err
+	}
 	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true}); err != nil {
 		return fmt.Errorf("mark the database sealed: %w", err)
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,9 +46,6 @@ type Store struct {
 	sealed atomic.Bool
 
 	log *slog.Logger // Options.Logger; may be nil
-	// raises are the format raises of this open, until Raises takes them.
-	raisesMu sync.Mutex
-	raises   []FormatRaise
 }
 
 // DefaultMemTableSize is larger than Pebble's 4 MiB default so bulk loads

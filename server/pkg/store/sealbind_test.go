@@ -184,8 +184,8 @@ func TestSealingFinishesAfterACrashBetweenBindAndMark(t *testing.T) {
 	if err != nil || !info.Sealed || info.KeyStoreID != ksID {
 		t.Fatalf("seal = %+v, %v; want sealed under %s", info, err, ksID)
 	}
-	if r := s.Raises(); len(r) != 1 || r[0].From != store.FormatBase || r[0].To != store.FormatSealed {
-		t.Fatalf("raises = %+v; want one from %v to %v", r, store.FormatBase, store.FormatSealed)
+	if r, err := s.OwedRaises(ctx); err != nil || len(r) != 1 || r[0].From != store.FormatBase || r[0].To != store.FormatSealed {
+		t.Fatalf("owed raises = %+v, %v; want one from %v to %v", r, err, store.FormatBase, store.FormatSealed)
 	}
 	_ = s.Close()
 }
