@@ -40,6 +40,23 @@ func (e env) auditShow(_ context.Context, args []string) int {
 
 	w := e.stdout
 	fmt.Fprintf(w, "file:       %s\n", path)
+	footer, problems, err := printRecords(w, r, *status)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "progressdb audit show: %v\n", err)
+		return exitFailed
+	}
+	fmt.Fprintln(w)
+	if footer == nil {
+		fmt.Fprintln(w, "footer:     none: the run is still going, or was killed (the next run seals the file as aborted)")
+	} else {
+		printFooter(w, footer)
+	}
+	return printVerdict(w, path, problems)
+}
+
+// printRecords prints the header and the items (those with status when it
+// is set) of r, and returns its footer and the problems found in its lines.
+func printRecords(w io.Writer, r *audit.Reader, status string) (*audit.Footer, []error, error) {
 	var (
 		footer   *audit.Footer
 		problems []error
@@ -59,15 +76,14 @@ func (e env) auditShow(_ context.Context, args []string) int {
 		}
 		if err != nil {
 			tw.Flush()
-			fmt.Fprintf(e.stderr, "progressdb audit show: %v\n", err)
-			return exitFailed
+			return nil, nil, err
 		}
 		switch {
 		case rec.Header != nil:
 			printHeader(w, rec.RunID, rec.Header)
 		case rec.Item != nil:
 			items++
-			if *status != "" && rec.Item.Status != *status {
+			if status != "" && rec.Item.Status != status {
 				continue
 			}
 			if shown == 0 {
@@ -83,21 +99,20 @@ func (e env) auditShow(_ context.Context, args []string) int {
 	tw.Flush()
 	if shown == 0 {
 		fmt.Fprintln(w)
-		if *status != "" {
-			fmt.Fprintf(w, "items:      %d, none with status %s\n", items, *status)
+		if status != "" {
+			fmt.Fprintf(w, "items:      %d, none with status %s\n", items, status)
 		} else {
 			fmt.Fprintln(w, "items:      none")
 		}
 	} else if shown != items {
 		fmt.Fprintf(w, "(%d of %d items shown)\n", shown, items)
 	}
-	fmt.Fprintln(w)
-	if footer == nil {
-		fmt.Fprintln(w, "footer:     none: the run is still going, or was killed (the next run seals the file as aborted)")
-	} else {
-		printFooter(w, footer)
-	}
+	return footer, problems, nil
+}
 
+// printVerdict prints the problems and whether the file at path verifies,
+// and returns the command's exit status.
+func printVerdict(w io.Writer, path string, problems []error) int {
 	code := exitOK
 	for _, p := range problems {
 		fmt.Fprintf(w, "FAIL %v\n", p)

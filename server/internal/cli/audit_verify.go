@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	iofs "io/fs"
 	"path/filepath"
 	"time"
@@ -83,32 +84,38 @@ func (e env) auditVerify(_ context.Context, args []string) int {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(rep)
 	} else {
-		for _, p := range rep.Problems {
-			fmt.Fprintf(e.stdout, "FAIL %s:%d: %s\n", p.File, p.Line, p.Reason)
-		}
-		if rep.Live != "" {
-			fmt.Fprintf(e.stdout, "in progress (live run, not judged): %s\n", rep.Live)
-		}
-		signed := ""
-		if opts.PublicKey != nil {
-			signed = ", signatures checked"
-		}
-		from := ""
-		if rep.Since != "" {
-			from = " from " + rep.Since + " on"
-		}
-		fmt.Fprintf(e.stdout, "%d of %d sealed audit files verify in %s%s%s; %d problem(s)\n",
-			rep.Verified, rep.Files, dir, from, signed, len(rep.Problems))
-		if x := rep.Exports; x != nil {
-			for _, p := range x.Problems {
-				fmt.Fprintf(e.stdout, "FAIL %s:%d: %s\n", p.File, p.Line, p.Reason)
-			}
-			fmt.Fprintf(e.stdout, "%d of %d sealed export files decompress whole in %s; %d problem(s)\n",
-				x.Verified, x.Files, x.Root, len(x.Problems))
-		}
+		printVerifyReport(e.stdout, rep, dir, opts.PublicKey != nil)
 	}
 	if problems > 0 {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// printVerifyReport prints rep for people: each problem, the live run, and
+// the counts of the audit files in dir and of the export files.
+func printVerifyReport(w io.Writer, rep audit.Report, dir string, signatures bool) {
+	for _, p := range rep.Problems {
+		fmt.Fprintf(w, "FAIL %s:%d: %s\n", p.File, p.Line, p.Reason)
+	}
+	if rep.Live != "" {
+		fmt.Fprintf(w, "in progress (live run, not judged): %s\n", rep.Live)
+	}
+	signed := ""
+	if signatures {
+		signed = ", signatures checked"
+	}
+	from := ""
+	if rep.Since != "" {
+		from = " from " + rep.Since + " on"
+	}
+	fmt.Fprintf(w, "%d of %d sealed audit files verify in %s%s%s; %d problem(s)\n",
+		rep.Verified, rep.Files, dir, from, signed, len(rep.Problems))
+	if x := rep.Exports; x != nil {
+		for _, p := range x.Problems {
+			fmt.Fprintf(w, "FAIL %s:%d: %s\n", p.File, p.Line, p.Reason)
+		}
+		fmt.Fprintf(w, "%d of %d sealed export files decompress whole in %s; %d problem(s)\n",
+			x.Verified, x.Files, x.Root, len(x.Problems))
+	}
 }
