@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 
@@ -34,29 +35,7 @@ func (e env) retentionPolicy(ctx context.Context, action string, args []string) 
 	server := serverFlag(fs)
 	var o retention.PolicyOverride
 	if action == "set" {
-		// Durations are checked for their syntax here (a usage error); the
-		// rules of the configuration in force (the minimum period) are the
-		// server's or the database's to apply.
-		duration := func(to **string) func(string) error {
-			return func(v string) error {
-				if _, err := config.ParseDuration(v); err != nil {
-					return err
-				}
-				*to = &v
-				return nil
-			}
-		}
-		fs.Func("period", "thread retention after soft delete (e.g. 30d)", duration(&o.Period))
-		fs.Func("message-period", "message retention after soft delete", duration(&o.MessagePeriod))
-		fs.Func("max-age", "purge live messages older than this; 0 turns it off for the thread", duration(&o.MaxAge))
-		fs.Func("max-messages", "keep at most this many live messages; 0 turns it off for the thread", func(v string) error {
-			n, err := parseCount(v)
-			if err != nil {
-				return err
-			}
-			o.MaxMessages = &n
-			return nil
-		})
+		overrideFlags(fs, &o)
 	}
 	if !e.parseFlags(fs, args, true) {
 		return exitUsage
@@ -84,9 +63,58 @@ func (e env) retentionPolicy(ctx context.Context, action string, args []string) 
 		return exitUsage
 	}
 
+	p, db, code := e.applyPolicy(ctx, cfg, logger, fs.Name(), *server, action, tid, o)
+	if code != exitOK {
+		return code
+	}
+	if *asJSON {
+		writeJSON(e.stdout, struct {
+			Database database `json:"database"`
+			retention.ThreadPolicy
+		}{db, p})
+		return exitOK
+	}
+	printDatabase(e.stdout, db)
+	printPolicy(e.stdout, p)
+	return exitOK
+}
+
+// overrideFlags defines the flags of `retention policy set` on fs, each
+// setting its field of o.
+func overrideFlags(fs *flag.FlagSet, o *retention.PolicyOverride) {
+	// Durations are checked for their syntax here (a usage error); the
+	// rules of the configuration in force (the minimum period) are the
+	// server's or the database's to apply.
+	duration := func(to **string) func(string) error {
+		return func(v string) error {
+			if _, err := config.ParseDuration(v); err != nil {
+				return err
+			}
+			*to = &v
+			return nil
+		}
+	}
+	fs.Func("period", "thread retention after soft delete (e.g. 30d)", duration(&o.Period))
+	fs.Func("message-period", "message retention after soft delete", duration(&o.MessagePeriod))
+	fs.Func("max-age", "purge live messages older than this; 0 turns it off for the thread", duration(&o.MaxAge))
+	fs.Func("max-messages", "keep at most this many live messages; 0 turns it off for the thread", func(v string) error {
+		n, err := parseCount(v)
+		if err != nil {
+			return err
+		}
+		o.MaxMessages = &n
+		return nil
+	})
+}
+
+// applyPolicy runs action (get, set, clear) on thread tid's override,
+// through server when one runs, on the database otherwise, and returns the
+// policy in force after it.
+func (e env) applyPolicy(ctx context.Context, cfg config.Config, logger *slog.Logger, name, server, action, tid string,
+	o retention.PolicyOverride) (retention.ThreadPolicy, database, int) {
 	var p retention.ThreadPolicy
 	path := "/admin/threads/" + tid + "/retention"
-	db, code := e.onRetention(ctx, cfg, logger, fs.Name(), *server,
+	db, code := e.onRetention(ctx, cfg, logger, name, server,
 		func(m *retention.Manager) (err error) {
 			switch action {
 			case "get":
@@ -113,19 +141,7 @@ func (e env) retentionPolicy(ctx context.Context, action string, args []string) 
 				return c.do(ctx, http.MethodGet, path, nil, &p)
 			}
 		})
-	if code != exitOK {
-		return code
-	}
-	if *asJSON {
-		writeJSON(e.stdout, struct {
-			Database database `json:"database"`
-			retention.ThreadPolicy
-		}{db, p})
-		return exitOK
-	}
-	printDatabase(e.stdout, db)
-	printPolicy(e.stdout, p)
-	return exitOK
+	return p, db, code
 }
 
 func printPolicy(w io.Writer, p retention.ThreadPolicy) {

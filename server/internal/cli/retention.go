@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -112,64 +114,80 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 				"the server at %s did not run retention on database %s: %v", t.c.base, db, callErr))
 		}
 	default:
-		st := t.st
-		svc, serr := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key)
-		if serr != nil {
-			return done(runReport{ExitCode: exitFailed, Reason: "error"}, serr.Error())
+		var stop *runReport
+		if res, err, stop = e.runDirect(ctx, t.st, cfg, logger, key, bar, *dryRun); stop != nil {
+			return done(*stop, stop.Error)
 		}
-		// A database copied back by hand first gets the purges it lacks
-		// (a dry run changes nothing: it previews the database as it is).
-		if !*dryRun {
-			replayed, cerr := svc.CatchUp(ctx, false)
-			var held *retention.LeaseHeldError
-			switch {
-			case errors.As(cerr, &held):
-				return done(runReport{ExitCode: exitLeaseHeld, Reason: "lease_held", Holder: &held.Holder},
-					"the database lacks purges of its audit trail and the lease to replay them is held by "+held.Holder.Owner)
-			case cerr != nil:
-				return done(runReport{ExitCode: exitFailed, Reason: "error"}, "replay the purges the database lacks: "+cerr.Error())
-			case replayed != nil:
-				fmt.Fprintf(e.stderr, "progressdb retention run: the database lacked %d purges of its audit trail: replayed by run %s\n",
-					replayed.Purged, replayed.RunID)
-			}
-		}
-		req := retention.RunRequest{DryRun: *dryRun, Trigger: retention.TriggerCLI}
-		if bar != nil {
-			req.Progress = bar.update
-		}
-		res, err = svc.Run(ctx, req)
-		bar.clear()
 	}
-	db := t.acted()
+	return done(e.runOutcome(res, err, t.acted(), *asJSON))
+}
+
+// runDirect makes the run on the database st when no server holds it:
+// first the purges of its audit trail it lacks, then the run. stop is the
+// report of a run that could not start, its Error the reason.
+func (e env) runDirect(ctx context.Context, st *store.Store, cfg config.Config, logger *slog.Logger, key ed25519.PrivateKey,
+	bar *progressBar, dryRun bool) (res retention.Result, err error, stop *runReport) {
+	svc, serr := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key)
+	if serr != nil {
+		return res, nil, &runReport{ExitCode: exitFailed, Reason: "error", Error: serr.Error()}
+	}
+	// A database copied back by hand first gets the purges it lacks
+	// (a dry run changes nothing: it previews the database as it is).
+	if !dryRun {
+		replayed, cerr := svc.CatchUp(ctx, false)
+		var held *retention.LeaseHeldError
+		switch {
+		case errors.As(cerr, &held):
+			return res, nil, &runReport{ExitCode: exitLeaseHeld, Reason: "lease_held", Holder: &held.Holder,
+				Error: "the database lacks purges of its audit trail and the lease to replay them is held by " + held.Holder.Owner}
+		case cerr != nil:
+			return res, nil, &runReport{ExitCode: exitFailed, Reason: "error", Error: "replay the purges the database lacks: " + cerr.Error()}
+		case replayed != nil:
+			fmt.Fprintf(e.stderr, "progressdb retention run: the database lacked %d purges of its audit trail: replayed by run %s\n",
+				replayed.Purged, replayed.RunID)
+		}
+	}
+	req := retention.RunRequest{DryRun: dryRun, Trigger: retention.TriggerCLI}
+	if bar != nil {
+		req.Progress = bar.update
+	}
+	res, err = svc.Run(ctx, req)
+	bar.clear()
+	return res, err, nil
+}
+
+// runOutcome turns a run's result and error into the command's report and
+// the message for stderr, printing the summary unless asJSON.
+func (e env) runOutcome(res retention.Result, err error, db database, asJSON bool) (runReport, string) {
 	var held *retention.LeaseHeldError
 	switch {
 	case errors.As(err, &held):
-		return done(runReport{ExitCode: exitLeaseHeld, Reason: "lease_held", Holder: &held.Holder, Database: &db}, fmt.Sprintf(
+		return runReport{ExitCode: exitLeaseHeld, Reason: "lease_held", Holder: &held.Holder, Database: &db}, fmt.Sprintf(
 			"lease held by %s (host %s, pid %d) until %s; run skipped",
-			held.Holder.Owner, held.Holder.Host, held.Holder.PID, held.Holder.Expires.Format(time.RFC3339)))
+			held.Holder.Owner, held.Holder.Host, held.Holder.PID, held.Holder.Expires.Format(time.RFC3339))
 	case errors.Is(err, retention.ErrPaused):
-		return done(runReport{ExitCode: exitFailed, Reason: "paused", Database: &db},
-			"retention is paused; `progressdb retention resume` lifts it, --dry-run previews")
+		return runReport{ExitCode: exitFailed, Reason: "paused", Database: &db},
+			"retention is paused; `progressdb retention resume` lifts it, --dry-run previews"
 	case errors.Is(err, retention.ErrDisabled):
-		return done(runReport{ExitCode: exitFailed, Reason: "disabled", Database: &db},
-			"the server refused: retention is disabled there (PROGRESSDB_RETENTION_ENABLED); --dry-run previews")
+		return runReport{ExitCode: exitFailed, Reason: "disabled", Database: &db},
+			"the server refused: retention is disabled there (PROGRESSDB_RETENTION_ENABLED); --dry-run previews"
 	}
 	rep := runReport{ExitCode: exitOK, Reason: res.Status, Error: res.Error, Database: &db}
 	if res.RunID != "" || !res.StartedAt.IsZero() {
 		rep.Result = &res
 	}
-	if !*asJSON {
+	if !asJSON {
 		printDatabase(e.stdout, db)
 		printResult(e.stdout, res)
 	}
 	switch {
 	case err != nil:
 		rep.ExitCode = exitFailed
-		return done(rep, err.Error())
+		return rep, err.Error()
 	case res.Status != "completed":
 		rep.ExitCode = exitFailed
 	}
-	return done(rep, "")
+	return rep, ""
 }
 
 // runOnServer asks the server that holds the database for the run (POST
