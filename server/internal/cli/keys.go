@@ -173,6 +173,27 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 	}
 	defer oldKEK.Close()
 
+	res, code, msg := rewrapUnderLease(ctx, cfg, logger, bar, oldKEK, newKEK, &rep)
+	if code != exitOK {
+		return done(code, msg)
+	}
+	logger.Info("kek_rotated", "keystore", cfg.KeystorePath, "rewrapped", res.Rewrapped, "duration_ms", rep.DurationMS)
+	rep.RestartWith = "set " + config.VarKEK + " (or " + config.VarKEKFile + ") to the new KEK: the old KEK opens nothing any more"
+	if !*asJSON {
+		fmt.Fprintf(e.stdout, "keystore:  %s\n", cfg.KeystorePath)
+		fmt.Fprintf(e.stdout, "rewrapped: %d keys\n", res.Rewrapped)
+		fmt.Fprintf(e.stdout, "erased:    the old wrapped keys from the key store's files (%d ms in all)\n", rep.DurationMS)
+		fmt.Fprintf(e.stdout, "next:      %s\n", rep.RestartWith)
+	}
+	return done(exitOK, "")
+}
+
+// rewrapUnderLease opens the database (keeping a server out) with its key
+// store opened for the rotation, and re-wraps every key under the
+// retention lease. code is exitOK when every key is under newKEK, else the
+// exit status, msg saying why.
+func rewrapUnderLease(ctx context.Context, cfg config.Config, logger *slog.Logger, bar *progressBar,
+	oldKEK, newKEK *secrets.Keeper, rep *rotateReport) (res keystore.RewrapResult, code int, msg string) {
 	// The data store is opened first, to keep a server out (a server
 	// holds it and its key store while it runs), and opens the key store
 	// itself: a sealed database opens only with its own (app.OpenStore).
@@ -188,16 +209,15 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 		}})
 	switch {
 	case errors.Is(err, store.ErrDatabaseLocked):
-		return done(exitFailed, fmt.Sprintf("a running server holds %s: stop it, rotate, then start it with %s set to the new URL", cfg.DBPath, config.VarKEK))
+		return res, exitFailed, fmt.Sprintf("a running server holds %s: stop it, rotate, then start it with %s set to the new URL", cfg.DBPath, config.VarKEK)
 	case err != nil:
-		return done(openExit(err), err.Error())
+		return res, openExit(err), err.Error()
 	}
 	defer st.Close()
 	runner, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: cfg.Retention, Logger: logger})
 	if err != nil {
-		return done(exitFailed, err.Error())
+		return res, exitFailed, err.Error()
 	}
-	var res keystore.RewrapResult
 	start := time.Now()
 	err = runner.Exclusive(ctx, "rotate kek", func(ctx context.Context, check func() error) error {
 		if err := check(); err != nil {
@@ -211,19 +231,11 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 	var held *retention.LeaseHeldError
 	switch {
 	case errors.As(err, &held):
-		return done(exitLeaseHeld, fmt.Sprintf("the retention lease is held by %s: nothing was rotated; run it again once the run is over", held.Holder.Owner))
+		return res, exitLeaseHeld, fmt.Sprintf("the retention lease is held by %s: nothing was rotated; run it again once the run is over", held.Holder.Owner)
 	case err != nil:
-		return done(exitFailed, fmt.Sprintf("%v; the rotation is unfinished: run the same command again, with the same new KEK", err))
+		return res, exitFailed, fmt.Sprintf("%v; the rotation is unfinished: run the same command again, with the same new KEK", err)
 	}
-	logger.Info("kek_rotated", "keystore", cfg.KeystorePath, "rewrapped", res.Rewrapped, "duration_ms", rep.DurationMS)
-	rep.RestartWith = "set " + config.VarKEK + " (or " + config.VarKEKFile + ") to the new KEK: the old KEK opens nothing any more"
-	if !*asJSON {
-		fmt.Fprintf(e.stdout, "keystore:  %s\n", cfg.KeystorePath)
-		fmt.Fprintf(e.stdout, "rewrapped: %d keys\n", res.Rewrapped)
-		fmt.Fprintf(e.stdout, "erased:    the old wrapped keys from the key store's files (%d ms in all)\n", rep.DurationMS)
-		fmt.Fprintf(e.stdout, "next:      %s\n", rep.RestartWith)
-	}
-	return done(exitOK, "")
+	return res, exitOK, ""
 }
 
 // openRotating opens the key store at PROGRESSDB_KEYSTORE_PATH for a
