@@ -142,6 +142,8 @@ func printHeader(w io.Writer, runID string, h *audit.Header) {
 		// Its items were purged before, by the runs it replays: it is
 		// the restored database's run, never the original's.
 		mode = "replay of purges recorded before, on a restored database"
+	case h.Trigger == audit.TriggerFormat:
+		mode = fmt.Sprintf("record of the database's format raised from %d to %d (nothing purged)", h.FormatFrom, h.FormatTo)
 	}
 	fmt.Fprintf(w, "run:        %s, %s\n", runID, mode)
 	if h.Trigger != "" {
