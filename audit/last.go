@@ -94,9 +94,11 @@ func (c *NewestRun) LastRunOf(root, dbID string) (*Summary, error) {
 
 // RunOf reports whether the run with header h purged the database dbID:
 // its database_id is dbID, or either is unknown (a file or a database from
-// before identities).
+// before identities). The record of a format raise is no run: it purged
+// nothing, and a missed-run check or the last success must not take it
+// for one.
 func RunOf(h *Header, dbID string) bool {
-	return dbID == "" || h.DatabaseID == "" || h.DatabaseID == dbID
+	return h.Trigger != TriggerFormat && (dbID == "" || h.DatabaseID == "" || h.DatabaseID == dbID)
 }
 
 // runsNewestFirst returns the names of the runs' files (sealed or in

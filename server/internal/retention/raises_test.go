@@ -79,6 +79,16 @@ func TestFormatRaiseRecordedOnce(t *testing.T) {
 	if owed, err := e.st.OwedRaises(ctx); err != nil || len(owed) != 0 {
 		t.Fatalf("owed after recording: %+v %v, want none", owed, err)
 	}
+	// The trail's readers see no run yet: the missed-run check and the
+	// last success pass over the record.
+	for _, id := range []string{"", dbID} {
+		if sum, err := audit.LastRunOf(e.cfg.AuditPath, id); err != nil || sum != nil {
+			t.Fatalf("last run of %q: %+v %v, want none", id, sum, err)
+		}
+		if sum, err := audit.LastCompletedOf(e.cfg.AuditPath, id); err != nil || sum != nil {
+			t.Fatalf("last completed run of %q: %+v %v, want none", id, sum, err)
+		}
+	}
 	if err := r.RecordRaises(ctx); err != nil || len(formatRecords(t, e.cfg.AuditPath)) != 1 {
 		t.Fatalf("a call with nothing owed: %v, %d records", err, len(formatRecords(t, e.cfg.AuditPath)))
 	}
