@@ -219,13 +219,7 @@ func rewrapUnderLease(ctx context.Context, cfg config.Config, logger *slog.Logge
 		return res, exitFailed, err.Error()
 	}
 	start := time.Now()
-	err = runner.Exclusive(ctx, "rotate kek", func(ctx context.Context, check func() error) error {
-		if err := check(); err != nil {
-			return err
-		}
-		res, err = ks.Rewrap(ctx, newKEK, keystore.RewrapOptions{Progress: rotateProgress(bar, logger)})
-		return err
-	})
+	res, err = runner.RotateKEK(ctx, ks, newKEK, keystore.RewrapOptions{Progress: rotateProgress(bar, logger)})
 	bar.clear()
 	rep.Rewrapped, rep.DurationMS = res.Rewrapped, time.Since(start).Milliseconds()
 	var held *retention.LeaseHeldError
