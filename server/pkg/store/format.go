@@ -226,38 +226,24 @@ func (s *Store) initFormat(ctx context.Context) error {
 // metadata, or a message in the key-number index (every sealed message's
 // first version is there). One seek per thread, done once per database.
 func (s *Store) hasSealedContent(ctx context.Context) (bool, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(threadNS), UpperBound: upperBound([]byte(threadNS))})
-	if err != nil {
-		return false, fmt.Errorf("open iterator: %w", err)
-	}
-	defer it.Close()
-	for valid := it.First(); valid; {
-		if err := ctx.Err(); err != nil {
-			return false, err
-		}
-		rest := it.Key()[len(threadNS):]
-		i := bytes.IndexByte(rest, ':')
-		if i < 0 {
-			valid = it.Next()
-			continue
-		}
-		tid := string(rest[:i])
-		if it.SeekGE(append(threadPrefix(tid), keyIndexSuffix...)) &&
-			bytes.HasPrefix(it.Key(), append(threadPrefix(tid), keyIndexSuffix...)) {
+	var sealed bool
+	err := s.eachThread(ctx, []byte(threadNS), func(it *pebble.Iterator, tid string) (bool, error) {
+		index := append(threadPrefix(tid), keyIndexSuffix...)
+		if it.SeekGE(index) && bytes.HasPrefix(it.Key(), index) {
+			sealed = true
 			return true, nil
 		}
-		if it.SeekGE(threadMetaKey(tid)) && bytes.Equal(it.Key(), threadMetaKey(tid)) {
+		meta := threadMetaKey(tid)
+		if it.SeekGE(meta) && bytes.Equal(it.Key(), meta) {
 			v, err := it.ValueAndErr()
 			if err != nil {
-				return false, err
+				return true, err
 			}
-			if sealedThreadRecord(v) {
-				return true, nil
-			}
+			sealed = sealedThreadRecord(v)
 		}
-		valid = it.SeekGE(upperBound(threadPrefix(tid)))
-	}
-	return false, it.Error()
+		return sealed, nil
+	})
+	return sealed, err
 }
 
 // sealedThreadRecord reports whether thread metadata v is sealed.

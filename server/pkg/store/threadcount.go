@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -32,20 +33,7 @@ func (s *Store) CountThreads(ctx context.Context, after string) (ThreadCounts, e
 	if after != "" {
 		lower = upperBound(threadPrefix(after))
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: []byte("thread;")})
-	if err != nil {
-		return c, err
-	}
-	defer it.Close()
-	for valid := it.First(); valid; {
-		if err := ctx.Err(); err != nil {
-			return c, err
-		}
-		tid, _, ok := parseThreadKey(it.Key())
-		if !ok {
-			valid = it.Next()
-			continue
-		}
+	err := s.eachThread(ctx, lower, func(it *pebble.Iterator, tid string) (bool, error) {
 		meta := threadMetaKey(tid)
 		if it.SeekGE(meta) && bytes.Equal(it.Key(), meta) {
 			if t, err := decodeThread(tid, it.Value()); err == nil {
@@ -56,7 +44,34 @@ func (s *Store) CountThreads(ctx context.Context, after string) (ThreadCounts, e
 				}
 			}
 		}
+		return false, nil
+	})
+	return c, err
+}
+
+// eachThread calls fn once per thread whose keys sort at or after lower,
+// in ID order, with it on one of the thread's keys; fn may move it among
+// them. The walk then seeks past the thread's keys, so it costs a seek per
+// thread, not a step per message. fn returns stop to end the walk early.
+func (s *Store) eachThread(ctx context.Context, lower []byte, fn func(it *pebble.Iterator, tid string) (stop bool, err error)) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upperBound([]byte(threadNS))})
+	if err != nil {
+		return fmt.Errorf("open iterator: %w", err)
+	}
+	defer it.Close()
+	for valid := it.First(); valid; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		tid, _, ok := parseThreadKey(it.Key())
+		if !ok {
+			valid = it.Next()
+			continue
+		}
+		if stop, err := fn(it, tid); err != nil || stop {
+			return err
+		}
 		valid = it.SeekGE(upperBound(threadPrefix(tid)))
 	}
-	return c, it.Error()
+	return it.Error()
 }
