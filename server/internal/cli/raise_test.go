@@ -1,12 +1,8 @@
 package cli
 
 import (
-	"net"
 	"net/http"
-	"os/exec"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/progressdb/progressdb/audit"
 )
@@ -15,42 +11,8 @@ import (
 // answers /healthz, and stops it with SIGTERM: one start.
 func serveOnce(t *testing.T, environ []string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	cmd := exec.Command(binary(t), "serve")
-	cmd.Env = append(append([]string(nil), environ...), "PROGRESSDB_ADDR="+addr)
-	var logs lockedBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if res, err := http.Get("http://" + addr + "/healthz"); err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("serve exited before answering: %v\n%s", err, logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatalf("serve did not answer /healthz\n%s", logs.String())
-		}
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	if err := <-exited; err != nil {
-		t.Fatalf("serve: %v\n%s", err, logs.String())
-	}
+	_, _, stop := startServeStop(t, environ, http.DefaultClient, "http")
+	stop()
 }
 
 // formatRecords returns the headers of the format records in the trail.

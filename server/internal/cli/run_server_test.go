@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,13 +30,22 @@ func startBinaryServer(t *testing.T, environ []string) string {
 // it returns the address and the serving process.
 func startServe(t *testing.T, environ []string, c *http.Client, scheme string) (string, *exec.Cmd) {
 	t.Helper()
+	addr, cmd, _ := startServeStop(t, environ, c, scheme)
+	return addr, cmd
+}
+
+// startServeStop is startServe that also returns stop, which ends the
+// server with SIGTERM and fails the test unless it exits cleanly; the
+// test's end calls it too, once in all.
+func startServeStop(t *testing.T, environ []string, c *http.Client, scheme string) (addr string, cmd *exec.Cmd, stop func()) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
+	addr = l.Addr().String()
 	l.Close()
-	cmd := exec.Command(binary(t), "serve")
+	cmd = exec.Command(binary(t), "serve")
 	cmd.Env = append(append([]string(nil), environ...), "PROGRESSDB_ADDR="+addr)
 	var logs lockedBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -44,17 +54,21 @@ func startServe(t *testing.T, environ []string, c *http.Client, scheme string) (
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		if err := <-exited; err != nil {
-			t.Errorf("serve: %v\n%s", err, logs.String())
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			if err := <-exited; err != nil {
+				t.Errorf("serve: %v\n%s", err, logs.String())
+			}
+		})
+	}
+	t.Cleanup(stop)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		if res, err := c.Get(scheme + "://" + addr + "/healthz"); err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return addr, cmd
+				return addr, cmd, stop
 			}
 		}
 		select {
