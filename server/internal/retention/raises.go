@@ -48,15 +48,9 @@ func (r *Runner) RecordRaises(ctx context.Context) error {
 	if _, _, _, err := r.settle(ctx); err != nil {
 		r.log.Warn("retention_audit_head_unsettled", "err", err)
 	}
-	dbID, err := r.st.DatabaseID(ctx, false)
+	dbID, err := r.st.DatabaseID(ctx, true)
 	if err != nil {
 		return err
-	}
-	if dbID == "" {
-		dbID = store.NewDatabaseID()
-		if err := r.st.SetDatabaseID(ctx, dbID); err != nil {
-			return err
-		}
 	}
 	recorded, err := r.recordedRaises(dbID)
 	if err != nil {
