@@ -37,11 +37,10 @@ func (ks *KeyStore) PutErasure(ctx context.Context, id, author string) error {
 	if err := checkThread(id); err != nil {
 		return fmt.Errorf("erasure id: %w", err)
 	}
-	a, err := newAEAD(ks.receiptKey)
+	sealed, err := SealAuthor(ks.receiptKey, id, author)
 	if err != nil {
 		return err
 	}
-	sealed := a.Seal(nil, nil, []byte(author), erasureAD(id))
 	if err := ks.db.Set([]byte(erasureNS+id), sealed, pebble.Sync); err != nil {
 		return fmt.Errorf("record erasure %s: %w", id, err)
 	}
@@ -61,11 +60,27 @@ func (ks *KeyStore) ErasureAuthor(ctx context.Context, id string) (string, error
 	case !ok:
 		return "", fmt.Errorf("erasure %s: %w", id, ErrNoErasure)
 	}
-	a, err := newAEAD(ks.receiptKey)
+	return OpenAuthor(ks.receiptKey, id, v)
+}
+
+// SealAuthor seals the author of erasure id under a receipt key, bound to
+// the id: how the key store keeps it, and a cluster's etcd record too
+// (spec §11.1), so that only a holder of the receipt key reads it.
+func SealAuthor(receiptKey []byte, id, author string) ([]byte, error) {
+	a, err := newAEAD(receiptKey)
 	if err != nil {
-		return "", err
+		return nil, fmt.Errorf("erasure %s: seal the author: %w", id, err)
 	}
-	author, err := a.Open(nil, nil, v, erasureAD(id))
+	return a.Seal(nil, nil, []byte(author), erasureAD(id)), nil
+}
+
+// OpenAuthor opens what SealAuthor sealed for erasure id.
+func OpenAuthor(receiptKey []byte, id string, sealed []byte) (string, error) {
+	a, err := newAEAD(receiptKey)
+	if err != nil {
+		return "", fmt.Errorf("erasure %s: open the author: %w", id, err)
+	}
+	author, err := a.Open(nil, nil, sealed, erasureAD(id))
 	if err != nil {
 		return "", fmt.Errorf("erasure %s: the sealed author does not open: %w", id, err)
 	}

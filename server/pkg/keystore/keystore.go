@@ -445,8 +445,13 @@ func (ks *KeyStore) mac(author string) [32]byte {
 
 // Subject names an author in an erasure receipt: the HMAC of the author
 // with the receipt key, never the author itself.
-func (ks *KeyStore) Subject(author string) string {
-	h := hmac.New(sha256.New, ks.receiptKey)
+func (ks *KeyStore) Subject(author string) string { return SubjectOf(ks.receiptKey, author) }
+
+// SubjectOf is the HMAC of an author with a receipt key, as Subject names
+// it: a cluster's shards and its etcd record share one receipt key, so one
+// subject has one name on every shard.
+func SubjectOf(receiptKey []byte, author string) string {
+	h := hmac.New(sha256.New, receiptKey)
 	h.Write([]byte(author))
 	return "hmac-sha256:" + hex.EncodeToString(h.Sum(nil))
 }
