@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/wire"
@@ -381,38 +382,107 @@ var errSealingOff = errors.New("subject erasure needs sealing: PROGRESSDB_KEK is
 // lease. A run going, a lease held elsewhere, or a pause refuses it, and
 // nothing is recorded.
 func (m *Manager) Request(ctx context.Context, author string) (ErasureAccepted, error) {
-	r := m.runner
-	if r.keys == nil {
+	if m.runner.keys == nil {
 		return ErasureAccepted{}, errSealingOff
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return ErasureAccepted{}, ErrClosed
-	}
-	rn, _, err := r.begin(ctx, RunRequest{Trigger: TriggerErasure})
+	id := NewErasureID()
+	runID, err := m.record(ctx, id, author, m.runner.now().UTC(), false)
 	if err != nil {
 		return ErasureAccepted{}, err
 	}
-	id := randomHex(8)
-	// The key store's entry is the request (a run finishes every one it
-	// finds); the status follows it.
-	if err := r.keys.PutErasure(ctx, id, author); err != nil {
-		rn.release()
-		return ErasureAccepted{}, fmt.Errorf("record erasure: %w", err)
+	return ErasureAccepted{ErasureID: id, RunID: runID}, nil
+}
+
+// NewErasureID is a new erasure's ID: 16 hex digits, on one node or a
+// cluster alike.
+func NewErasureID() string { return randomHex(8) }
+
+var _ ShardEraser = (*Manager)(nil)
+
+// Adopt implements ShardEraser: a shard's part of a cluster's erasure
+// runs as Request's does, under the cluster's erasure ID. While a run of
+// this database goes it only answers the status (the worker asks again:
+// a run going may have begun before the erasure was recorded).
+func (m *Manager) Adopt(ctx context.Context, id, author string, requestedAt time.Time) (ErasureStatus, error) {
+	r := m.runner
+	if r.keys == nil {
+		return ErasureStatus{}, errSealingOff
 	}
-	doc := store.Erasure{ID: id, Status: ErasurePending, Subject: r.keys.Subject(author), RequestedAt: r.now().UTC().UnixNano()}
-	if err := r.st.PutErasure(ctx, doc); err != nil {
-		err = fmt.Errorf("record erasure: %w", err)
-		if cerr := r.keys.CompleteErasure(context.WithoutCancel(ctx), id); cerr != nil {
-			err = errors.Join(err, cerr) // the next run performs it
+	doc, err := r.st.GetErasure(ctx, id)
+	switch {
+	case err == nil && doc.Status == ErasureCompleted:
+		return erasureStatus(doc), nil
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return ErasureStatus{}, err
+	case len(r.slot) > 0:
+		// A run goes: this erasure's, or one that began before it; asked
+		// again, it is started once that run ends.
+		if err != nil {
+			return ErasureStatus{ErasureID: id, Status: ErasurePending}, nil
 		}
-		rn.release()
-		return ErasureAccepted{}, err
+		return erasureStatus(doc), nil
 	}
-	r.log.Info("retention_erasure_requested", "erasure_id", id, "run_id", rn.id, "subject", doc.Subject)
+	if _, err := m.record(ctx, id, author, requestedAt, true); err != nil {
+		return ErasureStatus{}, err
+	}
+	return m.Erasure(ctx, id)
+}
+
+// record starts a run with trigger erasure and, under its lease, records
+// erasure id of author: the key store's entry (the request: a run
+// finishes every one it finds) and the status, each unless there already
+// (adopt) or completed meanwhile. It returns the run's ID.
+func (m *Manager) record(ctx context.Context, id, author string, requestedAt time.Time, adopt bool) (string, error) {
+	r := m.runner
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return "", ErrClosed
+	}
+	rn, _, err := r.begin(ctx, RunRequest{Trigger: TriggerErasure})
+	if err != nil {
+		return "", err
+	}
+	if r.fenced {
+		ctx = store.WithEpoch(ctx, rn.lease.info().Epoch)
+	}
+	doc, err := r.st.GetErasure(ctx, id)
+	known := err == nil
+	switch {
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		rn.release()
+		return "", err
+	case known && (!adopt || doc.Status == ErasureCompleted):
+		rn.release()
+		if !adopt {
+			return "", fmt.Errorf("record erasure %s: the ID is taken", id)
+		}
+		return rn.id, nil // completed by the run that just ended
+	}
+	_, err = r.keys.ErasureAuthor(ctx, id)
+	switch {
+	case errors.Is(err, keystore.ErrNoErasure):
+		err = r.keys.PutErasure(ctx, id, author)
+	case err != nil:
+	}
+	if err != nil {
+		rn.release()
+		return "", fmt.Errorf("record erasure: %w", err)
+	}
+	if !known {
+		doc = store.Erasure{ID: id, Status: ErasurePending, Subject: r.keys.Subject(author), RequestedAt: requestedAt.UnixNano()}
+		if err := r.st.PutErasure(ctx, doc); err != nil {
+			err = fmt.Errorf("record erasure: %w", err)
+			if cerr := r.keys.CompleteErasure(context.WithoutCancel(ctx), id); cerr != nil {
+				err = errors.Join(err, cerr) // the next run performs it
+			}
+			rn.release()
+			return "", err
+		}
+	}
+	r.log.Info("retention_erasure_requested", "erasure_id", id, "run_id", rn.id, "subject", doc.Subject, "adopted", adopt)
 	m.background(rn, TriggerErasure) // its failure shows in the erasure's status too
-	return ErasureAccepted{ErasureID: id, RunID: rn.id}, nil
+	return rn.id, nil
 }
 
 // Erasure reads an erasure's status (store.ErrNotFound when unknown).

@@ -6,6 +6,7 @@ package retention
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/wire"
@@ -40,12 +41,30 @@ type ErasureStatus struct {
 	HeldThreads    []string  `json:"held_threads"`
 	RunIDs         []string  `json:"run_ids"`
 	Error          string    `json:"error,omitempty"`
+	// Shards, on a cluster (spec §11.1), is each shard's part; the
+	// counts above are their totals.
+	Shards []ShardErasure `json:"shards,omitempty"`
+}
+
+// ShardErasure is one shard's part of a cluster's erasure. A shard whose
+// owner has not begun on it (none now: node down, move in progress) is
+// pending.
+type ShardErasure struct {
+	Shard          int      `json:"shard"`
+	Status         string   `json:"status"`
+	KeysDestroyed  int64    `json:"keys_destroyed"`
+	VersionsPurged int64    `json:"versions_purged"`
+	MessagesPurged int64    `json:"messages_purged"`
+	HeldThreads    []string `json:"held_threads"`
+	Error          string   `json:"error,omitempty"`
 }
 
 // ErasureAccepted answers POST /admin/erasures.
 type ErasureAccepted struct {
 	ErasureID string `json:"erasure_id"`
-	RunID     string `json:"run_id"`
+	// RunID is the run started for it; "" on a cluster, where each
+	// shard's owner runs its own (their IDs are in the status).
+	RunID string `json:"run_id"`
 }
 
 // Erasures is what the HTTP API and CLI use for subject erasure; only a
@@ -60,4 +79,15 @@ type Erasures interface {
 	// Receipt builds a completed erasure's receipt (ErrErasureIncomplete
 	// before it has completed).
 	Receipt(ctx context.Context, id string) (audit.Receipt, error)
+}
+
+// ShardEraser is one database's part of a cluster's erasure (spec
+// §11.1): a shard's owner adopts the erasure recorded cluster-wide.
+type ShardEraser interface {
+	// Adopt records erasure id of author here under the cluster's ID
+	// unless it is recorded already, and starts its run when none is
+	// going; it answers the erasure's status here. A completed erasure is
+	// never recorded again. Errors: those of Request; the caller asks
+	// again later, nothing is recorded then.
+	Adopt(ctx context.Context, id, author string, requestedAt time.Time) (ErasureStatus, error)
 }
