@@ -398,6 +398,14 @@ func (w *Owner) WaitOwned(ctx context.Context, n int, after int64) (int64, error
 	}
 }
 
+// Changed is closed at the next change of this node's ownerships: a
+// shard taken, lost, frozen or thawed.
+func (w *Owner) Changed() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.wake
+}
+
 // Freeze stops this node's writes to shard n while it is moved away:
 // Epoch and Fence answer ErrMoving (wrapping ErrNotOwner) until Thaw; the
 // ownership is kept, so retention can still be held and the copy taken.

@@ -1,0 +1,214 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/keystore"
+)
+
+// DefaultErasureRetry is how often a node looks again at the erasures its
+// shards owe while some are not completed (a run going, a pause, a shard
+// whose service is not started yet): a watch of etcd and this node's
+// ownership changes wake it at once otherwise.
+const DefaultErasureRetry = time.Second
+
+// ErasureWorkerOptions configure an ErasureWorker.
+type ErasureWorkerOptions struct {
+	Client *clientv3.Client
+	Keys   Keys
+	Owner  *Owner
+	// ReceiptKey is the cluster's, which opens the authors in etcd.
+	ReceiptKey []byte
+	// Service is owned shard n's part in erasures; nil while it has none
+	// (a shard just moved here, not started yet).
+	Service func(n int) retention.ShardEraser
+	Logger  *slog.Logger
+	// Retry is DefaultErasureRetry when 0.
+	Retry time.Duration
+	// OnEtcdError, when set, sees every etcd call that failed.
+	OnEtcdError func(error)
+}
+
+// ErasureWorker has every shard this node owns adopt the cluster's open
+// erasures (spec §11.1): at start, on every new record (an etcd watch),
+// whenever this node gains or regains a shard, and again while a shard's
+// part is not completed; a part completed is written into the record.
+// So a shard whose owner was down or moving when the erasure was asked
+// for finishes it once it has an owner again, with no new request.
+type ErasureWorker struct {
+	o    ErasureWorkerOptions
+	stop context.CancelFunc
+	done chan struct{}
+	// opened keeps authors unsealed once per erasure.
+	mu     sync.Mutex
+	opened map[string]string
+	failed map[string]bool // records whose author does not open, logged once
+}
+
+// StartErasureWorker starts the worker; Close stops it.
+func StartErasureWorker(ctx context.Context, o ErasureWorkerOptions) *ErasureWorker {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Retry <= 0 {
+		o.Retry = DefaultErasureRetry
+	}
+	ctx, stop := context.WithCancel(ctx)
+	w := &ErasureWorker{o: o, stop: stop, done: make(chan struct{}), opened: map[string]string{}, failed: map[string]bool{}}
+	go w.loop(ctx)
+	return w
+}
+
+// Close stops the worker and waits for it. The runs it started go on
+// under their shards' services, which their own Close stops.
+func (w *ErasureWorker) Close() {
+	w.stop()
+	<-w.done
+}
+
+func (w *ErasureWorker) failedCall(err error) {
+	if w.o.OnEtcdError != nil && !errors.Is(err, context.Canceled) {
+		w.o.OnEtcdError(err)
+	}
+}
+
+func (w *ErasureWorker) loop(ctx context.Context) {
+	defer close(w.done)
+	for ctx.Err() == nil {
+		// Read before the ownerships: a change after this read wakes the
+		// wait below.
+		changed := w.o.Owner.Changed()
+		open, rev, err := OpenErasures(ctx, w.o.Client, w.o.Keys, func(err error) {
+			w.o.Logger.Error("cluster_erasure_record_unreadable", "err", err)
+		})
+		owed := true
+		if err != nil {
+			w.failedCall(err)
+			w.o.Logger.Warn("cluster_erasures_unreadable", "err", err)
+		} else {
+			owed = w.reconcile(ctx, open)
+		}
+		w.wait(ctx, changed, rev, owed)
+	}
+}
+
+// wait returns at a change under the erasures' prefix after rev, a change
+// of this node's ownerships, or (owed) after the retry interval.
+func (w *ErasureWorker) wait(ctx context.Context, changed <-chan struct{}, rev int64, owed bool) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var watch clientv3.WatchChan
+	if rev > 0 {
+		watch = w.o.Client.Watch(wctx, w.o.Keys.Erasures(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	}
+	var retry <-chan time.Time
+	if owed {
+		t := time.NewTimer(w.o.Retry)
+		defer t.Stop()
+		retry = t.C
+	}
+	select {
+	case <-ctx.Done():
+	case <-changed:
+	case <-retry:
+	case resp, ok := <-watch:
+		if !ok || resp.Err() != nil {
+			// A watch cut (compacted revision, etcd away): read again
+			// after a pause, not in a tight loop.
+			select {
+			case <-ctx.Done():
+			case <-time.After(w.o.Retry):
+			}
+		}
+	}
+}
+
+// reconcile has each owned shard adopt each open erasure it has not
+// completed, and reports whether some part is still owed here.
+func (w *ErasureWorker) reconcile(ctx context.Context, open []ErasureRecord) bool {
+	owned := w.o.Owner.Owned()
+	slices.Sort(owned)
+	owed := false
+	live := make(map[string]bool, len(open))
+	for _, rec := range open {
+		live[rec.ID] = true
+		author, ok := w.author(rec)
+		if !ok {
+			continue
+		}
+		for _, n := range owned {
+			if _, done := rec.Done[n]; done || n >= rec.Shards || w.o.Owner.Moving(n) {
+				continue
+			}
+			if !w.adopt(ctx, rec, author, n) {
+				owed = true
+			}
+		}
+	}
+	w.mu.Lock()
+	for id := range w.opened {
+		if !live[id] {
+			delete(w.opened, id) // completed: the author is kept no longer
+		}
+	}
+	w.mu.Unlock()
+	return owed
+}
+
+// adopt has shard n adopt erasure rec, and writes its part into the
+// record once completed; it reports whether the part is done.
+func (w *ErasureWorker) adopt(ctx context.Context, rec ErasureRecord, author string, n int) bool {
+	svc := w.o.Service(n)
+	if svc == nil {
+		return false
+	}
+	st, err := svc.Adopt(ctx, rec.ID, author, time.Unix(0, rec.RequestedAt))
+	switch {
+	case errors.Is(err, retention.ErrLeaseHeld), errors.Is(err, retention.ErrPaused), errors.Is(err, retention.ErrClosed):
+		return false // asked again: a run ends, a pause is lifted, the shard moves on
+	case err != nil:
+		w.o.Logger.Warn("cluster_erasure_adopt_failed", "erasure_id", rec.ID, "shard", n, "err", err)
+		return false
+	case st.Status != retention.ErasureCompleted:
+		return false
+	}
+	after, err := ShardErased(ctx, w.o.Client, w.o.Keys, rec.ID, n, st)
+	if err != nil {
+		w.failedCall(err)
+		w.o.Logger.Warn("cluster_erasure_shard_record_failed", "erasure_id", rec.ID, "shard", n, "err", err)
+		return false
+	}
+	w.o.Logger.Info("cluster_erasure_shard_completed", "erasure_id", rec.ID, "shard", n,
+		"keys_destroyed", st.KeysDestroyed, "messages_purged", st.MessagesPurged)
+	if !after.Open() {
+		w.o.Logger.Info("cluster_erasure_completed", "erasure_id", rec.ID, "subject", rec.Subject)
+	}
+	return true
+}
+
+// author opens rec's author with the receipt key, once per erasure.
+func (w *ErasureWorker) author(rec ErasureRecord) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if a, ok := w.opened[rec.ID]; ok {
+		return a, true
+	}
+	a, err := keystore.OpenAuthor(w.o.ReceiptKey, rec.ID, rec.Author)
+	if err != nil {
+		if !w.failed[rec.ID] {
+			w.failed[rec.ID] = true
+			w.o.Logger.Error("cluster_erasure_author_unreadable", "erasure_id", rec.ID, "err", err)
+		}
+		return "", false
+	}
+	w.opened[rec.ID] = a
+	return a, true
+}
