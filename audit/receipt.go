@@ -39,6 +39,16 @@ type Receipt struct {
 	Items       []ReceiptItem `json:"items"`
 	HeldThreads []string      `json:"held_threads"`
 	Audit       []ReceiptFile `json:"audit"`
+	// Shards, on a cluster (spec §11.1), are the shards the receipt
+	// covers, each with its database; its files are then named
+	// shards/<n>/… under the cluster's audit folders gathered in one.
+	Shards []ReceiptShard `json:"shards,omitempty"`
+}
+
+// ReceiptShard is one shard a cluster's receipt covers.
+type ReceiptShard struct {
+	Shard      int    `json:"shard"`
+	DatabaseID string `json:"database_id"`
 }
 
 // ReceiptItem is one item erased.

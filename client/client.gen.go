@@ -55,6 +55,30 @@ func (e ErasureReceiptItemsItemType) Valid() bool {
 	}
 }
 
+// Defines values for ErasureStatusShardsStatus.
+const (
+	ErasureStatusShardsStatusCompleted ErasureStatusShardsStatus = "completed"
+	ErasureStatusShardsStatusFailed    ErasureStatusShardsStatus = "failed"
+	ErasureStatusShardsStatusPending   ErasureStatusShardsStatus = "pending"
+	ErasureStatusShardsStatusRunning   ErasureStatusShardsStatus = "running"
+)
+
+// Valid indicates whether the value is a known member of the ErasureStatusShardsStatus enum.
+func (e ErasureStatusShardsStatus) Valid() bool {
+	switch e {
+	case ErasureStatusShardsStatusCompleted:
+		return true
+	case ErasureStatusShardsStatusFailed:
+		return true
+	case ErasureStatusShardsStatusPending:
+		return true
+	case ErasureStatusShardsStatusRunning:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ErasureStatusStatus.
 const (
 	ErasureStatusStatusCompleted ErasureStatusStatus = "completed"
@@ -504,6 +528,12 @@ type ErasureReceipt struct {
 	// Examples: 2026-11-24T16:40:19.123456789Z
 	RequestedAt Timestamp `json:"requested_at"`
 
+	// Shards On a cluster, the shards the receipt covers, each with its database; its files are then named `shards/<n>/…`, relative to the cluster's audit folders gathered in one (`erasure verify --audit DIR`).
+	Shards *[]struct {
+		DatabaseId string `json:"database_id"`
+		Shard      int    `json:"shard"`
+	} `json:"shards,omitempty"`
+
 	// Subject The author as an HMAC with the server's receipt key (`hmac-sha256:<hex>`).
 	Subject string `json:"subject"`
 }
@@ -541,6 +571,23 @@ type ErasureStatus struct {
 	// RunIds The runs that worked on it, in order.
 	RunIds []string `json:"run_ids"`
 
+	// Shards On a cluster node, each shard's part, in shard order.
+	Shards *[]struct {
+		Error       *string  `json:"error,omitempty"`
+		HeldThreads []string `json:"held_threads"`
+
+		// KeysDestroyed A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
+		KeysDestroyed Count `json:"keys_destroyed"`
+
+		// MessagesPurged A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
+		MessagesPurged Count                     `json:"messages_purged"`
+		Shard          int                       `json:"shard"`
+		Status         ErasureStatusShardsStatus `json:"status"`
+
+		// VersionsPurged A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
+		VersionsPurged Count `json:"versions_purged"`
+	} `json:"shards,omitempty"`
+
 	// Status pending: recorded, its run not yet begun; running: a run works on it (or was killed part way: the next run finishes it); completed: every key destroyed, every version purged and erased; failed: error says why (the next run tries again).
 	Status ErasureStatusStatus `json:"status"`
 
@@ -550,6 +597,9 @@ type ErasureStatus struct {
 	// VersionsPurged A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
 	VersionsPurged Count `json:"versions_purged"`
 }
+
+// ErasureStatusShardsStatus defines model for ErasureStatus.Shards.Status.
+type ErasureStatusShardsStatus string
 
 // ErasureStatusStatus pending: recorded, its run not yet begun; running: a run works on it (or was killed part way: the next run finishes it); completed: every key destroyed, every version purged and erased; failed: error says why (the next run tries again).
 type ErasureStatusStatus string
@@ -1546,8 +1596,14 @@ type ClientInterface interface {
 	// 409 `sealing_disabled` and nothing is recorded. A run going (here
 	// or in another process) answers 409 `lease_held`, and paused
 	// retention 409 `retention_paused`: nothing is recorded then either;
-	// ask again. Not available on a cluster node in this version (503
-	// `not_configured`).
+	// ask again.
+	//
+	// On a cluster node (spec §11.1) the erasure is recorded once, in
+	// etcd (the author sealed under the cluster's receipt key until it
+	// completes), and the answer comes after that one write, with
+	// `run_id` "": every shard's owner runs it on its shard, and a
+	// shard without an owner now does once it has one again. Never
+	// `lease_held` there.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1574,8 +1630,14 @@ type ClientInterface interface {
 	// 409 `sealing_disabled` and nothing is recorded. A run going (here
 	// or in another process) answers 409 `lease_held`, and paused
 	// retention 409 `retention_paused`: nothing is recorded then either;
-	// ask again. Not available on a cluster node in this version (503
-	// `not_configured`).
+	// ask again.
+	//
+	// On a cluster node (spec §11.1) the erasure is recorded once, in
+	// etcd (the author sealed under the cluster's receipt key until it
+	// completes), and the answer comes after that one write, with
+	// `run_id` "": every shard's owner runs it on its shard, and a
+	// shard without an owner now does once it has one again. Never
+	// `lease_held` there.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1587,7 +1649,9 @@ type ClientInterface interface {
 	// Kept in the database (`sys:erasure:<id>`) and updated at every
 	// durable group of its run. A run killed part way leaves `running`;
 	// the next run (any trigger, the start-time one included) finishes the
-	// erasure first.
+	// erasure first. On a cluster node, `shards` gives each shard's part
+	// (a shard without an owner now is `pending`) and the counts are
+	// their totals; it is `completed` only once every shard has.
 	//
 	// Corresponds with GET /admin/erasures/{id} (the `GetErasure` operationId).
 	GetErasure(ctx context.Context, id ErasureID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2036,8 +2100,14 @@ func (c *Raw) GetDatabase(ctx context.Context, params *GetDatabaseParams, reqEdi
 // 409 `sealing_disabled` and nothing is recorded. A run going (here
 // or in another process) answers 409 `lease_held`, and paused
 // retention 409 `retention_paused`: nothing is recorded then either;
-// ask again. Not available on a cluster node in this version (503
-// `not_configured`).
+// ask again.
+//
+// On a cluster node (spec §11.1) the erasure is recorded once, in
+// etcd (the author sealed under the cluster's receipt key until it
+// completes), and the answer comes after that one write, with
+// `run_id` "": every shard's owner runs it on its shard, and a
+// shard without an owner now does once it has one again. Never
+// `lease_held` there.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2074,8 +2144,14 @@ func (c *Raw) RequestErasureWithBody(ctx context.Context, contentType string, bo
 // 409 `sealing_disabled` and nothing is recorded. A run going (here
 // or in another process) answers 409 `lease_held`, and paused
 // retention 409 `retention_paused`: nothing is recorded then either;
-// ask again. Not available on a cluster node in this version (503
-// `not_configured`).
+// ask again.
+//
+// On a cluster node (spec §11.1) the erasure is recorded once, in
+// etcd (the author sealed under the cluster's receipt key until it
+// completes), and the answer comes after that one write, with
+// `run_id` "": every shard's owner runs it on its shard, and a
+// shard without an owner now does once it has one again. Never
+// `lease_held` there.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2097,7 +2173,9 @@ func (c *Raw) RequestErasure(ctx context.Context, body RequestErasureJSONRequest
 // Kept in the database (`sys:erasure:<id>`) and updated at every
 // durable group of its run. A run killed part way leaves `running`;
 // the next run (any trigger, the start-time one included) finishes the
-// erasure first.
+// erasure first. On a cluster node, `shards` gives each shard's part
+// (a shard without an owner now is `pending`) and the counts are
+// their totals; it is `completed` only once every shard has.
 //
 // Corresponds with GET /admin/erasures/{id} (the `GetErasure` operationId).
 func (c *Raw) GetErasure(ctx context.Context, id ErasureID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4422,8 +4500,14 @@ type ClientWithResponsesInterface interface {
 	// 409 `sealing_disabled` and nothing is recorded. A run going (here
 	// or in another process) answers 409 `lease_held`, and paused
 	// retention 409 `retention_paused`: nothing is recorded then either;
-	// ask again. Not available on a cluster node in this version (503
-	// `not_configured`).
+	// ask again.
+	//
+	// On a cluster node (spec §11.1) the erasure is recorded once, in
+	// etcd (the author sealed under the cluster's receipt key until it
+	// completes), and the answer comes after that one write, with
+	// `run_id` "": every shard's owner runs it on its shard, and a
+	// shard without an owner now does once it has one again. Never
+	// `lease_held` there.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4450,8 +4534,14 @@ type ClientWithResponsesInterface interface {
 	// 409 `sealing_disabled` and nothing is recorded. A run going (here
 	// or in another process) answers 409 `lease_held`, and paused
 	// retention 409 `retention_paused`: nothing is recorded then either;
-	// ask again. Not available on a cluster node in this version (503
-	// `not_configured`).
+	// ask again.
+	//
+	// On a cluster node (spec §11.1) the erasure is recorded once, in
+	// etcd (the author sealed under the cluster's receipt key until it
+	// completes), and the answer comes after that one write, with
+	// `run_id` "": every shard's owner runs it on its shard, and a
+	// shard without an owner now does once it has one again. Never
+	// `lease_held` there.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4463,7 +4553,9 @@ type ClientWithResponsesInterface interface {
 	// Kept in the database (`sys:erasure:<id>`) and updated at every
 	// durable group of its run. A run killed part way leaves `running`;
 	// the next run (any trigger, the start-time one included) finishes the
-	// erasure first.
+	// erasure first. On a cluster node, `shards` gives each shard's part
+	// (a shard without an owner now is `pending`) and the counts are
+	// their totals; it is `completed` only once every shard has.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8039,8 +8131,14 @@ func (c *ClientWithResponses) GetDatabaseWithResponse(ctx context.Context, param
 // 409 `sealing_disabled` and nothing is recorded. A run going (here
 // or in another process) answers 409 `lease_held`, and paused
 // retention 409 `retention_paused`: nothing is recorded then either;
-// ask again. Not available on a cluster node in this version (503
-// `not_configured`).
+// ask again.
+//
+// On a cluster node (spec §11.1) the erasure is recorded once, in
+// etcd (the author sealed under the cluster's receipt key until it
+// completes), and the answer comes after that one write, with
+// `run_id` "": every shard's owner runs it on its shard, and a
+// shard without an owner now does once it has one again. Never
+// `lease_held` there.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8073,8 +8171,14 @@ func (c *ClientWithResponses) RequestErasureWithBodyWithResponse(ctx context.Con
 // 409 `sealing_disabled` and nothing is recorded. A run going (here
 // or in another process) answers 409 `lease_held`, and paused
 // retention 409 `retention_paused`: nothing is recorded then either;
-// ask again. Not available on a cluster node in this version (503
-// `not_configured`).
+// ask again.
+//
+// On a cluster node (spec §11.1) the erasure is recorded once, in
+// etcd (the author sealed under the cluster's receipt key until it
+// completes), and the answer comes after that one write, with
+// `run_id` "": every shard's owner runs it on its shard, and a
+// shard without an owner now does once it has one again. Never
+// `lease_held` there.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8092,7 +8196,9 @@ func (c *ClientWithResponses) RequestErasureWithResponse(ctx context.Context, bo
 // Kept in the database (`sys:erasure:<id>`) and updated at every
 // durable group of its run. A run killed part way leaves `running`;
 // the next run (any trigger, the start-time one included) finishes the
-// erasure first.
+// erasure first. On a cluster node, `shards` gives each shard's part
+// (a shard without an owner now is `pending`) and the counts are
+// their totals; it is `completed` only once every shard has.
 //
 // Returns a wrapper object for the known response body format(s).
 //

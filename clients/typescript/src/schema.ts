@@ -476,8 +476,14 @@ export interface paths {
          *     409 `sealing_disabled` and nothing is recorded. A run going (here
          *     or in another process) answers 409 `lease_held`, and paused
          *     retention 409 `retention_paused`: nothing is recorded then either;
-         *     ask again. Not available on a cluster node in this version (503
-         *     `not_configured`).
+         *     ask again.
+         *
+         *     On a cluster node (spec §11.1) the erasure is recorded once, in
+         *     etcd (the author sealed under the cluster's receipt key until it
+         *     completes), and the answer comes after that one write, with
+         *     `run_id` "": every shard's owner runs it on its shard, and a
+         *     shard without an owner now does once it has one again. Never
+         *     `lease_held` there.
          */
         post: operations["requestErasure"];
         delete?: never;
@@ -501,7 +507,9 @@ export interface paths {
          * @description Kept in the database (`sys:erasure:<id>`) and updated at every
          *     durable group of its run. A run killed part way leaves `running`;
          *     the next run (any trigger, the start-time one included) finishes the
-         *     erasure first.
+         *     erasure first. On a cluster node, `shards` gives each shard's part
+         *     (a shard without an owner now is `pending`) and the counts are
+         *     their totals; it is `completed` only once every shard has.
          */
         get: operations["getErasure"];
         put?: never;
@@ -622,6 +630,17 @@ export interface components {
             /** @description The runs that worked on it, in order. */
             run_ids: string[];
             error?: string;
+            /** @description On a cluster node, each shard's part, in shard order. */
+            shards?: {
+                shard: number;
+                /** @enum {string} */
+                status: "pending" | "running" | "completed" | "failed";
+                keys_destroyed: components["schemas"]["Count"];
+                versions_purged: components["schemas"]["Count"];
+                messages_purged: components["schemas"]["Count"];
+                held_threads: string[];
+                error?: string;
+            }[];
         };
         ErasureReceipt: {
             format: number;
@@ -651,6 +670,11 @@ export interface components {
                 footer_sha256: string;
                 /** @description The footer's signature ("" when audit files are not signed). */
                 signature: string;
+            }[];
+            /** @description On a cluster, the shards the receipt covers, each with its database; its files are then named `shards/<n>/…`, relative to the cluster's audit folders gathered in one (`erasure verify --audit DIR`). */
+            shards?: {
+                shard: number;
+                database_id: string;
             }[];
         };
         MoveResult: {

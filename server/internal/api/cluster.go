@@ -35,6 +35,10 @@ type Cluster interface {
 	// /admin/retention/run for every shard of the cluster.
 	RetentionStatus(r *http.Request) (any, error)
 	RetentionRun(r *http.Request, req retention.RunRequest, wait bool) (status int, body any, err error)
+	// Erasures is the erasure service of request r (spec §11.1): a
+	// node's call about one shard gets that shard's, any other the
+	// cluster's. nil when sealing is off.
+	Erasures(r *http.Request) (retention.Erasures, error)
 	// ForwardShard answers a request about shard n, which this node does
 	// not hold (a backup's ?shard=N), with the answer of the shard's owner.
 	ForwardShard(w http.ResponseWriter, r *http.Request, n int) error

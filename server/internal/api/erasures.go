@@ -14,18 +14,19 @@ var (
 	// whole database (spec §12).
 	errSealingDisabled = &httpError{http.StatusConflict, CodeSealingDisabled,
 		"subject erasure needs sealing: set PROGRESSDB_KEK and PROGRESSDB_KEYSTORE_PATH"}
-	// errErasureNotInCluster: an erasure must reach every shard's owner;
-	// one node's would leave the author's writing on the others.
-	errErasureNotInCluster = &httpError{http.StatusServiceUnavailable, CodeNotConfigured,
-		"subject erasure is not available on a cluster node in this version"}
 )
 
-// erasures picks the erasure service, or the error that says why there is
-// none.
-func (s *server) erasureService() (retention.Erasures, error) {
+// erasureService picks the erasure service of request r, or the error
+// that says why there is none. On a cluster node it is the cluster's
+// (spec §11.1).
+func (s *server) erasureService(r *http.Request) (retention.Erasures, error) {
 	switch {
 	case s.cluster != nil:
-		return nil, errErasureNotInCluster
+		es, err := s.cluster.Erasures(r)
+		if err == nil && es == nil {
+			err = errSealingDisabled
+		}
+		return es, err
 	case s.retention == nil:
 		return nil, errNoRetention
 	case s.erasures == nil:
@@ -41,14 +42,14 @@ func (s *server) erasureOf(r *http.Request) (retention.Erasures, string, error) 
 	if err != nil {
 		return nil, "", err
 	}
-	es, err := s.erasureService()
+	es, err := s.erasureService(r)
 	return es, id, err
 }
 
 // requestErasure answers POST /admin/erasures {author}: 202 once the
 // erasure's run has started.
 func (s *server) requestErasure(w http.ResponseWriter, r *http.Request) error {
-	es, err := s.erasureService()
+	es, err := s.erasureService(r)
 	if err != nil {
 		return err
 	}

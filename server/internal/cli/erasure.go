@@ -75,8 +75,11 @@ func (e env) erasureRequest(ctx context.Context, args []string) int {
 		return exitOK
 	}
 	printDatabase(e.stdout, db)
-	fmt.Fprintf(e.stdout, "erasure %s started (run %s); follow it with: progressdb erasure status %s\n",
-		acc.ErasureID, acc.RunID, acc.ErasureID)
+	started := "started (run " + acc.RunID + ")"
+	if acc.RunID == "" {
+		started = "recorded: every shard's owner runs it" // a cluster (spec §11.1)
+	}
+	fmt.Fprintf(e.stdout, "erasure %s %s; follow it with: progressdb erasure status %s\n", acc.ErasureID, started, acc.ErasureID)
 	return exitOK
 }
 
@@ -148,6 +151,10 @@ func (e env) printErasure(db database, st retention.ErasureStatus, asJSON bool) 
 	fmt.Fprintf(w, "runs:            %s\n", listOrNone(st.RunIDs))
 	if st.Error != "" {
 		fmt.Fprintf(w, "error:           %s\n", st.Error)
+	}
+	for _, sh := range st.Shards {
+		fmt.Fprintf(w, "shard %-3d        %s keys_destroyed=%d messages_purged=%d held_threads=%s\n",
+			sh.Shard, sh.Status, sh.KeysDestroyed, sh.MessagesPurged, listOrNone(sh.HeldThreads))
 	}
 	if st.Status == retention.ErasureCompleted && st.KeysDestroyed+st.VersionsPurged+st.MessagesPurged == 0 && len(st.HeldThreads) == 0 {
 		fmt.Fprintln(w, "note:            nothing of this author was found: an author who never wrote here, or a name written otherwise (authors match exactly, case included)")

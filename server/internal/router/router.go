@@ -47,6 +47,9 @@ type Options struct {
 	// Retention returns held shard n's retention service (nil: none). A
 	// function, so that shards can come and go while the node runs.
 	Retention func(n int) retention.Service
+	// Erasures records the cluster's subject erasures (spec §11.1); nil
+	// when sealing is off.
+	Erasures *cluster.Erasures
 	// Mover is this node's part in moving shards (nil: it takes none).
 	Mover *cluster.Node
 	// Client calls the other nodes (a client with timeouts when nil,
