@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { describe, test } from "node:test";
 
 import { ProgressDB, ProgressDBError, hasCode } from "../dist/index.js";
-import { adminToken, apiKey, serve, skip } from "./server.mjs";
+import { adminToken, apiKey, serve } from "./server.mjs";
 
 const connect = (baseUrl, extra = {}) => ProgressDB.connect({ baseUrl, apiKey, adminToken, ...extra });
 
@@ -42,7 +42,7 @@ async function collect(iterable) {
   return out;
 }
 
-describe("@progressdb/client against progressdb serve", { skip }, () => {
+describe("@progressdb/client against progressdb serve", () => {
   test("every operation", async (t) => {
     const base = await serve(t);
     const c = await connect(base);

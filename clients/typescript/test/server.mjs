@@ -1,5 +1,6 @@
 // Starts a real `progressdb serve` for the tests: the binary is
-// PROGRESSDB_BIN (the Go test that runs this suite builds it).
+// PROGRESSDB_BIN, which `npm test` (test/run.mjs) and the Go test that runs
+// this suite build and set.
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { get as httpsGet } from "node:https";
@@ -10,8 +11,6 @@ import { join } from "node:path";
 export const apiKey = "key-1";
 export const adminToken = "admin-1";
 
-/** Why the suite cannot run here, or undefined. */
-export const skip = process.env.PROGRESSDB_BIN ? undefined : "PROGRESSDB_BIN is not set (make test builds and sets it)";
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -42,6 +41,8 @@ function httpsStatus(url, ca) {
  * tls.ca (PEM) is given, which verifies the server's certificate.
  */
 export async function serve(t, env = {}, tls = undefined) {
+  // A test without a server fails, naming the setting, rather than skip.
+  if (!process.env.PROGRESSDB_BIN) throw new Error("PROGRESSDB_BIN is not set: run npm test, which builds the server, or set it to a progressdb binary");
   const dir = mkdtempSync(join(tmpdir(), "progressdb-ts-"));
   const port = await freePort();
   const vars = {
