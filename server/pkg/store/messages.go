@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -139,6 +140,11 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 	}
 	if !generated {
 		if err := s.messageIDFree(m.ID); err != nil {
+			// The same append sent again (a retry whose first answer was
+			// lost) answers as the first did.
+			if first, same := s.sameFirstVersion(ctx, tid, m.ID, m.Author, body); same {
+				return first, nil
+			}
 			return Message{}, err
 		}
 	}
@@ -163,6 +169,25 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
 	}
 	return msg, nil
+}
+
+// sameFirstVersion returns mid's first version when it is in thread tid
+// and has this author and body: the append that made it, sent again. A
+// version it cannot open (its key is gone) is never the same.
+func (s *Store) sameFirstVersion(ctx context.Context, tid, mid, author string, body json.RawMessage) (Message, bool) {
+	v, err := s.get(versionKey(mid, 1))
+	if err != nil {
+		return Message{}, false
+	}
+	m, err := decodeMessage(mid, 1, v)
+	if err != nil || m.Thread != tid || s.openMessage(ctx, &m) != nil || m.Unreadable {
+		return Message{}, false
+	}
+	if m.Author != author || !bytes.Equal(m.Body, body) {
+		return Message{}, false
+	}
+	m.CreatedTS = m.TS
+	return m, true
 }
 
 // messageIDFree answers ErrIDUnavailable when mid has a version (in any

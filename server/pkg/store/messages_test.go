@@ -289,3 +289,33 @@ func TestConcurrentWritersOfOneThread(t *testing.T) {
 	}
 	checkIndexesRebuildAlike(t, s)
 }
+
+// An append sent again with its client-chosen ID and the same content (a
+// retry whose first answer was lost) answers as the first did and stores
+// nothing; another author, body or thread is still refused.
+func TestAppendSentAgainAnswersAsTheFirst(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	s := openStore(t, c)
+	createThread(t, s, "a")
+	createThread(t, s, "b")
+	first := appendMessage(t, s, "a", "m", "hello")
+	c.Advance(time.Second)
+
+	again := appendMessage(t, s, "a", "m", "hello")
+	if again.TS != first.TS || again.CreatedTS != first.CreatedTS || again.Version != 1 ||
+		string(again.Body) != string(first.Body) || again.Author != first.Author {
+		t.Fatalf("sent again = %+v, want the first %+v", again, first)
+	}
+	if versions, err := s.ListVersions(ctx, "a", "m"); err != nil || len(versions) != 1 {
+		t.Fatalf("versions after sending again: %d, %v", len(versions), err)
+	}
+	for _, m := range []struct {
+		tid    string
+		author string
+		body   string
+	}{{"a", "ana", `{"text":"other"}`}, {"a", "bob", `{"text":"hello"}`}, {"b", "ana", `{"text":"hello"}`}} {
+		_, err := s.AppendMessage(ctx, m.tid, store.Message{ID: "m", Author: m.author, Body: json.RawMessage(m.body)})
+		wantErr(t, err, store.ErrIDUnavailable)
+	}
+}
