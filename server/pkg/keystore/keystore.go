@@ -118,6 +118,11 @@ type Options struct {
 	// Database, when set, is recorded in a new key store as the data
 	// database it belongs to (binding.go).
 	Database string
+	// ReceiptKey, when set, is used instead of the store's own receipt
+	// key: a cluster's shards share one (spec §11.1), kept in etcd, so
+	// that a subject has one HMAC on every shard. It is never written
+	// here.
+	ReceiptKey []byte
 }
 
 // KeyStore holds the data keys. Build one with Open; safe for concurrent use.
@@ -172,6 +177,9 @@ func Open(ctx context.Context, path string, opts Options) (*KeyStore, error) {
 			return nil, err
 		}
 	}
+	if n := len(opts.ReceiptKey); n != 0 && n != 32 {
+		return nil, fmt.Errorf("open key store: receipt key of %d bytes, not 32", n)
+	}
 	if opts.MustExist {
 		if err := checkExists(path); err != nil {
 			return nil, err
@@ -199,6 +207,11 @@ func Open(ctx context.Context, path string, opts Options) (*KeyStore, error) {
 	if err := ks.load(ctx, opts); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open key store %q: %w", path, err)
+	}
+	if len(opts.ReceiptKey) > 0 {
+		// A copy: Close clears it.
+		clear(ks.receiptKey)
+		ks.receiptKey = bytes.Clone(opts.ReceiptKey)
 	}
 	return ks, nil
 }

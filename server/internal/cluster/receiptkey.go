@@ -1,0 +1,77 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A sealed cluster has one receipt key (spec §11.1), so that a subject has
+// one HMAC on every shard and an erasure recorded in etcd seals its author
+// under a key every owner holds. etcd holds it only wrapped by the KEK;
+// each node unwraps it at start and hands it to its shards' key stores.
+
+// receiptKeySize is the receipt key's length: an HMAC-SHA256 and an
+// AES-256-GCM key.
+const receiptKeySize = 32
+
+// ErrReceiptKey: the receipt key in etcd does not unwrap with this KEK, or
+// is not a receipt key.
+var ErrReceiptKey = errors.New("the cluster's receipt key does not open with this KEK")
+
+// ReceiptKey holds the cluster's receipt key, wrapped by the KEK.
+func (k Keys) ReceiptKey() string { return "/" + k.Name + "/sealing/receipt-key" }
+
+// Wrapper is the KEK as the receipt key needs it (a *secrets.Keeper).
+type Wrapper interface {
+	Encrypt(ctx context.Context, plain []byte) ([]byte, error)
+	Decrypt(ctx context.Context, wrapped []byte) ([]byte, error)
+}
+
+// EnsureReceiptKey returns the cluster's receipt key, creating it when
+// etcd holds none: at cluster create, or at the first start with a KEK
+// of a cluster that existed before. One transaction creates it only if
+// absent, so nodes starting together agree on one; the loser reads the
+// winner's. A key that does not unwrap is an error wrapping
+// ErrReceiptKey, never replaced.
+func EnsureReceiptKey(ctx context.Context, c *clientv3.Client, k Keys, kek Wrapper) ([]byte, error) {
+	key := k.ReceiptKey()
+	resp, err := c.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("read the receipt key: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		fresh := make([]byte, receiptKeySize)
+		if _, err := rand.Read(fresh); err != nil {
+			return nil, err
+		}
+		wrapped, err := kek.Encrypt(ctx, fresh)
+		if err != nil {
+			return nil, fmt.Errorf("wrap the receipt key: %w", err)
+		}
+		txn, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(wrapped))).Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("create the receipt key: %w", err)
+		}
+		if txn.Succeeded {
+			return fresh, nil
+		}
+		clear(fresh)
+		resp = (*clientv3.GetResponse)(txn.Responses[0].GetResponseRange())
+		if len(resp.Kvs) == 0 {
+			return nil, fmt.Errorf("create the receipt key: %s vanished", key)
+		}
+	}
+	plain, err := kek.Decrypt(ctx, resp.Kvs[0].Value)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%s): %w", ErrReceiptKey, key, err)
+	}
+	if len(plain) != receiptKeySize {
+		return nil, fmt.Errorf("%w (%s): %d bytes, not %d", ErrReceiptKey, key, len(plain), receiptKeySize)
+	}
+	return plain, nil
+}
