@@ -88,7 +88,7 @@ func startNodeWith(t testing.TB, etcd *etcdtest.Server, id string, watch bool, t
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	shards, err := cluster.OpenShards(filepath.Join(dir, "data"), m.HeldBy(id), store.Options{})
+	shards, err := cluster.OpenShards(filepath.Join(dir, "data"), m.HeldBy(id), store.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -148,7 +148,11 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 	// Each shard replays at start what its trail records after its head.
 	warnAuditInsideDB(cfg, logger)
 	held := m.HeldBy(cfg.NodeID)
-	shards, err := cluster.OpenShards(cfg.DBPath, held, store.Options{Logger: logger})
+	receiptKey, err := ClusterReceiptKey(ctx, cfg, client, keys)
+	if err != nil {
+		return err
+	}
+	shards, err := openClusterShards(cfg, logger, held, receiptKey)
 	if err != nil {
 		return err
 	}
@@ -187,7 +191,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 	backups := newShardBackups(nodeCtx, cfg, key, logger)
 	defer backups.close()
 	per := &shardRuntime{ctx: ctx, cfg: cfg, logger: logger, key: key, shards: shards, owner: owner, pause: pause,
-		cmetrics: cmetrics, smetrics: smetrics, services: services, backups: backups}
+		cmetrics: cmetrics, smetrics: smetrics, services: services, backups: backups, receiptKey: receiptKey}
 	for _, n := range held {
 		if err := per.start(n); err != nil {
 			return err
@@ -278,7 +282,15 @@ type shardRuntime struct {
 	smetrics *shardMetrics
 	services *shardServices
 	backups  *shardBackups
+	// receiptKey is the cluster's (ClusterReceiptKey), nil unsealed:
+	// every shard's key store uses it, and an erasure recorded in etcd
+	// seals its author under it.
+	receiptKey []byte
 }
+
+// ReceiptKey is the cluster's receipt key (spec §11.1); nil when the
+// node runs without PROGRESSDB_KEK.
+func (p *shardRuntime) ReceiptKey() []byte { return p.receiptKey }
 
 // start starts shard n's retention service and backups.
 func (p *shardRuntime) start(n int) error {

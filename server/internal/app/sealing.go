@@ -37,16 +37,7 @@ const (
 // not read. Other errors are the store's (ErrDatabaseLocked,
 // ErrNoDatabase, ...), wrapped.
 func OpenStore(ctx context.Context, cfg config.Config, logger *slog.Logger, opts store.Options, sealing Sealing) (*store.Store, error) {
-	opts.OpenSealer = func(ctx context.Context, st store.SealState) (store.Sealer, io.Closer, error) {
-		if cfg.KEK == "" || (!st.Sealed && sealing == KeepPlain) {
-			return nil, nil, nil
-		}
-		ks, err := openKeyStore(ctx, cfg, logger, st)
-		if err != nil {
-			return nil, nil, err
-		}
-		return ks, ks, nil
-	}
+	opts.OpenSealer = sealerOpener(cfg, logger, sealing, nil)
 	st, err := store.Open(cfg.DBPath, opts)
 	if err != nil {
 		return nil, openError(cfg, err)
@@ -54,16 +45,35 @@ func OpenStore(ctx context.Context, cfg config.Config, logger *slog.Logger, opts
 	return st, nil
 }
 
+// sealerOpener is the store.Options.OpenSealer of the database at
+// cfg.DBPath: its key store at cfg.KeystorePath with cfg.KEK when it is
+// sealed or sealing may seal it. receiptKey, when set, is the cluster's
+// (spec §11.1), used instead of the key store's own.
+func sealerOpener(cfg config.Config, logger *slog.Logger, sealing Sealing,
+	receiptKey []byte) func(context.Context, store.SealState) (store.Sealer, io.Closer, error) {
+	return func(ctx context.Context, st store.SealState) (store.Sealer, io.Closer, error) {
+		if cfg.KEK == "" || (!st.Sealed && sealing == KeepPlain) {
+			return nil, nil, nil
+		}
+		ks, err := openKeyStore(ctx, cfg, logger, st, receiptKey)
+		if err != nil {
+			return nil, nil, err
+		}
+		return ks, ks, nil
+	}
+}
+
 // openKeyStore opens the key store for a database in state st: only one
 // that exists when the database is sealed, else creating it bound to the
 // database.
-func openKeyStore(ctx context.Context, cfg config.Config, logger *slog.Logger, st store.SealState) (*keystore.KeyStore, error) {
+func openKeyStore(ctx context.Context, cfg config.Config, logger *slog.Logger, st store.SealState,
+	receiptKey []byte) (*keystore.KeyStore, error) {
 	keeper, err := keystore.OpenKEK(ctx, cfg.KEK)
 	if err != nil {
 		return nil, &StartupError{Var: config.VarKEK, Value: "<redacted>", Rule: "must be a usable KEK URL", Err: err}
 	}
 	ks, err := keystore.Open(ctx, cfg.KeystorePath, keystore.Options{Keeper: keeper, DataPath: cfg.DBPath, Logger: logger,
-		MustExist: st.Sealed, Database: st.DatabaseID})
+		MustExist: st.Sealed, Database: st.DatabaseID, ReceiptKey: receiptKey})
 	if err != nil {
 		return nil, fmt.Errorf("open key store (%s=%s): %w", config.VarKeystorePath, cfg.KeystorePath, err)
 	}

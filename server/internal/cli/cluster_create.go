@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
@@ -88,6 +89,9 @@ func (e env) clusterCreate(ctx context.Context, args []string) int {
 		e.clusterError(cfg, "cluster create", err)
 		return exitFailed
 	}
+	if code, ok := e.createReceiptKey(ctx, cfg, c, k); !ok {
+		return code
+	}
 	rep := clusterCreateReport{Cluster: k.Name, Created: created, Shards: m.Shards}
 	for _, id := range nodes {
 		rep.Nodes = append(rep.Nodes, clusterCreateNode{ID: id, Shards: append([]int{}, m.HeldBy(id)...)})
@@ -98,6 +102,24 @@ func (e env) clusterCreate(ctx context.Context, args []string) int {
 	}
 	printClusterCreate(e.stdout, rep)
 	return exitOK
+}
+
+// createReceiptKey creates the cluster's receipt key in etcd, wrapped by
+// PROGRESSDB_KEK, when one is set (spec §11.1); a cluster that has one
+// keeps it. false: the exit status to return.
+func (e env) createReceiptKey(ctx context.Context, cfg config.Config, c *clientv3.Client, k cluster.Keys) (int, bool) {
+	key, err := app.ClusterReceiptKey(ctx, cfg, c, k)
+	clear(key)
+	var startErr *app.StartupError
+	switch {
+	case errors.As(err, &startErr):
+		fmt.Fprintf(e.stderr, "progressdb cluster create: %v\n", err)
+		return exitUsage, false
+	case err != nil:
+		e.clusterError(cfg, "cluster create", err)
+		return exitFailed, false
+	}
+	return exitOK, true
 }
 
 // defaultCreateWait bounds how long cluster create waits for the nodes to

@@ -79,7 +79,8 @@ func ShardFolders(dbPath string) ([]int, error) {
 }
 
 // DiskShards reads what <dbPath>/shards/ holds, opening each shard
-// database in turn for its identity: only while no store of this process
+// database in turn for its identity (a sealed one's is read from its
+// folder's identity file): only while no store of this process
 // has them open (a node's start).
 func DiskShards(ctx context.Context, dbPath string) ([]HeldShard, error) {
 	ns, err := ShardFolders(dbPath)
@@ -95,6 +96,15 @@ func DiskShards(ctx context.Context, dbPath string) ([]HeldShard, error) {
 			rs, _, _ := store.ReadRestoreState(ShardDBPath(dbPath, n))
 			out = append(out, HeldShard{Shard: n, DatabaseID: rs.DatabaseID, UnfinishedRestore: true})
 			continue
+		}
+		if errors.Is(err, store.ErrSealedNeedsKEK) {
+			// A sealed shard opens only with its key store, which the
+			// node opens later: its folder names its identity.
+			id, ferr := store.FolderDatabaseID(ShardDBPath(dbPath, n))
+			if ferr == nil && id != "" {
+				out = append(out, HeldShard{Shard: n, DatabaseID: id})
+				continue
+			}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("shard %d: %w", n, err)

@@ -26,6 +26,12 @@ func ShardDBPath(dbPath string, n int) string {
 	return filepath.Join(dbPath, "shards", strconv.Itoa(n))
 }
 
+// ShardKeystorePath is shard n's key store (spec §11.1):
+// <KEYSTORE_PATH>/shards/<n>, held, backed up and moved with the shard.
+func ShardKeystorePath(keystorePath string, n int) string {
+	return filepath.Join(keystorePath, "shards", strconv.Itoa(n))
+}
+
 // ShardAuditPath is shard n's audit folder, with its own chain:
 // <AUDIT_PATH>/shards/<n>, where audit verify looks for shards' chains.
 func ShardAuditPath(auditPath string, n int) string {

@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 
@@ -43,28 +45,56 @@ func NodeCacheSize(owned int) int64 {
 type Shards struct {
 	dbPath string
 	opts   store.Options // every shard's, cache and memtable included
-	mu     sync.RWMutex  // a move adds and removes shards while requests read them
+	sealer SealerFor
+	mu     sync.RWMutex // a move adds and removes shards while requests read them
 	cache  *pebble.Cache
 	stores map[int]*store.Store
 }
 
+// SealerFor returns shard n's store.Options.OpenSealer: each shard opens
+// (or, sealing, creates) its own key store, which closes with it (spec
+// §11.1). nil: the shards open plain.
+type SealerFor func(n int) func(context.Context, store.SealState) (store.Sealer, io.Closer, error)
+
+// ShardError is a shard that did not open, naming it, so that the caller
+// can say which folders to look at.
+type ShardError struct {
+	Shard int
+	Err   error
+}
+
+func (e *ShardError) Error() string { return fmt.Sprintf("open shard %d: %v", e.Shard, e.Err) }
+func (e *ShardError) Unwrap() error { return e.Err }
+
 // OpenShards opens (creating when needed) the shards ns under dbPath, with
-// o for each store; o.Cache and o.MemTableSize are set here.
-func OpenShards(dbPath string, ns []int, o store.Options) (*Shards, error) {
-	s := &Shards{dbPath: dbPath, cache: pebble.NewCache(NodeCacheSize(len(ns))), stores: make(map[int]*store.Store, len(ns))}
+// o for each store and sealer's OpenSealer for shard n; o.Cache and
+// o.MemTableSize are set here. A shard that does not open is a
+// *ShardError.
+func OpenShards(dbPath string, ns []int, o store.Options, sealer SealerFor) (*Shards, error) {
+	s := &Shards{dbPath: dbPath, cache: pebble.NewCache(NodeCacheSize(len(ns))), stores: make(map[int]*store.Store, len(ns)),
+		sealer: sealer}
 	o.Cache, o.MemTableSize = s.cache, ShardMemTableSize(len(ns))
 	s.opts = o
 	for _, n := range ns {
 		if _, dup := s.stores[n]; dup {
 			continue
 		}
-		st, err := store.Open(ShardDBPath(dbPath, n), o)
+		st, err := store.Open(ShardDBPath(dbPath, n), s.options(n))
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("open shard %d: %w", n, err), s.Close())
+			return nil, errors.Join(&ShardError{Shard: n, Err: err}, s.Close())
 		}
 		s.stores[n] = st
 	}
 	return s, nil
+}
+
+// options are shard n's store options: the shared ones with its sealer.
+func (s *Shards) options(n int) store.Options {
+	o := s.opts
+	if s.sealer != nil {
+		o.OpenSealer = s.sealer(n)
+	}
+	return o
 }
 
 // Store returns shard n's store, if this node holds it.
@@ -89,15 +119,16 @@ func (s *Shards) Open(n int) (*store.Store, error) {
 	if s.cache == nil {
 		return nil, fmt.Errorf("open shard %d: %w", n, store.ErrClosed)
 	}
-	st, err := store.Open(ShardDBPath(s.dbPath, n), s.opts)
+	st, err := store.Open(ShardDBPath(s.dbPath, n), s.options(n))
 	if err != nil {
-		return nil, fmt.Errorf("open shard %d: %w", n, err)
+		return nil, &ShardError{Shard: n, Err: err}
 	}
 	s.stores[n] = st
 	return st, nil
 }
 
-// Detach closes shard n and holds it no more (its folder stays); false
+// Detach closes shard n, and its key store with it, and holds it no more
+// (its folders stay); false
 // when it was not held.
 func (s *Shards) Detach(n int) (bool, error) {
 	s.mu.Lock()

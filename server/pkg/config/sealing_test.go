@@ -46,8 +46,6 @@ func TestSealingInvalid(t *testing.T) {
 		{"key store inside DB_PATH", []string{dbVar, "PROGRESSDB_KEK=" + testKEK, "PROGRESSDB_KEYSTORE_PATH=" + filepath.Join(db, "keys")}, VarKeystorePath, "inside it"},
 		{"key store holds DB_PATH", []string{dbVar, "PROGRESSDB_KEK=" + testKEK, "PROGRESSDB_KEYSTORE_PATH=" + dir}, VarKeystorePath, "hold it"},
 		{"key store inside DB_PATH through a link", []string{dbVar, "PROGRESSDB_KEK=" + testKEK, "PROGRESSDB_KEYSTORE_PATH=" + filepath.Join(dir, "link")}, VarKeystorePath, "inside it"},
-		{"cluster mode", []string{dbVar, keys, "PROGRESSDB_KEK=" + testKEK, "PROGRESSDB_CLUSTER_ETCD=http://127.0.0.1:2379",
-			"PROGRESSDB_NODE_ID=n1", "PROGRESSDB_ADVERTISE_URL=http://127.0.0.1:8080", "PROGRESSDB_CLUSTER_SECRET=0123456789abcdef0123"}, VarKEK, "cluster mode"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,5 +73,13 @@ func TestSealingAccepted(t *testing.T) {
 		"PROGRESSDB_KEYSTORE_PATH="+filepath.Join(dir, "data-keys"))
 	if c.KEK != testKEK || c.KeystorePath != filepath.Join(dir, "data-keys") {
 		t.Fatalf("KEK, KeystorePath = %q, %q", c.KEK, c.KeystorePath)
+	}
+	// A cluster node seals too (spec §11.1): one key store per shard
+	// under the path.
+	c = mustLoad(t, "PROGRESSDB_DB_PATH="+filepath.Join(dir, "data"), "PROGRESSDB_KEK="+testKEK,
+		"PROGRESSDB_KEYSTORE_PATH="+filepath.Join(dir, "data-keys"), "PROGRESSDB_CLUSTER_ETCD=http://127.0.0.1:2379",
+		"PROGRESSDB_NODE_ID=n1", "PROGRESSDB_ADVERTISE_URL=http://127.0.0.1:8080", "PROGRESSDB_CLUSTER_SECRET=0123456789abcdef0123")
+	if c.KEK != testKEK || !c.Cluster.Enabled() {
+		t.Fatalf("cluster node: KEK set %v, cluster %v", c.KEK != "", c.Cluster.Enabled())
 	}
 }

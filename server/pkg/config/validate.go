@@ -295,9 +295,5 @@ func (c Config) validateSealing(map[string]string) *Error {
 		return &Error{VarKeystorePath, c.KeystorePath, "must not be " + VarDBPath + " (" + c.DBPath +
 			"), inside it or hold it: a copy of the data folder must not carry its keys (" + err.Error() + ")"}
 	}
-	if c.Cluster.Enabled() {
-		return &Error{VarKEK, "<redacted>", "sealed content is not supported in cluster mode yet (" + VarClusterEtcd +
-			" is set): unset " + VarKEK + " and " + VarKeystorePath}
-	}
 	return nil
 }

@@ -1,0 +1,68 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/keystore"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// shardConfig is cfg as shard n sees it: its database and key store
+// folders (spec §11.1), so that opening a shard is opening one database
+// and what refuses it names the shard's folders.
+func shardConfig(cfg config.Config, n int) config.Config {
+	cfg.DBPath = cluster.ShardDBPath(cfg.DBPath, n)
+	if cfg.KeystorePath != "" {
+		cfg.KeystorePath = cluster.ShardKeystorePath(cfg.KeystorePath, n)
+	}
+	return cfg
+}
+
+// ClusterReceiptKey is the cluster's receipt key (spec §11.1), created in
+// etcd on the first call with a KEK (cluster create, or a node's first
+// start with one); nil without PROGRESSDB_KEK. A key in etcd that this
+// KEK does not open is a *StartupError naming PROGRESSDB_KEK: every node
+// must have the same one.
+func ClusterReceiptKey(ctx context.Context, cfg config.Config, client *clientv3.Client, keys cluster.Keys) ([]byte, error) {
+	if cfg.KEK == "" {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
+	defer cancel()
+	keeper, err := keystore.OpenKEK(ctx, cfg.KEK)
+	if err != nil {
+		return nil, &StartupError{Var: config.VarKEK, Value: "<redacted>", Rule: "must be a usable KEK URL", Err: err}
+	}
+	defer keeper.Close()
+	key, err := cluster.EnsureReceiptKey(ctx, client, keys, keeper)
+	if errors.Is(err, cluster.ErrReceiptKey) {
+		return nil, &StartupError{Var: config.VarKEK, Value: "<redacted>",
+			Rule: fmt.Sprintf("must be the KEK of cluster %q, the same on every node", keys.Name), Err: err}
+	}
+	return key, err
+}
+
+// openClusterShards opens the shards ns a node holds, each with its own
+// key store at <KEYSTORE_PATH>/shards/<n> as OpenStore opens one database's
+// (a shard not sealed yet is sealed when a KEK is set), all sharing the
+// cluster's receipt key. What must not open is a *StartupError naming the
+// variable and the shard's folders, as on one node.
+func openClusterShards(cfg config.Config, logger *slog.Logger, ns []int, receiptKey []byte) (*cluster.Shards, error) {
+	sealers := func(n int) func(context.Context, store.SealState) (store.Sealer, io.Closer, error) {
+		return sealerOpener(shardConfig(cfg, n), logger, MaySeal, receiptKey)
+	}
+	shards, err := cluster.OpenShards(cfg.DBPath, ns, store.Options{Logger: logger}, sealers)
+	var se *cluster.ShardError
+	if errors.As(err, &se) {
+		return nil, openError(shardConfig(cfg, se.Shard), err)
+	}
+	return shards, err
+}
