@@ -158,13 +158,9 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 // nil, receives the backup metrics. A store that seals is backed up with
 // its key store (spec §12).
 func NewBackups(st *store.Store, cfg config.Config, svc *retention.Manager, logger *slog.Logger, reg prometheus.Registerer, signingKey ed25519.PrivateKey) (*backup.Creator, error) {
-	var keys backup.KeyStore
-	if ks, ok := st.KeySealer().(*keystore.KeyStore); ok && ks != nil {
-		keys = ks
-	}
 	return backup.NewCreator(backup.Options{
 		Store:      st,
-		KeyStore:   keys,
+		KeyStore:   backup.KeyStoreOf(st),
 		Hold:       svc,
 		SigningKey: signingKey,
 		Version:    buildinfo.Read().Version,

@@ -201,7 +201,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 	defer context.AfterFunc(ctx, services.closeAll)()
 	mover, err := cluster.NewNode(cluster.NodeOptions{Node: cfg.NodeID, Owner: owner, Shards: shards,
 		Held:      func() { reporter.report(nodeCtx) },
-		Retention: cfg.Retention, SigningKey: key, Version: buildinfo.Read().Version, Logger: logger,
+		Retention: cfg.Retention, KeystorePath: cfg.KeystorePath, SigningKey: key, Version: buildinfo.Read().Version, Logger: logger,
 		Holder: per.holder, Detach: per.detach, Attach: per.attach})
 	if err != nil {
 		return err

@@ -59,7 +59,7 @@ func (b *shardBackups) add(n int, st *store.Store, svc *retention.Manager, metri
 	if b.cfg.Backup.Path != "" {
 		path = cluster.ShardBackupPath(b.cfg.Backup.Path, n)
 	}
-	c, err := backup.NewCreator(backup.Options{Store: st, Hold: svc, SigningKey: b.key, Version: buildinfo.Read().Version,
+	c, err := backup.NewCreator(backup.Options{Store: st, KeyStore: backup.KeyStoreOf(st), Hold: svc, SigningKey: b.key, Version: buildinfo.Read().Version,
 		Path: path, AuditPath: cluster.ShardAuditPath(b.cfg.Retention.AuditPath, n), Keep: b.cfg.Backup.Keep,
 		Logger: b.logger.With("shard", n), Metrics: metrics})
 	if err != nil {

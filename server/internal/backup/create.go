@@ -42,6 +42,15 @@ type KeyStore interface {
 	RemoveCheckpoint(dir string) error
 }
 
+// KeyStoreOf is the key store st seals with, as a backup carries it
+// (Options.KeyStore); nil when st is plain.
+func KeyStoreOf(st *store.Store) KeyStore {
+	if ks, ok := st.KeySealer().(KeyStore); ok && ks != nil {
+		return ks
+	}
+	return nil
+}
+
 // Options configure NewCreator.
 type Options struct {
 	Store *store.Store

@@ -68,8 +68,9 @@ type RestoreOptions struct {
 	AcceptBrokenAudit bool
 	Logger            *slog.Logger
 	// Open opens the unpacked database, and the restore leaves it open
-	// (a shard's move: the node's shards hold it). When nil the restore
-	// opens DB itself, sealed with the restored key store, and closes it.
+	// (a shard's move: the node's shards hold it, sealed with the key
+	// store restored into DefaultKeyStore). When nil the restore opens DB
+	// itself, sealed with the restored key store, and closes it.
 	Open func() (*store.Store, error)
 	// NewReplayer builds the replay over the restored store with the
 	// restore's retention configuration (Retention with Audit applied).
@@ -268,12 +269,18 @@ func (r *restore) keyStoreInUse(err error) error {
 }
 
 // extractCopy is Extract of the options' archive: the copy keeps the
-// backup's identity and holds no marker once unpacked.
+// backup's identity and holds no marker once unpacked; a sealed shard's
+// key store goes into the key store's folder.
 func (r *restore) extractCopy(ctx context.Context) (Report, error) {
 	if r.o.Input != nil {
-		return extract(ctx, r.o.File, r.o.Input, r.o.DB, "", r.o.PublicKey, nil)
+		return extract(ctx, r.o.File, r.o.Input, r.o.DB, r.ksDir, r.o.PublicKey, nil)
 	}
-	return Extract(ctx, r.o.File, r.o.DB, r.o.PublicKey)
+	f, err := os.Open(r.o.File)
+	if err != nil {
+		return Report{File: r.o.File}, fmt.Errorf("backup: %w", err)
+	}
+	defer f.Close()
+	return extract(ctx, r.o.File, f, r.o.DB, r.ksDir, r.o.PublicKey, nil)
 }
 
 // unfinished says, for an error after the unpacking, that the restore
@@ -371,7 +378,10 @@ func (r *restore) open(ctx context.Context) (*store.Store, *keystore.KeyStore, f
 		if err != nil {
 			return nil, nil, nil, r.unfinished(err, "%v", err)
 		}
-		return st, nil, func() {}, nil
+		// Opened sealed with the restored key store, which the replay's
+		// erase covers like one the restore opens itself.
+		keys, _ := st.KeySealer().(*keystore.KeyStore)
+		return st, keys, func() {}, nil
 	}
 	keys, err := r.openKeys(ctx)
 	if err != nil {

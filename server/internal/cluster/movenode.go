@@ -36,10 +36,14 @@ type NodeOptions struct {
 	Shards *Shards
 	// Retention is the node's retention configuration; its AuditPath is
 	// the root of the shards' trails (<AUDIT_PATH>/shards/<n>).
-	Retention  config.Retention
-	SigningKey ed25519.PrivateKey
-	Version    string
-	Logger     *slog.Logger
+	Retention config.Retention
+	// KeystorePath is the root of the shards' key stores
+	// (<KEYSTORE_PATH>/shards/<n>, spec §11.1); "" when the node does not
+	// seal. A sealed shard's key store moves with it.
+	KeystorePath string
+	SigningKey   ed25519.PrivateKey
+	Version      string
+	Logger       *slog.Logger
 	// Holder returns shard n's retention runner (retention.Runner): a
 	// shard moved away is held from its fence until its copy is deleted,
 	// so no run purges or writes into its trail meanwhile.
@@ -83,8 +87,8 @@ type outgoing struct {
 // incoming is what a move here created: the trail, the database, and the
 // folder the node's own older trail of the shard was set aside to.
 type incoming struct {
-	trail, db bool
-	aside     string
+	trail, db, keys bool
+	aside           string
 }
 
 var (
@@ -108,6 +112,14 @@ func NewNode(o NodeOptions) (*Node, error) {
 
 func (nd *Node) auditPath(n int) string { return ShardAuditPath(nd.o.Retention.AuditPath, n) }
 func (nd *Node) dbPath(n int) string    { return ShardDBPath(nd.o.Shards.DBPath(), n) }
+
+// keysPath is shard n's key store folder, "" when the node does not seal.
+func (nd *Node) keysPath(n int) string {
+	if nd.o.KeystorePath == "" {
+		return ""
+	}
+	return ShardKeystorePath(nd.o.KeystorePath, n)
+}
 
 func (nd *Node) publicKey() ed25519.PublicKey {
 	if nd.o.SigningKey == nil {
@@ -195,8 +207,9 @@ func (nd *Node) Backup(ctx context.Context, n int, w io.Writer) (backup.Manifest
 	if !ok {
 		return backup.Manifest{}, fmt.Errorf("shard %d: node %s does not hold it", n, nd.o.Node)
 	}
-	c, err := backup.NewCreator(backup.Options{Store: st, Hold: heldHolder{head}, SigningKey: nd.o.SigningKey,
-		Version: nd.o.Version, Logger: nd.o.Logger.With("shard", n)})
+	// A sealed shard's stream carries its key store: wrapped keys only.
+	c, err := backup.NewCreator(backup.Options{Store: st, KeyStore: backup.KeyStoreOf(st), Hold: heldHolder{head},
+		SigningKey: nd.o.SigningKey, Version: nd.o.Version, Logger: nd.o.Logger.With("shard", n)})
 	if err != nil {
 		return backup.Manifest{}, err
 	}
@@ -295,9 +308,11 @@ func (nd *Node) Remove(ctx context.Context, n int, to string, epoch int64) error
 	}
 	dir := nd.dbPath(n)
 	erase := time.Now()
-	derr := os.RemoveAll(dir)
-	if derr == nil {
-		derr = durable.SyncDir(filepath.Dir(dir))
+	derr := removeFolder(dir)
+	if ks := nd.keysPath(n); derr == nil && ks != "" {
+		// No key of the shard is left in any file of this node's key
+		// store folder (spec §11.1): the new owner holds them now.
+		derr = removeFolder(ks)
 	}
 	f := w.Counts()
 	f.FinishedAt = time.Now().UTC()
@@ -319,6 +334,18 @@ func (nd *Node) Remove(ctx context.Context, n int, to string, epoch int64) error
 		return fmt.Errorf("shard %d: delete %s: %w", n, dir, derr)
 	}
 	nd.o.Logger.Info("cluster_shard_moved_away", "shard", n, "to", to, "epoch", epoch, "audit_file", w.Path())
+	return nil
+}
+
+// removeFolder deletes dir, durably: its parent is synced (when there is
+// one: a shard never sealed has no key store folder).
+func removeFolder(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := durable.SyncDir(filepath.Dir(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	return nil
 }
 
@@ -519,6 +546,13 @@ func (nd *Node) Restore(ctx context.Context, n int, r io.Reader) (RestoreResult,
 	if err := backup.CheckEmpty(dir); err != nil {
 		return rr, fmt.Errorf("shard %d: %w", n, err)
 	}
+	ks := nd.keysPath(n)
+	if ks != "" {
+		if err := backup.CheckEmpty(ks); err != nil {
+			return rr, fmt.Errorf("shard %d: key store: %w", n, err)
+		}
+		nd.incoming(n).keys = true
+	}
 	nd.incoming(n).db = true
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return rr, err
@@ -533,7 +567,7 @@ func (nd *Node) Restore(ctx context.Context, n int, r io.Reader) (RestoreResult,
 	}
 	rc := nd.o.Retention
 	rc.AuditPath = nd.auditPath(n)
-	res, err := backup.Restore(ctx, backup.RestoreOptions{File: tmp, DB: dir, KeepIdentity: true, Retention: rc,
+	res, err := backup.Restore(ctx, backup.RestoreOptions{File: tmp, DB: dir, KeepIdentity: true, Retention: rc, DefaultKeyStore: ks,
 		PublicKey: nd.publicKey(), Logger: nd.o.Logger.With("shard", n),
 		Open: func() (*store.Store, error) { return nd.o.Shards.Open(n) },
 		NewReplayer: func(st *store.Store, rc config.Retention) (backup.Replayer, error) {
@@ -597,6 +631,10 @@ func (nd *Node) Discard(_ context.Context, n int) error {
 			errs = append(errs, err)
 		}
 		errs = append(errs, os.RemoveAll(nd.dbPath(n)))
+	}
+	if in.keys {
+		// Closed with the shard above.
+		errs = append(errs, os.RemoveAll(nd.keysPath(n)))
 	}
 	if in.trail {
 		// A copy of the old owner's trail, which keeps its own.

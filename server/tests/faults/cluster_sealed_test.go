@@ -11,9 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
 	"github.com/progressdb/progressdb/server/pkg/keystore"
+	"github.com/progressdb/progressdb/server/pkg/pebbledir"
+	"github.com/progressdb/progressdb/server/pkg/store"
 	"github.com/progressdb/progressdb/server/pkg/store/storetest"
 )
 
@@ -169,4 +173,117 @@ func hasManifest(dir string) bool {
 		}
 	}
 	return false
+}
+
+// wrappedKeys returns the wrapped data keys in the key store at dir
+// (k:<tid>:k:<num> → hmac(32) ‖ wrapped DEK), read with Pebble alone.
+func wrappedKeys(t testing.TB, dir string) []string {
+	t.Helper()
+	db, err := pebbledir.OpenReadOnly(dir)
+	if err != nil {
+		t.Fatalf("open the key store %s: %v", dir, err)
+	}
+	defer db.Close()
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte("k:"), UpperBound: []byte("k;")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	var keys []string
+	for ok := it.First(); ok; ok = it.Next() {
+		if strings.Contains(string(it.Key()), ":k:") && len(it.Value()) > 32 {
+			keys = append(keys, string(it.Value()[32:]))
+		}
+	}
+	return keys
+}
+
+// TestFaultClusterSealedShardMoves moves a sealed shard between two node
+// processes (spec §11.1): the move's stream carries the shard's key
+// store, so the new owner reads its content; the old owner's key store
+// folder keeps no file holding any of the shard's wrapped keys. A backup
+// of the shard through a node that does not hold it carries the key store
+// too, and `progressdb restore --keystore` brings back readable content.
+func TestFaultClusterSealedShardMoves(t *testing.T) {
+	t.Parallel()
+	_, envs, nodes := startSealedCluster(t)
+	var markers []string
+	var threads []string
+	for i := range 3 {
+		tid := threadInShard(0, i)
+		threads = append(threads, tid)
+		markers = append(markers, marker(tid, "title"), marker(tid, "author"), marker(tid, "body"))
+		nodes[1].mustCall(t, "POST", "/v1/threads", map[string]string{"id": tid, "title": marker(tid, "title"), "author": marker(tid, "author")},
+			"", http.StatusCreated, nil)
+		nodes[1].mustCall(t, "POST", "/v1/threads/"+tid+"/messages", map[string]any{"author": marker(tid, "author"), "body": marker(tid, "body")},
+			"", http.StatusCreated, nil)
+	}
+	// Shard 0's home is node-1 (round robin).
+	nodes[2].mustCall(t, "POST", "/admin/cluster/shards/0/move", map[string]string{"to": "node-2"}, adminToken, http.StatusOK, nil)
+	for _, tid := range threads {
+		_, b := nodes[0].call(t, "GET", "/v1/threads/"+tid+"/messages", nil, "")
+		if !strings.Contains(string(b), marker(tid, "body")) {
+			t.Fatalf("thread %s after the move: %s", tid, b)
+		}
+	}
+
+	// A backup of shard 0, asked of node-1, which forwards it to node-2.
+	code, archive := nodes[0].call(t, "POST", "/admin/backups/stream?shard=0&compress=none", nil, adminToken)
+	if code != http.StatusOK {
+		t.Fatalf("backup of shard 0: %d %s", code, archive)
+	}
+	file := filepath.Join(t.TempDir(), "shard-0.tar")
+	if err := os.WriteFile(file, archive, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if rep := verifyBackup(t, file); !rep.Manifest.Sealed {
+		t.Fatalf("the backup of a sealed shard holds no key store: %+v", rep.Manifest)
+	}
+
+	for i, n := range nodes {
+		if code := n.stop(t); code != 0 {
+			t.Fatalf("node %s stopped with %d\n%s", clusterIDs[i], code, n.output())
+		}
+	}
+	oldKeys, newKeys := envs["node-1"]["PROGRESSDB_KEYSTORE_PATH"], envs["node-2"]["PROGRESSDB_KEYSTORE_PATH"]
+	moved := wrappedKeys(t, cluster.ShardKeystorePath(newKeys, 0))
+	if len(moved) < len(threads) {
+		t.Fatalf("node-2's key store of shard 0 holds %d wrapped keys, want at least %d", len(moved), len(threads))
+	}
+	storetest.RequireNone(t, oldKeys, moved...)
+	if _, err := os.Stat(cluster.ShardKeystorePath(oldKeys, 0)); !os.IsNotExist(err) {
+		t.Errorf("node-1 keeps shard 0's key store folder: %v", err)
+	}
+	for _, id := range clusterIDs {
+		storetest.RequireNone(t, nodeDir(envs[id]), markers...)
+	}
+
+	// Restored from the backup, with its key store, the shard reads.
+	dir := t.TempDir()
+	restored := envVars{"PROGRESSDB_DB_PATH": filepath.Join(dir, "db"), "PROGRESSDB_KEK": clusterKEK,
+		"PROGRESSDB_KEYSTORE_PATH":        filepath.Join(dir, "keys"),
+		"PROGRESSDB_RETENTION_AUDIT_PATH": cluster.ShardAuditPath(envs["node-2"]["PROGRESSDB_RETENTION_AUDIT_PATH"], 0)}
+	if p := runCLI(t, restored, "restore", file, "--db", filepath.Join(dir, "db")); p.code != 0 {
+		t.Fatalf("restore: %d\n%s", p.code, p.output())
+	}
+	ctx := context.Background()
+	keeper, err := keystore.OpenKEK(ctx, clusterKEK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, err := keystore.Open(ctx, filepath.Join(dir, "keys"), keystore.Options{Keeper: keeper, MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(filepath.Join(dir, "db"), store.Options{Sealer: ks, Closer: ks})
+	if err != nil {
+		_ = ks.Close()
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, tid := range threads {
+		if th, err := st.GetThread(ctx, tid); err != nil || th.Title != marker(tid, "title") {
+			t.Errorf("restored thread %s: %+v, %v", tid, th, err)
+		}
+	}
 }
