@@ -33,7 +33,8 @@ demo: build
 # Starts an etcd (progressdb-dev-etcd, a development tool kept out of the
 # progressdb binary) and three nodes on loopback, writes through one node
 # and reads back through the others (docs/cluster.md); CLUSTER_DEMO_TLS=1
-# runs them with mutual TLS (docs/tls.md).
+# runs them with mutual TLS (docs/tls.md), CLUSTER_DEMO_SEALED=1 sealed
+# (docs/encryption.md).
 cluster-demo: build
 	$(GO) build -o bin/progressdb-dev-etcd ./server/cmd/progressdb-dev-etcd
 	./scripts/cluster-demo.sh ./$(BIN) ./bin/progressdb-dev-etcd

@@ -11,6 +11,9 @@
 # CLUSTER_DEMO_TLS=1 makes a CA and a certificate per node with openssl
 # (docs/tls.md) and runs the nodes with mutual TLS between them: they serve
 # HTTPS only and the demo's requests check their certificates.
+# CLUSTER_DEMO_SEALED=1 gives every node the same KEK (a local key made by
+# progressdb keys generate-kek) and a key store folder: every shard's
+# content is sealed at rest (docs/encryption.md, Cluster).
 set -euo pipefail
 bin=${1:-./bin/progressdb}
 etcd_bin=${2:-./bin/progressdb-dev-etcd}
@@ -73,10 +76,19 @@ if [ -n "${CLUSTER_DEMO_TLS:-}" ]; then
 	curl() { command curl --cacert "$dir/tls/ca.crt" "$@"; }
 fi
 
+if [ -n "${CLUSTER_DEMO_SEALED:-}" ]; then
+	step "one KEK for every node (progressdb keys generate-kek); each node keeps a key store per shard"
+	"$bin" keys generate-kek --out "$dir/kek"
+	export PROGRESSDB_KEK_FILE="$dir/kek"
+fi
+
 # node_env I: the environment of node I.
 node_env() {
 	local i=$1 port=$((base + $1))
 	echo "PROGRESSDB_NODE_ID=node-$i PROGRESSDB_ADDR=127.0.0.1:$port PROGRESSDB_ADVERTISE_URL=$scheme://127.0.0.1:$port PROGRESSDB_DB_PATH=$dir/node-$i/data PROGRESSDB_RETENTION_AUDIT_PATH=$dir/node-$i/audit"
+	if [ -n "${CLUSTER_DEMO_SEALED:-}" ]; then
+		echo "PROGRESSDB_KEYSTORE_PATH=$dir/node-$i/keys"
+	fi
 	if [ "$scheme" = https ]; then
 		echo "PROGRESSDB_CLUSTER_TLS_CERT_FILE=$dir/tls/node-$i.crt PROGRESSDB_CLUSTER_TLS_KEY_FILE=$dir/tls/node-$i.key"
 	fi
@@ -114,6 +126,17 @@ for i in 2 3; do
 	done
 	echo "node-$i: all six messages read back"
 done
+
+if [ -n "${CLUSTER_DEMO_SEALED:-}" ]; then
+	step "sealed at rest: no title or body in any file of any node's data or key store folders"
+	for i in 1 2 3; do
+		ls -d "$dir/node-$i"/keys/shards/* | sed "s|$dir/||"
+		if grep -rqa -e 'hello from' -e 'thread alpha' "$dir/node-$i/data" "$dir/node-$i/keys"; then
+			fail "node-$i holds content in clear"
+		fi
+	done
+	echo "no 'hello from' or 'thread alpha' in any file of node-1, node-2 or node-3"
+fi
 
 step "GET /v1/threads through node-3 (every shard's page merged in ID order)"
 curl -fsS "$(url 3)/v1/threads?limit=10" | tr ',' '\n' | grep -o '"id":"[^"]*"' | tr '\n' ' '
