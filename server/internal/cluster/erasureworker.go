@@ -89,22 +89,36 @@ func (w *ErasureWorker) loop(ctx context.Context) {
 		open, rev, err := OpenErasures(ctx, w.o.Client, w.o.Keys, func(err error) {
 			w.o.Logger.Error("cluster_erasure_record_unreadable", "err", err)
 		})
-		owed := true
+		owed, ends := true, []<-chan struct{}(nil)
 		if err != nil {
 			w.failedCall(err)
 			w.o.Logger.Warn("cluster_erasures_unreadable", "err", err)
 		} else {
-			owed = w.reconcile(ctx, open)
+			owed, ends = w.reconcile(ctx, open)
 		}
-		w.wait(ctx, changed, rev, owed)
+		w.wait(ctx, changed, rev, owed, ends)
 	}
 }
 
 // wait returns at a change under the erasures' prefix after rev, a change
-// of this node's ownerships, or (owed) after the retry interval.
-func (w *ErasureWorker) wait(ctx context.Context, changed <-chan struct{}, rev int64, owed bool) {
+// of this node's ownerships, the end of a run of a shard that owes a part
+// (ends), or (owed) after the retry interval.
+func (w *ErasureWorker) wait(ctx context.Context, changed <-chan struct{}, rev int64, owed bool, ends []<-chan struct{}) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	ended := make(chan struct{}, 1)
+	for _, e := range ends {
+		go func() {
+			select {
+			case <-e:
+				select {
+				case ended <- struct{}{}:
+				default:
+				}
+			case <-wctx.Done():
+			}
+		}()
+	}
 	var watch clientv3.WatchChan
 	if rev > 0 {
 		watch = w.o.Client.Watch(wctx, w.o.Keys.Erasures(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
@@ -118,6 +132,7 @@ func (w *ErasureWorker) wait(ctx context.Context, changed <-chan struct{}, rev i
 	select {
 	case <-ctx.Done():
 	case <-changed:
+	case <-ended:
 	case <-retry:
 	case resp, ok := <-watch:
 		if !ok || resp.Err() != nil {
@@ -132,11 +147,11 @@ func (w *ErasureWorker) wait(ctx context.Context, changed <-chan struct{}, rev i
 }
 
 // reconcile has each owned shard adopt each open erasure it has not
-// completed, and reports whether some part is still owed here.
-func (w *ErasureWorker) reconcile(ctx context.Context, open []ErasureRecord) bool {
+// completed, and reports whether some part is still owed here, with the
+// end of the next run of each shard that owes one.
+func (w *ErasureWorker) reconcile(ctx context.Context, open []ErasureRecord) (owed bool, ends []<-chan struct{}) {
 	owned := w.o.Owner.Owned()
 	slices.Sort(owned)
-	owed := false
 	live := make(map[string]bool, len(open))
 	for _, rec := range open {
 		live[rec.ID] = true
@@ -148,8 +163,11 @@ func (w *ErasureWorker) reconcile(ctx context.Context, open []ErasureRecord) boo
 			if _, done := rec.Done[n]; done || n >= rec.Shards || w.o.Owner.Moving(n) {
 				continue
 			}
-			if !w.adopt(ctx, rec, author, n) {
+			if done, end := w.adopt(ctx, rec, author, n); !done {
 				owed = true
+				if end != nil {
+					ends = append(ends, end)
+				}
 			}
 		}
 	}
@@ -160,38 +178,41 @@ func (w *ErasureWorker) reconcile(ctx context.Context, open []ErasureRecord) boo
 		}
 	}
 	w.mu.Unlock()
-	return owed
+	return owed, ends
 }
 
 // adopt has shard n adopt erasure rec, and writes its part into the
-// record once completed; it reports whether the part is done.
-func (w *ErasureWorker) adopt(ctx context.Context, rec ErasureRecord, author string, n int) bool {
+// record once completed; it reports whether the part is done and, when
+// not, what closes at the end of the shard's next run.
+func (w *ErasureWorker) adopt(ctx context.Context, rec ErasureRecord, author string, n int) (bool, <-chan struct{}) {
 	svc := w.o.Service(n)
 	if svc == nil {
-		return false
+		return false, nil
 	}
+	// Taken first: a run that ends during Adopt closes it.
+	end := svc.RunEnded()
 	st, err := svc.Adopt(ctx, rec.ID, author, time.Unix(0, rec.RequestedAt))
 	switch {
 	case errors.Is(err, retention.ErrLeaseHeld), errors.Is(err, retention.ErrPaused), errors.Is(err, retention.ErrClosed):
-		return false // asked again: a run ends, a pause is lifted, the shard moves on
+		return false, end // asked again: a run ends, a pause is lifted, the shard moves on
 	case err != nil:
 		w.o.Logger.Warn("cluster_erasure_adopt_failed", "erasure_id", rec.ID, "shard", n, "err", err)
-		return false
+		return false, nil
 	case st.Status != retention.ErasureCompleted:
-		return false
+		return false, end
 	}
 	after, err := ShardErased(ctx, w.o.Client, w.o.Keys, rec.ID, n, st)
 	if err != nil {
 		w.failedCall(err)
 		w.o.Logger.Warn("cluster_erasure_shard_record_failed", "erasure_id", rec.ID, "shard", n, "err", err)
-		return false
+		return false, nil
 	}
 	w.o.Logger.Info("cluster_erasure_shard_completed", "erasure_id", rec.ID, "shard", n,
 		"keys_destroyed", st.KeysDestroyed, "messages_purged", st.MessagesPurged)
 	if !after.Open() {
 		w.o.Logger.Info("cluster_erasure_completed", "erasure_id", rec.ID, "subject", rec.Subject)
 	}
-	return true
+	return true, nil
 }
 
 // author opens rec's author with the receipt key, once per erasure.

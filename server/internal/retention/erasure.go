@@ -428,6 +428,9 @@ func (m *Manager) Adopt(ctx context.Context, id, author string, requestedAt time
 	return m.Erasure(ctx, id)
 }
 
+// RunEnded implements ShardEraser.
+func (m *Manager) RunEnded() <-chan struct{} { return m.runner.RunEnded() }
+
 // record starts a run with trigger erasure and, under its lease, records
 // erasure id of author: the key store's entry (the request: a run
 // finishes every one it finds) and the status, each unless there already

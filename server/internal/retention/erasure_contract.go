@@ -90,4 +90,7 @@ type ShardEraser interface {
 	// never recorded again. Errors: those of Request; the caller asks
 	// again later, nothing is recorded then.
 	Adopt(ctx context.Context, id, author string, requestedAt time.Time) (ErasureStatus, error)
+	// RunEnded is closed when the next run of this database ends: taken
+	// before Adopt, it tells when to look again.
+	RunEnded() <-chan struct{}
 }

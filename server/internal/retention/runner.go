@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -105,6 +106,10 @@ type Runner struct {
 	active atomic.Pointer[LeaseInfo] // lease of the run going, for refusals
 	last   atomic.Pointer[Result]    // the last run's result, for status
 
+	// ended is closed, and replaced, each time a run ends (RunEnded).
+	endedMu sync.Mutex
+	ended   chan struct{}
+
 	hooks runnerHooks
 }
 
@@ -153,6 +158,7 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 		version:   o.Version,
 		auditOpts: audit.Options{SigningKey: o.SigningKey},
 		slot:      make(chan struct{}, 1),
+		ended:     make(chan struct{}),
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -341,8 +347,20 @@ func (r *Runner) begin(ctx context.Context, req RunRequest) (*run, Result, error
 		r.metrics.LeaseHeld.Set(0)
 		r.active.Store(nil)
 		<-r.slot
+		r.endedMu.Lock()
+		close(r.ended)
+		r.ended = make(chan struct{})
+		r.endedMu.Unlock()
 	}
 	return rn, Result{}, nil
+}
+
+// RunEnded is closed when the next run of this runner ends (every run
+// after this call): an erasure's worker waits on it rather than polling.
+func (r *Runner) RunEnded() <-chan struct{} {
+	r.endedMu.Lock()
+	defer r.endedMu.Unlock()
+	return r.ended
 }
 
 func (r *Runner) leaseConfig() LeaseConfig {
