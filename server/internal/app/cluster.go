@@ -197,6 +197,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 			return err
 		}
 	}
+	defer per.startErasures(nodeCtx, client, keys, m.Shards)()
 	backups.startSweep()
 	defer context.AfterFunc(ctx, services.closeAll)()
 	mover, err := cluster.NewNode(cluster.NodeOptions{Node: cfg.NodeID, Owner: owner, Shards: shards,
@@ -286,6 +287,8 @@ type shardRuntime struct {
 	// every shard's key store uses it, and an erasure recorded in etcd
 	// seals its author under it.
 	receiptKey []byte
+	// erasures records the cluster's subject erasures; nil unsealed.
+	erasures *cluster.Erasures
 }
 
 // ReceiptKey is the cluster's receipt key (spec §11.1); nil when the
@@ -341,7 +344,7 @@ func (p *shardRuntime) handler(nodeCtx context.Context, tr *transport, view *rou
 		Help: "Shards that no node owns, as etcd shows them to this node: their requests answer 503.",
 	}, func() float64 { return float64(view.Unowned()) }))
 	rt, err := router.New(router.Options{Node: p.cfg.NodeID, Secret: p.cfg.Cluster.Secret, View: view, Shards: p.shards,
-		Owner: p.owner, Retention: p.services.service, Mover: mover, Logger: p.logger,
+		Owner: p.owner, Retention: p.services.service, Erasures: p.erasures, Mover: mover, Logger: p.logger,
 		Metrics: p.cmetrics, TLS: tr.nodeTLS()})
 	if err != nil {
 		return nil, err
@@ -382,6 +385,7 @@ func shardRetention(ctx context.Context, st *store.Store, n int, owner *cluster.
 	shard := n
 	svc, err := newRetention(retention.RunnerOptions{Store: st, Config: rc, Logger: logger.With("shard", n),
 		Metrics: metrics, SigningKey: key, Coordinator: owner.Coordinator(n), Fenced: true, Shard: &shard, Pause: pause,
+		Keys:     KeyStore(st), // a sealed shard's runs shred, and run its part of the cluster's erasures
 		OnFenced: cmetrics.Fenced}, true)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", n, err)
