@@ -508,6 +508,9 @@ func b11Serve(ctx context.Context, id, dir string, client *http.Client, env []st
 		"PROGRESSDB_RETENTION_AUDIT_PATH="+filepath.Join(dir, "audit"),
 		"PROGRESSDB_ADDR="+addr,
 		"PROGRESSDB_LOG_LEVEL=error")
+	if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, config.VarKEK+"=") }) {
+		env = append(env, config.VarKeystorePath+"="+filepath.Join(dir, "keys")) // sealed (B13E)
+	}
 	scheme := "http"
 	if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, config.VarClusterTLSCert+"=") }) {
 		scheme = "https"

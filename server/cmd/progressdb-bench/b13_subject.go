@@ -85,6 +85,10 @@ func runB13E(ctx context.Context, b *bench) (*section, error) {
 			"the database, as in B6. Claims, key destruction and purges follow the author's messages.",
 			fmtRatio(bigger), fmtDurF(median(small.erase)), fmtDurF(median(large.erase))))
 	}
+	onCluster := &b13Case{label: "cluster", threads: n, author: min(b.scaled(100, 10), n)}
+	if err := b13ClusterLine(ctx, b, sec, onCluster); err != nil {
+		return sec, err
+	}
 	sec.notes = append(sec.notes, fmt.Sprintf("An author in %d threads instead of %d (%s the threads) takes %s "+
 		"as long (%s → %s): the cost follows the author's threads and messages.", wide.author, large.author,
 		fmtRatio(float64(wide.author)/float64(large.author)), fmtRatio(median(wide.took)/median(large.took)),
@@ -111,7 +115,7 @@ func b13Rep(ctx context.Context, b *bench, c *b13Case, rep int) error {
 		return err
 	}
 	defer st.Close()
-	if err := b13Seed(ctx, b, st, c); err != nil {
+	if err := b13Seed(ctx, b, st, c, nil); err != nil {
 		return err
 	}
 	if err := st.DB().Flush(); err != nil {
@@ -182,8 +186,9 @@ func b13Rep(ctx context.Context, b *bench, c *b13Case, rep int) error {
 	}
 }
 
-// b13Seed writes c's threads; the author writes in every threads/author-th.
-func b13Seed(ctx context.Context, b *bench, st *store.Store, c *b13Case) error {
+// b13Seed writes c's threads that keep selects (nil: all); the author
+// writes in every threads/author-th.
+func b13Seed(ctx context.Context, b *bench, st *store.Store, c *b13Case, keep func(tid string) bool) error {
 	every := max(1, c.threads/c.author)
 	authored := 0
 	body := json.RawMessage(`{"text":"a message of about sixty bytes, like a short chat line"}`)
@@ -191,6 +196,13 @@ func b13Seed(ctx context.Context, b *bench, st *store.Store, c *b13Case) error {
 	for i := range c.threads {
 		tid := fmt.Sprintf("b13-%06d", i)
 		owner := fmt.Sprintf("owner-%06d", i)
+		authors := i%every == 0 && authored < c.author
+		if authors {
+			authored++
+		}
+		if keep != nil && !keep(tid) {
+			continue
+		}
 		if _, err := st.CreateThread(ctx, store.Thread{ID: tid, Title: "a title", Author: owner}); err != nil {
 			return err
 		}
@@ -199,8 +211,7 @@ func b13Seed(ctx context.Context, b *bench, st *store.Store, c *b13Case) error {
 				return err
 			}
 		}
-		if i%every == 0 && authored < c.author {
-			authored++
+		if authors {
 			for range b13Authored {
 				if _, err := st.AppendMessage(ctx, tid, store.Message{Author: b13Subject, Body: body}); err != nil {
 					return err
