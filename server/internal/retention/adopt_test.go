@@ -27,6 +27,7 @@ func TestAdoptRunsTheErasureUnderItsID(t *testing.T) {
 	defer m.Close()
 	const id = "00000000000000aa"
 	requested := t0.Add(-time.Hour)
+	ended := m.RunEnded()
 	st, err := m.Adopt(ctx, id, "secret-author", requested)
 	if err != nil {
 		t.Fatal(err)
@@ -34,15 +35,15 @@ func TestAdoptRunsTheErasureUnderItsID(t *testing.T) {
 	if st.ErasureID != id || st.Subject != ks.Subject("secret-author") || !st.RequestedAt.Equal(requested) {
 		t.Fatalf("adopted: %+v", st)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for st.Status != ErasureCompleted {
-		if time.Now().After(deadline) {
-			t.Fatalf("not completed: %+v\n%s", st, e.logs)
-		}
-		time.Sleep(10 * time.Millisecond)
-		if st, err = m.Erasure(ctx, id); err != nil {
-			t.Fatal(err)
-		}
+	// The run it started ends once the erasure is completed and its
+	// key-store entry gone.
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the erasure's run did not end\n%s", e.logs)
+	}
+	if st, err = m.Erasure(ctx, id); err != nil || st.Status != ErasureCompleted {
+		t.Fatalf("after its run: %+v %v", st, err)
 	}
 	if st.MessagesPurged != int64(len(mids)) || st.VersionsPurged != 6 || st.KeysDestroyed != 1 || len(st.RunIDs) != 1 {
 		t.Fatalf("completed: %+v", st)
