@@ -55,6 +55,10 @@ const (
 	// writeLog writes no key: it makes earlier writes durable (Sync) or
 	// probes Pebble's commit pipeline (Check).
 	writeLog
+	// writeRaft changes a replicated shard's Raft log and state (the
+	// raft: keys, raftsave.go): entries, hard state, snapshot point,
+	// applied index, in one batch.
+	writeRaft
 )
 
 // unfenced says why a write of kind k is applied without the fence check,
@@ -71,6 +75,9 @@ func (k writeKind) unfenced() string {
 			"so it must land even on a database whose owner has moved on"
 	case writeLog:
 		return "it writes no key: it only makes earlier, already admitted writes durable"
+	case writeRaft:
+		return "a replica stores the entries its group's leader sent, whoever owns the shard: " +
+			"the Raft log's order, not the ownership fence, decides which writes exist"
 	}
 	return ""
 }
@@ -81,7 +88,7 @@ func (k writeKind) grouped() bool { return k == writeUser || k == writeAppend }
 
 // keepsMemo reports whether a write of kind k leaves every thread's
 // liveness as it was, so the live-thread memory may survive it.
-func (k writeKind) keepsMemo() bool { return k == writeAppend || k == writeLog }
+func (k writeKind) keepsMemo() bool { return k == writeAppend || k == writeLog || k == writeRaft }
 
 // write is one batch and what it means.
 type write struct {

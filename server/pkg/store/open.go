@@ -46,6 +46,10 @@ type Store struct {
 	sealed atomic.Bool
 
 	log *slog.Logger // Options.Logger; may be nil
+
+	// raftLog is the shard's Raft log once loaded (raftlog.go): one
+	// value per store, so that its cached state has one owner.
+	raftLog atomic.Pointer[RaftLog]
 }
 
 // DefaultMemTableSize is larger than Pebble's 4 MiB default so bulk loads
