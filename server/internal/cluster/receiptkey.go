@@ -75,3 +75,44 @@ func EnsureReceiptKey(ctx context.Context, c *clientv3.Client, k Keys, kek Wrapp
 	}
 	return plain, nil
 }
+
+// RewrapReceiptKey re-wraps the cluster's receipt key from the KEK from
+// to the KEK to (keys rotate-kek): one compare-and-swap, so a rotation
+// killed part way, or run again on another node, finds it done (it opens
+// with to) and changes nothing. rewrapped says whether this call wrote
+// it; a cluster without one has nothing to re-wrap. A key that opens
+// with neither is an error wrapping ErrReceiptKey.
+func RewrapReceiptKey(ctx context.Context, c *clientv3.Client, k Keys, from, to Wrapper) (rewrapped bool, err error) {
+	key := k.ReceiptKey()
+	resp, err := c.Get(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("read the receipt key: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return false, nil
+	}
+	kv := resp.Kvs[0]
+	if plain, err := to.Decrypt(ctx, kv.Value); err == nil {
+		clear(plain)
+		return false, nil
+	}
+	plain, err := from.Decrypt(ctx, kv.Value)
+	if err != nil {
+		return false, fmt.Errorf("%w (%s): it opens with neither the current KEK nor the new one: %w", ErrReceiptKey, key, err)
+	}
+	defer clear(plain)
+	wrapped, err := to.Encrypt(ctx, plain)
+	if err != nil {
+		return false, fmt.Errorf("wrap the receipt key with the new KEK: %w", err)
+	}
+	txn, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+		Then(clientv3.OpPut(key, string(wrapped))).Commit()
+	if err != nil {
+		return false, fmt.Errorf("write the re-wrapped receipt key: %w", err)
+	}
+	if !txn.Succeeded {
+		// Another rotation wrote it meanwhile: its outcome decides.
+		return RewrapReceiptKey(ctx, c, k, from, to)
+	}
+	return true, nil
+}
