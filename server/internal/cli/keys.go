@@ -14,6 +14,7 @@ import (
 
 	"gocloud.dev/secrets"
 
+	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/keystore"
@@ -173,7 +174,15 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 	}
 	defer oldKEK.Close()
 
-	res, code, msg := rewrapUnderLease(ctx, cfg, logger, bar, oldKEK, newKEK, &rep)
+	var res keystore.RewrapResult
+	code, msg := exitOK, ""
+	if cfg.Cluster.Enabled() {
+		res, code, msg = rotateCluster(ctx, cfg, logger, bar, oldKEK, newKEK, &rep)
+	} else {
+		res, code, msg = rewrapUnderLease(ctx, cfg, logger, bar, oldKEK, newKEK, &rep, func(st *store.Store) (*retention.Runner, error) {
+			return retention.NewRunner(retention.RunnerOptions{Store: st, Config: cfg.Retention, Logger: logger})
+		})
+	}
 	if code != exitOK {
 		return done(code, msg)
 	}
@@ -189,11 +198,13 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 }
 
 // rewrapUnderLease opens the database (keeping a server out) with its key
-// store opened for the rotation, and re-wraps every key under the
-// retention lease. code is exitOK when every key is under newKEK, else the
-// exit status, msg saying why.
+// store opened for the rotation, and re-wraps every key under the lease
+// of the runner newRunner builds over it (the retention lease; a shard's
+// ownership on a cluster). code is exitOK when every key is under newKEK,
+// else the exit status, msg saying why.
 func rewrapUnderLease(ctx context.Context, cfg config.Config, logger *slog.Logger, bar *progressBar,
-	oldKEK, newKEK *secrets.Keeper, rep *rotateReport) (res keystore.RewrapResult, code int, msg string) {
+	oldKEK, newKEK *secrets.Keeper, rep *rotateReport,
+	newRunner func(*store.Store) (*retention.Runner, error)) (res keystore.RewrapResult, code int, msg string) {
 	// The data store is opened first, to keep a server out (a server
 	// holds it and its key store while it runs), and opens the key store
 	// itself: a sealed database opens only with its own (app.OpenStore).
@@ -214,7 +225,7 @@ func rewrapUnderLease(ctx context.Context, cfg config.Config, logger *slog.Logge
 		return res, openExit(err), err.Error()
 	}
 	defer st.Close()
-	runner, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: cfg.Retention, Logger: logger})
+	runner, err := newRunner(st)
 	if err != nil {
 		return res, exitFailed, err.Error()
 	}
@@ -229,6 +240,39 @@ func rewrapUnderLease(ctx context.Context, cfg config.Config, logger *slog.Logge
 	case err != nil:
 		return res, exitFailed, fmt.Sprintf("%v; the rotation is unfinished: run the same command again, with the same new KEK", err)
 	}
+	return res, exitOK, ""
+}
+
+// rotateCluster rotates the key store of every shard of the stopped
+// cluster node cfg names, each under the shard's ownership (spec §11.1),
+// then the cluster's receipt key in etcd. Each step finds its work done
+// when a rotation killed part way is run again.
+func rotateCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, bar *progressBar,
+	oldKEK, newKEK *secrets.Keeper, rep *rotateReport) (res keystore.RewrapResult, code int, msg string) {
+	start := time.Now()
+	shards, err := app.OpenHeldShards(ctx, cfg, logger)
+	switch {
+	case errors.Is(err, app.ErrNodeRunning):
+		return res, exitFailed, fmt.Sprintf("%v, rotate, then start it with %s set to the new URL", err, config.VarKEK)
+	case err != nil:
+		return res, exitFailed, err.Error()
+	}
+	defer shards.Close()
+	done := true
+	for _, n := range shards.Numbers() {
+		r, code, msg := rewrapUnderLease(ctx, app.ShardConfig(cfg, n), logger, bar, oldKEK, newKEK, rep,
+			func(st *store.Store) (*retention.Runner, error) { return shards.Runner(ctx, n, st) })
+		res.Rewrapped += r.Rewrapped
+		done = done && rep.AlreadyDone
+		if code != exitOK {
+			return res, code, fmt.Sprintf("shard %d: %s", n, msg)
+		}
+	}
+	rep.Rewrapped, rep.AlreadyDone = res.Rewrapped, done
+	if err := shards.RewrapReceiptKey(ctx, oldKEK, newKEK); err != nil {
+		return res, exitFailed, fmt.Sprintf("%v; every shard's key store is rotated: run the same command again to finish", err)
+	}
+	rep.DurationMS = time.Since(start).Milliseconds()
 	return res, exitOK, ""
 }
 

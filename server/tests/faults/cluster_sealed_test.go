@@ -55,9 +55,9 @@ func startSealedCluster(t testing.TB, extra ...string) (*etcdtest.Server, map[st
 	return etcd, envs, startNodes(t, envs)
 }
 
-// clusterReceiptKey reads the cluster's receipt key from etcd, unwrapped
-// with clusterKEK.
-func clusterReceiptKey(t testing.TB, etcd *etcdtest.Server) (wrapped, plain []byte) {
+// etcdReceiptKey reads the cluster's receipt key from etcd, as it is
+// stored: wrapped by the KEK.
+func etcdReceiptKey(t testing.TB, etcd *etcdtest.Server) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -65,16 +65,26 @@ func clusterReceiptKey(t testing.TB, etcd *etcdtest.Server) (wrapped, plain []by
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("the receipt key in etcd: %v, %d values", err, len(resp.Kvs))
 	}
+	return resp.Kvs[0].Value
+}
+
+// clusterReceiptKey reads the cluster's receipt key from etcd, unwrapped
+// with clusterKEK.
+func clusterReceiptKey(t testing.TB, etcd *etcdtest.Server) (wrapped, plain []byte) {
+	t.Helper()
+	wrapped = etcdReceiptKey(t, etcd)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	kek, err := keystore.OpenKEK(ctx, clusterKEK)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer kek.Close()
-	plain, err = kek.Decrypt(ctx, resp.Kvs[0].Value)
+	plain, err = kek.Decrypt(ctx, wrapped)
 	if err != nil || len(plain) != 32 {
 		t.Fatalf("the receipt key does not unwrap with the KEK into 32 bytes: %v (%d bytes)", err, len(plain))
 	}
-	return resp.Kvs[0].Value, plain
+	return wrapped, plain
 }
 
 // TestFaultClusterSealed runs three sealed node processes of the built
