@@ -1,7 +1,8 @@
 // Package storagemetrics serves the store's room and health as Prometheus
 // gauges, read at each scrape: the database's size on disk, the bytes
 // compactions still owe, the free space of the data volume, and whether
-// the store can commit (what /healthz answers). Alerts on a disk filling up
+// the store can commit (what /healthz answers); and group commit's batch
+// sizes, the writes each fsync of the log carried, as a histogram. Alerts on a disk filling up
 // and a failing health check are built on them (deploy/prometheus).
 package storagemetrics
 
@@ -29,6 +30,8 @@ var (
 		"Size of the file system holding the database.", nil, nil)
 	healthy = prometheus.NewDesc("progressdb_storage_healthy",
 		"1 when the store can commit (GET /healthz answers 200), 0 when it cannot.", nil, nil)
+	commitBatch = prometheus.NewDesc("progressdb_commit_batch_writes",
+		"Acknowledged writes each fsync of the log made durable (group commit's batch size), since the store opened.", nil, nil)
 )
 
 // Collector reads the store at every scrape.
@@ -48,7 +51,7 @@ func New(st *store.Store, logger *slog.Logger) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{diskBytes, compactionDebt, volumeFree, volumeSize, healthy} {
+	for _, d := range []*prometheus.Desc{diskBytes, compactionDebt, volumeFree, volumeSize, healthy, commitBatch} {
 		ch <- d
 	}
 }
@@ -62,6 +65,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		up = 0
 	}
 	ch <- prometheus.MustNewConstMetric(healthy, prometheus.GaugeValue, up)
+	b := c.st.CommitBatches()
+	buckets := make(map[float64]uint64, len(store.CommitBatchBounds))
+	for i, le := range store.CommitBatchBounds {
+		buckets[le] = b.Buckets[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(commitBatch, b.Count, float64(b.Sum), buckets)
 
 	u, err := c.st.Usage()
 	ch <- prometheus.MustNewConstMetric(diskBytes, prometheus.GaugeValue, float64(u.DiskBytes))

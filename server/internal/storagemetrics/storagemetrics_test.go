@@ -1,6 +1,8 @@
 package storagemetrics_test
 
 import (
+	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,4 +63,40 @@ func TestStorageGauges(t *testing.T) {
 	if m := gather(t, reg); m["progressdb_storage_healthy"] != 0 {
 		t.Fatalf("healthy after a fatal storage error: %v", m["progressdb_storage_healthy"])
 	}
+}
+
+// Group commit's batch sizes are served as a histogram: a lone writer's
+// every fsync carries its one write.
+func TestCommitBatchHistogram(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.CreateThread(ctx, store.Thread{ID: "t1", Title: "t", Author: "ana"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := st.AppendMessage(ctx, "t1", store.Message{Author: "ana", Body: json.RawMessage(`{"text":"hi"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(storagemetrics.New(st, nil))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "progressdb_commit_batch_writes" {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != 4 || h.GetSampleSum() != 4 || h.GetBucket()[0].GetUpperBound() != 1 || h.GetBucket()[0].GetCumulativeCount() != 4 {
+			t.Fatalf("four lone writes: histogram %v", h)
+		}
+		return
+	}
+	t.Fatal("no progressdb_commit_batch_writes")
 }

@@ -42,6 +42,9 @@ type Options struct {
 	// database at path (Pebble may still create the folder and its lock
 	// file first).
 	MustExist bool
+	// OnLogSync, when set, is called as each sync of a log file begins
+	// (logSyncFS). It must be quick: the log's writer waits for it.
+	OnLogSync func()
 }
 
 // Open opens (creating if needed) the Pebble folder at path: created 0700
@@ -63,8 +66,12 @@ func Open(path string, o Options) (*pebble.DB, error) {
 	if fatal == nil {
 		fatal = func(detail string) { Stop(o.Logger, detail) }
 	}
+	var fs vfs.FS = erase.NoRecycleFS{FS: privateFS{vfs.Default}}
+	if o.OnLogSync != nil {
+		fs = logSyncFS{FS: fs, onSync: o.OnLogSync}
+	}
 	return pebble.Open(path, &pebble.Options{
-		FS:               erase.NoRecycleFS{FS: privateFS{vfs.Default}},
+		FS:               fs,
 		Logger:           logger{l: o.Logger, event: event, fatal: fatal},
 		MemTableSize:     o.MemTableSize,
 		CacheSize:        o.CacheSize,

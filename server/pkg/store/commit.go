@@ -146,6 +146,9 @@ func (s *Store) apply(ctx context.Context, w write) error {
 // order, so no later write can survive a crash without the writes it
 // read; the caller answers only after this returns.
 func (s *Store) applyGrouped(w write, release func(applied bool)) error {
+	// Counted before its record can be in the log, so that the sync that
+	// carries it never begins before it is counted (syncBatches).
+	s.batches.written()
 	if err := s.db.ApplyNoSyncWait(w.batch, pebble.Sync); err != nil {
 		// The batch may still sit in Pebble's commit queue: it is not
 		// closed (returned to the pool), only dropped.

@@ -39,6 +39,10 @@ type Store struct {
 	// threads remembers threads appends found live (livememo.go).
 	threads liveMemo
 
+	// batches counts the writes each fsync of the log carries
+	// (syncbatch.go).
+	batches *syncBatches
+
 	// sealer seals new writes' content (seal.go); nil: plain.
 	sealer Sealer
 	closer io.Closer // Options.Closer
@@ -88,7 +92,9 @@ func Open(path string, opts Options) (*Store, error) {
 	if memTable == 0 {
 		memTable = DefaultMemTableSize
 	}
+	batches := newSyncBatches()
 	db, err := pebbledir.Open(path, pebbledir.Options{
+		OnLogSync:    batches.syncing,
 		Logger:       opts.Logger,
 		Fatal:        fatal.stop,
 		MemTableSize: memTable,
@@ -121,7 +127,7 @@ func Open(path string, opts Options) (*Store, error) {
 		eraseWait = defaultEraseWait
 	}
 	s := &Store{db: db, path: path, now: now, ids: newIDGen(now), fatal: fatal, eraseWait: eraseWait,
-		log: opts.Logger}
+		log: opts.Logger, batches: batches}
 	if err := s.ensureIndexes(context.Background()); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %q: %w", path, err)
