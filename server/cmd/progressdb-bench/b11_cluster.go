@@ -397,7 +397,7 @@ func b11Writes(ctx context.Context, c *b11Cluster, writers, nThreads int, dur ti
 		}
 	}
 	body := []byte(`{"author":"writer","body":{"text":"a message of about sixty bytes, like a short chat line"}}`)
-	return b9Drive(ctx, writers, dur, maxOps, func(w, k int) error {
+	return b9Drive(ctx, writers, dur, maxOps, nil, nil, func(w, k int) error {
 		i := w + k*writers
 		tid := tids[i%len(tids)]
 		base := c.owners[cluster.ShardOf(tid, b11Shards)]

@@ -163,7 +163,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tmp, "tmp", "", "directory for the temporary databases (default: the system temp dir)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary databases")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
-	fs.StringVar(&o.profile, "profile", "", "B14: write a CPU profile and heap allocation profiles of every timed cell into this directory")
+	fs.StringVar(&o.profile, "profile", "", "B9 (one thread) and B14: write CPU, heap allocation, mutex and block profiles of every timed cell into this directory (B9: an execution trace too)")
 	fs.StringVar(&o.benchout, "benchout", "", "append every repetition's figures to this file in Go benchmark format (for benchstat; B9 and B14)")
 	var sizes, servers string
 	fs.StringVar(&sizes, "trail-sizes", "", "B12: comma-separated numbers of sealed audit files (default 100,10000; the targets compare the last with the first)")

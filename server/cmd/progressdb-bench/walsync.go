@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"math"
+	"os"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -56,4 +59,52 @@ func walSyncPercentile(from, to walSnapshot, p float64) (time.Duration, uint64) 
 		}
 	}
 	return 0, total
+}
+
+// fsyncLatency is how long this disk takes to make a small append durable:
+// what bounds a lone writer's synced commits.
+type fsyncLatency struct {
+	n             int
+	p50, p90, p99 time.Duration
+}
+
+// fastFsync is the median below which a disk counts as fast: a 2-core
+// machine with such a disk is bound by CPU, not by syncs, at 16 writers.
+const fastFsync = 200 * time.Microsecond
+
+func (f fsyncLatency) describe() string {
+	kind := "slow"
+	if f.p50 < fastFsync {
+		kind = "fast"
+	}
+	return fmt.Sprintf("This disk's fsync of a 512-byte append (%d syncs in the database's folder): p50 %s, "+
+		"p90 %s, p99 %s: a %s-fsync machine (fast: a median under %s).",
+		f.n, fmtDur(f.p50), fmtDur(f.p90), fmtDur(f.p99), kind, fmtDur(fastFsync))
+}
+
+// fsyncProbe appends 512 bytes and syncs, n times, in a file in dir.
+func fsyncProbe(dir string, n int) (fsyncLatency, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fsyncLatency{}, err
+	}
+	f, err := os.CreateTemp(dir, "fsync")
+	if err != nil {
+		return fsyncLatency{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, 512)
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		if _, err := f.Write(buf); err != nil {
+			return fsyncLatency{}, err
+		}
+		t0 := time.Now()
+		if err := f.Sync(); err != nil {
+			return fsyncLatency{}, err
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	slices.Sort(lat)
+	return fsyncLatency{n: n, p50: percentile(lat, 50), p90: percentile(lat, 90), p99: percentile(lat, 99)}, nil
 }
