@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+	"github.com/progressdb/progressdb/server/pkg/keystore"
 )
 
 // clusterHarness is a node's environment pointing at a real etcd.
@@ -228,5 +231,41 @@ func TestClusterCreateRefusesAShardHeldTwice(t *testing.T) {
 	code, _, errOut = h.run("cluster", "create", "--nodes", "node-1,node-2,node-3")
 	if code != exitFailed || !strings.Contains(errOut, "node node-3 holds shard 7") {
 		t.Fatalf("a shard beyond the count: exit %d, %s", code, errOut)
+	}
+}
+
+// cluster create with PROGRESSDB_KEK makes the cluster's receipt key in
+// etcd, wrapped by the KEK and never in clear; created again, it keeps it;
+// with another KEK, the command exits 2 naming PROGRESSDB_KEK.
+func TestClusterCreateMakesTheReceiptKey(t *testing.T) {
+	srv := etcdtest.Start(t)
+	keys := "PROGRESSDB_KEYSTORE_PATH=" + filepath.Join(t.TempDir(), "keys")
+	h := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=2", "PROGRESSDB_KEK="+testKEK(5), keys)
+	reportHeld(t, srv, "node-1")
+	read := func() []byte {
+		resp, err := srv.Client(t).Get(context.Background(), cluster.Keys{Name: "progressdb"}.ReceiptKey())
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("the receipt key in etcd: %v", err)
+		}
+		return resp.Kvs[0].Value
+	}
+	h.mustRun("cluster", "create", "--nodes", "node-1")
+	first := read()
+	kek, err := keystore.OpenKEK(context.Background(), testKEK(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kek.Close()
+	plain, err := kek.Decrypt(context.Background(), first)
+	if err != nil || len(plain) != 32 || bytes.Contains(first, plain) {
+		t.Fatalf("the value in etcd is not the key wrapped by the KEK: %v", err)
+	}
+	h.mustRun("cluster", "create", "--nodes", "node-1")
+	if !bytes.Equal(read(), first) {
+		t.Error("a second cluster create replaced the receipt key")
+	}
+	other := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=2", "PROGRESSDB_KEK="+testKEK(6), keys)
+	if code, _, errOut := other.run("cluster", "create", "--nodes", "node-1"); code != exitUsage || !strings.Contains(errOut, "PROGRESSDB_KEK") {
+		t.Errorf("another KEK: exit %d, %s", code, errOut)
 	}
 }
