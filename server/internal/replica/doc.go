@@ -1,0 +1,7 @@
+// Package replica runs the Raft groups of replicated shards on one node
+// (docs/replication-design.md §3): a RawNode per replica, driven by one
+// scheduler (a queue of groups with work and a few workers) and one
+// ticker, with each group's log and state in its shard's store
+// (store.RaftLog) and its messages sent through a Transport. It is not
+// wired into serving yet: nothing outside its tests starts a Host.
+package replica

@@ -1,0 +1,280 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/progressdb/progressdb/server/internal/startstop"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// Defaults (docs/replication-design.md §2): a 2 s election timeout, which
+// raft randomizes to 2–4 s, and heartbeats every tick.
+const (
+	DefaultTick           = 100 * time.Millisecond
+	DefaultElectionTicks  = 20
+	DefaultHeartbeatTicks = 1
+	maxWorkers            = 8
+	maxSizePerMsg         = 1 << 20
+	maxInflightMsgs       = 256
+	maxUncommitted        = 64 << 20
+)
+
+// ErrNoGroup reports a group this host has no replica of.
+var ErrNoGroup = errors.New("no replica of this group on this host")
+
+// Transport carries a group's messages to the hosts of their recipients
+// (raftpb.Message.To, a replica ID). It must not block: a message it
+// cannot send now is dropped, and raft sends again.
+type Transport interface {
+	Send(group uint64, msgs []*raftpb.Message)
+}
+
+// Config is a host's settings; zero fields take the defaults.
+type Config struct {
+	Transport      Transport
+	Tick           time.Duration
+	ElectionTicks  int
+	HeartbeatTicks int
+	// Workers handle groups with work, at most one worker per group at a
+	// time (default GOMAXPROCS, at most 8).
+	Workers int
+	Logger  *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Transport == nil {
+		return c, errors.New("replica: a host needs a transport")
+	}
+	if c.Tick <= 0 {
+		c.Tick = DefaultTick
+	}
+	if c.ElectionTicks <= 0 {
+		c.ElectionTicks = DefaultElectionTicks
+	}
+	if c.HeartbeatTicks <= 0 {
+		c.HeartbeatTicks = DefaultHeartbeatTicks
+	}
+	if c.HeartbeatTicks >= c.ElectionTicks {
+		return c, fmt.Errorf("replica: heartbeat ticks %d must be fewer than election ticks %d", c.HeartbeatTicks, c.ElectionTicks)
+	}
+	if c.Workers <= 0 {
+		c.Workers = min(runtime.GOMAXPROCS(0), maxWorkers)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// GroupConfig is one replica this host runs.
+type GroupConfig struct {
+	// Group is the shard number.
+	Group uint64
+	// Replica is this replica's Raft ID (never 0, never reused).
+	Replica uint64
+	// Peers are the group's first voters, this replica among them: used
+	// only when the replica's log is new, ignored on a restart.
+	Peers []uint64
+	// Store is the shard's database, which holds the log.
+	Store   *store.Store
+	Machine StateMachine
+}
+
+// Host runs the replicas one node has: a RawNode per group, one scheduler
+// with a few workers, one ticker.
+type Host struct {
+	cfg   Config
+	sched *scheduler
+	life  startstop.Base
+
+	mu     sync.RWMutex
+	groups map[uint64]*group // guarded by mu
+}
+
+// NewHost returns a host with no groups; Start runs it.
+func NewHost(cfg Config) (*Host, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Host{cfg: cfg, sched: newScheduler(), groups: make(map[uint64]*group)}, nil
+}
+
+// Start runs the ticker and the workers until ctx ends or Stop.
+func (h *Host) Start(ctx context.Context) {
+	h.life.Start(ctx, nil, h.run)
+}
+
+// Stop stops the ticker and the workers and waits for them. The groups'
+// stores stay open: they belong to the caller.
+func (h *Host) Stop() { h.life.Stop() }
+
+func (h *Host) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range h.cfg.Workers {
+		wg.Go(func() {
+			for {
+				id, ok := h.sched.next()
+				if !ok {
+					return
+				}
+				if g := h.group(id); g != nil {
+					g.process(ctx, h.cfg.Transport)
+				}
+			}
+		})
+	}
+	t := time.NewTicker(h.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			h.sched.stop()
+			wg.Wait()
+			return
+		case <-t.C:
+			h.tick()
+		}
+	}
+}
+
+// tick counts a tick in every group; the workers apply it.
+func (h *Host) tick() {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for id, g := range h.groups {
+		g.mu.Lock()
+		g.ticks++
+		g.mu.Unlock()
+		h.sched.enqueue(id)
+	}
+}
+
+func (h *Host) group(id uint64) *group {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.groups[id]
+}
+
+// AddGroup starts a replica on this host from its store's log: a new log
+// is bootstrapped with Peers as voters at index 1, an existing one goes
+// on from its hard state and applied index.
+func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
+	if gc.Replica == 0 || gc.Store == nil || gc.Machine == nil {
+		return fmt.Errorf("replica: group %d needs a replica ID, a store and a state machine", gc.Group)
+	}
+	log, err := gc.Store.RaftLog(ctx)
+	if err != nil {
+		return fmt.Errorf("group %d: %w", gc.Group, err)
+	}
+	if err := bootstrap(ctx, log, gc.Peers); err != nil {
+		return fmt.Errorf("group %d: %w", gc.Group, err)
+	}
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID: gc.Replica, ElectionTick: h.cfg.ElectionTicks, HeartbeatTick: h.cfg.HeartbeatTicks,
+		Storage: log, Applied: log.Applied(), MaxSizePerMsg: maxSizePerMsg, MaxInflightMsgs: maxInflightMsgs,
+		MaxUncommittedEntriesSize: maxUncommitted, CheckQuorum: true, PreVote: true,
+		Logger: raftLogger{h.cfg.Logger.With(slog.Uint64("group", gc.Group), slog.Uint64("replica", gc.Replica))},
+	})
+	if err != nil {
+		return fmt.Errorf("group %d: start raft: %w", gc.Group, err)
+	}
+	g := &group{id: gc.Group, replica: gc.Replica, log: log, sm: gc.Machine, rn: rn, waiting: make(map[uint64]*proposal)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.groups[gc.Group]; ok {
+		return fmt.Errorf("replica: group %d already runs on this host", gc.Group)
+	}
+	h.groups[gc.Group] = g
+	return nil
+}
+
+// bootstrap gives a new log its first membership: a snapshot point at
+// index 1, term 1 that every first replica shares, applied, as raft
+// recommends over RawNode.Bootstrap.
+func bootstrap(ctx context.Context, log *store.RaftLog, peers []uint64) error {
+	hs, cs, err := log.InitialState()
+	if err != nil {
+		return err
+	}
+	last, err := log.LastIndex()
+	if err != nil {
+		return err
+	}
+	if !raft.IsEmptyHardState(hs) || last > 0 || len(cs.GetVoters()) > 0 {
+		return nil
+	}
+	if len(peers) == 0 {
+		return errors.New("a new replica needs its group's first voters")
+	}
+	conf := &raftpb.ConfState{Voters: peers}
+	snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(1)), Term: new(uint64(1)), ConfState: conf}}
+	return log.Save(ctx, store.RaftUpdate{Install: snap, HardState: &raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(1))},
+		Applied: 1, ConfState: conf, Sync: true})
+}
+
+// Deliver hands a message from the transport to its group; a message for
+// a group this host does not run is dropped.
+func (h *Host) Deliver(groupID uint64, m *raftpb.Message) {
+	g := h.group(groupID)
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.inbox = append(g.inbox, m)
+	g.mu.Unlock()
+	h.sched.enqueue(groupID)
+}
+
+// Propose proposes cmd to the group and returns once this replica applied
+// it, which means a quorum has it on disk. A follower forwards it to the
+// leader. ErrProposalDropped (wrapped) when there is no leader to take it;
+// a proposal lost in a leader change leaves Propose waiting until ctx
+// ends: the caller retries with the same command (design §5 adds
+// deduplication).
+func (h *Host) Propose(ctx context.Context, groupID uint64, cmd []byte) error {
+	g := h.group(groupID)
+	if g == nil {
+		return fmt.Errorf("group %d: %w", groupID, ErrNoGroup)
+	}
+	// Random: proposals of every replica share the log, and a collision
+	// of 64 random bits would only wake the wrong waiter early.
+	p := &proposal{id: rand.Uint64(), cmd: cmd, done: make(chan error, 1)}
+	g.mu.Lock()
+	g.props = append(g.props, p)
+	g.waiting[p.id] = p
+	g.mu.Unlock()
+	h.sched.enqueue(groupID)
+	select {
+	case err := <-p.done:
+		return err
+	case <-ctx.Done():
+		g.forget(p.id)
+		return ctx.Err()
+	}
+}
+
+// Status returns the group's Raft status on this replica: its term,
+// leader, role, commit and applied index.
+func (h *Host) Status(groupID uint64) (raft.BasicStatus, error) {
+	g := h.group(groupID)
+	if g == nil {
+		return raft.BasicStatus{}, fmt.Errorf("group %d: %w", groupID, ErrNoGroup)
+	}
+	g.rnMu.Lock()
+	defer g.rnMu.Unlock()
+	if g.failed != nil {
+		return g.rn.BasicStatus(), g.failed
+	}
+	return g.rn.BasicStatus(), nil
+}
