@@ -121,12 +121,12 @@ func TestNewerDatabaseFormatIsRefused(t *testing.T) {
 	for _, cmd := range [][]string{{"serve"}, {"retention", "run"}} {
 		code, _, errOut := runBounded(t, env, cmd...)
 		if code != exitUsage || !strings.Contains(errOut, "PROGRESSDB_DB_PATH") ||
-			!strings.Contains(errOut, `format "99"`) || !strings.Contains(errOut, "formats 1 to 2") {
-			t.Errorf("%s: exit %d, stderr %q; want 2 naming format 99 and this binary's 1 to 2", cmd[0], code, errOut)
+			!strings.Contains(errOut, `format "99"`) || !strings.Contains(errOut, "formats 1 to 3") {
+			t.Errorf("%s: exit %d, stderr %q; want 2 naming format 99 and this binary's 1 to 3", cmd[0], code, errOut)
 		}
 	}
 	// The formats the binary reads are what version says.
-	if code, out, _ := runBinary(t, env, "version"); code != exitOK || !strings.Contains(out, "formats: database 1 to 2, key store 1 to 2") {
+	if code, out, _ := runBinary(t, env, "version"); code != exitOK || !strings.Contains(out, "formats: database 1 to 3, key store 1 to 2") {
 		t.Errorf("version: exit %d\n%s; want the formats it reads", code, out)
 	}
 }

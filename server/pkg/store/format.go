@@ -32,8 +32,13 @@ const (
 	// FormatBase would answer sealed records as empty and write plaintext
 	// beside them.
 	FormatSealed Format = 2
+	// FormatAttachments adds attachment records under thread:<tid>:att:
+	// (spec §16, attachments.go). A binary that reads only FormatSealed
+	// would purge a thread's attachment records and leave their blobs in
+	// the blob store, unrecorded.
+	FormatAttachments Format = 3
 	// FormatNewest is the newest format this binary reads and writes.
-	FormatNewest = FormatSealed
+	FormatNewest = FormatAttachments
 )
 
 // Sentinel errors of the format and the seal.

@@ -11,6 +11,7 @@
 //	idx:del:m:<deleted_ns 20d>:<mid>        deletion index, messages (value: tid)
 //	idx:live:<tid>:                         live-thread index (threads not deleted)
 //	thread:<tid>:retention                  retention override (JSON)
+//	thread:<tid>:att:<mid>:<aid>            attachment metadata (JSON, attachments.go)
 //	idx:pol:<tid>                           threads with a retention override
 //	sys:purge:t:<tid> / sys:purge:m:<mid>   purge in progress (pending audit record)
 //	sys:stamp:t:<tid> / sys:stamp:m:<mid>   stamp whose audit record is pending
