@@ -41,9 +41,15 @@ type Config struct {
 	KEKFile string `env:"PROGRESSDB_KEK_FILE"`
 	// KeystorePath is the key store's folder, required with KEK and
 	// outside DB_PATH.
-	KeystorePath string    `env:"PROGRESSDB_KEYSTORE_PATH"`
-	Retention    Retention `envPrefix:"PROGRESSDB_RETENTION_"`
-	Backup       Backup    `envPrefix:"PROGRESSDB_BACKUP_"`
+	KeystorePath string `env:"PROGRESSDB_KEYSTORE_PATH"`
+	// AttachmentsURL is the blob store of attachments' bytes (spec §16):
+	// file://, s3://, gs:// or azblob://; unset: a file:// folder beside
+	// DB_PATH (DefaultAttachmentsDir).
+	AttachmentsURL string `env:"PROGRESSDB_ATTACHMENTS_URL"`
+	// AttachmentMaxBytes is the largest attachment an upload may store.
+	AttachmentMaxBytes int64     `env:"PROGRESSDB_ATTACHMENT_MAX_BYTES" envDefault:"26214400"`
+	Retention          Retention `envPrefix:"PROGRESSDB_RETENTION_"`
+	Backup             Backup    `envPrefix:"PROGRESSDB_BACKUP_"`
 	// NodeID and AdvertiseURL name this node in a cluster (spec §11).
 	NodeID       string  `env:"PROGRESSDB_NODE_ID"`
 	AdvertiseURL string  `env:"PROGRESSDB_ADVERTISE_URL"`
@@ -106,41 +112,43 @@ type Retention struct {
 
 // Variable names, for errors and Redacted.
 const (
-	VarDBPath           = "PROGRESSDB_DB_PATH"
-	VarAddr             = "PROGRESSDB_ADDR"
-	VarServer           = "PROGRESSDB_SERVER"
-	VarAdminToken       = "PROGRESSDB_ADMIN_TOKEN"
-	VarAPIKey           = "PROGRESSDB_API_KEY"
-	VarLogLevel         = "PROGRESSDB_LOG_LEVEL"
-	VarLogFormat        = "PROGRESSDB_LOG_FORMAT"
-	VarLogSink          = "PROGRESSDB_LOG_SINK"
-	VarAuditSigningKey  = "PROGRESSDB_AUDIT_SIGNING_KEY"
-	VarKEK              = "PROGRESSDB_KEK"
-	VarKeystorePath     = "PROGRESSDB_KEYSTORE_PATH"
-	VarEnabled          = "PROGRESSDB_RETENTION_ENABLED"
-	VarPeriod           = "PROGRESSDB_RETENTION_PERIOD"
-	VarMessagePeriod    = "PROGRESSDB_RETENTION_MESSAGE_PERIOD"
-	VarCron             = "PROGRESSDB_RETENTION_CRON"
-	VarMinPeriod        = "PROGRESSDB_RETENTION_MIN_PERIOD"
-	VarAllowShortPeriod = "PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD"
-	VarDryRun           = "PROGRESSDB_RETENTION_DRY_RUN"
-	VarAuditPath        = "PROGRESSDB_RETENTION_AUDIT_PATH"
-	VarLeasePath        = "PROGRESSDB_RETENTION_LEASE_PATH"
-	VarLeaseTTL         = "PROGRESSDB_RETENTION_LEASE_TTL"
-	VarBatchSize        = "PROGRESSDB_RETENTION_BATCH_SIZE"
-	VarBatchPause       = "PROGRESSDB_RETENTION_BATCH_PAUSE"
-	VarMaxItems         = "PROGRESSDB_RETENTION_MAX_ITEMS"
-	VarRunMissed        = "PROGRESSDB_RETENTION_RUN_MISSED"
-	VarYieldToWrites    = "PROGRESSDB_RETENTION_YIELD_TO_WRITES"
-	VarMaxAge           = "PROGRESSDB_RETENTION_MAX_AGE"
-	VarMaxMessages      = "PROGRESSDB_RETENTION_MAX_MESSAGES"
-	VarExportPath       = "PROGRESSDB_RETENTION_EXPORT_PATH"
-	VarErase            = "PROGRESSDB_RETENTION_ERASE"
-	VarEraseRate        = "PROGRESSDB_RETENTION_ERASE_RATE"
-	VarBackupPath       = "PROGRESSDB_BACKUP_PATH"
-	VarBackupCron       = "PROGRESSDB_BACKUP_CRON"
-	VarBackupKeep       = "PROGRESSDB_BACKUP_KEEP"
-	VarBackupStream     = "PROGRESSDB_BACKUP_STREAM_TIMEOUT"
+	VarDBPath             = "PROGRESSDB_DB_PATH"
+	VarAddr               = "PROGRESSDB_ADDR"
+	VarServer             = "PROGRESSDB_SERVER"
+	VarAdminToken         = "PROGRESSDB_ADMIN_TOKEN"
+	VarAPIKey             = "PROGRESSDB_API_KEY"
+	VarLogLevel           = "PROGRESSDB_LOG_LEVEL"
+	VarLogFormat          = "PROGRESSDB_LOG_FORMAT"
+	VarLogSink            = "PROGRESSDB_LOG_SINK"
+	VarAuditSigningKey    = "PROGRESSDB_AUDIT_SIGNING_KEY"
+	VarKEK                = "PROGRESSDB_KEK"
+	VarKeystorePath       = "PROGRESSDB_KEYSTORE_PATH"
+	VarAttachmentsURL     = "PROGRESSDB_ATTACHMENTS_URL"
+	VarAttachmentMaxBytes = "PROGRESSDB_ATTACHMENT_MAX_BYTES"
+	VarEnabled            = "PROGRESSDB_RETENTION_ENABLED"
+	VarPeriod             = "PROGRESSDB_RETENTION_PERIOD"
+	VarMessagePeriod      = "PROGRESSDB_RETENTION_MESSAGE_PERIOD"
+	VarCron               = "PROGRESSDB_RETENTION_CRON"
+	VarMinPeriod          = "PROGRESSDB_RETENTION_MIN_PERIOD"
+	VarAllowShortPeriod   = "PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD"
+	VarDryRun             = "PROGRESSDB_RETENTION_DRY_RUN"
+	VarAuditPath          = "PROGRESSDB_RETENTION_AUDIT_PATH"
+	VarLeasePath          = "PROGRESSDB_RETENTION_LEASE_PATH"
+	VarLeaseTTL           = "PROGRESSDB_RETENTION_LEASE_TTL"
+	VarBatchSize          = "PROGRESSDB_RETENTION_BATCH_SIZE"
+	VarBatchPause         = "PROGRESSDB_RETENTION_BATCH_PAUSE"
+	VarMaxItems           = "PROGRESSDB_RETENTION_MAX_ITEMS"
+	VarRunMissed          = "PROGRESSDB_RETENTION_RUN_MISSED"
+	VarYieldToWrites      = "PROGRESSDB_RETENTION_YIELD_TO_WRITES"
+	VarMaxAge             = "PROGRESSDB_RETENTION_MAX_AGE"
+	VarMaxMessages        = "PROGRESSDB_RETENTION_MAX_MESSAGES"
+	VarExportPath         = "PROGRESSDB_RETENTION_EXPORT_PATH"
+	VarErase              = "PROGRESSDB_RETENTION_ERASE"
+	VarEraseRate          = "PROGRESSDB_RETENTION_ERASE_RATE"
+	VarBackupPath         = "PROGRESSDB_BACKUP_PATH"
+	VarBackupCron         = "PROGRESSDB_BACKUP_CRON"
+	VarBackupKeep         = "PROGRESSDB_BACKUP_KEEP"
+	VarBackupStream       = "PROGRESSDB_BACKUP_STREAM_TIMEOUT"
 )
 
 // Error is a configuration error naming the variable, the value and the rule.
@@ -234,6 +242,11 @@ func (c *Config) applyDerived(vars map[string]string) {
 	if r.LeasePath == "" {
 		r.LeasePath = filepath.Join(r.AuditPath, "retention.lock")
 	}
+	if c.AttachmentsURL == "" {
+		// An unusable working directory leaves it empty, refused by
+		// validate naming the variable.
+		c.AttachmentsURL, _ = FileURL(DefaultAttachmentsDir(c.DBPath))
+	}
 }
 
 // parseError turns the first error reported by env into an *Error naming
@@ -257,7 +270,7 @@ func typeRule(pe env.ParseError) string {
 	switch pe.Type {
 	case reflect.TypeOf(false):
 		return "must be true or false"
-	case reflect.TypeOf(0):
+	case reflect.TypeOf(0), reflect.TypeOf(int64(0)):
 		return "must be a whole number within range"
 	case reflect.TypeOf(time.Duration(0)):
 		return "must be a duration such as 90m, 1d12h or 30d: " + pe.Err.Error()
@@ -333,6 +346,8 @@ func (c Config) Redacted() [][2]string {
 		{VarKEK, secret(c.KEK)},
 		{VarKEKFile, unsetIfEmpty(c.KEKFile)},
 		{VarKeystorePath, unsetIfEmpty(c.KeystorePath)},
+		{VarAttachmentsURL, c.AttachmentsURL},
+		{VarAttachmentMaxBytes, strconv.FormatInt(c.AttachmentMaxBytes, 10)},
 		{VarBackupPath, unsetIfEmpty(c.Backup.Path)},
 		{VarBackupCron, c.Backup.Schedule},
 		{VarBackupKeep, FormatDuration(c.Backup.Keep)},

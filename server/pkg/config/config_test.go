@@ -19,6 +19,9 @@ func TestLoadDefaults(t *testing.T) {
 		LogLevel:  "info",
 		LogFormat: "auto",
 		LogSink:   "stderr",
+		// Beside the database, never inside it.
+		AttachmentsURL:     "file://" + filepath.ToSlash(mustAbs(t, "data-attachments")),
+		AttachmentMaxBytes: 25 << 20,
 		Retention: Retention{
 			Period:        30 * day,
 			MessagePeriod: 30 * day,
@@ -110,6 +113,8 @@ func TestLoadEveryVariable(t *testing.T) {
 		"PROGRESSDB_RETENTION_YIELD_TO_WRITES=false",
 		"PROGRESSDB_RETENTION_ERASE=false",
 		"PROGRESSDB_RETENTION_ERASE_RATE=8",
+		"PROGRESSDB_ATTACHMENTS_URL=s3://chat-files?region=eu-west-1",
+		"PROGRESSDB_ATTACHMENT_MAX_BYTES=1048576",
 		"PROGRESSDB_BACKUP_PATH=/backup/progressdb",
 		"PROGRESSDB_BACKUP_CRON=@every 6h",
 		"PROGRESSDB_BACKUP_KEEP=7d",
@@ -126,13 +131,15 @@ func TestLoadEveryVariable(t *testing.T) {
 		"PROGRESSDB_CLUSTER_ETCD_KEY_FILE="+pem,
 	)
 	want := Config{
-		DBPath:     "/var/lib/progressdb",
-		Addr:       ":9090",
-		AdminToken: "admin-secret",
-		APIKey:     "api-secret",
-		LogLevel:   "debug",
-		LogFormat:  "json",
-		LogSink:    "file:/var/log/progressdb.log",
+		DBPath:             "/var/lib/progressdb",
+		Addr:               ":9090",
+		AdminToken:         "admin-secret",
+		APIKey:             "api-secret",
+		LogLevel:           "debug",
+		LogFormat:          "json",
+		LogSink:            "file:/var/log/progressdb.log",
+		AttachmentsURL:     "s3://chat-files?region=eu-west-1",
+		AttachmentMaxBytes: 1 << 20,
 		Retention: Retention{
 			Enabled:          true,
 			Period:           36 * time.Hour,
@@ -199,6 +206,16 @@ func TestLoadInvalid(t *testing.T) {
 		{"PROGRESSDB_RETENTION_LEASE_TTL=2s", "at least 3s", nil},
 		{"PROGRESSDB_RETENTION_LEASE_TTL=5", "duration", nil},
 		{"PROGRESSDB_RETENTION_BATCH_SIZE=0", "from 1 to 1000000", nil},
+		{"PROGRESSDB_ATTACHMENTS_URL=ftp://files.example/x", "want one of file://", nil},
+		{"PROGRESSDB_ATTACHMENTS_URL=attachments", "not a URL", nil},
+		{"PROGRESSDB_ATTACHMENTS_URL=file://relative/dir", "absolute folder", nil},
+		{"PROGRESSDB_ATTACHMENTS_URL=s3://", "bucket name", nil},
+		{"PROGRESSDB_ATTACHMENTS_URL=file:///srv/db/files", "outside PROGRESSDB_DB_PATH", []string{"PROGRESSDB_DB_PATH=/srv/db"}},
+		{"PROGRESSDB_ATTACHMENTS_URL=file:///srv", "outside PROGRESSDB_DB_PATH", []string{"PROGRESSDB_DB_PATH=/srv/db"}},
+		{"PROGRESSDB_ATTACHMENT_MAX_BYTES=0", "from 1 to", nil},
+		{"PROGRESSDB_ATTACHMENT_MAX_BYTES=-5", "from 1 to", nil},
+		{"PROGRESSDB_ATTACHMENT_MAX_BYTES=2000000000000", "from 1 to", nil},
+		{"PROGRESSDB_ATTACHMENT_MAX_BYTES=25MiB", "whole number", nil},
 		{"PROGRESSDB_RETENTION_BATCH_SIZE=1000001", "from 1 to 1000000", nil},
 		{"PROGRESSDB_RETENTION_BATCH_SIZE=1e3", "whole number", nil},
 		{"PROGRESSDB_RETENTION_BATCH_SIZE=99999999999", "whole number", nil},
@@ -255,8 +272,8 @@ func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 		VarExportPath: true, VarAuditSigningKey: true, VarBackupPath: true, VarKEK: true, VarKeystorePath: true,
 		VarAdminTokenFile: true, VarAPIKeyFile: true, VarKEKFile: true, VarClusterSecretFile: true}
 	vars := fieldVars()
-	if len(vars) != 58 {
-		t.Fatalf("fieldVars has %d variables, want the 41 of the spec (SERVER and BACKUP_STREAM_TIMEOUT of §10.1 among them), YIELD_TO_WRITES, ERASE_RATE, KEK and KEYSTORE_PATH of §12 (TestSealingInvalid), the four secrets' files of §12 (TestSecretFilesRefused), and the nine TLS files of §14 (TestTLSSettingsInvalid)", len(vars))
+	if len(vars) != 60 {
+		t.Fatalf("fieldVars has %d variables, want the 41 of the spec, ATTACHMENTS_URL and ATTACHMENT_MAX_BYTES of §16 (SERVER and BACKUP_STREAM_TIMEOUT of §10.1 among them), YIELD_TO_WRITES, ERASE_RATE, KEK and KEYSTORE_PATH of §12 (TestSealingInvalid), the four secrets' files of §12 (TestSecretFilesRefused), and the nine TLS files of §14 (TestTLSSettingsInvalid)", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -382,8 +399,8 @@ func TestRedacted(t *testing.T) {
 		VarEnabled, VarPeriod, VarMessagePeriod, VarCron, VarMinPeriod, VarAllowShortPeriod, VarDryRun,
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
 		VarYieldToWrites, VarMaxAge, VarMaxMessages, VarExportPath,
-		VarErase, VarEraseRate, VarAuditSigningKey, VarKEK, VarKEKFile, VarKeystorePath, VarBackupPath, VarBackupCron, VarBackupKeep,
-		VarBackupStream, VarClusterEtcd, VarClusterName, VarNodeID, VarAdvertiseURL, VarClusterSecret, VarClusterSecretFile, VarClusterShards,
+		VarErase, VarEraseRate, VarAuditSigningKey, VarKEK, VarKEKFile, VarKeystorePath, VarAttachmentsURL, VarAttachmentMaxBytes,
+		VarBackupPath, VarBackupCron, VarBackupKeep, VarBackupStream, VarClusterEtcd, VarClusterName, VarNodeID, VarAdvertiseURL, VarClusterSecret, VarClusterSecretFile, VarClusterShards,
 		VarClusterLeaseTTL, VarClusterEtcdCA, VarClusterEtcdCert, VarClusterEtcdKey,
 		VarClusterTLSCA, VarClusterTLSCert, VarClusterTLSKey,
 		VarTLSCert, VarTLSKey, VarTLSClientCA, VarTLSCA, VarTLSClientCert, VarTLSClientKey,
@@ -433,4 +450,13 @@ func mustLoad(t *testing.T, environ ...string) Config {
 		t.Fatalf("Load(%q): %v", environ, err)
 	}
 	return c
+}
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
 }

@@ -31,6 +31,7 @@ func (c Config) validate(vars map[string]string, node bool) error {
 		c.Retention.validateBatches,
 		c.validateExportPath,
 		c.validateSealing,
+		c.validateAttachments,
 		c.Backup.validate,
 		c.validateTLS,
 		func(vars map[string]string) *Error { return c.validateCluster(vars, node) },
