@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/oapi-codegen/runtime"
+	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
 // Defines values for ClusterStatusShardsState.
@@ -105,41 +106,42 @@ func (e ErasureStatusStatus) Valid() bool {
 
 // Defines values for ErrorCode.
 const (
-	ErrorCodeAdminDisabled      ErrorCode = "admin_disabled"
-	ErrorCodeAlreadyExists      ErrorCode = "already_exists"
-	ErrorCodeBodyTooLarge       ErrorCode = "body_too_large"
-	ErrorCodeClusterNode        ErrorCode = "cluster_node"
-	ErrorCodeClusterUnavailable ErrorCode = "cluster_unavailable"
-	ErrorCodeErasureIncomplete  ErrorCode = "erasure_incomplete"
-	ErrorCodeIdUnavailable      ErrorCode = "id_unavailable"
-	ErrorCodeInternalError      ErrorCode = "internal_error"
-	ErrorCodeInvalidCursor      ErrorCode = "invalid_cursor"
-	ErrorCodeInvalidField       ErrorCode = "invalid_field"
-	ErrorCodeInvalidId          ErrorCode = "invalid_id"
-	ErrorCodeInvalidJson        ErrorCode = "invalid_json"
-	ErrorCodeInvalidParameter   ErrorCode = "invalid_parameter"
-	ErrorCodeLeaseHeld          ErrorCode = "lease_held"
-	ErrorCodeLegalHold          ErrorCode = "legal_hold"
-	ErrorCodeMethodNotAllowed   ErrorCode = "method_not_allowed"
-	ErrorCodeMisdirected        ErrorCode = "misdirected"
-	ErrorCodeMoveFailed         ErrorCode = "move_failed"
-	ErrorCodeMoveInProgress     ErrorCode = "move_in_progress"
-	ErrorCodeNoBackupPath       ErrorCode = "no_backup_path"
-	ErrorCodeNotACluster        ErrorCode = "not_a_cluster"
-	ErrorCodeNotANode           ErrorCode = "not_a_node"
-	ErrorCodeNotConfigured      ErrorCode = "not_configured"
-	ErrorCodeNotFound           ErrorCode = "not_found"
-	ErrorCodePurgeInProgress    ErrorCode = "purge_in_progress"
-	ErrorCodeReceiptUnsigned    ErrorCode = "receipt_unsigned"
-	ErrorCodeRetentionDisabled  ErrorCode = "retention_disabled"
-	ErrorCodeRetentionPaused    ErrorCode = "retention_paused"
-	ErrorCodeRouteNotFound      ErrorCode = "route_not_found"
-	ErrorCodeRunFailed          ErrorCode = "run_failed"
-	ErrorCodeSealingDisabled    ErrorCode = "sealing_disabled"
-	ErrorCodeShardNotHeld       ErrorCode = "shard_not_held"
-	ErrorCodeShardUnavailable   ErrorCode = "shard_unavailable"
-	ErrorCodeUnauthorized       ErrorCode = "unauthorized"
-	ErrorCodeUnavailable        ErrorCode = "unavailable"
+	ErrorCodeAdminDisabled       ErrorCode = "admin_disabled"
+	ErrorCodeAlreadyExists       ErrorCode = "already_exists"
+	ErrorCodeBodyTooLarge        ErrorCode = "body_too_large"
+	ErrorCodeClusterNode         ErrorCode = "cluster_node"
+	ErrorCodeClusterUnavailable  ErrorCode = "cluster_unavailable"
+	ErrorCodeErasureIncomplete   ErrorCode = "erasure_incomplete"
+	ErrorCodeIdUnavailable       ErrorCode = "id_unavailable"
+	ErrorCodeInternalError       ErrorCode = "internal_error"
+	ErrorCodeInvalidCursor       ErrorCode = "invalid_cursor"
+	ErrorCodeInvalidField        ErrorCode = "invalid_field"
+	ErrorCodeInvalidId           ErrorCode = "invalid_id"
+	ErrorCodeInvalidJson         ErrorCode = "invalid_json"
+	ErrorCodeInvalidParameter    ErrorCode = "invalid_parameter"
+	ErrorCodeLeaseHeld           ErrorCode = "lease_held"
+	ErrorCodeLegalHold           ErrorCode = "legal_hold"
+	ErrorCodeMethodNotAllowed    ErrorCode = "method_not_allowed"
+	ErrorCodeMisdirected         ErrorCode = "misdirected"
+	ErrorCodeMoveFailed          ErrorCode = "move_failed"
+	ErrorCodeMoveInProgress      ErrorCode = "move_in_progress"
+	ErrorCodeNoBackupPath        ErrorCode = "no_backup_path"
+	ErrorCodeNotACluster         ErrorCode = "not_a_cluster"
+	ErrorCodeNotANode            ErrorCode = "not_a_node"
+	ErrorCodeNotConfigured       ErrorCode = "not_configured"
+	ErrorCodeNotFound            ErrorCode = "not_found"
+	ErrorCodePurgeInProgress     ErrorCode = "purge_in_progress"
+	ErrorCodeRangeNotSatisfiable ErrorCode = "range_not_satisfiable"
+	ErrorCodeReceiptUnsigned     ErrorCode = "receipt_unsigned"
+	ErrorCodeRetentionDisabled   ErrorCode = "retention_disabled"
+	ErrorCodeRetentionPaused     ErrorCode = "retention_paused"
+	ErrorCodeRouteNotFound       ErrorCode = "route_not_found"
+	ErrorCodeRunFailed           ErrorCode = "run_failed"
+	ErrorCodeSealingDisabled     ErrorCode = "sealing_disabled"
+	ErrorCodeShardNotHeld        ErrorCode = "shard_not_held"
+	ErrorCodeShardUnavailable    ErrorCode = "shard_unavailable"
+	ErrorCodeUnauthorized        ErrorCode = "unauthorized"
+	ErrorCodeUnavailable         ErrorCode = "unavailable"
 )
 
 // Valid indicates whether the value is a known member of the ErrorCode enum.
@@ -194,6 +196,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeNotFound:
 		return true
 	case ErrorCodePurgeInProgress:
+		return true
+	case ErrorCodeRangeNotSatisfiable:
 		return true
 	case ErrorCodeReceiptUnsigned:
 		return true
@@ -335,6 +339,30 @@ func (e Healthz503JSONResponseBodyStatus) Valid() bool {
 	default:
 		return false
 	}
+}
+
+// Attachment A file attached to a message. sha256, content_type and filename are null when the attachment is sealed and its key was destroyed; filename is null when none was given.
+type Attachment struct {
+	AttachmentId ID      `json:"attachment_id"`
+	ContentType  *string `json:"content_type"`
+
+	// CreatedTs RFC 3339 in UTC with nanoseconds, trailing zeros of the fraction dropped.
+	//
+	// Examples: 2026-11-24T16:40:19.123456789Z
+	CreatedTs Timestamp `json:"created_ts"`
+	Deleted   bool      `json:"deleted"`
+
+	// DeletedTs A Timestamp, or null when unset.
+	DeletedTs *OptionalTimestamp `json:"deleted_ts"`
+	Filename  *string            `json:"filename"`
+	Message   ID                 `json:"message"`
+
+	// Sha256 Hex SHA-256 of the file's bytes (as uploaded); also its ETag.
+	Sha256 *string `json:"sha256"`
+
+	// Size A non-negative integer (a count, a version, an epoch, a size); at most 2^53−1, like every number on the wire.
+	Size   Count `json:"size"`
+	Thread ID    `json:"thread"`
 }
 
 // AuditHead The last audit run whose purges a backup reflects.
@@ -637,6 +665,7 @@ type Error struct {
 	// - `receipt_unsigned`: 409: the erasure's audit footers are not signed (no PROGRESSDB_AUDIT_SIGNING_KEY), so no receipt of it could be verified; none is given.
 	// - `body_too_large`: 413: the request body is over the limit the message names.
 	// - `misdirected`: 421: a node's call reached a node that does not own the shard with that epoch.
+	// - `range_not_satisfiable`: 416: a download's Range lies outside the file; Content-Range names its size.
 	// - `internal_error`: 500: the server failed; the details are in its log.
 	// - `run_failed`: 500: a retention run started and failed (`result` describes it).
 	// - `shard_unavailable`: 503: the thread's shard has no owner, its owner does not answer, or the shard is being moved (`Retry-After`); or this node was deposed as its owner. Retry.
@@ -688,6 +717,7 @@ type Error struct {
 // - `receipt_unsigned`: 409: the erasure's audit footers are not signed (no PROGRESSDB_AUDIT_SIGNING_KEY), so no receipt of it could be verified; none is given.
 // - `body_too_large`: 413: the request body is over the limit the message names.
 // - `misdirected`: 421: a node's call reached a node that does not own the shard with that epoch.
+// - `range_not_satisfiable`: 416: a download's Range lies outside the file; Content-Range names its size.
 // - `internal_error`: 500: the server failed; the details are in its log.
 // - `run_failed`: 500: a retention run started and failed (`result` describes it).
 // - `shard_unavailable`: 503: the thread's shard has no owner, its owner does not answer, or the shard is being moved (`Retry-After`); or this node was deposed as its owner. Retry.
@@ -696,6 +726,9 @@ type Error struct {
 // - `not_configured`: 503: the server runs without what the route needs (retention, backups, a cluster-wide pause switch).
 // - `unavailable`: 503: the server is shutting down, the request was canceled, or (`/healthz`) the store cannot commit.
 type ErrorCode string
+
+// File A file's bytes, any bytes.
+type File = openapi_types.File
 
 // ID defines model for ID.
 type ID = string
@@ -1023,6 +1056,9 @@ type ThreadPolicy struct {
 // Examples: 2026-11-24T16:40:19.123456789Z
 type Timestamp = time.Time
 
+// AttachmentID defines model for AttachmentID.
+type AttachmentID = ID
+
 // Cursor defines model for Cursor.
 type Cursor = string
 
@@ -1055,6 +1091,9 @@ type InternalError = Error
 
 // Misdirected Every error answer; clients branch on `code`, never on `error`.
 type Misdirected = Error
+
+// NoAttachments Every error answer; clients branch on `code`, never on `error`.
+type NoAttachments = Error
 
 // NoBackups Every error answer; clients branch on `code`, never on `error`.
 type NoBackups = Error
@@ -1174,6 +1213,27 @@ type ListMessagesParams struct {
 type GetMessageParams struct {
 	// IncludeDeleted Also show soft-deleted items (false when absent or empty).
 	IncludeDeleted *IncludeDeleted `form:"include_deleted,omitempty" json:"include_deleted,omitempty"`
+}
+
+// ListAttachmentsParams defines parameters for ListAttachments.
+type ListAttachmentsParams struct {
+	// IncludeDeleted Also show soft-deleted items (false when absent or empty).
+	IncludeDeleted *IncludeDeleted `form:"include_deleted,omitempty" json:"include_deleted,omitempty"`
+}
+
+// UploadAttachmentParams defines parameters for UploadAttachment.
+type UploadAttachmentParams struct {
+	// Filename The file's name, shown back and given in Content-Disposition; at most 255 bytes of UTF-8, without slash, backslash or control characters.
+	Filename *string `form:"filename,omitempty" json:"filename,omitempty"`
+}
+
+// GetAttachmentParams defines parameters for GetAttachment.
+type GetAttachmentParams struct {
+	// IncludeDeleted Also show soft-deleted items (false when absent or empty).
+	IncludeDeleted *IncludeDeleted `form:"include_deleted,omitempty" json:"include_deleted,omitempty"`
+	Range          *string         `json:"Range,omitempty"`
+	IfNoneMatch    *string         `json:"If-None-Match,omitempty"`
+	IfRange        *string         `json:"If-Range,omitempty"`
 }
 
 // ListVersionsParams defines parameters for ListVersions.
@@ -1893,6 +1953,37 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/threads/{tid}/messages/{mid} (the `EditMessage` operationId).
 	EditMessage(ctx context.Context, tid ThreadID, mid MessageID, body EditMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListAttachments A message's attachments, in upload order.
+	//
+	// Corresponds with GET /v1/threads/{tid}/messages/{mid}/attachments (the `ListAttachments` operationId).
+	ListAttachments(ctx context.Context, tid ThreadID, mid MessageID, params *ListAttachmentsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UploadAttachmentWithBody Attach a file to a live message (the request body is the file, streamed).
+	//
+	// The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. Not served on a cluster node in this version (503 `not_configured`).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/threads/{tid}/messages/{mid}/attachments (the `UploadAttachment` operationId).
+	UploadAttachmentWithBody(ctx context.Context, tid ThreadID, mid MessageID, params *UploadAttachmentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteAttachment Soft-delete an attachment (its bytes stay until retention purges them).
+	//
+	// Corresponds with DELETE /v1/threads/{tid}/messages/{mid}/attachments/{aid} (the `DeleteAttachment` operationId).
+	DeleteAttachment(ctx context.Context, tid ThreadID, mid MessageID, aid AttachmentID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetAttachment Download an attachment, whole or one byte range (streamed).
+	//
+	// The file's bytes with its Content-Type, `Content-Disposition: attachment` and an `ETag` (its SHA-256, quoted): `If-None-Match` answers 304, and `Range: bytes=A-B`, `bytes=A-` or `bytes=-N` answers 206 with that range (a Range the server does not read as one byte range, several ranges among them, gets the whole file; `If-Range` with another ETag too). Only the bytes asked for are read from the attachments store. A sealed attachment whose key was destroyed answers 409 `purge_in_progress`.
+	//
+	// Corresponds with GET /v1/threads/{tid}/messages/{mid}/attachments/{aid} (the `GetAttachment` operationId).
+	GetAttachment(ctx context.Context, tid ThreadID, mid MessageID, aid AttachmentID, params *GetAttachmentParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RestoreAttachment Restore a soft-deleted attachment.
+	//
+	// Corresponds with POST /v1/threads/{tid}/messages/{mid}/attachments/{aid}/restore (the `RestoreAttachment` operationId).
+	RestoreAttachment(ctx context.Context, tid ThreadID, mid MessageID, aid AttachmentID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RestoreMessage Restore a soft-deleted message (appends a live version).
 	//
@@ -2728,6 +2819,87 @@ func (c *Raw) EditMessageWithBody(ctx context.Context, tid ThreadID, mid Message
 // Corresponds with PUT /v1/threads/{tid}/messages/{mid} (the `EditMessage` operationId).
 func (c *Raw) EditMessage(ctx context.Context, tid ThreadID, mid MessageID, body EditMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewEditMessageRequest(c.Server, tid, mid, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListAttachments A message's attachments, in upload order.
+//
+// Corresponds with GET /v1/threads/{tid}/messages/{mid}/attachments (the `ListAttachments` operationId).
+func (c *Raw) ListAttachments(ctx context.Context, tid ThreadID, mid MessageID, params *ListAttachmentsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAttachmentsRequest(c.Server, tid, mid, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UploadAttachmentWithBody Attach a file to a live message (the request body is the file, streamed).
+//
+// The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. Not served on a cluster node in this version (503 `not_configured`).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/threads/{tid}/messages/{mid}/attachments (the `UploadAttachment` operationId).
+func (c *Raw) UploadAttachmentWithBody(ctx context.Context, tid ThreadID, mid MessageID, params *UploadAttachmentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUploadAttachmentRequestWithBody(c.Server, tid, mid, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteAttachment Soft-delete an attachment (its bytes stay until retention purges them).
+//
+// Corresponds with DELETE /v1/threads/{tid}/messages/{mid}/attachments/{aid} (the `DeleteAttachment` operationId).
+func (c *Raw) DeleteAttachment(ctx context.Context, tid ThreadID, mid MessageID, aid AttachmentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteAttachmentRequest(c.Server, tid, mid, aid)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetAttachment Download an attachment, whole or one byte range (streamed).
+//
+// The file's bytes with its Content-Type, `Content-Disposition: attachment` and an `ETag` (its SHA-256, quoted): `If-None-Match` answers 304, and `Range: bytes=A-B`, `bytes=A-` or `bytes=-N` answers 206 with that range (a Range the server does not read as one byte range, several ranges among them, gets the whole file; `If-Range` with another ETag too). Only the bytes asked for are read from the attachments store. A sealed attachment whose key was destroyed answers 409 `purge_in_progress`.
+//
+// Corresponds with GET /v1/threads/{tid}/messages/{mid}/attachments/{aid} (the `GetAttachment` operationId).
+func (c *Raw) GetAttachment(ctx context.Context, tid ThreadID, mid MessageID, aid AttachmentID, params *GetAttachmentParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAttachmentRequest(c.Server, tid, mid, aid, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RestoreAttachment Restore a soft-deleted attachment.
+//
+// Corresponds with POST /v1/threads/{tid}/messages/{mid}/attachments/{aid}/restore (the `RestoreAttachment` operationId).
+func (c *Raw) RestoreAttachment(ctx context.Context, tid ThreadID, mid MessageID, aid AttachmentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRestoreAttachmentRequest(c.Server, tid, mid, aid)
 	if err != nil {
 		return nil, err
 	}
@@ -4161,6 +4333,352 @@ func NewEditMessageRequestWithBody(server string, tid ThreadID, mid MessageID, c
 	return req, nil
 }
 
+// NewListAttachmentsRequest constructs an http.Request for the ListAttachments method
+func NewListAttachmentsRequest(server string, tid ThreadID, mid MessageID, params *ListAttachmentsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tid", tid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "mid", mid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/threads/%s/messages/%s/attachments", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.IncludeDeleted != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "include_deleted", *params.IncludeDeleted, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUploadAttachmentRequestWithBody constructs an http.Request for the UploadAttachment method, with any body, and a specified content type
+func NewUploadAttachmentRequestWithBody(server string, tid ThreadID, mid MessageID, params *UploadAttachmentParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tid", tid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "mid", mid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/threads/%s/messages/%s/attachments", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Filename != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "filename", *params.Filename, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteAttachmentRequest constructs an http.Request for the DeleteAttachment method
+func NewDeleteAttachmentRequest(server string, tid ThreadID, mid MessageID, aid AttachmentID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tid", tid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "mid", mid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "aid", aid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/threads/%s/messages/%s/attachments/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetAttachmentRequest constructs an http.Request for the GetAttachment method
+func NewGetAttachmentRequest(server string, tid ThreadID, mid MessageID, aid AttachmentID, params *GetAttachmentParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tid", tid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "mid", mid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "aid", aid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/threads/%s/messages/%s/attachments/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.IncludeDeleted != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "include_deleted", *params.IncludeDeleted, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.Range != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Range", *params.Range, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Range", headerParam0)
+		}
+
+		if params.IfNoneMatch != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-None-Match", headerParam1)
+		}
+
+		if params.IfRange != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "If-Range", *params.IfRange, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Range", headerParam2)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewRestoreAttachmentRequest constructs an http.Request for the RestoreAttachment method
+func NewRestoreAttachmentRequest(server string, tid ThreadID, mid MessageID, aid AttachmentID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tid", tid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "mid", mid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "aid", aid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/threads/%s/messages/%s/attachments/%s/restore", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewRestoreMessageRequest constructs an http.Request for the RestoreMessage method
 func NewRestoreMessageRequest(server string, tid ThreadID, mid MessageID) (*http.Request, error) {
 	var err error
@@ -4829,6 +5347,45 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/threads/{tid}/messages/{mid} (the `EditMessage` operationId).
 	EditMessageWithResponse(ctx context.Context, tid ThreadID, mid MessageID, body EditMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*EditMessageResponse, error)
+
+	// ListAttachmentsWithResponse A message's attachments, in upload order.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/threads/{tid}/messages/{mid}/attachments (the `ListAttachments` operationId).
+	ListAttachmentsWithResponse(ctx context.Context, tid ThreadID, mid MessageID, params *ListAttachmentsParams, reqEditors ...RequestEditorFn) (*ListAttachmentsResponse, error)
+
+	// UploadAttachmentWithBodyWithResponse Attach a file to a live message (the request body is the file, streamed).
+	//
+	// The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. Not served on a cluster node in this version (503 `not_configured`).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/threads/{tid}/messages/{mid}/attachments (the `UploadAttachment` operationId).
+	UploadAttachmentWithBodyWithResponse(ctx context.Context, tid ThreadID, mid MessageID, params *UploadAttachmentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UploadAttachmentResponse, error)
+
+	// DeleteAttachmentWithResponse Soft-delete an attachment (its bytes stay until retention purges them).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/threads/{tid}/messages/{mid}/attachments/{aid} (the `DeleteAttachment` operationId).
+	DeleteAttachmentWithResponse(ctx context.Context, tid ThreadID, mid MessageID, aid AttachmentID, reqEditors ...RequestEditorFn) (*DeleteAttachmentResponse, error)
+
+	// GetAttachmentWithResponse Download an attachment, whole or one byte range (streamed).
+	//
+	// The file's bytes with its Content-Type, `Content-Disposition: attachment` and an `ETag` (its SHA-256, quoted): `If-None-Match` answers 304, and `Range: bytes=A-B`, `bytes=A-` or `bytes=-N` answers 206 with that range (a Range the server does not read as one byte range, several ranges among them, gets the whole file; `If-Range` with another ETag too). Only the bytes asked for are read from the attachments store. A sealed attachment whose key was destroyed answers 409 `purge_in_progress`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/threads/{tid}/messages/{mid}/attachments/{aid} (the `GetAttachment` operationId).
+	GetAttachmentWithResponse(ctx context.Context, tid ThreadID, mid MessageID, aid AttachmentID, params *GetAttachmentParams, reqEditors ...RequestEditorFn) (*GetAttachmentResponse, error)
+
+	// RestoreAttachmentWithResponse Restore a soft-deleted attachment.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/threads/{tid}/messages/{mid}/attachments/{aid}/restore (the `RestoreAttachment` operationId).
+	RestoreAttachmentWithResponse(ctx context.Context, tid ThreadID, mid MessageID, aid AttachmentID, reqEditors ...RequestEditorFn) (*RestoreAttachmentResponse, error)
 
 	// RestoreMessageWithResponse Restore a soft-deleted message (appends a live version).
 	//
@@ -7650,6 +8207,441 @@ func (r EditMessageResponse) ContentType() string {
 	return ""
 }
 
+// ListAttachmentsResponse401Headers the declared response headers of an HTTP 401 response for ListAttachments
+type ListAttachmentsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+type ListAttachmentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Attachments []Attachment `json:"attachments"`
+	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *NoAttachments
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListAttachmentsResponse401Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAttachmentsResponse) GetJSON200() *struct {
+	Attachments []Attachment `json:"attachments"`
+} {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListAttachmentsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListAttachmentsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ListAttachmentsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListAttachmentsResponse) GetJSON503() *NoAttachments {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAttachmentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAttachmentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAttachmentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAttachmentsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// UploadAttachmentResponse201Headers the declared response headers of an HTTP 201 response for UploadAttachment
+type UploadAttachmentResponse201Headers struct {
+	Location *string
+}
+
+// UploadAttachmentResponse401Headers the declared response headers of an HTTP 401 response for UploadAttachment
+type UploadAttachmentResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+type UploadAttachmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Attachment
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *NoAttachments
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *UploadAttachmentResponse201Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *UploadAttachmentResponse401Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r UploadAttachmentResponse) GetJSON201() *Attachment {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r UploadAttachmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r UploadAttachmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r UploadAttachmentResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r UploadAttachmentResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r UploadAttachmentResponse) GetJSON503() *NoAttachments {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r UploadAttachmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UploadAttachmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UploadAttachmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UploadAttachmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteAttachmentResponse401Headers the declared response headers of an HTTP 401 response for DeleteAttachment
+type DeleteAttachmentResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+type DeleteAttachmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *NoAttachments
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteAttachmentResponse401Headers
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteAttachmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeleteAttachmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeleteAttachmentResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r DeleteAttachmentResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteAttachmentResponse) GetJSON503() *NoAttachments {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteAttachmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteAttachmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteAttachmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteAttachmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetAttachmentResponse200Headers the declared response headers of an HTTP 200 response for GetAttachment
+type GetAttachmentResponse200Headers struct {
+	ContentLength *int
+	ETag          *string
+}
+
+// GetAttachmentResponse206Headers the declared response headers of an HTTP 206 response for GetAttachment
+type GetAttachmentResponse206Headers struct {
+	ContentRange *string
+	ETag         *string
+}
+
+// GetAttachmentResponse401Headers the declared response headers of an HTTP 401 response for GetAttachment
+type GetAttachmentResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetAttachmentResponse416Headers the declared response headers of an HTTP 416 response for GetAttachment
+type GetAttachmentResponse416Headers struct {
+	ContentRange *string
+}
+
+type GetAttachmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON416 the response for an HTTP 416 `application/json` response
+	JSON416 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *NoAttachments
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetAttachmentResponse200Headers
+	// Headers206 the parsed response headers for an HTTP 206 response
+	Headers206 *GetAttachmentResponse206Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetAttachmentResponse401Headers
+	// Headers416 the parsed response headers for an HTTP 416 response
+	Headers416 *GetAttachmentResponse416Headers
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetAttachmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetAttachmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetAttachmentResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r GetAttachmentResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON416 returns the response for an HTTP 416 `application/json` response
+func (r GetAttachmentResponse) GetJSON416() *Error {
+	return r.JSON416
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetAttachmentResponse) GetJSON503() *NoAttachments {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetAttachmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetAttachmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetAttachmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetAttachmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RestoreAttachmentResponse401Headers the declared response headers of an HTTP 401 response for RestoreAttachment
+type RestoreAttachmentResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+type RestoreAttachmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Attachment
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *NoAttachments
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RestoreAttachmentResponse401Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RestoreAttachmentResponse) GetJSON200() *Attachment {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r RestoreAttachmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r RestoreAttachmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r RestoreAttachmentResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r RestoreAttachmentResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r RestoreAttachmentResponse) GetJSON503() *NoAttachments {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RestoreAttachmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RestoreAttachmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RestoreAttachmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RestoreAttachmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // RestoreMessageResponse401Headers the declared response headers of an HTTP 401 response for RestoreMessage
 type RestoreMessageResponse401Headers struct {
 	WWWAuthenticate *string
@@ -8663,6 +9655,75 @@ func (c *ClientWithResponses) EditMessageWithResponse(ctx context.Context, tid T
 		return nil, err
 	}
 	return ParseEditMessageResponse(rsp)
+}
+
+// ListAttachmentsWithResponse A message's attachments, in upload order.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/threads/{tid}/messages/{mid}/attachments (the `ListAttachments` operationId).
+func (c *ClientWithResponses) ListAttachmentsWithResponse(ctx context.Context, tid ThreadID, mid MessageID, params *ListAttachmentsParams, reqEditors ...RequestEditorFn) (*ListAttachmentsResponse, error) {
+	rsp, err := c.ListAttachments(ctx, tid, mid, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAttachmentsResponse(rsp)
+}
+
+// UploadAttachmentWithBodyWithResponse Attach a file to a live message (the request body is the file, streamed).
+//
+// The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. Not served on a cluster node in this version (503 `not_configured`).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/threads/{tid}/messages/{mid}/attachments (the `UploadAttachment` operationId).
+func (c *ClientWithResponses) UploadAttachmentWithBodyWithResponse(ctx context.Context, tid ThreadID, mid MessageID, params *UploadAttachmentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UploadAttachmentResponse, error) {
+	rsp, err := c.UploadAttachmentWithBody(ctx, tid, mid, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUploadAttachmentResponse(rsp)
+}
+
+// DeleteAttachmentWithResponse Soft-delete an attachment (its bytes stay until retention purges them).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/threads/{tid}/messages/{mid}/attachments/{aid} (the `DeleteAttachment` operationId).
+func (c *ClientWithResponses) DeleteAttachmentWithResponse(ctx context.Context, tid ThreadID, mid MessageID, aid AttachmentID, reqEditors ...RequestEditorFn) (*DeleteAttachmentResponse, error) {
+	rsp, err := c.DeleteAttachment(ctx, tid, mid, aid, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteAttachmentResponse(rsp)
+}
+
+// GetAttachmentWithResponse Download an attachment, whole or one byte range (streamed).
+//
+// The file's bytes with its Content-Type, `Content-Disposition: attachment` and an `ETag` (its SHA-256, quoted): `If-None-Match` answers 304, and `Range: bytes=A-B`, `bytes=A-` or `bytes=-N` answers 206 with that range (a Range the server does not read as one byte range, several ranges among them, gets the whole file; `If-Range` with another ETag too). Only the bytes asked for are read from the attachments store. A sealed attachment whose key was destroyed answers 409 `purge_in_progress`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/threads/{tid}/messages/{mid}/attachments/{aid} (the `GetAttachment` operationId).
+func (c *ClientWithResponses) GetAttachmentWithResponse(ctx context.Context, tid ThreadID, mid MessageID, aid AttachmentID, params *GetAttachmentParams, reqEditors ...RequestEditorFn) (*GetAttachmentResponse, error) {
+	rsp, err := c.GetAttachment(ctx, tid, mid, aid, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetAttachmentResponse(rsp)
+}
+
+// RestoreAttachmentWithResponse Restore a soft-deleted attachment.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/threads/{tid}/messages/{mid}/attachments/{aid}/restore (the `RestoreAttachment` operationId).
+func (c *ClientWithResponses) RestoreAttachmentWithResponse(ctx context.Context, tid ThreadID, mid MessageID, aid AttachmentID, reqEditors ...RequestEditorFn) (*RestoreAttachmentResponse, error) {
+	rsp, err := c.RestoreAttachment(ctx, tid, mid, aid, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRestoreAttachmentResponse(rsp)
 }
 
 // RestoreMessageWithResponse Restore a soft-deleted message (appends a live version).
@@ -11206,6 +12267,424 @@ func ParseEditMessageResponse(rsp *http.Response) (*EditMessageResponse, error) 
 			headers.RetryAfter = &value
 		}
 		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListAttachmentsResponse parses an HTTP response from a ListAttachmentsWithResponse call
+func ParseListAttachmentsResponse(rsp *http.Response) (*ListAttachmentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAttachmentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Attachments []Attachment `json:"attachments"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest NoAttachments
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListAttachmentsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseUploadAttachmentResponse parses an HTTP response from a UploadAttachmentWithResponse call
+func ParseUploadAttachmentResponse(rsp *http.Response) (*UploadAttachmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UploadAttachmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Attachment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest NoAttachments
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers UploadAttachmentResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 401:
+		var headers UploadAttachmentResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteAttachmentResponse parses an HTTP response from a DeleteAttachmentWithResponse call
+func ParseDeleteAttachmentResponse(rsp *http.Response) (*DeleteAttachmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteAttachmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest NoAttachments
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteAttachmentResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetAttachmentResponse parses an HTTP response from a GetAttachmentWithResponse call
+func ParseGetAttachmentResponse(rsp *http.Response) (*GetAttachmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetAttachmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 304:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 416:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON416 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest NoAttachments
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetAttachmentResponse200Headers
+		if values := rsp.Header.Values("Content-Length"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Length", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentLength = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 206:
+		var headers GetAttachmentResponse206Headers
+		if values := rsp.Header.Values("Content-Range"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Range", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentRange = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers206 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetAttachmentResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 416:
+		var headers GetAttachmentResponse416Headers
+		if values := rsp.Header.Values("Content-Range"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Range", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentRange = &value
+		}
+		response.Headers416 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRestoreAttachmentResponse parses an HTTP response from a RestoreAttachmentWithResponse call
+func ParseRestoreAttachmentResponse(rsp *http.Response) (*RestoreAttachmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RestoreAttachmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Attachment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest NoAttachments
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RestoreAttachmentResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
 	}
 
 	return response, nil

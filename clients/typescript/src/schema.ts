@@ -204,6 +204,76 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/threads/{tid}/messages/{mid}/attachments": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tid: components["parameters"]["ThreadID"];
+                mid: components["parameters"]["MessageID"];
+            };
+            cookie?: never;
+        };
+        /** A message's attachments, in upload order. */
+        get: operations["listAttachments"];
+        put?: never;
+        /**
+         * Attach a file to a live message (the request body is the file, streamed).
+         * @description The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. Not served on a cluster node in this version (503 `not_configured`).
+         */
+        post: operations["uploadAttachment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/threads/{tid}/messages/{mid}/attachments/{aid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tid: components["parameters"]["ThreadID"];
+                mid: components["parameters"]["MessageID"];
+                aid: components["parameters"]["AttachmentID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Download an attachment, whole or one byte range (streamed).
+         * @description The file's bytes with its Content-Type, `Content-Disposition: attachment` and an `ETag` (its SHA-256, quoted): `If-None-Match` answers 304, and `Range: bytes=A-B`, `bytes=A-` or `bytes=-N` answers 206 with that range (a Range the server does not read as one byte range, several ranges among them, gets the whole file; `If-Range` with another ETag too). Only the bytes asked for are read from the attachments store. A sealed attachment whose key was destroyed answers 409 `purge_in_progress`.
+         */
+        get: operations["getAttachment"];
+        put?: never;
+        post?: never;
+        /** Soft-delete an attachment (its bytes stay until retention purges them). */
+        delete: operations["deleteAttachment"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/threads/{tid}/messages/{mid}/attachments/{aid}/restore": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tid: components["parameters"]["ThreadID"];
+                mid: components["parameters"]["MessageID"];
+                aid: components["parameters"]["AttachmentID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Restore a soft-deleted attachment. */
+        post: operations["restoreAttachment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/database": {
         parameters: {
             query?: never;
@@ -838,6 +908,7 @@ export interface components {
              *     - `receipt_unsigned`: 409: the erasure's audit footers are not signed (no PROGRESSDB_AUDIT_SIGNING_KEY), so no receipt of it could be verified; none is given.
              *     - `body_too_large`: 413: the request body is over the limit the message names.
              *     - `misdirected`: 421: a node's call reached a node that does not own the shard with that epoch.
+             *     - `range_not_satisfiable`: 416: a download's Range lies outside the file; Content-Range names its size.
              *     - `internal_error`: 500: the server failed; the details are in its log.
              *     - `run_failed`: 500: a retention run started and failed (`result` describes it).
              *     - `shard_unavailable`: 503: the thread's shard has no owner, its owner does not answer, or the shard is being moved (`Retry-After`); or this node was deposed as its owner. Retry.
@@ -847,7 +918,7 @@ export interface components {
              *     - `unavailable`: 503: the server is shutting down, the request was canceled, or (`/healthz`) the store cannot commit.
              * @enum {string}
              */
-            code: "invalid_id" | "invalid_cursor" | "invalid_json" | "invalid_field" | "invalid_parameter" | "unauthorized" | "admin_disabled" | "not_a_node" | "not_found" | "route_not_found" | "not_a_cluster" | "cluster_node" | "method_not_allowed" | "already_exists" | "id_unavailable" | "purge_in_progress" | "legal_hold" | "lease_held" | "retention_paused" | "retention_disabled" | "no_backup_path" | "shard_not_held" | "move_in_progress" | "sealing_disabled" | "erasure_incomplete" | "receipt_unsigned" | "body_too_large" | "misdirected" | "internal_error" | "run_failed" | "shard_unavailable" | "cluster_unavailable" | "move_failed" | "not_configured" | "unavailable";
+            code: "invalid_id" | "invalid_cursor" | "invalid_json" | "invalid_field" | "invalid_parameter" | "unauthorized" | "admin_disabled" | "not_a_node" | "not_found" | "route_not_found" | "not_a_cluster" | "cluster_node" | "method_not_allowed" | "already_exists" | "id_unavailable" | "purge_in_progress" | "legal_hold" | "lease_held" | "retention_paused" | "retention_disabled" | "no_backup_path" | "shard_not_held" | "move_in_progress" | "sealing_disabled" | "erasure_incomplete" | "receipt_unsigned" | "body_too_large" | "misdirected" | "range_not_satisfiable" | "internal_error" | "run_failed" | "shard_unavailable" | "cluster_unavailable" | "move_failed" | "not_configured" | "unavailable";
             holder?: components["schemas"]["LeaseInfo"];
             result?: components["schemas"]["RunResult"];
             /** @description true when a run was refused because retention is paused. */
@@ -923,6 +994,25 @@ export interface components {
             /** @description When this version was written. */
             ts: components["schemas"]["Timestamp"];
             version: components["schemas"]["Count"];
+            deleted: boolean;
+            deleted_ts: components["schemas"]["OptionalTimestamp"];
+        };
+        /**
+         * Format: binary
+         * @description A file's bytes, any bytes.
+         */
+        File: string;
+        /** @description A file attached to a message. sha256, content_type and filename are null when the attachment is sealed and its key was destroyed; filename is null when none was given. */
+        Attachment: {
+            attachment_id: components["schemas"]["ID"];
+            thread: components["schemas"]["ID"];
+            message: components["schemas"]["ID"];
+            size: components["schemas"]["Count"];
+            /** @description Hex SHA-256 of the file's bytes (as uploaded); also its ETag. */
+            sha256: string | null;
+            content_type: string | null;
+            filename: string | null;
+            created_ts: components["schemas"]["Timestamp"];
             deleted: boolean;
             deleted_ts: components["schemas"]["OptionalTimestamp"];
         };
@@ -1125,6 +1215,21 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description Attachments are not served here (`not_configured`: no attachments store, or a cluster node in this version), or the attachments store cannot be reached (`unavailable`). */
+        NoAttachments: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "attachments are not served on a cluster in this version",
+                 *       "code": "not_configured"
+                 *     }
+                 */
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /**
          * @description The server failed (for example, stored data it cannot decode); the
          *     message is generic and the details are in the server's log.
@@ -1274,6 +1379,7 @@ export interface components {
         Limit: number;
         /** @description The `next_cursor` of the previous page (empty or absent for the first page). A cursor this listing did not hand out answers 400 `invalid_cursor`; one it handed out keeps working (past the end of a listing that has since shrunk, it gives an empty last page). */
         Cursor: string;
+        AttachmentID: components["schemas"]["ID"];
         /** @description The erasure_id POST /admin/erasures answered. */
         ErasureID: components["schemas"]["ID"];
         /** @description Also show soft-deleted items (false when absent or empty). */
@@ -2070,6 +2176,271 @@ export interface operations {
             };
             421: components["responses"]["Misdirected"];
             503: components["responses"]["ShardUnavailable"];
+        };
+    };
+    listAttachments: {
+        parameters: {
+            query?: {
+                /** @description Also show soft-deleted items (false when absent or empty). */
+                include_deleted?: components["parameters"]["IncludeDeleted"];
+            };
+            header?: never;
+            path: {
+                tid: components["parameters"]["ThreadID"];
+                mid: components["parameters"]["MessageID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The message's attachments (soft-deleted ones with include_deleted). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "attachments": [
+                     *         {
+                     *           "attachment_id": "01JDQ7Y5Z3K8M2N4P6R8T0V2X4",
+                     *           "thread": "t-plans",
+                     *           "message": "m-1",
+                     *           "size": 48213,
+                     *           "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+                     *           "content_type": "image/png",
+                     *           "filename": "floor-plan.png",
+                     *           "created_ts": "2026-11-24T16:45:00Z",
+                     *           "deleted": false,
+                     *           "deleted_ts": null
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": {
+                        attachments: components["schemas"]["Attachment"][];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            503: components["responses"]["NoAttachments"];
+        };
+    };
+    uploadAttachment: {
+        parameters: {
+            query?: {
+                /** @description The file's name, shown back and given in Content-Disposition; at most 255 bytes of UTF-8, without slash, backslash or control characters. */
+                filename?: string;
+            };
+            header?: never;
+            path: {
+                tid: components["parameters"]["ThreadID"];
+                mid: components["parameters"]["MessageID"];
+            };
+            cookie?: never;
+        };
+        /** @description The file's bytes; an empty body is an empty file. */
+        requestBody?: {
+            content: {
+                "application/octet-stream": components["schemas"]["File"];
+            };
+        };
+        responses: {
+            /** @description The stored attachment. */
+            201: {
+                headers: {
+                    /** @description The attachment's URL. */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "attachment_id": "01JDQ7Y5Z3K8M2N4P6R8T0V2X4",
+                     *       "thread": "t-plans",
+                     *       "message": "m-1",
+                     *       "size": 48213,
+                     *       "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+                     *       "content_type": "image/png",
+                     *       "filename": "floor-plan.png",
+                     *       "created_ts": "2026-11-24T16:45:00Z",
+                     *       "deleted": false,
+                     *       "deleted_ts": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Attachment"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            /** @description Unknown, deleted or purged thread or message. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["TooLarge"];
+            503: components["responses"]["NoAttachments"];
+        };
+    };
+    getAttachment: {
+        parameters: {
+            query?: {
+                /** @description Also show soft-deleted items (false when absent or empty). */
+                include_deleted?: components["parameters"]["IncludeDeleted"];
+            };
+            header?: {
+                /** @example bytes=0-1023 */
+                Range?: string;
+                "If-None-Match"?: string;
+                "If-Range"?: string;
+            };
+            path: {
+                tid: components["parameters"]["ThreadID"];
+                mid: components["parameters"]["MessageID"];
+                aid: components["parameters"]["AttachmentID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The whole file. */
+            200: {
+                headers: {
+                    ETag?: string;
+                    "Content-Length"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+            /** @description The range asked for; Content-Range names it and the file's size. */
+            206: {
+                headers: {
+                    /** @example bytes 0-1023/48213 */
+                    "Content-Range"?: string;
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+            /** @description The file is the one If-None-Match names. */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            /** @description The attachment is sealed and its key was destroyed (a purge or an erasure is removing it). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The range lies outside the file (`range_not_satisfiable`); Content-Range names its size. */
+            416: {
+                headers: {
+                    /** @example bytes *\/48213 */
+                    "Content-Range"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "range bytes=50000- is outside the attachment's 48213 bytes",
+                     *       "code": "range_not_satisfiable"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            503: components["responses"]["NoAttachments"];
+        };
+    };
+    deleteAttachment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tid: components["parameters"]["ThreadID"];
+                mid: components["parameters"]["MessageID"];
+                aid: components["parameters"]["AttachmentID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted (deleting a deleted attachment keeps its first deleted_ts). */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            /** @description The purge of its message or thread has started. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            503: components["responses"]["NoAttachments"];
+        };
+    };
+    restoreAttachment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tid: components["parameters"]["ThreadID"];
+                mid: components["parameters"]["MessageID"];
+                aid: components["parameters"]["AttachmentID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The restored attachment. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Attachment"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            /** @description The purge of its message or thread has started; it can no longer be restored. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            503: components["responses"]["NoAttachments"];
         };
     };
     getDatabase: {

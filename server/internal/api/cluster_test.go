@@ -305,6 +305,8 @@ func TestClusterConformance(t *testing.T) {
 		}
 	}
 	send(t, b, "POST", "/v1/threads", `{"title":"generated id","author":"u"}`, nil, 201)
+	// Attachments are not served on a cluster in this version.
+	wantCode(t, send(t, a, "GET", "/v1/threads/"+ta+"/messages/m-"+ta+"/attachments", "", nil, 503), api.CodeNotConfigured)
 	// A merged listing's cursor is good on any node; one no listing
 	// handed out is refused, never answered with an empty page.
 	var page struct {

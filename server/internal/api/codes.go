@@ -104,6 +104,9 @@ const (
 	// CodeMisdirected: a node's call reached a node that does not own the
 	// shard with that epoch (421).
 	CodeMisdirected Code = "misdirected"
+	// CodeRangeNotSatisfiable: a download's Range lies outside the file
+	// (416; Content-Range names its size).
+	CodeRangeNotSatisfiable Code = "range_not_satisfiable"
 )
 
 // 500, 503: the server could not answer; a 503 may be retried.
@@ -140,7 +143,7 @@ func Codes() []Code {
 		CodeAlreadyExists, CodeIDUnavailable, CodePurgeInProgress, CodeLegalHold, CodeLeaseHeld,
 		CodeRetentionPaused, CodeRetentionDisabled, CodeNoBackupPath, CodeShardNotHeld, CodeMoveInProgress,
 		CodeSealingDisabled, CodeErasureIncomplete, CodeReceiptUnsigned,
-		CodeBodyTooLarge, CodeMisdirected,
+		CodeBodyTooLarge, CodeMisdirected, CodeRangeNotSatisfiable,
 		CodeInternal, CodeRunFailed, CodeShardUnavailable, CodeClusterUnavailable, CodeMoveFailed,
 		CodeNotConfigured, CodeUnavailable,
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/openapicheck"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/internal/wire"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
@@ -111,7 +114,13 @@ func TestOpenAPIConformance(t *testing.T) {
 
 	late := &lateService{}
 	lateB := &lateBackups{}
-	e := newEnv(t, Options{APIKey: "key", AdminToken: "adm", Retention: late, Backups: lateB})
+	blobs, err := attachments.Open(context.Background(), "file://"+filepath.ToSlash(filepath.Join(t.TempDir(), "files")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blobs.Close() })
+	e := newEnv(t, Options{APIKey: "key", AdminToken: "adm", Retention: late, Backups: lateB,
+		Attachments: blobs, AttachmentMaxBytes: DefaultMaxBodyBytes})
 	e.seen = seen
 	cfg := config.Retention{Enabled: true, Period: 30 * 24 * time.Hour, MessagePeriod: 30 * 24 * time.Hour,
 		MinPeriod: time.Hour, Cron: "0 2 * * *", AuditPath: filepath.Join(t.TempDir(), "audit")}
@@ -231,6 +240,28 @@ func TestOpenAPIConformance(t *testing.T) {
 	send(e, "DELETE", "/v1/threads/t1/messages/m2", "", v1, 204)
 	send(e, "POST", "/v1/threads/t1/messages/m2/restore", "", v1, 200)
 	send(e, "POST", "/v1/threads/t1/messages/bad:id/restore", "", v1, 400)
+
+	// Attachments (the other statuses: attachments_test.go).
+	att := "/v1/threads/t1/messages/m1/attachments"
+	var a wire.Attachment
+	send(e, "POST", att+"?filename=notes.txt", "the file", v1, 201).decode(t, &a)
+	send(e, "POST", att, "the file", none, 401)
+	send(e, "POST", "/v1/threads/t1/messages/nope/attachments", "x", v1, 404)
+	send(e, "POST", att+"?filename=a%2Fb", "x", v1, 400)
+	send(e, "POST", att, huge, v1, 413)
+	send(e, "GET", att, "", v1, 200)
+	send(e, "GET", att, "", none, 401)
+	send(e, "GET", att+"?include_deleted=2", "", v1, 400)
+	send(e, "GET", att+"/"+a.AttachmentID, "", v1, 200)
+	send(e, "GET", att+"/"+a.AttachmentID, "", none, 401)
+	send(e, "GET", att+"/nope", "", v1, 404)
+	send(e, "DELETE", att+"/"+a.AttachmentID, "", v1, 204)
+	send(e, "DELETE", att+"/"+a.AttachmentID, "", none, 401)
+	send(e, "DELETE", att+"/nope", "", v1, 404)
+	send(e, "POST", att+"/"+a.AttachmentID+"/restore", "", v1, 200)
+	send(e, "POST", att+"/"+a.AttachmentID+"/restore", "", none, 401)
+	send(e, "POST", att+"/nope/restore", "", v1, 404)
+	send(closed, "GET", att, "", v1, 503)
 
 	// A deleted thread, restored; another left deleted for the run.
 	send(e, "POST", "/v1/threads", `{"id":"gone","title":"Old","author":"ann"}`, v1, 201)

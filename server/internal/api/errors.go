@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -159,6 +160,9 @@ func classify(err error) (int, errorBody) {
 		return answer(http.StatusConflict, CodeRetentionDisabled)
 	case errors.Is(err, retention.ErrClosed):
 		return http.StatusServiceUnavailable, errorBody{Error: "server shutting down", Code: CodeUnavailable}
+
+	case errors.Is(err, attachments.ErrUnavailable):
+		return answer(http.StatusServiceUnavailable, CodeUnavailable)
 
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, errorBody{Error: "request canceled", Code: CodeUnavailable}

@@ -19,6 +19,8 @@ import (
 
 	apispec "github.com/progressdb/progressdb/api"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
+	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -65,6 +67,12 @@ type Options struct {
 	// Erasures serves subject erasure (spec §12); nil when sealing is off,
 	// and the erasure routes answer 409 sealing_disabled.
 	Erasures retention.Erasures
+	// Attachments keeps attachments' bytes (spec §16); nil: the
+	// attachment routes answer 503 not_configured.
+	Attachments *attachments.Blobs
+	// AttachmentMaxBytes is the largest attachment stored
+	// (PROGRESSDB_ATTACHMENT_MAX_BYTES; 0: its default of 25 MiB).
+	AttachmentMaxBytes int64
 }
 
 // server holds what the handlers share. It is built once by New.
@@ -85,6 +93,9 @@ type server struct {
 	pause         retention.PauseSwitch // the cluster's pause switch; nil on a single node
 	ids           *store.IDSource       // new thread IDs in a cluster
 	erasures      retention.Erasures    // nil: sealing is off
+	attach        *attachments.Blobs    // nil: attachments not configured
+	attachMax     int64
+	attachMetrics *attachmentMetrics
 }
 
 // New builds the HTTP handler.
@@ -109,6 +120,11 @@ func New(opts Options) (http.Handler, error) {
 		pause:         opts.Pause,
 		ids:           store.NewIDSource(),
 		erasures:      opts.Erasures,
+		attach:        opts.Attachments,
+		attachMax:     opts.AttachmentMaxBytes,
+	}
+	if s.attachMax == 0 {
+		s.attachMax = config.DefaultAttachmentMaxBytes
 	}
 	if s.tokens == nil {
 		s.tokens = new(Tokens)
@@ -134,6 +150,9 @@ func New(opts Options) (http.Handler, error) {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
 	s.metrics = m
+	if s.attachMetrics, err = newAttachmentMetrics(reg); err != nil {
+		return nil, fmt.Errorf("api: register metrics: %w", err)
+	}
 
 	mux := http.NewServeMux()
 	s.register(mux)
@@ -185,6 +204,11 @@ func (s *server) routes() []route {
 		{http.MethodDelete, "/v1/threads/{tid}/messages/{mid}", accessAPI, s.deleteMessage},
 		{http.MethodPost, "/v1/threads/{tid}/messages/{mid}/restore", accessAPI, s.restoreMessage},
 		{http.MethodGet, "/v1/threads/{tid}/messages/{mid}/versions", accessAPI, s.listVersions},
+		{http.MethodPost, "/v1/threads/{tid}/messages/{mid}/attachments", accessAPI, s.uploadAttachment},
+		{http.MethodGet, "/v1/threads/{tid}/messages/{mid}/attachments", accessAPI, s.listAttachments},
+		{http.MethodGet, "/v1/threads/{tid}/messages/{mid}/attachments/{aid}", accessAPI, s.getAttachment},
+		{http.MethodDelete, "/v1/threads/{tid}/messages/{mid}/attachments/{aid}", accessAPI, s.deleteAttachment},
+		{http.MethodPost, "/v1/threads/{tid}/messages/{mid}/attachments/{aid}/restore", accessAPI, s.restoreAttachment},
 
 		{http.MethodGet, "/admin/database", accessAdmin, s.database},
 		{http.MethodGet, "/admin/retention", accessAdmin, s.retentionStatus},

@@ -21,6 +21,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/buildinfo"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/storagemetrics"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -124,8 +125,15 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if keys != nil {
 		erasures = svc // subject erasure destroys keys: only with sealing on
 	}
+	blobs, err := attachments.Open(ctx, cfg.AttachmentsURL)
+	if err != nil {
+		return fmt.Errorf("open the attachments store (%s): %w", config.VarAttachmentsURL, err)
+	}
+	defer blobs.Close()
 	tokens := new(api.Tokens)
 	h, err := api.New(api.Options{
+		Attachments:         blobs,
+		AttachmentMaxBytes:  cfg.AttachmentMaxBytes,
 		Store:               st,
 		Retention:           svc,
 		Erasures:            erasures,

@@ -90,14 +90,15 @@ func Check(req *http.Request, reqBody []byte, ans Answer) (op string, problems [
 	// already been consumed.
 	vreq := req.Clone(context.Background())
 	vreq.Body = io.NopCloser(bytes.NewReader(reqBody))
-	if len(reqBody) > 0 {
-		// The server reads every body as JSON whatever its type (the
-		// description says so).
-		vreq.Header.Set("Content-Type", "application/json")
-	}
 	route, params, err := rt.FindRoute(vreq)
 	if err != nil {
 		return "", nil // not an operation
+	}
+	if len(reqBody) > 0 {
+		// The server reads every body as JSON whatever its type (the
+		// description says so), except a file's (an attachment's
+		// upload), which is bytes whatever its type.
+		vreq.Header.Set("Content-Type", bodyType(route.Operation))
 	}
 	op = req.Method + " " + route.Path
 	what := fmt.Sprintf("%s %s (operation %s) answered %d", req.Method, req.URL.RequestURI(), op, ans.Status)
@@ -137,6 +138,22 @@ func Check(req *http.Request, reqBody []byte, ans Answer) (op string, problems [
 		}
 	}
 	return op, problems
+}
+
+// bodyType is the media type a request body of op is read as: JSON,
+// unless op takes a body of another type only.
+func bodyType(op *openapi3.Operation) string {
+	if op == nil || op.RequestBody == nil || op.RequestBody.Value == nil {
+		return "application/json"
+	}
+	c := op.RequestBody.Value.Content
+	if c.Get("application/json") != nil || len(c) == 0 {
+		return "application/json"
+	}
+	for mt := range c {
+		return mt
+	}
+	return "application/json"
 }
 
 // shapeRefused reports whether an error answer refuses a body's shape: a
