@@ -124,8 +124,9 @@ func (c *clusterErasures) Receipt(ctx context.Context, id string) (audit.Receipt
 	if err != nil {
 		return audit.Receipt{}, err
 	}
+	st := rec.Status(nil)
 	if rec.Open() {
-		return audit.Receipt{}, fmt.Errorf("erasure %s is %s: %w", id, rec.Status(nil).Status, retention.ErrErasureIncomplete)
+		return audit.Receipt{}, fmt.Errorf("erasure %s is %s: %w", id, st.Status, retention.ErrErasureIncomplete)
 	}
 	parts := make([]audit.Receipt, rec.Shards)
 	err = c.rt.eachShard(func(n int) error {
@@ -140,9 +141,8 @@ func (c *clusterErasures) Receipt(ctx context.Context, id string) (audit.Receipt
 		return audit.Receipt{}, err
 	}
 	out := audit.Receipt{Format: audit.ReceiptFormat, ErasureID: id, Subject: rec.Subject,
+		RequestedAt: st.RequestedAt.Time, CompletedAt: st.CompletedAt.Time,
 		Items: []audit.ReceiptItem{}, HeldThreads: []string{}, Audit: []audit.ReceiptFile{}}
-	out.RequestedAt = rec.Status(nil).RequestedAt.Time
-	out.CompletedAt = rec.Status(nil).CompletedAt.Time
 	for n, p := range parts {
 		out.Shards = append(out.Shards, audit.ReceiptShard{Shard: n, DatabaseID: p.DatabaseID})
 		out.Items = append(out.Items, p.Items...)
