@@ -308,3 +308,84 @@ func copyTree(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+// TestFaultClusterErasureNodeLost: the owner of shard 2 is down when an
+// erasure is asked for, and its volume is lost for good. The erasure
+// stays running with shard 2 pending; the shard restored from a backup
+// made before the erasure (`progressdb restore` into the folders of a
+// replacement node with the same ID, its key store with it) finishes the
+// erasure once that node owns it, with no new request
+// (docs/subject-erasure.md, "A node lost for good during an erasure").
+func TestFaultClusterErasureNodeLost(t *testing.T) {
+	t.Parallel()
+	etcd := etcdtest.Start(t)
+	priv, pub := writeKeys(t, t.TempDir(), "signing")
+	envs := sealedClusterEnvs(t, strings.Join(etcd.Endpoints(), ","), "PROGRESSDB_AUDIT_SIGNING_KEY", priv,
+		"PROGRESSDB_RETENTION_RUN_MISSED", "false")
+	nodes := startNodes(t, envs)
+	cs := seedClusterErasure(t, nodes[0], 1, 4)
+	code, body := nodes[0].call(t, "POST", "/admin/backups/stream?shard=2", nil, adminToken)
+	if code != http.StatusOK {
+		t.Fatalf("backup of shard 2: %d %s", code, body)
+	}
+	archive := filepath.Join(t.TempDir(), "shard-2.tar")
+	if err := os.WriteFile(archive, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nodes[2].kill()
+
+	var acc retention.ErasureAccepted
+	nodes[0].mustCall(t, "POST", "/admin/erasures", map[string]string{"author": clusterErased}, adminToken, http.StatusAccepted, &acc)
+	waitFor(t, time.Minute, "shards 0 and 1 to complete their parts", func() bool {
+		st := clusterErasure(t, nodes[1], acc.ErasureID)
+		return st.Shards[0].Status == retention.ErasureCompleted && st.Shards[1].Status == retention.ErasureCompleted
+	})
+	if st := clusterErasure(t, nodes[1], acc.ErasureID); st.Status != retention.ErasureRunning || st.Shards[2].Status != retention.ErasurePending {
+		t.Fatalf("with shard 2's node lost: %+v", st)
+	}
+
+	// The volume is lost: a replacement node, the same ID, the shard
+	// restored from its backup.
+	env := envs["node-3"]
+	if err := os.RemoveAll(nodeDir(env)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(nodeDir(env), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	env = env.with(nodeTLS(t, "node-3", nodeDir(env))...)
+	shardAudit := cluster.ShardAuditPath(env["PROGRESSDB_RETENTION_AUDIT_PATH"], 2)
+	if err := os.MkdirAll(shardAudit, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	shardDB, shardKeys := cluster.ShardDBPath(env["PROGRESSDB_DB_PATH"], 2), cluster.ShardKeystorePath(env["PROGRESSDB_KEYSTORE_PATH"], 2)
+	// The shard's folders, as a single database's (docs/cluster.md).
+	shardEnv := envVars{"PROGRESSDB_KEK": clusterKEK, "PROGRESSDB_DB_PATH": shardDB, "PROGRESSDB_KEYSTORE_PATH": shardKeys,
+		"PROGRESSDB_RETENTION_AUDIT_PATH": shardAudit}
+	if p := runCLI(t, shardEnv, "restore", archive, "--db", shardDB, "--audit", shardAudit, "--keystore", shardKeys,
+		"--public-key", pub); p.code != 0 {
+		t.Fatalf("restore shard 2: %d\n%s", p.code, p.output())
+	}
+	waitUnregistered(t, nodes[0], "node-3")
+	nodes[2] = startClusterNode(t, env)
+	var st retention.ErasureStatus
+	waitFor(t, 2*time.Minute, "the erasure to complete on the restored shard", func() bool {
+		st = clusterErasure(t, nodes[0], acc.ErasureID)
+		return st.Status == retention.ErasureCompleted
+	})
+	if st.MessagesPurged != int64(len(cs.erased)) || st.KeysDestroyed != int64(cs.threads) {
+		t.Fatalf("completed: %+v; want %d messages, %d keys", st, len(cs.erased), cs.threads)
+	}
+	for _, m := range cs.erased {
+		nodes[2].mustCall(t, "GET", "/v1/threads/"+strings.Replace(m, "/", "/messages/", 1)+"?include_deleted=true", nil, "", http.StatusNotFound, nil)
+	}
+	for _, m := range cs.kept {
+		nodes[2].mustCall(t, "GET", "/v1/threads/"+strings.Replace(m, "/", "/messages/", 1), nil, "", http.StatusOK, nil)
+	}
+	for i, n := range nodes {
+		if code := n.stop(t); code != 0 {
+			t.Fatalf("node %d stopped with %d\n%s", i+1, code, n.output())
+		}
+	}
+	storetest.RequireNone(t, nodeDir(env), cs.markers...)
+}
