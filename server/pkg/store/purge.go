@@ -88,6 +88,16 @@ func (s *Store) PurgeThread(ctx context.Context, tid string, opts PurgeOptions) 
 			}
 			continue
 		}
+		if isAttachmentKey(rest) {
+			v, err := it.ValueAndErr()
+			if err == nil {
+				err = p.attachment(tid, key, v)
+			}
+			if err != nil {
+				return p.deleted, fmt.Errorf("purge thread %s: %w", tid, err)
+			}
+			continue
+		}
 		// Any other key of the thread.
 		if err := p.room(1); err != nil {
 			return p.deleted, fmt.Errorf("purge thread %s: %w", tid, err)
@@ -170,6 +180,9 @@ func (s *Store) PurgeMessage(ctx context.Context, tid, mid string, opts PurgeOpt
 
 	p := s.newPurger(ctx, opts)
 	defer p.close()
+	if err := p.purgeAttachments(tid, mid); err != nil {
+		return p.deleted, fmt.Errorf("purge message %s: %w", mid, err)
+	}
 	if err := p.message(r, tid, mid, nil); err != nil {
 		return p.deleted, fmt.Errorf("purge message %s: %w", mid, err)
 	}
@@ -194,7 +207,11 @@ type purger struct {
 	pending  int // data keys in b
 	deleted  int // data keys committed
 	erase    *EraseSpans
-	shredded bool // PurgeOptions.Shredded
+	shredded bool        // PurgeOptions.Shredded
+	marker   PurgeMarker // PurgeOptions.Marker
+	// owedBlobs counts the attachment blobs whose deletion this purge owes
+	// (owedblobs.go).
+	owedBlobs int
 
 	first, last, lastValue []byte // reused buffers
 }
@@ -205,7 +222,7 @@ func (s *Store) newPurger(ctx context.Context, opts PurgeOptions) *purger {
 		size = defaultPurgeBatch
 	}
 	p := &purger{ctx: ctx, s: s, db: s.db, b: s.db.NewBatch(), before: opts.BeforeBatch, limit: opts.BatchLimit, size: size,
-		erase: opts.Erase, shredded: opts.Shredded}
+		erase: opts.Erase, shredded: opts.Shredded, marker: opts.Marker}
 	p.setCap()
 	return p
 }

@@ -15,6 +15,7 @@
 //	idx:pol:<tid>                           threads with a retention override
 //	sys:purge:t:<tid> / sys:purge:m:<mid>   purge in progress (pending audit record)
 //	sys:stamp:t:<tid> / sys:stamp:m:<mid>   stamp whose audit record is pending
+//	sys:blob:<tid>/<mid>/<aid>              blob deletion owed by a purge (owedblobs.go)
 //	sys:retention:pause                     retention pause switch
 //	sys:fence                               newest fencing token seen (cluster mode, fence.go)
 //	sys:format                              the database's format (format.go)
@@ -181,6 +182,9 @@ type PurgeOptions struct {
 	// Erase only the spans of plain records it meets (written before
 	// sealing).
 	Shredded bool
+	// Marker is the claim the purge carries out: the blob deletions its
+	// attachments owe name its run and cause (owedblobs.go).
+	Marker PurgeMarker
 }
 
 // Options configure Open.
