@@ -90,7 +90,7 @@ func checkFields(rec *Record) string {
 		it := rec.Item
 		switch {
 		case !validItemType(it.ItemType):
-			return fmt.Sprintf("item_type %q is not thread or message", it.ItemType)
+			return fmt.Sprintf("item_type %q is not thread, message or attachment", it.ItemType)
 		case !validItemStatus(it.Status):
 			return fmt.Sprintf("item status %q is unknown", it.Status)
 		case it.Cause != "" && !validCause(it.Cause):

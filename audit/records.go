@@ -60,6 +60,9 @@ const (
 const (
 	ItemThread  = "thread"
 	ItemMessage = "message"
+	// ItemAttachment is an attachment's blob (spec §16), deleted after the
+	// purge of its message or thread deleted its record.
+	ItemAttachment = "attachment"
 )
 
 // Footer (run) statuses.
@@ -130,7 +133,7 @@ type Header struct {
 // Item records what happened to one thread or message. It holds IDs and
 // timestamps only: never titles, bodies or authors.
 type Item struct {
-	ItemType    string     `json:"item_type"` // "thread" | "message"
+	ItemType    string     `json:"item_type"` // "thread" | "message" | "attachment"
 	ItemID      string     `json:"item_id"`
 	ThreadID    string     `json:"thread_id"`
 	DeletedAt   time.Time  `json:"deleted_at"` // zero when unknown
@@ -153,6 +156,11 @@ type Item struct {
 	// thread purge of a sealing server) and the key store's erase step
 	// removed them from its files before this record was written.
 	Shredded bool `json:"shredded,omitempty"`
+	// An attachment's message, size in bytes and hex SHA-256 (spec §16);
+	// SHA256 is absent when a shredded thread's key no longer opens it.
+	MessageID string `json:"message_id,omitempty"`
+	Size      *int64 `json:"size,omitempty"`
+	SHA256    string `json:"sha256,omitempty"`
 }
 
 // Footer closes a run's file.
@@ -450,7 +458,7 @@ func validRunID(id string) bool {
 	return true
 }
 
-func validItemType(s string) bool { return s == ItemThread || s == ItemMessage }
+func validItemType(s string) bool { return s == ItemThread || s == ItemMessage || s == ItemAttachment }
 
 func validItemStatus(s string) bool {
 	switch s {

@@ -69,7 +69,13 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	svc, err := NewRetention(st, cfg.Retention, logger, reg, true, key)
+	// Opened before retention: its runs delete the blobs of what they purge.
+	blobs, err := attachments.Open(ctx, cfg.AttachmentsURL)
+	if err != nil {
+		return fmt.Errorf("open the attachments store (%s): %w", config.VarAttachmentsURL, err)
+	}
+	defer blobs.Close()
+	svc, err := NewRetention(st, cfg.Retention, logger, reg, true, key, blobs)
 	if err != nil {
 		return err
 	}
@@ -125,11 +131,6 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if keys != nil {
 		erasures = svc // subject erasure destroys keys: only with sealing on
 	}
-	blobs, err := attachments.Open(ctx, cfg.AttachmentsURL)
-	if err != nil {
-		return fmt.Errorf("open the attachments store (%s): %w", config.VarAttachmentsURL, err)
-	}
-	defer blobs.Close()
 	tokens := new(api.Tokens)
 	h, err := api.New(api.Options{
 		Attachments:         blobs,
@@ -211,13 +212,14 @@ func hostname() string {
 
 // NewRetention builds the retention runner, its scheduler (when retention
 // is enabled and withScheduler is set) and the service over both.
-// signingKey signs audit footers when set (see SigningKey).
-func NewRetention(st *store.Store, cfg config.Retention, logger *slog.Logger, reg prometheus.Registerer, withScheduler bool, signingKey ed25519.PrivateKey) (*retention.Manager, error) {
+// signingKey signs audit footers when set (see SigningKey); blobs, when
+// set, is the attachments' blob store, whose owed deletions runs do.
+func NewRetention(st *store.Store, cfg config.Retention, logger *slog.Logger, reg prometheus.Registerer, withScheduler bool, signingKey ed25519.PrivateKey, blobs retention.BlobStore) (*retention.Manager, error) {
 	// A sealed store's key store: runs finish the subject erasures pending
 	// in it and erase what they destroyed from it.
 	keys, _ := st.KeySealer().(*keystore.KeyStore)
 	return newRetention(retention.RunnerOptions{Store: st, Config: cfg, Logger: logger, Metrics: retention.NewMetrics(reg),
-		SigningKey: signingKey, Keys: keys}, withScheduler)
+		SigningKey: signingKey, Keys: keys, Blobs: blobs}, withScheduler)
 }
 
 // newRetention completes o (host, version) and builds the runner, its

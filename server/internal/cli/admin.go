@@ -231,7 +231,7 @@ func (e env) onRetention(ctx context.Context, cfg config.Config, logger *slog.Lo
 // runs fn on it. These commands write no audit file: no signing key is
 // needed.
 func onLocalRetention(st *store.Store, cfg config.Config, logger *slog.Logger, fn func(m *retention.Manager) error) error {
-	m, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, nil)
+	m, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, nil, nil)
 	if err != nil {
 		return err
 	}

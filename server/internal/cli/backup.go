@@ -164,7 +164,7 @@ func (e env) reportBackup(rep backupReport, out string, asJSON bool) int {
 
 // localBackup makes the backup on a database no server holds.
 func (e env) localBackup(ctx context.Context, st *store.Store, cfg config.Config, logger *slog.Logger, key ed25519.PrivateKey, out string, compress, force bool) (backupReport, error) {
-	svc, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key)
+	svc, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key, nil)
 	if err != nil {
 		return backupReport{}, err
 	}

@@ -248,7 +248,7 @@ func (e env) onErasures(ctx context.Context, name, server string, local func(m *
 		if st.KeySealer() == nil {
 			return errNoSealing
 		}
-		m, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key)
+		m, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key, nil)
 		if err != nil {
 			return err
 		}

@@ -78,7 +78,7 @@ func (e env) restore(ctx context.Context, args []string) int {
 	o := backup.RestoreOptions{File: fs.Arg(0), DB: *db, Resume: *resume, Retention: cfg.Retention, Audit: *auditDir,
 		KeyStore: *keystoreDir, DefaultKeyStore: cfg.KeystorePath, KEK: cfg.KEK, PublicKey: pub, AcceptBrokenAudit: *accept,
 		Logger: logger, NewReplayer: func(st *store.Store, rc config.Retention) (backup.Replayer, error) {
-			return app.NewRetention(st, rc, logger, prometheus.NewRegistry(), false, key)
+			return app.NewRetention(st, rc, logger, prometheus.NewRegistry(), false, key, nil)
 		}}
 	if o.File == "-" {
 		o.File, o.Input = stdinName, e.input()

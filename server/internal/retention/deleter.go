@@ -65,8 +65,10 @@ func (d *deleter) purge(ctx context.Context, m *store.PurgeMarker) (int, error) 
 			}
 			opts.Shredded = true
 		}
+		opts.Marker = *m
 		keys, err = st.PurgeThread(ctx, m.ID, opts)
 	} else {
+		opts.Marker = *m
 		keys, err = st.PurgeMessage(ctx, m.ThreadID, m.ID, opts)
 	}
 	d.r.metrics.KeysDeleted.Add(float64(keys))

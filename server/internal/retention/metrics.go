@@ -57,6 +57,9 @@ type Metrics struct {
 	// ReplayedItems counts purges repeated over restored databases
 	// (replay.go).
 	ReplayedItems prometheus.Counter
+	// BlobsPurged counts attachment blobs deleted after their records
+	// were purged (blobs.go).
+	BlobsPurged prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg (skipped when
@@ -126,6 +129,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "progressdb_restore_replayed_items_total",
 			Help: "Purges the audit trail records, repeated over a restored database (restore, or a copy caught at start).",
 		}),
+		BlobsPurged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "progressdb_retention_blobs_purged_total",
+			Help: "Attachment blobs deleted from the blob store after their records were purged.",
+		}),
 	}
 	for _, r := range []string{resultCompleted, resultFailed, resultInterrupted, resultSkippedLease, resultDryRun, resultPaused} {
 		m.Runs.WithLabelValues(r)
@@ -148,7 +155,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // unregister them (a cluster node, for a shard moved away).
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Runs, m.ItemsPurged, m.KeysDeleted, m.ExportedItems, m.RunDuration, m.LastSuccess,
-		m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped, m.Enabled, m.DryRun, m.EraseDuration, m.ReplayedItems}
+		m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped, m.Enabled, m.DryRun, m.EraseDuration, m.ReplayedItems,
+		m.BlobsPurged}
 }
 
 func (m *Metrics) countError(stage string) { m.Errors.WithLabelValues(stage).Inc() }

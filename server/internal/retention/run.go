@@ -187,6 +187,7 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 		"owner", info.Owner, "epoch", info.Epoch, "audit_file", w.Path())
 
 	rn.recoverPending(ctx)
+	rn.deleteOwedBlobs(ctx) // a killed run's
 	if rn.stop == nil {
 		rn.recoverStamps(ctx)
 	}

@@ -77,6 +77,10 @@ type RunnerOptions struct {
 	// because a newer owner's epoch had written (store.ErrFenced): a
 	// cluster counts it in progressdb_cluster_fencing_rejections_total.
 	OnFenced func(error)
+	// Blobs, when set, is the attachments' blob store: a run deletes the
+	// blobs its purges owe (and a killed run's), and records each. Nil:
+	// the debts wait in the store for a runner that has it.
+	Blobs BlobStore
 }
 
 // Runner performs retention runs against one store. It never runs two at
@@ -101,6 +105,7 @@ type Runner struct {
 	pause     PauseSwitch        // the pause switch
 	onFenced  func(error)        // a write refused by the fence; nil: not reported
 	keys      *keystore.KeyStore // sealed content's keys; nil: sealing is off
+	blobs     BlobStore          // attachments' blobs; nil: none deleted
 
 	slot   chan struct{}             // holds a token while a run is going
 	active atomic.Pointer[LeaseInfo] // lease of the run going, for refusals
@@ -193,6 +198,7 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 	r.pause = o.Pause
 	r.onFenced = o.OnFenced
 	r.keys = o.Keys
+	r.blobs = o.Blobs
 	if ks, ok := o.Store.Sealer().(*keystore.KeyStore); ok && r.keys == nil {
 		r.keys = ks
 	}

@@ -135,7 +135,10 @@ func (rn *run) finished(ctx context.Context, m store.PurgeMarker, it audit.Item,
 func (rn *run) flush(ctx context.Context) {
 	if err := rn.journal.flush(ctx); err != nil {
 		rn.fail(ctx, stageSync, "", err)
+		return
 	}
+	// The purges just recorded may owe their attachments' blobs.
+	rn.deleteOwedBlobs(ctx)
 }
 
 // record appends an item record; after an audit write error nothing more
