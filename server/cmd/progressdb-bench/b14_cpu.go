@@ -64,6 +64,13 @@ func runB14(ctx context.Context, b *bench) (*section, error) {
 			"medians, with range. `-profile DIR` writes each cell's CPU and allocation profiles (CONTRIBUTING.md).",
 		dur, count(maxOps), threadLen, reps))
 
+	fs, err := fsyncProbe(b.dir("b14", "fsync"), 400)
+	if err != nil {
+		return sec, fmt.Errorf("fsync probe: %w", err)
+	}
+	sec.setup = append(sec.setup, fs.describe()+" On a fast-fsync machine 16 clients are bound by CPU, so CPU per "+
+		"append is the measure there; on a slow one, the rates are bound by the syncs.")
+
 	read, err := b14SeedRead(ctx, b.dir("b14", "read"), threadLen)
 	if err != nil {
 		return sec, fmt.Errorf("seed the read thread: %w", err)
@@ -147,6 +154,11 @@ func runB14(ctx context.Context, b *bench) (*section, error) {
 				"encoding).",
 			c.clients, fmtDurF(raw), fmtDurF(st), fmtRatio(st/raw), fmtDurF(api), fmtDurF(api-st)))
 	}
+	c16 := cells[1]
+	share := (median(c16.apiCPU) - median(c16.stCPU)) / median(c16.stCPU)
+	sec.addTarget("HTTP share of an append's CPU / the store's own, 16 clients", "≤ 2.5×",
+		fmt.Sprintf("%s (HTTP %s, store %s)", fmtRatio(share), fmtDurF(median(c16.apiCPU)-median(c16.stCPU)),
+			fmtDurF(median(c16.stCPU))), share <= 2.5)
 	for _, tg := range []struct {
 		cell *b14Cell
 		max  time.Duration
