@@ -106,42 +106,45 @@ func (e ErasureStatusStatus) Valid() bool {
 
 // Defines values for ErrorCode.
 const (
-	ErrorCodeAdminDisabled       ErrorCode = "admin_disabled"
-	ErrorCodeAlreadyExists       ErrorCode = "already_exists"
-	ErrorCodeBodyTooLarge        ErrorCode = "body_too_large"
-	ErrorCodeClusterNode         ErrorCode = "cluster_node"
-	ErrorCodeClusterUnavailable  ErrorCode = "cluster_unavailable"
-	ErrorCodeErasureIncomplete   ErrorCode = "erasure_incomplete"
-	ErrorCodeIdUnavailable       ErrorCode = "id_unavailable"
-	ErrorCodeInternalError       ErrorCode = "internal_error"
-	ErrorCodeInvalidCursor       ErrorCode = "invalid_cursor"
-	ErrorCodeInvalidField        ErrorCode = "invalid_field"
-	ErrorCodeInvalidId           ErrorCode = "invalid_id"
-	ErrorCodeInvalidJson         ErrorCode = "invalid_json"
-	ErrorCodeInvalidParameter    ErrorCode = "invalid_parameter"
-	ErrorCodeLeaseHeld           ErrorCode = "lease_held"
-	ErrorCodeLegalHold           ErrorCode = "legal_hold"
-	ErrorCodeMethodNotAllowed    ErrorCode = "method_not_allowed"
-	ErrorCodeMisdirected         ErrorCode = "misdirected"
-	ErrorCodeMoveFailed          ErrorCode = "move_failed"
-	ErrorCodeMoveInProgress      ErrorCode = "move_in_progress"
-	ErrorCodeNoBackupPath        ErrorCode = "no_backup_path"
-	ErrorCodeNotACluster         ErrorCode = "not_a_cluster"
-	ErrorCodeNotANode            ErrorCode = "not_a_node"
-	ErrorCodeNotConfigured       ErrorCode = "not_configured"
-	ErrorCodeNotFound            ErrorCode = "not_found"
-	ErrorCodePurgeInProgress     ErrorCode = "purge_in_progress"
-	ErrorCodeRangeNotSatisfiable ErrorCode = "range_not_satisfiable"
-	ErrorCodeReceiptUnsigned     ErrorCode = "receipt_unsigned"
-	ErrorCodeRetentionDisabled   ErrorCode = "retention_disabled"
-	ErrorCodeRetentionPaused     ErrorCode = "retention_paused"
-	ErrorCodeRouteNotFound       ErrorCode = "route_not_found"
-	ErrorCodeRunFailed           ErrorCode = "run_failed"
-	ErrorCodeSealingDisabled     ErrorCode = "sealing_disabled"
-	ErrorCodeShardNotHeld        ErrorCode = "shard_not_held"
-	ErrorCodeShardUnavailable    ErrorCode = "shard_unavailable"
-	ErrorCodeUnauthorized        ErrorCode = "unauthorized"
-	ErrorCodeUnavailable         ErrorCode = "unavailable"
+	ErrorCodeAdminDisabled          ErrorCode = "admin_disabled"
+	ErrorCodeAlreadyExists          ErrorCode = "already_exists"
+	ErrorCodeBodyTooLarge           ErrorCode = "body_too_large"
+	ErrorCodeClusterNode            ErrorCode = "cluster_node"
+	ErrorCodeClusterUnavailable     ErrorCode = "cluster_unavailable"
+	ErrorCodeErasureIncomplete      ErrorCode = "erasure_incomplete"
+	ErrorCodeIdUnavailable          ErrorCode = "id_unavailable"
+	ErrorCodeIdempotencyKeyInFlight ErrorCode = "idempotency_key_in_flight"
+	ErrorCodeIdempotencyKeyReused   ErrorCode = "idempotency_key_reused"
+	ErrorCodeInternalError          ErrorCode = "internal_error"
+	ErrorCodeInvalidCursor          ErrorCode = "invalid_cursor"
+	ErrorCodeInvalidField           ErrorCode = "invalid_field"
+	ErrorCodeInvalidId              ErrorCode = "invalid_id"
+	ErrorCodeInvalidIdempotencyKey  ErrorCode = "invalid_idempotency_key"
+	ErrorCodeInvalidJson            ErrorCode = "invalid_json"
+	ErrorCodeInvalidParameter       ErrorCode = "invalid_parameter"
+	ErrorCodeLeaseHeld              ErrorCode = "lease_held"
+	ErrorCodeLegalHold              ErrorCode = "legal_hold"
+	ErrorCodeMethodNotAllowed       ErrorCode = "method_not_allowed"
+	ErrorCodeMisdirected            ErrorCode = "misdirected"
+	ErrorCodeMoveFailed             ErrorCode = "move_failed"
+	ErrorCodeMoveInProgress         ErrorCode = "move_in_progress"
+	ErrorCodeNoBackupPath           ErrorCode = "no_backup_path"
+	ErrorCodeNotACluster            ErrorCode = "not_a_cluster"
+	ErrorCodeNotANode               ErrorCode = "not_a_node"
+	ErrorCodeNotConfigured          ErrorCode = "not_configured"
+	ErrorCodeNotFound               ErrorCode = "not_found"
+	ErrorCodePurgeInProgress        ErrorCode = "purge_in_progress"
+	ErrorCodeRangeNotSatisfiable    ErrorCode = "range_not_satisfiable"
+	ErrorCodeReceiptUnsigned        ErrorCode = "receipt_unsigned"
+	ErrorCodeRetentionDisabled      ErrorCode = "retention_disabled"
+	ErrorCodeRetentionPaused        ErrorCode = "retention_paused"
+	ErrorCodeRouteNotFound          ErrorCode = "route_not_found"
+	ErrorCodeRunFailed              ErrorCode = "run_failed"
+	ErrorCodeSealingDisabled        ErrorCode = "sealing_disabled"
+	ErrorCodeShardNotHeld           ErrorCode = "shard_not_held"
+	ErrorCodeShardUnavailable       ErrorCode = "shard_unavailable"
+	ErrorCodeUnauthorized           ErrorCode = "unauthorized"
+	ErrorCodeUnavailable            ErrorCode = "unavailable"
 )
 
 // Valid indicates whether the value is a known member of the ErrorCode enum.
@@ -161,6 +164,10 @@ func (e ErrorCode) Valid() bool {
 		return true
 	case ErrorCodeIdUnavailable:
 		return true
+	case ErrorCodeIdempotencyKeyInFlight:
+		return true
+	case ErrorCodeIdempotencyKeyReused:
+		return true
 	case ErrorCodeInternalError:
 		return true
 	case ErrorCodeInvalidCursor:
@@ -168,6 +175,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeInvalidField:
 		return true
 	case ErrorCodeInvalidId:
+		return true
+	case ErrorCodeInvalidIdempotencyKey:
 		return true
 	case ErrorCodeInvalidJson:
 		return true
@@ -642,6 +651,7 @@ type Error struct {
 	// - `invalid_json`: 400: the body is not one JSON value of the described shape (syntax, not UTF-8, an unknown field, a field of the wrong type, no body).
 	// - `invalid_field`: 400: a body field breaks its rule (required, too long, a message body that is not I-JSON, a retention value out of bounds).
 	// - `invalid_parameter`: 400: a query or path parameter other than an ID breaks its rule (limit, include_deleted, wait, compress, shard), or a node-to-node header does.
+	// - `invalid_idempotency_key`: 400: the Idempotency-Key header is empty, over 255 bytes or not printable ASCII.
 	// - `unauthorized`: 401: the bearer token is missing or wrong.
 	// - `admin_disabled`: 403: PROGRESSDB_ADMIN_TOKEN is unset, so /admin is off.
 	// - `not_a_node`: 403: cluster node headers without the cluster secret.
@@ -663,9 +673,11 @@ type Error struct {
 	// - `sealing_disabled`: 409: sealing is off (PROGRESSDB_KEK unset), and the route needs it (subject erasure).
 	// - `erasure_incomplete`: 409: the erasure has not completed; its receipt is written once it has.
 	// - `receipt_unsigned`: 409: the erasure's audit footers are not signed (no PROGRESSDB_AUDIT_SIGNING_KEY), so no receipt of it could be verified; none is given.
+	// - `idempotency_key_in_flight`: 409: a request with this Idempotency-Key is still being served (`Retry-After`); send it again then.
 	// - `body_too_large`: 413: the request body is over the limit the message names.
 	// - `misdirected`: 421: a node's call reached a node that does not own the shard with that epoch.
 	// - `range_not_satisfiable`: 416: a download's Range lies outside the file; Content-Range names its size.
+	// - `idempotency_key_reused`: 422: the Idempotency-Key was sent before with another request (method, path or body); nothing was done.
 	// - `internal_error`: 500: the server failed; the details are in its log.
 	// - `run_failed`: 500: a retention run started and failed (`result` describes it).
 	// - `shard_unavailable`: 503: the thread's shard has no owner, its owner does not answer, or the shard is being moved (`Retry-After`); or this node was deposed as its owner. Retry.
@@ -694,6 +706,7 @@ type Error struct {
 // - `invalid_json`: 400: the body is not one JSON value of the described shape (syntax, not UTF-8, an unknown field, a field of the wrong type, no body).
 // - `invalid_field`: 400: a body field breaks its rule (required, too long, a message body that is not I-JSON, a retention value out of bounds).
 // - `invalid_parameter`: 400: a query or path parameter other than an ID breaks its rule (limit, include_deleted, wait, compress, shard), or a node-to-node header does.
+// - `invalid_idempotency_key`: 400: the Idempotency-Key header is empty, over 255 bytes or not printable ASCII.
 // - `unauthorized`: 401: the bearer token is missing or wrong.
 // - `admin_disabled`: 403: PROGRESSDB_ADMIN_TOKEN is unset, so /admin is off.
 // - `not_a_node`: 403: cluster node headers without the cluster secret.
@@ -715,9 +728,11 @@ type Error struct {
 // - `sealing_disabled`: 409: sealing is off (PROGRESSDB_KEK unset), and the route needs it (subject erasure).
 // - `erasure_incomplete`: 409: the erasure has not completed; its receipt is written once it has.
 // - `receipt_unsigned`: 409: the erasure's audit footers are not signed (no PROGRESSDB_AUDIT_SIGNING_KEY), so no receipt of it could be verified; none is given.
+// - `idempotency_key_in_flight`: 409: a request with this Idempotency-Key is still being served (`Retry-After`); send it again then.
 // - `body_too_large`: 413: the request body is over the limit the message names.
 // - `misdirected`: 421: a node's call reached a node that does not own the shard with that epoch.
 // - `range_not_satisfiable`: 416: a download's Range lies outside the file; Content-Range names its size.
+// - `idempotency_key_reused`: 422: the Idempotency-Key was sent before with another request (method, path or body); nothing was done.
 // - `internal_error`: 500: the server failed; the details are in its log.
 // - `run_failed`: 500: a retention run started and failed (`result` describes it).
 // - `shard_unavailable`: 503: the thread's shard has no owner, its owner does not answer, or the shard is being moved (`Retry-After`); or this node was deposed as its owner. Retry.
@@ -1065,6 +1080,9 @@ type Cursor = string
 // ErasureID defines model for ErasureID.
 type ErasureID = ID
 
+// IdempotencyKey defines model for IdempotencyKey.
+type IdempotencyKey = string
+
 // IncludeDeleted defines model for IncludeDeleted.
 type IncludeDeleted = bool
 
@@ -1085,6 +1103,9 @@ type BadRequest = Error
 
 // Conflict Every error answer; clients branch on `code`, never on `error`.
 type Conflict = Error
+
+// IdempotencyKeyReused Every error answer; clients branch on `code`, never on `error`.
+type IdempotencyKeyReused = Error
 
 // InternalError Every error answer; clients branch on `code`, never on `error`.
 type InternalError = Error
@@ -1144,6 +1165,26 @@ type GetDatabaseParams struct {
 	Threads *bool `form:"threads,omitempty" json:"threads,omitempty"`
 }
 
+// RequestErasureParams defines parameters for RequestErasure.
+type RequestErasureParams struct {
+	// IdempotencyKey Makes the request safe to send again (IETF httpapi draft "The
+	// Idempotency-Key HTTP Header Field"): a unique key per request,
+	// the same on each retry of it; 1 to 255 bytes of printable ASCII,
+	// bare or as a quoted string (`"…"`), else 400
+	// `invalid_idempotency_key`. Sent again by the same caller (API key
+	// or admin token) with the same method, path and body, the request
+	// answers exactly as the first did (status and body, with
+	// `Idempotent-Replayed: true`) and changes nothing; with another
+	// request, 422 `idempotency_key_reused`. While the first is still
+	// being served, a second waits for it (up to 5 seconds), then
+	// answers 409 `idempotency_key_in_flight` with `Retry-After`. Keys
+	// are kept for PROGRESSDB_IDEMPOTENCY_TTL (24h); a caller keeps the
+	// latest 100,000, older ones are dropped first. Only an answer that
+	// wrote something is kept: a refused request runs again. An answer
+	// whose item was purged or erased since answers 404 `not_found`.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // RetentionStatus200JSONResponseBody defines parameters for RetentionStatus.
 type RetentionStatus200JSONResponseBody struct {
 	union json.RawMessage
@@ -1191,10 +1232,50 @@ type ListThreadsParams struct {
 	IncludeDeleted *IncludeDeleted `form:"include_deleted,omitempty" json:"include_deleted,omitempty"`
 }
 
+// CreateThreadParams defines parameters for CreateThread.
+type CreateThreadParams struct {
+	// IdempotencyKey Makes the request safe to send again (IETF httpapi draft "The
+	// Idempotency-Key HTTP Header Field"): a unique key per request,
+	// the same on each retry of it; 1 to 255 bytes of printable ASCII,
+	// bare or as a quoted string (`"…"`), else 400
+	// `invalid_idempotency_key`. Sent again by the same caller (API key
+	// or admin token) with the same method, path and body, the request
+	// answers exactly as the first did (status and body, with
+	// `Idempotent-Replayed: true`) and changes nothing; with another
+	// request, 422 `idempotency_key_reused`. While the first is still
+	// being served, a second waits for it (up to 5 seconds), then
+	// answers 409 `idempotency_key_in_flight` with `Retry-After`. Keys
+	// are kept for PROGRESSDB_IDEMPOTENCY_TTL (24h); a caller keeps the
+	// latest 100,000, older ones are dropped first. Only an answer that
+	// wrote something is kept: a refused request runs again. An answer
+	// whose item was purged or erased since answers 404 `not_found`.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // GetThreadParams defines parameters for GetThread.
 type GetThreadParams struct {
 	// IncludeDeleted Also show soft-deleted items (false when absent or empty).
 	IncludeDeleted *IncludeDeleted `form:"include_deleted,omitempty" json:"include_deleted,omitempty"`
+}
+
+// EditThreadParams defines parameters for EditThread.
+type EditThreadParams struct {
+	// IdempotencyKey Makes the request safe to send again (IETF httpapi draft "The
+	// Idempotency-Key HTTP Header Field"): a unique key per request,
+	// the same on each retry of it; 1 to 255 bytes of printable ASCII,
+	// bare or as a quoted string (`"…"`), else 400
+	// `invalid_idempotency_key`. Sent again by the same caller (API key
+	// or admin token) with the same method, path and body, the request
+	// answers exactly as the first did (status and body, with
+	// `Idempotent-Replayed: true`) and changes nothing; with another
+	// request, 422 `idempotency_key_reused`. While the first is still
+	// being served, a second waits for it (up to 5 seconds), then
+	// answers 409 `idempotency_key_in_flight` with `Retry-After`. Keys
+	// are kept for PROGRESSDB_IDEMPOTENCY_TTL (24h); a caller keeps the
+	// latest 100,000, older ones are dropped first. Only an answer that
+	// wrote something is kept: a refused request runs again. An answer
+	// whose item was purged or erased since answers 404 `not_found`.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // ListMessagesParams defines parameters for ListMessages.
@@ -1207,6 +1288,26 @@ type ListMessagesParams struct {
 
 	// IncludeDeleted Also show soft-deleted items (false when absent or empty).
 	IncludeDeleted *IncludeDeleted `form:"include_deleted,omitempty" json:"include_deleted,omitempty"`
+}
+
+// AppendMessageParams defines parameters for AppendMessage.
+type AppendMessageParams struct {
+	// IdempotencyKey Makes the request safe to send again (IETF httpapi draft "The
+	// Idempotency-Key HTTP Header Field"): a unique key per request,
+	// the same on each retry of it; 1 to 255 bytes of printable ASCII,
+	// bare or as a quoted string (`"…"`), else 400
+	// `invalid_idempotency_key`. Sent again by the same caller (API key
+	// or admin token) with the same method, path and body, the request
+	// answers exactly as the first did (status and body, with
+	// `Idempotent-Replayed: true`) and changes nothing; with another
+	// request, 422 `idempotency_key_reused`. While the first is still
+	// being served, a second waits for it (up to 5 seconds), then
+	// answers 409 `idempotency_key_in_flight` with `Retry-After`. Keys
+	// are kept for PROGRESSDB_IDEMPOTENCY_TTL (24h); a caller keeps the
+	// latest 100,000, older ones are dropped first. Only an answer that
+	// wrote something is kept: a refused request runs again. An answer
+	// whose item was purged or erased since answers 404 `not_found`.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // GetMessageParams defines parameters for GetMessage.
@@ -1236,6 +1337,26 @@ type GetAttachmentParams struct {
 	IfRange        *string         `json:"If-Range,omitempty"`
 }
 
+// RestoreMessageParams defines parameters for RestoreMessage.
+type RestoreMessageParams struct {
+	// IdempotencyKey Makes the request safe to send again (IETF httpapi draft "The
+	// Idempotency-Key HTTP Header Field"): a unique key per request,
+	// the same on each retry of it; 1 to 255 bytes of printable ASCII,
+	// bare or as a quoted string (`"…"`), else 400
+	// `invalid_idempotency_key`. Sent again by the same caller (API key
+	// or admin token) with the same method, path and body, the request
+	// answers exactly as the first did (status and body, with
+	// `Idempotent-Replayed: true`) and changes nothing; with another
+	// request, 422 `idempotency_key_reused`. While the first is still
+	// being served, a second waits for it (up to 5 seconds), then
+	// answers 409 `idempotency_key_in_flight` with `Retry-After`. Keys
+	// are kept for PROGRESSDB_IDEMPOTENCY_TTL (24h); a caller keeps the
+	// latest 100,000, older ones are dropped first. Only an answer that
+	// wrote something is kept: a refused request runs again. An answer
+	// whose item was purged or erased since answers 404 `not_found`.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListVersionsParams defines parameters for ListVersions.
 type ListVersionsParams struct {
 	// IncludeDeleted Also show soft-deleted items (false when absent or empty).
@@ -1246,6 +1367,26 @@ type ListVersionsParams struct {
 
 	// Cursor The `next_cursor` of the previous page (empty or absent for the first page). A cursor this listing did not hand out answers 400 `invalid_cursor`; one it handed out keeps working (past the end of a listing that has since shrunk, it gives an empty last page).
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// RestoreThreadParams defines parameters for RestoreThread.
+type RestoreThreadParams struct {
+	// IdempotencyKey Makes the request safe to send again (IETF httpapi draft "The
+	// Idempotency-Key HTTP Header Field"): a unique key per request,
+	// the same on each retry of it; 1 to 255 bytes of printable ASCII,
+	// bare or as a quoted string (`"…"`), else 400
+	// `invalid_idempotency_key`. Sent again by the same caller (API key
+	// or admin token) with the same method, path and body, the request
+	// answers exactly as the first did (status and body, with
+	// `Idempotent-Replayed: true`) and changes nothing; with another
+	// request, 422 `idempotency_key_reused`. While the first is still
+	// being served, a second waits for it (up to 5 seconds), then
+	// answers 409 `idempotency_key_in_flight` with `Retry-After`. Keys
+	// are kept for PROGRESSDB_IDEMPOTENCY_TTL (24h); a caller keeps the
+	// latest 100,000, older ones are dropped first. Only an answer that
+	// wrote something is kept: a refused request runs again. An answer
+	// whose item was purged or erased since answers 404 `not_found`.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // MoveShardJSONRequestBody defines body for MoveShard for application/json ContentType.
@@ -1668,7 +1809,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
-	RequestErasureWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestErasureWithBody(ctx context.Context, params *RequestErasureParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestErasure Erase everything an author wrote (subject erasure, spec §12).
 	//
@@ -1702,7 +1843,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
-	RequestErasure(ctx context.Context, body RequestErasureJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestErasure(ctx context.Context, params *RequestErasureParams, body RequestErasureJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetErasure An erasure's status.
 	//
@@ -1870,14 +2011,14 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/threads (the `CreateThread` operationId).
-	CreateThreadWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateThreadWithBody(ctx context.Context, params *CreateThreadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateThread Create a thread.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/threads (the `CreateThread` operationId).
-	CreateThread(ctx context.Context, body CreateThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateThread(ctx context.Context, params *CreateThreadParams, body CreateThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteThread Soft-delete a thread (deleting it again keeps the first deleted_ts).
 	//
@@ -1896,7 +2037,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PATCH /v1/threads/{tid} (the `EditThread` operationId).
-	EditThreadWithBody(ctx context.Context, tid ThreadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	EditThreadWithBody(ctx context.Context, tid ThreadID, params *EditThreadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// EditThread Change a live thread's title.
 	//
@@ -1905,7 +2046,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PATCH /v1/threads/{tid} (the `EditThread` operationId).
-	EditThread(ctx context.Context, tid ThreadID, body EditThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	EditThread(ctx context.Context, tid ThreadID, params *EditThreadParams, body EditThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListMessages List a thread's messages in order (latest version of each).
 	//
@@ -1919,7 +2060,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/threads/{tid}/messages (the `AppendMessage` operationId).
-	AppendMessageWithBody(ctx context.Context, tid ThreadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	AppendMessageWithBody(ctx context.Context, tid ThreadID, params *AppendMessageParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// AppendMessage Append a message to a live thread.
 	//
@@ -1928,7 +2069,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/threads/{tid}/messages (the `AppendMessage` operationId).
-	AppendMessage(ctx context.Context, tid ThreadID, body AppendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	AppendMessage(ctx context.Context, tid ThreadID, params *AppendMessageParams, body AppendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteMessage Soft-delete a message (appends a tombstone version).
 	//
@@ -1988,7 +2129,7 @@ type ClientInterface interface {
 	// RestoreMessage Restore a soft-deleted message (appends a live version).
 	//
 	// Corresponds with POST /v1/threads/{tid}/messages/{mid}/restore (the `RestoreMessage` operationId).
-	RestoreMessage(ctx context.Context, tid ThreadID, mid MessageID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RestoreMessage(ctx context.Context, tid ThreadID, mid MessageID, params *RestoreMessageParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListVersions Every stored version of a message, oldest first, one page at a time.
 	//
@@ -2000,7 +2141,7 @@ type ClientInterface interface {
 	// RestoreThread Restore a soft-deleted thread.
 	//
 	// Corresponds with POST /v1/threads/{tid}/restore (the `RestoreThread` operationId).
-	RestoreThread(ctx context.Context, tid ThreadID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RestoreThread(ctx context.Context, tid ThreadID, params *RestoreThreadParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // ListBackups List the backups in PROGRESSDB_BACKUP_PATH.
@@ -2203,8 +2344,8 @@ func (c *Raw) GetDatabase(ctx context.Context, params *GetDatabaseParams, reqEdi
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
-func (c *Raw) RequestErasureWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestErasureRequestWithBody(c.Server, contentType, body)
+func (c *Raw) RequestErasureWithBody(ctx context.Context, params *RequestErasureParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestErasureRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2247,8 +2388,8 @@ func (c *Raw) RequestErasureWithBody(ctx context.Context, contentType string, bo
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
-func (c *Raw) RequestErasure(ctx context.Context, body RequestErasureJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestErasureRequest(c.Server, body)
+func (c *Raw) RequestErasure(ctx context.Context, params *RequestErasureParams, body RequestErasureJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestErasureRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2615,8 +2756,8 @@ func (c *Raw) ListThreads(ctx context.Context, params *ListThreadsParams, reqEdi
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/threads (the `CreateThread` operationId).
-func (c *Raw) CreateThreadWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateThreadRequestWithBody(c.Server, contentType, body)
+func (c *Raw) CreateThreadWithBody(ctx context.Context, params *CreateThreadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateThreadRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2632,8 +2773,8 @@ func (c *Raw) CreateThreadWithBody(ctx context.Context, contentType string, body
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/threads (the `CreateThread` operationId).
-func (c *Raw) CreateThread(ctx context.Context, body CreateThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateThreadRequest(c.Server, body)
+func (c *Raw) CreateThread(ctx context.Context, params *CreateThreadParams, body CreateThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateThreadRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2681,8 +2822,8 @@ func (c *Raw) GetThread(ctx context.Context, tid ThreadID, params *GetThreadPara
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PATCH /v1/threads/{tid} (the `EditThread` operationId).
-func (c *Raw) EditThreadWithBody(ctx context.Context, tid ThreadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewEditThreadRequestWithBody(c.Server, tid, contentType, body)
+func (c *Raw) EditThreadWithBody(ctx context.Context, tid ThreadID, params *EditThreadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEditThreadRequestWithBody(c.Server, tid, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2700,8 +2841,8 @@ func (c *Raw) EditThreadWithBody(ctx context.Context, tid ThreadID, contentType 
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with PATCH /v1/threads/{tid} (the `EditThread` operationId).
-func (c *Raw) EditThread(ctx context.Context, tid ThreadID, body EditThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewEditThreadRequest(c.Server, tid, body)
+func (c *Raw) EditThread(ctx context.Context, tid ThreadID, params *EditThreadParams, body EditThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEditThreadRequest(c.Server, tid, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2734,8 +2875,8 @@ func (c *Raw) ListMessages(ctx context.Context, tid ThreadID, params *ListMessag
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/threads/{tid}/messages (the `AppendMessage` operationId).
-func (c *Raw) AppendMessageWithBody(ctx context.Context, tid ThreadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewAppendMessageRequestWithBody(c.Server, tid, contentType, body)
+func (c *Raw) AppendMessageWithBody(ctx context.Context, tid ThreadID, params *AppendMessageParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAppendMessageRequestWithBody(c.Server, tid, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2753,8 +2894,8 @@ func (c *Raw) AppendMessageWithBody(ctx context.Context, tid ThreadID, contentTy
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/threads/{tid}/messages (the `AppendMessage` operationId).
-func (c *Raw) AppendMessage(ctx context.Context, tid ThreadID, body AppendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewAppendMessageRequest(c.Server, tid, body)
+func (c *Raw) AppendMessage(ctx context.Context, tid ThreadID, params *AppendMessageParams, body AppendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAppendMessageRequest(c.Server, tid, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2913,8 +3054,8 @@ func (c *Raw) RestoreAttachment(ctx context.Context, tid ThreadID, mid MessageID
 // RestoreMessage Restore a soft-deleted message (appends a live version).
 //
 // Corresponds with POST /v1/threads/{tid}/messages/{mid}/restore (the `RestoreMessage` operationId).
-func (c *Raw) RestoreMessage(ctx context.Context, tid ThreadID, mid MessageID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRestoreMessageRequest(c.Server, tid, mid)
+func (c *Raw) RestoreMessage(ctx context.Context, tid ThreadID, mid MessageID, params *RestoreMessageParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRestoreMessageRequest(c.Server, tid, mid, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2945,8 +3086,8 @@ func (c *Raw) ListVersions(ctx context.Context, tid ThreadID, mid MessageID, par
 // RestoreThread Restore a soft-deleted thread.
 //
 // Corresponds with POST /v1/threads/{tid}/restore (the `RestoreThread` operationId).
-func (c *Raw) RestoreThread(ctx context.Context, tid ThreadID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRestoreThreadRequest(c.Server, tid)
+func (c *Raw) RestoreThread(ctx context.Context, tid ThreadID, params *RestoreThreadParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRestoreThreadRequest(c.Server, tid, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3233,18 +3374,18 @@ func NewGetDatabaseRequest(server string, params *GetDatabaseParams) (*http.Requ
 }
 
 // NewRequestErasureRequest calls the generic RequestErasure builder with application/json body
-func NewRequestErasureRequest(server string, body RequestErasureJSONRequestBody) (*http.Request, error) {
+func NewRequestErasureRequest(server string, params *RequestErasureParams, body RequestErasureJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewRequestErasureRequestWithBody(server, "application/json", bodyReader)
+	return NewRequestErasureRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewRequestErasureRequestWithBody constructs an http.Request for the RequestErasure method, with any body, and a specified content type
-func NewRequestErasureRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewRequestErasureRequestWithBody(server string, params *RequestErasureParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -3268,6 +3409,21 @@ func NewRequestErasureRequestWithBody(server string, contentType string, body io
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -3857,18 +4013,18 @@ func NewListThreadsRequest(server string, params *ListThreadsParams) (*http.Requ
 }
 
 // NewCreateThreadRequest calls the generic CreateThread builder with application/json body
-func NewCreateThreadRequest(server string, body CreateThreadJSONRequestBody) (*http.Request, error) {
+func NewCreateThreadRequest(server string, params *CreateThreadParams, body CreateThreadJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateThreadRequestWithBody(server, "application/json", bodyReader)
+	return NewCreateThreadRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewCreateThreadRequestWithBody constructs an http.Request for the CreateThread method, with any body, and a specified content type
-func NewCreateThreadRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateThreadRequestWithBody(server string, params *CreateThreadParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -3892,6 +4048,21 @@ func NewCreateThreadRequestWithBody(server string, contentType string, body io.R
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -3992,18 +4163,18 @@ func NewGetThreadRequest(server string, tid ThreadID, params *GetThreadParams) (
 }
 
 // NewEditThreadRequest calls the generic EditThread builder with application/json body
-func NewEditThreadRequest(server string, tid ThreadID, body EditThreadJSONRequestBody) (*http.Request, error) {
+func NewEditThreadRequest(server string, tid ThreadID, params *EditThreadParams, body EditThreadJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewEditThreadRequestWithBody(server, tid, "application/json", bodyReader)
+	return NewEditThreadRequestWithBody(server, tid, params, "application/json", bodyReader)
 }
 
 // NewEditThreadRequestWithBody constructs an http.Request for the EditThread method, with any body, and a specified content type
-func NewEditThreadRequestWithBody(server string, tid ThreadID, contentType string, body io.Reader) (*http.Request, error) {
+func NewEditThreadRequestWithBody(server string, tid ThreadID, params *EditThreadParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4034,6 +4205,21 @@ func NewEditThreadRequestWithBody(server string, tid ThreadID, contentType strin
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -4124,18 +4310,18 @@ func NewListMessagesRequest(server string, tid ThreadID, params *ListMessagesPar
 }
 
 // NewAppendMessageRequest calls the generic AppendMessage builder with application/json body
-func NewAppendMessageRequest(server string, tid ThreadID, body AppendMessageJSONRequestBody) (*http.Request, error) {
+func NewAppendMessageRequest(server string, tid ThreadID, params *AppendMessageParams, body AppendMessageJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewAppendMessageRequestWithBody(server, tid, "application/json", bodyReader)
+	return NewAppendMessageRequestWithBody(server, tid, params, "application/json", bodyReader)
 }
 
 // NewAppendMessageRequestWithBody constructs an http.Request for the AppendMessage method, with any body, and a specified content type
-func NewAppendMessageRequestWithBody(server string, tid ThreadID, contentType string, body io.Reader) (*http.Request, error) {
+func NewAppendMessageRequestWithBody(server string, tid ThreadID, params *AppendMessageParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4166,6 +4352,21 @@ func NewAppendMessageRequestWithBody(server string, tid ThreadID, contentType st
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -4680,7 +4881,7 @@ func NewRestoreAttachmentRequest(server string, tid ThreadID, mid MessageID, aid
 }
 
 // NewRestoreMessageRequest constructs an http.Request for the RestoreMessage method
-func NewRestoreMessageRequest(server string, tid ThreadID, mid MessageID) (*http.Request, error) {
+func NewRestoreMessageRequest(server string, tid ThreadID, mid MessageID, params *RestoreMessageParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4715,6 +4916,21 @@ func NewRestoreMessageRequest(server string, tid ThreadID, mid MessageID) (*http
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -4813,7 +5029,7 @@ func NewListVersionsRequest(server string, tid ThreadID, mid MessageID, params *
 }
 
 // NewRestoreThreadRequest constructs an http.Request for the RestoreThread method
-func NewRestoreThreadRequest(server string, tid ThreadID) (*http.Request, error) {
+func NewRestoreThreadRequest(server string, tid ThreadID, params *RestoreThreadParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4841,6 +5057,21 @@ func NewRestoreThreadRequest(server string, tid ThreadID) (*http.Request, error)
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -5030,7 +5261,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
-	RequestErasureWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestErasureResponse, error)
+	RequestErasureWithBodyWithResponse(ctx context.Context, params *RequestErasureParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestErasureResponse, error)
 
 	// RequestErasureWithResponse Erase everything an author wrote (subject erasure, spec §12).
 	//
@@ -5064,7 +5295,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
-	RequestErasureWithResponse(ctx context.Context, body RequestErasureJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestErasureResponse, error)
+	RequestErasureWithResponse(ctx context.Context, params *RequestErasureParams, body RequestErasureJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestErasureResponse, error)
 
 	// GetErasureWithResponse An erasure's status.
 	//
@@ -5254,14 +5485,14 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/threads (the `CreateThread` operationId).
-	CreateThreadWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateThreadResponse, error)
+	CreateThreadWithBodyWithResponse(ctx context.Context, params *CreateThreadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateThreadResponse, error)
 
 	// CreateThreadWithResponse Create a thread.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/threads (the `CreateThread` operationId).
-	CreateThreadWithResponse(ctx context.Context, body CreateThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateThreadResponse, error)
+	CreateThreadWithResponse(ctx context.Context, params *CreateThreadParams, body CreateThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateThreadResponse, error)
 
 	// DeleteThreadWithResponse Soft-delete a thread (deleting it again keeps the first deleted_ts).
 	//
@@ -5284,7 +5515,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /v1/threads/{tid} (the `EditThread` operationId).
-	EditThreadWithBodyWithResponse(ctx context.Context, tid ThreadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*EditThreadResponse, error)
+	EditThreadWithBodyWithResponse(ctx context.Context, tid ThreadID, params *EditThreadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*EditThreadResponse, error)
 
 	// EditThreadWithResponse Change a live thread's title.
 	//
@@ -5293,7 +5524,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /v1/threads/{tid} (the `EditThread` operationId).
-	EditThreadWithResponse(ctx context.Context, tid ThreadID, body EditThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*EditThreadResponse, error)
+	EditThreadWithResponse(ctx context.Context, tid ThreadID, params *EditThreadParams, body EditThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*EditThreadResponse, error)
 
 	// ListMessagesWithResponse List a thread's messages in order (latest version of each).
 	//
@@ -5309,7 +5540,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/threads/{tid}/messages (the `AppendMessage` operationId).
-	AppendMessageWithBodyWithResponse(ctx context.Context, tid ThreadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AppendMessageResponse, error)
+	AppendMessageWithBodyWithResponse(ctx context.Context, tid ThreadID, params *AppendMessageParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AppendMessageResponse, error)
 
 	// AppendMessageWithResponse Append a message to a live thread.
 	//
@@ -5318,7 +5549,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/threads/{tid}/messages (the `AppendMessage` operationId).
-	AppendMessageWithResponse(ctx context.Context, tid ThreadID, body AppendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*AppendMessageResponse, error)
+	AppendMessageWithResponse(ctx context.Context, tid ThreadID, params *AppendMessageParams, body AppendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*AppendMessageResponse, error)
 
 	// DeleteMessageWithResponse Soft-delete a message (appends a tombstone version).
 	//
@@ -5392,7 +5623,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/threads/{tid}/messages/{mid}/restore (the `RestoreMessage` operationId).
-	RestoreMessageWithResponse(ctx context.Context, tid ThreadID, mid MessageID, reqEditors ...RequestEditorFn) (*RestoreMessageResponse, error)
+	RestoreMessageWithResponse(ctx context.Context, tid ThreadID, mid MessageID, params *RestoreMessageParams, reqEditors ...RequestEditorFn) (*RestoreMessageResponse, error)
 
 	// ListVersionsWithResponse Every stored version of a message, oldest first, one page at a time.
 	//
@@ -5408,7 +5639,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/threads/{tid}/restore (the `RestoreThread` operationId).
-	RestoreThreadWithResponse(ctx context.Context, tid ThreadID, reqEditors ...RequestEditorFn) (*RestoreThreadResponse, error)
+	RestoreThreadWithResponse(ctx context.Context, tid ThreadID, params *RestoreThreadParams, reqEditors ...RequestEditorFn) (*RestoreThreadResponse, error)
 }
 
 // ListBackupsResponse401Headers the declared response headers of an HTTP 401 response for ListBackups
@@ -5969,6 +6200,8 @@ type RequestErasureResponse struct {
 	JSON409 *Error
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *IdempotencyKeyReused
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *NoRetention
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -6003,6 +6236,11 @@ func (r RequestErasureResponse) GetJSON409() *Error {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r RequestErasureResponse) GetJSON413() *TooLarge {
 	return r.JSON413
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r RequestErasureResponse) GetJSON422() *IdempotencyKeyReused {
+	return r.JSON422
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -7311,6 +7549,8 @@ type CreateThreadResponse struct {
 	JSON413 *TooLarge
 	// JSON421 the response for an HTTP 421 `application/json` response
 	JSON421 *Misdirected
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *IdempotencyKeyReused
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ShardUnavailable
 	// Headers201 the parsed response headers for an HTTP 201 response
@@ -7354,6 +7594,11 @@ func (r CreateThreadResponse) GetJSON413() *TooLarge {
 // GetJSON421 returns the response for an HTTP 421 `application/json` response
 func (r CreateThreadResponse) GetJSON421() *Misdirected {
 	return r.JSON421
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r CreateThreadResponse) GetJSON422() *IdempotencyKeyReused {
+	return r.JSON422
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -7613,6 +7858,8 @@ type EditThreadResponse struct {
 	JSON413 *TooLarge
 	// JSON421 the response for an HTTP 421 `application/json` response
 	JSON421 *Misdirected
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *IdempotencyKeyReused
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ShardUnavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -7659,6 +7906,11 @@ func (r EditThreadResponse) GetJSON413() *TooLarge {
 // GetJSON421 returns the response for an HTTP 421 `application/json` response
 func (r EditThreadResponse) GetJSON421() *Misdirected {
 	return r.JSON421
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r EditThreadResponse) GetJSON422() *IdempotencyKeyReused {
+	return r.JSON422
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -7832,6 +8084,8 @@ type AppendMessageResponse struct {
 	JSON413 *TooLarge
 	// JSON421 the response for an HTTP 421 `application/json` response
 	JSON421 *Misdirected
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *IdempotencyKeyReused
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ShardUnavailable
 	// Headers201 the parsed response headers for an HTTP 201 response
@@ -7880,6 +8134,11 @@ func (r AppendMessageResponse) GetJSON413() *TooLarge {
 // GetJSON421 returns the response for an HTTP 421 `application/json` response
 func (r AppendMessageResponse) GetJSON421() *Misdirected {
 	return r.JSON421
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r AppendMessageResponse) GetJSON422() *IdempotencyKeyReused {
+	return r.JSON422
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -8669,6 +8928,8 @@ type RestoreMessageResponse struct {
 	JSON409 *Error
 	// JSON421 the response for an HTTP 421 `application/json` response
 	JSON421 *Misdirected
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *IdempotencyKeyReused
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ShardUnavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -8710,6 +8971,11 @@ func (r RestoreMessageResponse) GetJSON409() *Error {
 // GetJSON421 returns the response for an HTTP 421 `application/json` response
 func (r RestoreMessageResponse) GetJSON421() *Misdirected {
 	return r.JSON421
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r RestoreMessageResponse) GetJSON422() *IdempotencyKeyReused {
+	return r.JSON422
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -8876,6 +9142,8 @@ type RestoreThreadResponse struct {
 	JSON409 *Error
 	// JSON421 the response for an HTTP 421 `application/json` response
 	JSON421 *Misdirected
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *IdempotencyKeyReused
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ShardUnavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -8917,6 +9185,11 @@ func (r RestoreThreadResponse) GetJSON409() *Error {
 // GetJSON421 returns the response for an HTTP 421 `application/json` response
 func (r RestoreThreadResponse) GetJSON421() *Misdirected {
 	return r.JSON421
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r RestoreThreadResponse) GetJSON422() *IdempotencyKeyReused {
+	return r.JSON422
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -9135,8 +9408,8 @@ func (c *ClientWithResponses) GetDatabaseWithResponse(ctx context.Context, param
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
-func (c *ClientWithResponses) RequestErasureWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestErasureResponse, error) {
-	rsp, err := c.RequestErasureWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) RequestErasureWithBodyWithResponse(ctx context.Context, params *RequestErasureParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestErasureResponse, error) {
+	rsp, err := c.RequestErasureWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9175,8 +9448,8 @@ func (c *ClientWithResponses) RequestErasureWithBodyWithResponse(ctx context.Con
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/erasures (the `RequestErasure` operationId).
-func (c *ClientWithResponses) RequestErasureWithResponse(ctx context.Context, body RequestErasureJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestErasureResponse, error) {
-	rsp, err := c.RequestErasure(ctx, body, reqEditors...)
+func (c *ClientWithResponses) RequestErasureWithResponse(ctx context.Context, params *RequestErasureParams, body RequestErasureJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestErasureResponse, error) {
+	rsp, err := c.RequestErasure(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9485,8 +9758,8 @@ func (c *ClientWithResponses) ListThreadsWithResponse(ctx context.Context, param
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/threads (the `CreateThread` operationId).
-func (c *ClientWithResponses) CreateThreadWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateThreadResponse, error) {
-	rsp, err := c.CreateThreadWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateThreadWithBodyWithResponse(ctx context.Context, params *CreateThreadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateThreadResponse, error) {
+	rsp, err := c.CreateThreadWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9498,8 +9771,8 @@ func (c *ClientWithResponses) CreateThreadWithBodyWithResponse(ctx context.Conte
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/threads (the `CreateThread` operationId).
-func (c *ClientWithResponses) CreateThreadWithResponse(ctx context.Context, body CreateThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateThreadResponse, error) {
-	rsp, err := c.CreateThread(ctx, body, reqEditors...)
+func (c *ClientWithResponses) CreateThreadWithResponse(ctx context.Context, params *CreateThreadParams, body CreateThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateThreadResponse, error) {
+	rsp, err := c.CreateThread(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9539,8 +9812,8 @@ func (c *ClientWithResponses) GetThreadWithResponse(ctx context.Context, tid Thr
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PATCH /v1/threads/{tid} (the `EditThread` operationId).
-func (c *ClientWithResponses) EditThreadWithBodyWithResponse(ctx context.Context, tid ThreadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*EditThreadResponse, error) {
-	rsp, err := c.EditThreadWithBody(ctx, tid, contentType, body, reqEditors...)
+func (c *ClientWithResponses) EditThreadWithBodyWithResponse(ctx context.Context, tid ThreadID, params *EditThreadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*EditThreadResponse, error) {
+	rsp, err := c.EditThreadWithBody(ctx, tid, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9554,8 +9827,8 @@ func (c *ClientWithResponses) EditThreadWithBodyWithResponse(ctx context.Context
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PATCH /v1/threads/{tid} (the `EditThread` operationId).
-func (c *ClientWithResponses) EditThreadWithResponse(ctx context.Context, tid ThreadID, body EditThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*EditThreadResponse, error) {
-	rsp, err := c.EditThread(ctx, tid, body, reqEditors...)
+func (c *ClientWithResponses) EditThreadWithResponse(ctx context.Context, tid ThreadID, params *EditThreadParams, body EditThreadJSONRequestBody, reqEditors ...RequestEditorFn) (*EditThreadResponse, error) {
+	rsp, err := c.EditThread(ctx, tid, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9582,8 +9855,8 @@ func (c *ClientWithResponses) ListMessagesWithResponse(ctx context.Context, tid 
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/threads/{tid}/messages (the `AppendMessage` operationId).
-func (c *ClientWithResponses) AppendMessageWithBodyWithResponse(ctx context.Context, tid ThreadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AppendMessageResponse, error) {
-	rsp, err := c.AppendMessageWithBody(ctx, tid, contentType, body, reqEditors...)
+func (c *ClientWithResponses) AppendMessageWithBodyWithResponse(ctx context.Context, tid ThreadID, params *AppendMessageParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AppendMessageResponse, error) {
+	rsp, err := c.AppendMessageWithBody(ctx, tid, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9597,8 +9870,8 @@ func (c *ClientWithResponses) AppendMessageWithBodyWithResponse(ctx context.Cont
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/threads/{tid}/messages (the `AppendMessage` operationId).
-func (c *ClientWithResponses) AppendMessageWithResponse(ctx context.Context, tid ThreadID, body AppendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*AppendMessageResponse, error) {
-	rsp, err := c.AppendMessage(ctx, tid, body, reqEditors...)
+func (c *ClientWithResponses) AppendMessageWithResponse(ctx context.Context, tid ThreadID, params *AppendMessageParams, body AppendMessageJSONRequestBody, reqEditors ...RequestEditorFn) (*AppendMessageResponse, error) {
+	rsp, err := c.AppendMessage(ctx, tid, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9731,8 +10004,8 @@ func (c *ClientWithResponses) RestoreAttachmentWithResponse(ctx context.Context,
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/threads/{tid}/messages/{mid}/restore (the `RestoreMessage` operationId).
-func (c *ClientWithResponses) RestoreMessageWithResponse(ctx context.Context, tid ThreadID, mid MessageID, reqEditors ...RequestEditorFn) (*RestoreMessageResponse, error) {
-	rsp, err := c.RestoreMessage(ctx, tid, mid, reqEditors...)
+func (c *ClientWithResponses) RestoreMessageWithResponse(ctx context.Context, tid ThreadID, mid MessageID, params *RestoreMessageParams, reqEditors ...RequestEditorFn) (*RestoreMessageResponse, error) {
+	rsp, err := c.RestoreMessage(ctx, tid, mid, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9759,8 +10032,8 @@ func (c *ClientWithResponses) ListVersionsWithResponse(ctx context.Context, tid 
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/threads/{tid}/restore (the `RestoreThread` operationId).
-func (c *ClientWithResponses) RestoreThreadWithResponse(ctx context.Context, tid ThreadID, reqEditors ...RequestEditorFn) (*RestoreThreadResponse, error) {
-	rsp, err := c.RestoreThread(ctx, tid, reqEditors...)
+func (c *ClientWithResponses) RestoreThreadWithResponse(ctx context.Context, tid ThreadID, params *RestoreThreadParams, reqEditors ...RequestEditorFn) (*RestoreThreadResponse, error) {
+	rsp, err := c.RestoreThread(ctx, tid, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -10279,6 +10552,13 @@ func ParseRequestErasureResponse(rsp *http.Response) (*RequestErasureResponse, e
 			return nil, err
 		}
 		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest NoRetention
@@ -11452,6 +11732,13 @@ func ParseCreateThreadResponse(rsp *http.Response) (*CreateThreadResponse, error
 		}
 		response.JSON421 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest ShardUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11752,6 +12039,13 @@ func ParseEditThreadResponse(rsp *http.Response) (*EditThreadResponse, error) {
 		}
 		response.JSON421 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest ShardUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11950,6 +12244,13 @@ func ParseAppendMessageResponse(rsp *http.Response) (*AppendMessageResponse, err
 			return nil, err
 		}
 		response.JSON421 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest ShardUnavailable
@@ -12753,6 +13054,13 @@ func ParseRestoreMessageResponse(rsp *http.Response) (*RestoreMessageResponse, e
 		}
 		response.JSON421 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest ShardUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12944,6 +13252,13 @@ func ParseRestoreThreadResponse(rsp *http.Response) (*RestoreThreadResponse, err
 			return nil, err
 		}
 		response.JSON421 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest ShardUnavailable

@@ -86,7 +86,7 @@ func (c *Client) Health(ctx context.Context) error {
 
 // CreateThread creates a thread; t.Id nil lets the server choose the ID.
 func (c *Client) CreateThread(ctx context.Context, t NewThread) (*Thread, error) {
-	r, err := c.raw.CreateThreadWithResponse(ctx, t, c.APIAuth())
+	r, err := c.raw.CreateThreadWithResponse(ctx, nil, t, c.APIAuth())
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +105,7 @@ func (c *Client) GetThread(ctx context.Context, tid string, includeDeleted bool)
 
 // EditThread changes a live thread's title.
 func (c *Client) EditThread(ctx context.Context, tid, title string) (*Thread, error) {
-	r, err := c.raw.EditThreadWithResponse(ctx, tid, ThreadEdit{Title: title}, c.APIAuth())
+	r, err := c.raw.EditThreadWithResponse(ctx, tid, nil, ThreadEdit{Title: title}, c.APIAuth())
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func (c *Client) DeleteThread(ctx context.Context, tid string) error {
 
 // RestoreThread restores a soft-deleted thread.
 func (c *Client) RestoreThread(ctx context.Context, tid string) (*Thread, error) {
-	r, err := c.raw.RestoreThreadWithResponse(ctx, tid, c.APIAuth())
+	r, err := c.raw.RestoreThreadWithResponse(ctx, tid, nil, c.APIAuth())
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +155,7 @@ func (c *Client) Threads(ctx context.Context, opts ListOptions) iter.Seq2[Thread
 // server choose the ID. A chosen ID makes a retried append safe: the
 // second one answers id_unavailable.
 func (c *Client) AppendMessage(ctx context.Context, tid string, m NewMessage) (*Message, error) {
-	r, err := c.raw.AppendMessageWithResponse(ctx, tid, m, c.APIAuth())
+	r, err := c.raw.AppendMessageWithResponse(ctx, tid, nil, m, c.APIAuth())
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +191,7 @@ func (c *Client) DeleteMessage(ctx context.Context, tid, mid string) error {
 
 // RestoreMessage restores a soft-deleted message (a live version).
 func (c *Client) RestoreMessage(ctx context.Context, tid, mid string) (*Message, error) {
-	r, err := c.raw.RestoreMessageWithResponse(ctx, tid, mid, c.APIAuth())
+	r, err := c.raw.RestoreMessageWithResponse(ctx, tid, mid, nil, c.APIAuth())
 	if err != nil {
 		return nil, err
 	}
@@ -504,7 +504,7 @@ func (c *Client) MoveShard(ctx context.Context, n int, to string) (*MoveResult, 
 // §12): it starts a retention run at once and returns the erasure's ID
 // and run. Without sealing the server answers sealing_disabled.
 func (c *Client) RequestErasure(ctx context.Context, author string) (*ErasureAccepted, error) {
-	r, err := c.raw.RequestErasureWithResponse(ctx, ErasureRequest{Author: author}, c.AdminAuth())
+	r, err := c.raw.RequestErasureWithResponse(ctx, nil, ErasureRequest{Author: author}, c.AdminAuth())
 	if err != nil {
 		return nil, err
 	}

@@ -885,6 +885,7 @@ export interface components {
              *     - `invalid_json`: 400: the body is not one JSON value of the described shape (syntax, not UTF-8, an unknown field, a field of the wrong type, no body).
              *     - `invalid_field`: 400: a body field breaks its rule (required, too long, a message body that is not I-JSON, a retention value out of bounds).
              *     - `invalid_parameter`: 400: a query or path parameter other than an ID breaks its rule (limit, include_deleted, wait, compress, shard), or a node-to-node header does.
+             *     - `invalid_idempotency_key`: 400: the Idempotency-Key header is empty, over 255 bytes or not printable ASCII.
              *     - `unauthorized`: 401: the bearer token is missing or wrong.
              *     - `admin_disabled`: 403: PROGRESSDB_ADMIN_TOKEN is unset, so /admin is off.
              *     - `not_a_node`: 403: cluster node headers without the cluster secret.
@@ -906,9 +907,11 @@ export interface components {
              *     - `sealing_disabled`: 409: sealing is off (PROGRESSDB_KEK unset), and the route needs it (subject erasure).
              *     - `erasure_incomplete`: 409: the erasure has not completed; its receipt is written once it has.
              *     - `receipt_unsigned`: 409: the erasure's audit footers are not signed (no PROGRESSDB_AUDIT_SIGNING_KEY), so no receipt of it could be verified; none is given.
+             *     - `idempotency_key_in_flight`: 409: a request with this Idempotency-Key is still being served (`Retry-After`); send it again then.
              *     - `body_too_large`: 413: the request body is over the limit the message names.
              *     - `misdirected`: 421: a node's call reached a node that does not own the shard with that epoch.
              *     - `range_not_satisfiable`: 416: a download's Range lies outside the file; Content-Range names its size.
+             *     - `idempotency_key_reused`: 422: the Idempotency-Key was sent before with another request (method, path or body); nothing was done.
              *     - `internal_error`: 500: the server failed; the details are in its log.
              *     - `run_failed`: 500: a retention run started and failed (`result` describes it).
              *     - `shard_unavailable`: 503: the thread's shard has no owner, its owner does not answer, or the shard is being moved (`Retry-After`); or this node was deposed as its owner. Retry.
@@ -918,7 +921,7 @@ export interface components {
              *     - `unavailable`: 503: the server is shutting down, the request was canceled, or (`/healthz`) the store cannot commit.
              * @enum {string}
              */
-            code: "invalid_id" | "invalid_cursor" | "invalid_json" | "invalid_field" | "invalid_parameter" | "unauthorized" | "admin_disabled" | "not_a_node" | "not_found" | "route_not_found" | "not_a_cluster" | "cluster_node" | "method_not_allowed" | "already_exists" | "id_unavailable" | "purge_in_progress" | "legal_hold" | "lease_held" | "retention_paused" | "retention_disabled" | "no_backup_path" | "shard_not_held" | "move_in_progress" | "sealing_disabled" | "erasure_incomplete" | "receipt_unsigned" | "body_too_large" | "misdirected" | "range_not_satisfiable" | "internal_error" | "run_failed" | "shard_unavailable" | "cluster_unavailable" | "move_failed" | "not_configured" | "unavailable";
+            code: "invalid_id" | "invalid_cursor" | "invalid_json" | "invalid_field" | "invalid_parameter" | "invalid_idempotency_key" | "unauthorized" | "admin_disabled" | "not_a_node" | "not_found" | "route_not_found" | "not_a_cluster" | "cluster_node" | "method_not_allowed" | "already_exists" | "id_unavailable" | "purge_in_progress" | "legal_hold" | "lease_held" | "retention_paused" | "retention_disabled" | "no_backup_path" | "shard_not_held" | "move_in_progress" | "sealing_disabled" | "erasure_incomplete" | "receipt_unsigned" | "idempotency_key_in_flight" | "body_too_large" | "misdirected" | "range_not_satisfiable" | "idempotency_key_reused" | "internal_error" | "run_failed" | "shard_unavailable" | "cluster_unavailable" | "move_failed" | "not_configured" | "unavailable";
             holder?: components["schemas"]["LeaseInfo"];
             result?: components["schemas"]["RunResult"];
             /** @description true when a run was refused because retention is paused. */
@@ -1200,6 +1203,21 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description The Idempotency-Key was sent before with another request (`idempotency_key_reused`); nothing was done. */
+        IdempotencyKeyReused: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "this Idempotency-Key was sent with another request (method, path or body): use a fresh key for a new request",
+                 *       "code": "idempotency_key_reused"
+                 *     }
+                 */
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description The request body is over the size limit (`body_too_large`); the message names the limit in bytes. */
         TooLarge: {
             headers: {
@@ -1382,6 +1400,24 @@ export interface components {
         AttachmentID: components["schemas"]["ID"];
         /** @description The erasure_id POST /admin/erasures answered. */
         ErasureID: components["schemas"]["ID"];
+        /**
+         * @description Makes the request safe to send again (IETF httpapi draft "The
+         *     Idempotency-Key HTTP Header Field"): a unique key per request,
+         *     the same on each retry of it; 1 to 255 bytes of printable ASCII,
+         *     bare or as a quoted string (`"…"`), else 400
+         *     `invalid_idempotency_key`. Sent again by the same caller (API key
+         *     or admin token) with the same method, path and body, the request
+         *     answers exactly as the first did (status and body, with
+         *     `Idempotent-Replayed: true`) and changes nothing; with another
+         *     request, 422 `idempotency_key_reused`. While the first is still
+         *     being served, a second waits for it (up to 5 seconds), then
+         *     answers 409 `idempotency_key_in_flight` with `Retry-After`. Keys
+         *     are kept for PROGRESSDB_IDEMPOTENCY_TTL (24h); a caller keeps the
+         *     latest 100,000, older ones are dropped first. Only an answer that
+         *     wrote something is kept: a refused request runs again. An answer
+         *     whose item was purged or erased since answers 404 `not_found`.
+         */
+        IdempotencyKey: string;
         /** @description Also show soft-deleted items (false when absent or empty). */
         IncludeDeleted: boolean;
     };
@@ -1552,7 +1588,26 @@ export interface operations {
     createThread: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description Makes the request safe to send again (IETF httpapi draft "The
+                 *     Idempotency-Key HTTP Header Field"): a unique key per request,
+                 *     the same on each retry of it; 1 to 255 bytes of printable ASCII,
+                 *     bare or as a quoted string (`"…"`), else 400
+                 *     `invalid_idempotency_key`. Sent again by the same caller (API key
+                 *     or admin token) with the same method, path and body, the request
+                 *     answers exactly as the first did (status and body, with
+                 *     `Idempotent-Replayed: true`) and changes nothing; with another
+                 *     request, 422 `idempotency_key_reused`. While the first is still
+                 *     being served, a second waits for it (up to 5 seconds), then
+                 *     answers 409 `idempotency_key_in_flight` with `Retry-After`. Keys
+                 *     are kept for PROGRESSDB_IDEMPOTENCY_TTL (24h); a caller keeps the
+                 *     latest 100,000, older ones are dropped first. Only an answer that
+                 *     wrote something is kept: a refused request runs again. An answer
+                 *     whose item was purged or erased since answers 404 `not_found`.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1597,6 +1652,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
             421: components["responses"]["Misdirected"];
+            422: components["responses"]["IdempotencyKeyReused"];
             503: components["responses"]["ShardUnavailable"];
         };
     };
@@ -1673,7 +1729,26 @@ export interface operations {
     editThread: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description Makes the request safe to send again (IETF httpapi draft "The
+                 *     Idempotency-Key HTTP Header Field"): a unique key per request,
+                 *     the same on each retry of it; 1 to 255 bytes of printable ASCII,
+                 *     bare or as a quoted string (`"…"`), else 400
+                 *     `invalid_idempotency_key`. Sent again by the same caller (API key
+                 *     or admin token) with the same method, path and body, the request
+                 *     answers exactly as the first did (status and body, with
+                 *     `Idempotent-Replayed: true`) and changes nothing; with another
+                 *     request, 422 `idempotency_key_reused`. While the first is still
+                 *     being served, a second waits for it (up to 5 seconds), then
+                 *     answers 409 `idempotency_key_in_flight` with `Retry-After`. Keys
+                 *     are kept for PROGRESSDB_IDEMPOTENCY_TTL (24h); a caller keeps the
+                 *     latest 100,000, older ones are dropped first. Only an answer that
+                 *     wrote something is kept: a refused request runs again. An answer
+                 *     whose item was purged or erased since answers 404 `not_found`.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 tid: components["parameters"]["ThreadID"];
             };
@@ -1726,13 +1801,33 @@ export interface operations {
             };
             413: components["responses"]["TooLarge"];
             421: components["responses"]["Misdirected"];
+            422: components["responses"]["IdempotencyKeyReused"];
             503: components["responses"]["ShardUnavailable"];
         };
     };
     restoreThread: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description Makes the request safe to send again (IETF httpapi draft "The
+                 *     Idempotency-Key HTTP Header Field"): a unique key per request,
+                 *     the same on each retry of it; 1 to 255 bytes of printable ASCII,
+                 *     bare or as a quoted string (`"…"`), else 400
+                 *     `invalid_idempotency_key`. Sent again by the same caller (API key
+                 *     or admin token) with the same method, path and body, the request
+                 *     answers exactly as the first did (status and body, with
+                 *     `Idempotent-Replayed: true`) and changes nothing; with another
+                 *     request, 422 `idempotency_key_reused`. While the first is still
+                 *     being served, a second waits for it (up to 5 seconds), then
+                 *     answers 409 `idempotency_key_in_flight` with `Retry-After`. Keys
+                 *     are kept for PROGRESSDB_IDEMPOTENCY_TTL (24h); a caller keeps the
+                 *     latest 100,000, older ones are dropped first. Only an answer that
+                 *     wrote something is kept: a refused request runs again. An answer
+                 *     whose item was purged or erased since answers 404 `not_found`.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 tid: components["parameters"]["ThreadID"];
             };
@@ -1783,6 +1878,7 @@ export interface operations {
                 };
             };
             421: components["responses"]["Misdirected"];
+            422: components["responses"]["IdempotencyKeyReused"];
             503: components["responses"]["ShardUnavailable"];
         };
     };
@@ -1850,7 +1946,26 @@ export interface operations {
     appendMessage: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description Makes the request safe to send again (IETF httpapi draft "The
+                 *     Idempotency-Key HTTP Header Field"): a unique key per request,
+                 *     the same on each retry of it; 1 to 255 bytes of printable ASCII,
+                 *     bare or as a quoted string (`"…"`), else 400
+                 *     `invalid_idempotency_key`. Sent again by the same caller (API key
+                 *     or admin token) with the same method, path and body, the request
+                 *     answers exactly as the first did (status and body, with
+                 *     `Idempotent-Replayed: true`) and changes nothing; with another
+                 *     request, 422 `idempotency_key_reused`. While the first is still
+                 *     being served, a second waits for it (up to 5 seconds), then
+                 *     answers 409 `idempotency_key_in_flight` with `Retry-After`. Keys
+                 *     are kept for PROGRESSDB_IDEMPOTENCY_TTL (24h); a caller keeps the
+                 *     latest 100,000, older ones are dropped first. Only an answer that
+                 *     wrote something is kept: a refused request runs again. An answer
+                 *     whose item was purged or erased since answers 404 `not_found`.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 tid: components["parameters"]["ThreadID"];
             };
@@ -1909,6 +2024,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
             421: components["responses"]["Misdirected"];
+            422: components["responses"]["IdempotencyKeyReused"];
             503: components["responses"]["ShardUnavailable"];
         };
     };
@@ -2045,7 +2161,26 @@ export interface operations {
     restoreMessage: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description Makes the request safe to send again (IETF httpapi draft "The
+                 *     Idempotency-Key HTTP Header Field"): a unique key per request,
+                 *     the same on each retry of it; 1 to 255 bytes of printable ASCII,
+                 *     bare or as a quoted string (`"…"`), else 400
+                 *     `invalid_idempotency_key`. Sent again by the same caller (API key
+                 *     or admin token) with the same method, path and body, the request
+                 *     answers exactly as the first did (status and body, with
+                 *     `Idempotent-Replayed: true`) and changes nothing; with another
+                 *     request, 422 `idempotency_key_reused`. While the first is still
+                 *     being served, a second waits for it (up to 5 seconds), then
+                 *     answers 409 `idempotency_key_in_flight` with `Retry-After`. Keys
+                 *     are kept for PROGRESSDB_IDEMPOTENCY_TTL (24h); a caller keeps the
+                 *     latest 100,000, older ones are dropped first. Only an answer that
+                 *     wrote something is kept: a refused request runs again. An answer
+                 *     whose item was purged or erased since answers 404 `not_found`.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 tid: components["parameters"]["ThreadID"];
                 mid: components["parameters"]["MessageID"];
@@ -2092,6 +2227,7 @@ export interface operations {
                 };
             };
             421: components["responses"]["Misdirected"];
+            422: components["responses"]["IdempotencyKeyReused"];
             503: components["responses"]["ShardUnavailable"];
         };
     };
@@ -3110,7 +3246,26 @@ export interface operations {
     requestErasure: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description Makes the request safe to send again (IETF httpapi draft "The
+                 *     Idempotency-Key HTTP Header Field"): a unique key per request,
+                 *     the same on each retry of it; 1 to 255 bytes of printable ASCII,
+                 *     bare or as a quoted string (`"…"`), else 400
+                 *     `invalid_idempotency_key`. Sent again by the same caller (API key
+                 *     or admin token) with the same method, path and body, the request
+                 *     answers exactly as the first did (status and body, with
+                 *     `Idempotent-Replayed: true`) and changes nothing; with another
+                 *     request, 422 `idempotency_key_reused`. While the first is still
+                 *     being served, a second waits for it (up to 5 seconds), then
+                 *     answers 409 `idempotency_key_in_flight` with `Retry-After`. Keys
+                 *     are kept for PROGRESSDB_IDEMPOTENCY_TTL (24h); a caller keeps the
+                 *     latest 100,000, older ones are dropped first. Only an answer that
+                 *     wrote something is kept: a refused request runs again. An answer
+                 *     whose item was purged or erased since answers 404 `not_found`.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -3163,6 +3318,7 @@ export interface operations {
                 };
             };
             413: components["responses"]["TooLarge"];
+            422: components["responses"]["IdempotencyKeyReused"];
             503: components["responses"]["NoRetention"];
         };
     };

@@ -99,7 +99,11 @@ func (s *server) guard(a access, h handlerFunc) http.Handler {
 		if a == accessAdmin {
 			s.nameDatabase(w, r)
 		}
-		if err := h(w, r); err != nil {
+		serve := h
+		if st := s.keyedStore(r); st != nil {
+			serve = s.keyedHandler(st, h)
+		}
+		if err := serve(w, r); err != nil {
 			s.fail(w, r, err)
 		}
 	})

@@ -26,6 +26,9 @@ const (
 	// breaks its rule (limit, include_deleted, wait, compress, shard), or
 	// a node-to-node header does.
 	CodeInvalidParameter Code = "invalid_parameter"
+	// CodeInvalidIdempotencyKey: the Idempotency-Key header is empty, too
+	// long (over 255 bytes) or not printable ASCII.
+	CodeInvalidIdempotencyKey Code = "invalid_idempotency_key"
 )
 
 // 401, 403: credentials.
@@ -94,6 +97,9 @@ const (
 	// CodeReceiptUnsigned: the erasure's audit footers are not signed (no
 	// PROGRESSDB_AUDIT_SIGNING_KEY), so no receipt of it could be verified.
 	CodeReceiptUnsigned Code = "receipt_unsigned"
+	// CodeIdempotencyKeyInFlight: a request with this Idempotency-Key is
+	// still being served (Retry-After); send it again then.
+	CodeIdempotencyKeyInFlight Code = "idempotency_key_in_flight"
 )
 
 // 413, 421.
@@ -107,6 +113,13 @@ const (
 	// CodeRangeNotSatisfiable: a download's Range lies outside the file
 	// (416; Content-Range names its size).
 	CodeRangeNotSatisfiable Code = "range_not_satisfiable"
+)
+
+// 422.
+const (
+	// CodeIdempotencyKeyReused: the Idempotency-Key was sent before with
+	// another request (method, path or body); nothing was done.
+	CodeIdempotencyKeyReused Code = "idempotency_key_reused"
 )
 
 // 500, 503: the server could not answer; a 503 may be retried.
@@ -137,13 +150,13 @@ const (
 // Codes lists every code, in the order the description lists them.
 func Codes() []Code {
 	return []Code{
-		CodeInvalidID, CodeInvalidCursor, CodeInvalidJSON, CodeInvalidField, CodeInvalidParameter,
+		CodeInvalidID, CodeInvalidCursor, CodeInvalidJSON, CodeInvalidField, CodeInvalidParameter, CodeInvalidIdempotencyKey,
 		CodeUnauthorized, CodeAdminDisabled, CodeNotANode,
 		CodeNotFound, CodeRouteNotFound, CodeNotACluster, CodeClusterNode, CodeMethodNotAllowed,
 		CodeAlreadyExists, CodeIDUnavailable, CodePurgeInProgress, CodeLegalHold, CodeLeaseHeld,
 		CodeRetentionPaused, CodeRetentionDisabled, CodeNoBackupPath, CodeShardNotHeld, CodeMoveInProgress,
-		CodeSealingDisabled, CodeErasureIncomplete, CodeReceiptUnsigned,
-		CodeBodyTooLarge, CodeMisdirected, CodeRangeNotSatisfiable,
+		CodeSealingDisabled, CodeErasureIncomplete, CodeReceiptUnsigned, CodeIdempotencyKeyInFlight,
+		CodeBodyTooLarge, CodeMisdirected, CodeRangeNotSatisfiable, CodeIdempotencyKeyReused,
 		CodeInternal, CodeRunFailed, CodeShardUnavailable, CodeClusterUnavailable, CodeMoveFailed,
 		CodeNotConfigured, CodeUnavailable,
 	}

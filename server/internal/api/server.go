@@ -73,6 +73,15 @@ type Options struct {
 	// AttachmentMaxBytes is the largest attachment stored
 	// (PROGRESSDB_ATTACHMENT_MAX_BYTES; 0: its default of 25 MiB).
 	AttachmentMaxBytes int64
+	// IdempotencyTTL is how long an Idempotency-Key is kept
+	// (PROGRESSDB_IDEMPOTENCY_TTL; 0: DefaultIdempotencyTTL).
+	IdempotencyTTL time.Duration
+	// IdempotencyKeys bounds the keys one caller keeps, the oldest
+	// dropped first (0: DefaultIdempotencyKeys).
+	IdempotencyKeys int
+	// IdempotencyWait bounds how long a request waits for another with
+	// its key (0: DefaultIdempotencyWait; negative: not at all).
+	IdempotencyWait time.Duration
 }
 
 // server holds what the handlers share. It is built once by New.
@@ -96,6 +105,7 @@ type server struct {
 	attach        *attachments.Blobs    // nil: attachments not configured
 	attachMax     int64
 	attachMetrics *attachmentMetrics
+	idem          idempotency // Idempotency-Key (idempotency.go)
 }
 
 // New builds the HTTP handler.
@@ -144,6 +154,19 @@ func New(opts Options) (http.Handler, error) {
 	}
 	if s.streamTimeout <= 0 {
 		s.streamTimeout = DefaultBackupStreamTimeout
+	}
+	if opts.IdempotencyTTL < 0 || opts.IdempotencyKeys < 0 {
+		return nil, fmt.Errorf("api: IdempotencyTTL %v and IdempotencyKeys %d must not be negative", opts.IdempotencyTTL, opts.IdempotencyKeys)
+	}
+	s.idem.ttl, s.idem.max, s.idem.wait = opts.IdempotencyTTL, opts.IdempotencyKeys, opts.IdempotencyWait
+	if s.idem.ttl == 0 {
+		s.idem.ttl = DefaultIdempotencyTTL
+	}
+	if s.idem.max == 0 {
+		s.idem.max = DefaultIdempotencyKeys
+	}
+	if s.idem.wait == 0 {
+		s.idem.wait = DefaultIdempotencyWait
 	}
 	m, err := newHTTPMetrics(reg)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -35,8 +36,13 @@ func (s *server) createThread(w http.ResponseWriter, r *http.Request) error {
 	}
 	if s.cluster != nil {
 		// The ID decides the shard: pick it here, then serve or forward.
+		// A keyed request's ID comes from its key, so that a retry
+		// reaches the same shard with the same body.
 		if req.ID == "" {
 			req.ID = s.ids.Next()
+			if k, ok := r.Header["Idempotency-Key"]; ok {
+				req.ID = "k" + digest("thread", callerScope(r), strings.Join(k, ","))[:31]
+			}
 		}
 		body, err := json.Marshal(req)
 		if err != nil {
@@ -48,8 +54,18 @@ func (s *server) createThread(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		r = withShard(routed, sh)
+		if st := s.keyedStore(r); st != nil {
+			return s.serveKeyed(w, r, st, func(w http.ResponseWriter, r *http.Request) error {
+				return s.storeThread(w, r, req.ID, req.Title, req.Author)
+			})
+		}
 	}
-	t, err := s.st(r).CreateThread(r.Context(), store.Thread{ID: req.ID, Title: req.Title, Author: req.Author})
+	return s.storeThread(w, r, req.ID, req.Title, req.Author)
+}
+
+// storeThread creates the thread a request asked for and answers it.
+func (s *server) storeThread(w http.ResponseWriter, r *http.Request, id, title, author string) error {
+	t, err := s.st(r).CreateThread(r.Context(), store.Thread{ID: id, Title: title, Author: author})
 	if err != nil {
 		return err
 	}

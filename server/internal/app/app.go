@@ -140,6 +140,7 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		Erasures:            erasures,
 		Backups:             backups,
 		BackupStreamTimeout: cfg.Backup.StreamTimeout,
+		IdempotencyTTL:      cfg.IdempotencyTTL,
 		Logger:              logger,
 		APIKey:              cfg.APIKey,
 		AdminToken:          cfg.AdminToken,

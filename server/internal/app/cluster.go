@@ -351,7 +351,7 @@ func (p *shardRuntime) handler(nodeCtx context.Context, tr *transport, view *rou
 	}
 	tokens := new(api.Tokens)
 	h, err := api.New(api.Options{Cluster: rt, Pause: p.pause, ShardBackups: p.backups,
-		BackupStreamTimeout: p.cfg.Backup.StreamTimeout, Logger: p.logger, APIKey: p.cfg.APIKey, AdminToken: p.cfg.AdminToken,
+		BackupStreamTimeout: p.cfg.Backup.StreamTimeout, IdempotencyTTL: p.cfg.IdempotencyTTL, Logger: p.logger, APIKey: p.cfg.APIKey, AdminToken: p.cfg.AdminToken,
 		Tokens: tokens, Registry: reg})
 	if err != nil {
 		return nil, err

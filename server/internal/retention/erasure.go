@@ -474,6 +474,11 @@ func (m *Manager) record(ctx context.Context, id, author string, requestedAt tim
 	}
 	if !known {
 		doc = store.Erasure{ID: id, Status: ErasurePending, Subject: r.keys.Subject(author), RequestedAt: requestedAt.UnixNano()}
+		if !adopt {
+			// A request with an Idempotency-Key keeps its answer in this
+			// commit: sent again, it answers the same and erases nothing more.
+			_ = store.SetAnswer(ctx, ErasureAccepted{ErasureID: id, RunID: rn.id})
+		}
 		if err := r.st.PutErasure(ctx, doc); err != nil {
 			err = fmt.Errorf("record erasure: %w", err)
 			if cerr := r.keys.CompleteErasure(context.WithoutCancel(ctx), id); cerr != nil {

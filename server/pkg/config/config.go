@@ -47,9 +47,12 @@ type Config struct {
 	// DB_PATH (DefaultAttachmentsDir).
 	AttachmentsURL string `env:"PROGRESSDB_ATTACHMENTS_URL"`
 	// AttachmentMaxBytes is the largest attachment an upload may store.
-	AttachmentMaxBytes int64     `env:"PROGRESSDB_ATTACHMENT_MAX_BYTES" envDefault:"26214400"`
-	Retention          Retention `envPrefix:"PROGRESSDB_RETENTION_"`
-	Backup             Backup    `envPrefix:"PROGRESSDB_BACKUP_"`
+	AttachmentMaxBytes int64 `env:"PROGRESSDB_ATTACHMENT_MAX_BYTES" envDefault:"26214400"`
+	// IdempotencyTTL is how long an Idempotency-Key's answer is kept
+	// (spec §7): a request sent again within it answers as the first did.
+	IdempotencyTTL time.Duration `env:"PROGRESSDB_IDEMPOTENCY_TTL" envDefault:"24h"`
+	Retention      Retention     `envPrefix:"PROGRESSDB_RETENTION_"`
+	Backup         Backup        `envPrefix:"PROGRESSDB_BACKUP_"`
 	// NodeID and AdvertiseURL name this node in a cluster (spec §11).
 	NodeID       string  `env:"PROGRESSDB_NODE_ID"`
 	AdvertiseURL string  `env:"PROGRESSDB_ADVERTISE_URL"`
@@ -149,6 +152,7 @@ const (
 	VarBackupCron         = "PROGRESSDB_BACKUP_CRON"
 	VarBackupKeep         = "PROGRESSDB_BACKUP_KEEP"
 	VarBackupStream       = "PROGRESSDB_BACKUP_STREAM_TIMEOUT"
+	VarIdempotencyTTL     = "PROGRESSDB_IDEMPOTENCY_TTL"
 )
 
 // Error is a configuration error naming the variable, the value and the rule.
@@ -352,6 +356,7 @@ func (c Config) Redacted() [][2]string {
 		{VarBackupCron, c.Backup.Schedule},
 		{VarBackupKeep, FormatDuration(c.Backup.Keep)},
 		{VarBackupStream, FormatDuration(c.Backup.StreamTimeout)},
+		{VarIdempotencyTTL, FormatDuration(c.IdempotencyTTL)},
 	}, append(c.redactedCluster(), c.redactedTLS()...)...)
 }
 

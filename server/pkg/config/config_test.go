@@ -36,8 +36,9 @@ func TestLoadDefaults(t *testing.T) {
 			Erase:         true,
 			EraseRate:     32,
 		},
-		Backup:  Backup{Schedule: "0 3 * * *", Keep: 30 * day, StreamTimeout: 10 * time.Minute},
-		Cluster: Cluster{ClusterName: "progressdb", Shards: 16, OwnerTTL: 10 * time.Second},
+		Backup:         Backup{Schedule: "0 3 * * *", Keep: 30 * day, StreamTimeout: 10 * time.Minute},
+		Cluster:        Cluster{ClusterName: "progressdb", Shards: 16, OwnerTTL: 10 * time.Second},
+		IdempotencyTTL: day,
 	}
 	if c != want {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
@@ -129,8 +130,10 @@ func TestLoadEveryVariable(t *testing.T) {
 		"PROGRESSDB_CLUSTER_ETCD_CA_FILE="+pem,
 		"PROGRESSDB_CLUSTER_ETCD_CERT_FILE="+pem,
 		"PROGRESSDB_CLUSTER_ETCD_KEY_FILE="+pem,
+		"PROGRESSDB_IDEMPOTENCY_TTL=2h",
 	)
 	want := Config{
+		IdempotencyTTL:     2 * time.Hour,
 		DBPath:             "/var/lib/progressdb",
 		Addr:               ":9090",
 		AdminToken:         "admin-secret",
@@ -243,6 +246,9 @@ func TestLoadInvalid(t *testing.T) {
 		{"PROGRESSDB_BACKUP_KEEP=a month", "duration", nil},
 		{"PROGRESSDB_BACKUP_STREAM_TIMEOUT=0", "at least 1s", nil},
 		{"PROGRESSDB_BACKUP_STREAM_TIMEOUT=forever", "duration", nil},
+		{"PROGRESSDB_IDEMPOTENCY_TTL=30s", "from 1m to 30d", nil},
+		{"PROGRESSDB_IDEMPOTENCY_TTL=31d", "from 1m to 30d", nil},
+		{"PROGRESSDB_IDEMPOTENCY_TTL=a day", "duration", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.env, func(t *testing.T) {
@@ -272,8 +278,8 @@ func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 		VarExportPath: true, VarAuditSigningKey: true, VarBackupPath: true, VarKEK: true, VarKeystorePath: true,
 		VarAdminTokenFile: true, VarAPIKeyFile: true, VarKEKFile: true, VarClusterSecretFile: true}
 	vars := fieldVars()
-	if len(vars) != 60 {
-		t.Fatalf("fieldVars has %d variables, want the 41 of the spec, ATTACHMENTS_URL and ATTACHMENT_MAX_BYTES of §16 (SERVER and BACKUP_STREAM_TIMEOUT of §10.1 among them), YIELD_TO_WRITES, ERASE_RATE, KEK and KEYSTORE_PATH of §12 (TestSealingInvalid), the four secrets' files of §12 (TestSecretFilesRefused), and the nine TLS files of §14 (TestTLSSettingsInvalid)", len(vars))
+	if len(vars) != 61 {
+		t.Fatalf("fieldVars has %d variables, want the 41 of the spec, ATTACHMENTS_URL and ATTACHMENT_MAX_BYTES of §16, IDEMPOTENCY_TTL of §7 (SERVER and BACKUP_STREAM_TIMEOUT of §10.1 among them), YIELD_TO_WRITES, ERASE_RATE, KEK and KEYSTORE_PATH of §12 (TestSealingInvalid), the four secrets' files of §12 (TestSecretFilesRefused), and the nine TLS files of §14 (TestTLSSettingsInvalid)", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -400,7 +406,7 @@ func TestRedacted(t *testing.T) {
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
 		VarYieldToWrites, VarMaxAge, VarMaxMessages, VarExportPath,
 		VarErase, VarEraseRate, VarAuditSigningKey, VarKEK, VarKEKFile, VarKeystorePath, VarAttachmentsURL, VarAttachmentMaxBytes,
-		VarBackupPath, VarBackupCron, VarBackupKeep, VarBackupStream, VarClusterEtcd, VarClusterName, VarNodeID, VarAdvertiseURL, VarClusterSecret, VarClusterSecretFile, VarClusterShards,
+		VarBackupPath, VarBackupCron, VarBackupKeep, VarBackupStream, VarIdempotencyTTL, VarClusterEtcd, VarClusterName, VarNodeID, VarAdvertiseURL, VarClusterSecret, VarClusterSecretFile, VarClusterShards,
 		VarClusterLeaseTTL, VarClusterEtcdCA, VarClusterEtcdCert, VarClusterEtcdKey,
 		VarClusterTLSCA, VarClusterTLSCert, VarClusterTLSKey,
 		VarTLSCert, VarTLSKey, VarTLSClientCA, VarTLSCA, VarTLSClientCert, VarTLSClientKey,

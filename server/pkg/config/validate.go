@@ -33,6 +33,7 @@ func (c Config) validate(vars map[string]string, node bool) error {
 		c.validateSealing,
 		c.validateAttachments,
 		c.Backup.validate,
+		c.validateIdempotency,
 		c.validateTLS,
 		func(vars map[string]string) *Error { return c.validateCluster(vars, node) },
 	}
@@ -54,6 +55,15 @@ func (b Backup) validate(vars map[string]string) *Error {
 	}
 	if b.StreamTimeout < time.Second {
 		return &Error{VarBackupStream, vars[VarBackupStream], "must be at least 1s, such as 10m: a streamed backup whose client takes nothing for this long is cut"}
+	}
+	return nil
+}
+
+// validateIdempotency checks how long Idempotency-Keys are kept.
+func (c Config) validateIdempotency(vars map[string]string) *Error {
+	if c.IdempotencyTTL < time.Minute || c.IdempotencyTTL > 30*24*time.Hour {
+		return &Error{VarIdempotencyTTL, vars[VarIdempotencyTTL], "must be from 1m to 30d, such as 24h: " +
+			"a request sent again with its Idempotency-Key within it answers as the first did; its answer is kept that long"}
 	}
 	return nil
 }

@@ -10,7 +10,8 @@ import (
 // The commit path. Every write of the store is a write value: a batch and
 // what it means (its kind, whether it must be durable before it returns,
 // the stripes its writer holds). apply is the one place a write is
-// decided: it checks the fence (fence.go), applies the batch, makes the
+// decided: it records an idempotency key's answer (idempotency.go),
+// checks the fence (fence.go), applies the batch, makes the
 // live-thread memory forget (livememo.go) and lets go of the writer's
 // stripes, in that order. Nothing else in the package writes to Pebble.
 // A write is built whole before apply sees it, so it could as well be
@@ -100,6 +101,9 @@ type write struct {
 	// held is the writer's stripes (grouped kinds), let go as soon as the
 	// batch is applied, after the live-thread memory forgot.
 	held *held
+	// answer is what the write answers: when the request carries an
+	// idempotency key (WithIdempotent), the key's records ride the batch.
+	answer answer
 }
 
 // apply decides a write: it checks the fence of ctx's token (unless the
@@ -109,6 +113,11 @@ type write struct {
 func (s *Store) apply(ctx context.Context, w write) error {
 	if w.kind == writeUser && replayWrite(ctx) {
 		w.kind = writeReplay
+	}
+	if w.answer.thread != nil || w.answer.mid != "" || w.answer.inline {
+		if p := idempotentFrom(ctx); p != nil {
+			s.recordAnswer(w.batch, p, &w.answer)
+		}
 	}
 	release := func(bool) {}
 	if w.kind.unfenced() == "" {

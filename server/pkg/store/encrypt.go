@@ -121,6 +121,11 @@ func (s *Store) SealThread(ctx context.Context, tid, after string, limit int) (s
 			return 0, false, err
 		}
 		putThreadRecord(b, t)
+		// Idempotency answers written while the thread was plain are
+		// plain copies of it: dropped, not sealed (a replay of one then
+		// answers that its answer is gone).
+		answers := append(threadPrefix(tid), idemThreadSuffix...)
+		_ = b.DeleteRange(answers, upperBound(answers), nil)
 		sealed++
 	}
 	prefix := logPrefix(tid)

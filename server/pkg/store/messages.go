@@ -165,7 +165,7 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 		_ = b.Close()
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
 	}
-	if err := s.apply(ctx, write{kind: writeAppend, batch: b, held: h}); err != nil {
+	if err := s.apply(ctx, write{kind: writeAppend, batch: b, held: h, answer: answer{tid: tid, mid: msg.ID, version: 1}}); err != nil {
 		return Message{}, fmt.Errorf("append message %s: %w", msg.ID, err)
 	}
 	return msg, nil
@@ -394,7 +394,7 @@ func (s *Store) RestoreMessage(ctx context.Context, tid, mid string) (Message, e
 		_ = b.Close()
 		return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
 	}
-	if err := s.apply(ctx, write{kind: writeUser, batch: b, held: h}); err != nil {
+	if err := s.apply(ctx, write{kind: writeUser, batch: b, held: h, answer: answer{tid: tid, mid: mid, version: m.Version}}); err != nil {
 		return Message{}, fmt.Errorf("restore message %s: %w", mid, err)
 	}
 	return m, nil

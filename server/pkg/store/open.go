@@ -54,6 +54,9 @@ type Store struct {
 	// raftLog is the shard's Raft log once loaded (raftlog.go): one
 	// value per store, so that its cached state has one owner.
 	raftLog atomic.Pointer[RaftLog]
+
+	// idemScopes counts each scope's idempotency keys (idempotency.go).
+	idemScopes idemScopes
 }
 
 // DefaultMemTableSize is larger than Pebble's 4 MiB default so bulk loads

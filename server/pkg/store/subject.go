@@ -142,7 +142,10 @@ func (s *Store) PutErasure(ctx context.Context, e Erasure) error {
 	if err != nil {
 		return err
 	}
-	if err := s.set(ctx, erasureKey(e.ID), v, true); err != nil {
+	b := s.db.NewBatch()
+	_ = b.Set(erasureKey(e.ID), v, nil)
+	// The request's answer, when it carries an idempotency key (SetAnswer).
+	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true, answer: answer{inline: true}}); err != nil {
 		return fmt.Errorf("write erasure %s: %w", e.ID, err)
 	}
 	return nil

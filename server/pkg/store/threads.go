@@ -124,7 +124,7 @@ func (s *Store) CreateThread(ctx context.Context, t Thread) (Thread, error) {
 		return Thread{}, err
 	}
 	_ = b.Set(liveThreadKey(t.ID), nil, nil)
-	if err := s.apply(ctx, write{kind: writeUser, batch: b, held: h}); err != nil {
+	if err := s.apply(ctx, write{kind: writeUser, batch: b, held: h, answer: answer{thread: &t}}); err != nil {
 		return Thread{}, fmt.Errorf("create thread %s: %w", t.ID, err)
 	}
 	return t, nil
@@ -265,7 +265,7 @@ func (s *Store) updateThread(ctx context.Context, tid, op string, refuse func(ct
 		// shredded purge of the thread erases it all the same.
 		_ = b.Set(plainMarkKey(tid), nil, nil)
 	}
-	if err := s.apply(ctx, write{kind: writeUser, batch: b, held: h}); err != nil {
+	if err := s.apply(ctx, write{kind: writeUser, batch: b, held: h, answer: answer{thread: &t}}); err != nil {
 		return Thread{}, fmt.Errorf("%s %s: %w", op, tid, err)
 	}
 	return t, nil
