@@ -3,10 +3,13 @@ package client
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -33,9 +36,33 @@ func retryableStatus(status int) bool {
 	return status == http.StatusServiceUnavailable || status == http.StatusMisdirectedRequest
 }
 
+// keyedWrite reports whether the server keeps an Idempotency-Key for req
+// (spec §7): every POST and PATCH of /v1, and POST /admin/erasures.
+func keyedWrite(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodPost, http.MethodPatch:
+	default:
+		return false
+	}
+	p := req.URL.Path
+	return strings.Contains(p, "/v1/") || strings.HasSuffix(p, "/admin/erasures")
+}
+
+// newIdempotencyKey is a fresh key: 128 random bits.
+func newIdempotencyKey() (string, error) {
+	var b [16]byte
+	if _, err := crand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("progressdb: idempotency key: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
 // retryDoer sends a request again on 503 and 421, waiting as Retry says
 // or as long as the server's Retry-After, and stops early when the
-// request's context ends.
+// request's context ends. A write the server keys (keyedWrite) gets a
+// fresh Idempotency-Key, the same on each try, so that the server stores
+// it once however many tries reach it; such a write is also tried again
+// when the connection fails, since its first try may have been served.
 type retryDoer struct {
 	next  HttpRequestDoer
 	retry Retry
@@ -53,6 +80,14 @@ func (d retryDoer) Do(req *http.Request) (*http.Response, error) {
 		}
 		body = b
 	}
+	keyed := keyedWrite(req)
+	if keyed && req.Header.Get("Idempotency-Key") == "" {
+		key, err := newIdempotencyKey()
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Idempotency-Key", key)
+	}
 	for attempt := 1; ; attempt++ {
 		try := req.Clone(ctx)
 		if body != nil {
@@ -60,19 +95,25 @@ func (d retryDoer) Do(req *http.Request) (*http.Response, error) {
 			try.ContentLength = int64(len(body))
 		}
 		res, err := d.next.Do(try)
-		if err != nil || !retryableStatus(res.StatusCode) || attempt >= d.retry.Attempts {
+		if attempt >= d.retry.Attempts || (err != nil && (!keyed || ctx.Err() != nil)) ||
+			(err == nil && !retryableStatus(res.StatusCode)) {
 			return res, err
 		}
-		wait, said := retryAfter(res.Header, time.Now())
+		wait, said := time.Duration(0), false
+		if err == nil {
+			wait, said = retryAfter(res.Header, time.Now())
+		}
 		if !said {
 			wait = backoff(d.retry, attempt)
 		}
-		if wait > d.retry.Max {
+		if err == nil && wait > d.retry.Max {
 			return res, nil
 		}
-		// Drain so the connection is reused.
-		io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
-		res.Body.Close()
+		if err == nil {
+			// Drain so the connection is reused.
+			io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+			res.Body.Close()
+		}
 		if err := sleep(ctx, wait); err != nil {
 			return nil, err
 		}

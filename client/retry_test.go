@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -165,4 +166,72 @@ func (c cancelOnAnswer) RoundTrip(req *http.Request) (*http.Response, error) {
 	res, err := http.DefaultTransport.RoundTrip(req)
 	c.cancel()
 	return res, err
+}
+
+// An append whose connection drops after the server stored it is tried
+// again with the same Idempotency-Key, and the server answers it as the
+// first: one message, the one the caller is told about.
+func TestRetriedAppendIsStoredOnce(t *testing.T) {
+	base := serve(t)
+	target, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var (
+		mu      sync.Mutex
+		appends []string // the Idempotency-Key of each append that arrived
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/messages") {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		mu.Lock()
+		appends = append(appends, r.Header.Get("Idempotency-Key"))
+		first := len(appends) == 1
+		mu.Unlock()
+		if !first {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		// The server handles the first send; its answer is lost with
+		// the connection.
+		rec := httptest.NewRecorder()
+		proxy.ServeHTTP(rec, r)
+		if rec.Code != http.StatusCreated {
+			t.Errorf("first send: %d %s", rec.Code, rec.Body)
+		}
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		conn.Close()
+	}))
+	t.Cleanup(srv.Close)
+
+	ctx := context.Background()
+	c := newClient(t, srv.URL, client.WithRetry(client.Retry{Attempts: 3, Base: time.Millisecond, Max: 10 * time.Millisecond}))
+	check(c.CreateThread(ctx, client.NewThread{Id: ptr("t-drop"), Title: "Dropped", Author: "ann"})).must(t)
+	body := map[string]any{"text": "once"}
+	m := check(c.AppendMessage(ctx, "t-drop", client.NewMessage{Author: "bob", Body: body})).must(t)
+
+	mu.Lock()
+	keys := append([]string(nil), appends...)
+	mu.Unlock()
+	if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
+		t.Fatalf("appends arrived with keys %q, want two with one key", keys)
+	}
+	stored, _, err := newClient(t, base).MessagesPage(ctx, "t-drop", client.ListOptions{})
+	if err != nil || len(stored) != 1 || stored[0].Id != m.Id {
+		t.Fatalf("messages on the server: %+v, %v; want the one answered (%s)", stored, err, m.Id)
+	}
+	// Another call is another request: a fresh key.
+	check(c.AppendMessage(ctx, "t-drop", client.NewMessage{Author: "bob", Body: body})).must(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(appends) != 3 || appends[2] == keys[0] {
+		t.Fatalf("a second call's key %q, want a fresh one", appends[len(appends)-1])
+	}
 }

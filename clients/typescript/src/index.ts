@@ -145,7 +145,23 @@ function sleep(ms: number, signal: AbortSignal | null | undefined): Promise<void
   });
 }
 
-/** A fetch that tries again on 503 and 421 as retry says. */
+/**
+ * Whether the server keeps an Idempotency-Key for a request (spec §7):
+ * every POST and PATCH of /v1, and POST /admin/erasures.
+ */
+function keyedWrite(request: Request): boolean {
+  if (request.method !== "POST" && request.method !== "PATCH") return false;
+  const path = new URL(request.url).pathname;
+  return path.includes("/v1/") || path.endsWith("/admin/erasures");
+}
+
+/**
+ * A fetch that tries again on 503 and 421 as retry says. A write the
+ * server keys gets a fresh Idempotency-Key, the same on each try, so that
+ * the server stores it once however many tries reach it; such a write is
+ * also tried again when the connection fails, since its first try may
+ * have been served.
+ */
 export function retryingFetch(
   next: (input: Request) => Promise<Response>,
   retry: RetryOptions = {},
@@ -153,16 +169,27 @@ export function retryingFetch(
   const attempts = retry.attempts ?? 4;
   const base = retry.baseDelayMs ?? 100;
   const maxDelay = retry.maxDelayMs ?? 10000;
+  const backoff = (attempt: number) => {
+    const d = Math.min(base * 2 ** (attempt - 1), maxDelay);
+    return d - Math.random() * (d / 2);
+  };
   return async (request: Request) => {
+    const keyed = keyedWrite(request);
+    if (keyed && !request.headers.has("idempotency-key")) {
+      request.headers.set("Idempotency-Key", crypto.randomUUID());
+    }
     for (let attempt = 1; ; attempt++) {
       // A body is read once: each try sends a copy.
-      const res = await next(attempt < attempts ? request.clone() : request);
-      if ((res.status !== 503 && res.status !== 421) || attempt >= attempts) return res;
-      let wait = retryAfterMs(res.headers);
-      if (wait === undefined) {
-        const d = Math.min(base * 2 ** (attempt - 1), maxDelay);
-        wait = d - Math.random() * (d / 2);
+      let res: Response;
+      try {
+        res = await next(attempt < attempts ? request.clone() : request);
+      } catch (err) {
+        if (!keyed || attempt >= attempts || request.signal.aborted) throw err;
+        await sleep(backoff(attempt), request.signal);
+        continue;
       }
+      if ((res.status !== 503 && res.status !== 421) || attempt >= attempts) return res;
+      const wait = retryAfterMs(res.headers) ?? backoff(attempt);
       if (wait > maxDelay) return res;
       await res.body?.cancel();
       await sleep(wait, request.signal);

@@ -299,6 +299,44 @@ describe("@progressdb/client against progressdb serve", () => {
     assert.equal(arrivals.length, 1);
   });
 
+  test("a retried append is stored once", async (t) => {
+    const base = await serve(t);
+    const appends = []; // the Idempotency-Key of each append that arrived
+    const front = createHTTPServer((req, res) => {
+      const isAppend = req.method === "POST" && req.url.endsWith("/messages");
+      if (isAppend) appends.push(req.headers["idempotency-key"]);
+      const first = isAppend && appends.length === 1;
+      const up = httpRequest(base + req.url, { method: req.method, headers: req.headers }, (ures) => {
+        if (first) {
+          // The server stored the first send; its answer is lost with
+          // the connection.
+          assert.equal(ures.statusCode, 201);
+          ures.resume();
+          req.socket.destroy();
+          return;
+        }
+        res.writeHead(ures.statusCode, ures.headers);
+        ures.pipe(res);
+      });
+      req.pipe(up);
+    });
+    await new Promise((r) => front.listen(0, "127.0.0.1", r));
+    t.after(() => new Promise((r) => { front.closeAllConnections(); front.close(r); }));
+    const c = await connect(`http://127.0.0.1:${front.address().port}`, { retry: { attempts: 3, baseDelayMs: 1, maxDelayMs: 10 } });
+
+    await c.createThread({ id: "t-drop", title: "Dropped", author: "ann" });
+    const m = await c.appendMessage("t-drop", { author: "bob", body: { text: "once" } });
+    assert.equal(appends.length, 2, "the append was not sent again");
+    assert.ok(appends[0], "no Idempotency-Key");
+    assert.equal(appends[1], appends[0], "a retry with another key");
+    const stored = await collect((await connect(base)).messages("t-drop"));
+    assert.deepEqual(stored.map((x) => x.id), [m.id]);
+    // Another call is another request: a fresh key.
+    await c.appendMessage("t-drop", { author: "bob", body: { text: "twice" } });
+    assert.equal(appends.length, 3);
+    assert.notEqual(appends[2], appends[0]);
+  });
+
   test("TLS options: CA and client certificate", { skip: process.env.PROGRESSDB_TEST_PKI ? false : "PROGRESSDB_TEST_PKI is not set" }, async (t) => {
     const base = await serve(t);
     const pki = process.env.PROGRESSDB_TEST_PKI;
