@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -10,14 +9,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"gocloud.dev/secrets/localsecrets"
@@ -304,26 +301,7 @@ func TestAttachmentCutOffUpload(t *testing.T) {
 	for _, sealed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "sealed"}[sealed], func(t *testing.T) {
 			e := newAttachEnv(t, sealed, 1<<20)
-			conn, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			w := bufio.NewWriter(conn)
-			fmt.Fprintf(w, "POST /v1/threads/t1/messages/m1/attachments HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\nContent-Length: 500000\r\n\r\n")
-			_, _ = w.Write(marked(200000))
-			if err := w.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			_ = conn.Close()
-			// The handler ends (400: the body was cut) once it sees the
-			// connection closed.
-			deadline := time.Now().Add(20 * time.Second)
-			for counterSum(t, e.reg, "progressdb_http_requests_total") < 3 {
-				if time.Now().After(deadline) {
-					t.Fatal("the cut-off upload was never answered")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			cutOff(t, e.testEnv, 500000, 200000)
 			var list struct {
 				Attachments []wire.Attachment `json:"attachments"`
 			}
