@@ -126,7 +126,7 @@ func TestNewerDatabaseFormatIsRefused(t *testing.T) {
 		}
 	}
 	// The formats the binary reads are what version says.
-	if code, out, _ := runBinary(t, env, "version"); code != exitOK || !strings.Contains(out, "formats: database 1 to 3, key store 1 to 3") {
+	if code, out, _ := runBinary(t, env, "version"); code != exitOK || !strings.Contains(out, "formats: database 1 to 3, key store 1 to 2") {
 		t.Errorf("version: exit %d\n%s; want the formats it reads", code, out)
 	}
 }

@@ -31,7 +31,7 @@ func (e env) version(_ context.Context, args []string) int {
 	for f := store.FormatBase; f <= store.FormatNewest; f++ {
 		rep.DatabaseFormats = append(rep.DatabaseFormats, int(f))
 	}
-	for f := keystore.FormatLegacy; f <= keystore.FormatNewest; f++ {
+	for f := keystore.FormatLegacy; f <= keystore.FormatBound; f++ {
 		rep.KeyStoreFormats = append(rep.KeyStoreFormats, f)
 	}
 	if *asJSON {
@@ -42,6 +42,6 @@ func (e env) version(_ context.Context, args []string) int {
 	fmt.Fprintf(e.stdout, "go:     %s\n", info.Go)
 	fmt.Fprintf(e.stdout, "pebble: %s\n", info.Pebble)
 	fmt.Fprintf(e.stdout, "formats: database %d to %d, key store %d to %d (docs/upgrading.md)\n",
-		store.FormatBase, store.FormatNewest, keystore.FormatLegacy, keystore.FormatNewest)
+		store.FormatBase, store.FormatNewest, keystore.FormatLegacy, keystore.FormatBound)
 	return exitOK
 }

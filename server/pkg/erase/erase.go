@@ -66,15 +66,6 @@ type Options struct {
 	// staging checkpoint: a copied log, links to replaced tables). Run
 	// waits for it to end, as for snapshots, before it reports success.
 	Held func() bool
-	// Prepare, when set, is called before range i is compacted, and
-	// reports whether it wrote to the database (the range's deletes,
-	// kept out of the database until then). Run then flushes after each
-	// call that wrote, so that each range's tombstones reach a table of
-	// their own and its compaction rewrites only the tables under that
-	// range: tombstones of far-apart ranges flushed together make one
-	// table spanning all of them, and compacting it rewrites everything
-	// in between.
-	Prepare func(ctx context.Context, i int) (bool, error)
 }
 
 // Progress is where an erase is: its step (one of the steps below) and,
@@ -129,37 +120,19 @@ func Run(ctx context.Context, db *pebble.DB, dir string, ranges []Span, opts Opt
 	if err := e.waitNoSnapshots(ctx); err != nil {
 		return res, err
 	}
-	if opts.Prepare == nil {
-		if err := e.markBottomTables(ranges); err != nil {
-			return res, err
-		}
+	if err := e.markBottomTables(ranges); err != nil {
+		return res, err
 	}
 	if err := db.Flush(); err != nil {
 		return res, fmt.Errorf("flush: %w", err)
 	}
 	for i, r := range ranges {
 		step(Compact, i)
-		if opts.Prepare != nil {
-			if err := e.prepare(ctx, i, r, opts.Prepare); err != nil {
-				return res, err
-			}
-		}
 		if err := e.compactPaced(ctx, r, opts.Rate); err != nil {
 			return res, fmt.Errorf("compact %s: %w", r.Start, err)
 		}
 	}
 	step(RotateLogs, len(ranges))
-	if opts.Prepare != nil {
-		// The logs of the ranges' deletes name the deleted keys, and
-		// Pebble keeps retired logs for reuse: they go too.
-		now, err := e.files()
-		if err != nil {
-			return res, err
-		}
-		for name := range now.logs {
-			before.logs[name] = true
-		}
-	}
 	logs, err := e.rotateLogs(ctx, before)
 	res.LogsRemoved = logs
 	if err != nil {
@@ -179,27 +152,6 @@ type eraser struct {
 	db   *pebble.DB
 	dir  string
 	wait time.Duration
-}
-
-// prepare writes range i's deletes (Options.Prepare) and its bottom
-// tables' marks, and flushes them into tables of their own.
-func (e eraser) prepare(ctx context.Context, i int, r Span, prepare func(context.Context, int) (bool, error)) error {
-	wrote, err := prepare(ctx, i)
-	if err != nil {
-		return fmt.Errorf("prepare %s: %w", r.Start, err)
-	}
-	if err := e.markBottomTables([]Span{r}); err != nil {
-		return err
-	}
-	if !wrote {
-		// The marks alone are in the memtable (or nothing is): a
-		// compaction flushes what overlaps its range.
-		return nil
-	}
-	if err := e.db.Flush(); err != nil {
-		return fmt.Errorf("flush: %w", err)
-	}
-	return nil
 }
 
 // markBottomTables deletes, for every bottom-level table overlapping

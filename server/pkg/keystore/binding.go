@@ -30,19 +30,13 @@ const (
 	databaseKey = "ks:db"
 )
 
-// Formats of the key store. A store of an earlier format opened by this
-// release is raised to FormatNewest when it is bound to its database (Bind)
-// or first destroys a thread's keys (doom.go).
+// Formats of the key store. FormatLegacy stores opened by this release are
+// raised to FormatBound when they are bound to their database (Bind).
 const (
 	// FormatLegacy is what the release that introduced sealing wrote.
 	FormatLegacy = 1
-	// FormatBound adds the identities (ks:id, ks:db).
+	// FormatBound is the format this release writes.
 	FormatBound = 2
-	// FormatDoomed adds the markers of destroyed threads (d:<tid>, doom.go):
-	// a binary of format 2 would read a doomed thread's keys as live.
-	FormatDoomed = 3
-	// FormatNewest is the format this release writes.
-	FormatNewest = FormatDoomed
 )
 
 // Sentinel errors of the binding.
@@ -72,8 +66,8 @@ func (e *FormatError) Unwrap() error { return ErrUnknownFormat }
 // does not know.
 func parseFormat(v []byte) (int, error) {
 	n, err := strconv.Atoi(string(v))
-	if err != nil || n < FormatLegacy || n > FormatNewest {
-		return 0, &FormatError{Found: strconv.Quote(string(v)), Known: FormatNewest}
+	if err != nil || n < FormatLegacy || n > FormatBound {
+		return 0, &FormatError{Found: strconv.Quote(string(v)), Known: FormatBound}
 	}
 	return n, nil
 }
@@ -110,7 +104,7 @@ func (ks *KeyStore) Database() string {
 
 // Bind records that the key store belongs to the data database databaseID,
 // giving the store an identity when it has none and raising it to
-// FormatNewest; synced. The data store calls it when it seals a database,
+// FormatBound; synced. The data store calls it when it seals a database,
 // and when a restore gives a copy its new identity (store.BecomeCopy).
 func (ks *KeyStore) Bind(ctx context.Context, databaseID string) error {
 	if err := ks.live(ctx); err != nil {
@@ -132,14 +126,11 @@ func (ks *KeyStore) Bind(ctx context.Context, databaseID string) error {
 	defer b.Close()
 	_ = b.Set([]byte(idKey), []byte(id), nil)
 	_ = b.Set([]byte(databaseKey), []byte(databaseID), nil)
-	_ = b.Set([]byte(formatKey), []byte(strconv.Itoa(FormatNewest)), nil)
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
+	_ = b.Set([]byte(formatKey), []byte(strconv.Itoa(FormatBound)), nil)
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("bind key store to database %s: %w", databaseID, err)
 	}
 	ks.id, ks.database = id, databaseID
-	ks.format = FormatNewest
 	return nil
 }
 

@@ -29,20 +29,13 @@ func (ks *KeyStore) Erased(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	_, ok, err := ks.get([]byte(erasedKey))
-	if err != nil || !ok {
-		return false, err
-	}
-	doomed, err := ks.doomedThreads()
-	return len(doomed) == 0, err
+	return ok, err
 }
 
 // Erase makes the keys destroyed so far unrecoverable from every file of
 // the key store (the data store's erase step, package erase), then records
 // that nothing is left to erase, unless a key was destroyed meanwhile
-// (that one is erased by the next call). A purged thread's entries are
-// deleted and compacted one group of neighbouring threads after another
-// (doom.go), so that the erase rewrites the tables around them, not the
-// store.
+// (that one is erased by the next call).
 func (ks *KeyStore) Erase(ctx context.Context, opts erase.Options) (EraseResult, error) {
 	var res EraseResult
 	if err := ks.live(ctx); err != nil {
@@ -59,42 +52,20 @@ func (ks *KeyStore) Erase(ctx context.Context, opts erase.Options) (EraseResult,
 	if err != nil {
 		return res, fmt.Errorf("erase key store: %w", err)
 	}
-	doomed, err := ks.doomedThreads()
-	if err != nil {
-		return res, fmt.Errorf("erase key store: %w", err)
-	}
-	if erased && len(spans) == 0 && !res.Full && len(doomed) == 0 {
+	if erased && len(spans) == 0 && !res.Full {
 		res.Nothing = true
 		return res, nil
 	}
-	if !erased && len(spans) == 0 {
+	if len(spans) == 0 {
 		// Owed, but by whom is not known here: erase it all.
 		res.Full = true
 	}
 	var ranges []erase.Span
-	switch {
-	case res.Full:
-		if _, err := ks.deleteDoomed(doomed); err != nil {
-			return res, fmt.Errorf("erase key store: %w", err)
-		}
+	if res.Full {
 		// Every key of the store is printable ASCII.
 		ranges = []erase.Span{{Start: []byte{0}, End: []byte{0xff}}}
-	default:
-		// Spans of keys destroyed one by one first: their deletes are in
-		// the first flush. Then each group of doomed threads, its deletes
-		// written and flushed just before its compaction.
+	} else {
 		ranges = erase.Merge(ks.db, spans, erase.GapMerge)
-		groups := ks.groupDoomed(doomed)
-		first := len(ranges)
-		for _, g := range groups {
-			ranges = append(ranges, g.span)
-		}
-		opts.Prepare = func(_ context.Context, i int) (bool, error) {
-			if i < first {
-				return false, nil
-			}
-			return ks.deleteDoomed(groups[i-first].threads)
-		}
 	}
 	if opts.Wait <= 0 {
 		opts.Wait = ks.eraseWait
@@ -110,20 +81,11 @@ func (ks *KeyStore) Erase(ctx context.Context, opts erase.Options) (EraseResult,
 	if err != nil {
 		return res, fmt.Errorf("erase key store: %w", err)
 	}
-	if err := ks.clearDoomed(doomed); err != nil {
-		return res, fmt.Errorf("erase key store: clear the markers: %w", err)
-	}
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	ks.spans = ks.spans[len(spans):]
 	if res.Full {
 		ks.owedFull = false
-	}
-	if erased {
-		// Nothing unknown was owed: no need to write it again (a write
-		// of ks:… beside the next purge's markers in the log would make
-		// the next erase's first table span every thread).
-		return res, nil
 	}
 	if ks.destroys == seen {
 		if err := ks.db.Set([]byte(erasedKey), nil, pebble.Sync); err != nil {

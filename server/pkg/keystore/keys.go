@@ -109,9 +109,6 @@ func (ks *KeyStore) Key(ctx context.Context, tid, author string) (uint32, cipher
 	if num, a, ok := ks.cache.byAuthor(tid, mac); ok {
 		return num, a, nil
 	}
-	if err := ks.undoom(tid); err != nil {
-		return 0, nil, fmt.Errorf("key of thread %s: %w", tid, err)
-	}
 	v, ok, err := ks.get(authorEntry(tid, mac))
 	if err != nil {
 		return 0, nil, fmt.Errorf("key of thread %s: %w", tid, err)
@@ -199,12 +196,6 @@ func (ks *KeyStore) fill(ctx context.Context, tid string, num uint32) (cipher.AE
 	if err != nil {
 		return nil, fmt.Errorf("key %d of thread %s: %w", num, tid, err)
 	}
-	if ok {
-		if ok, err = ks.doomed(tid); err != nil {
-			return nil, fmt.Errorf("key %d of thread %s: %w", num, tid, err)
-		}
-		ok = !ok
-	}
 	if !ok {
 		return nil, fmt.Errorf("key %d of thread %s: %w", num, tid, ErrNoKey)
 	}
@@ -257,12 +248,11 @@ func (ks *KeyStore) AuthorKeys(ctx context.Context, author string) ([]KeyRef, er
 	return refs, nil
 }
 
-// DestroyThread destroys every key of the thread: it marks the thread
-// doomed and deletes its entries in the author index (synced), and returns
-// how many keys it destroyed; 0 for a thread with none left (a repeated
-// destroy). Every value they sealed is unreadable once it returns: no call
-// reads a doomed thread's keys. The key store owes an erase from then on,
-// which deletes the thread's entries and erases them (doom.go).
+// DestroyThread deletes every key of the thread (synced), its key counter
+// and its entries in the author index, and returns how many keys it
+// destroyed; 0 for a thread with none left (a repeated destroy). Every
+// value they sealed is unreadable once it returns. The key store owes an
+// erase from then on (Erase).
 func (ks *KeyStore) DestroyThread(ctx context.Context, tid string) (int, error) {
 	if err := ks.live(ctx); err != nil {
 		return 0, err
@@ -273,9 +263,6 @@ func (ks *KeyStore) DestroyThread(ctx context.Context, tid string) (int, error) 
 	mu := ks.stripe(tid)
 	mu.Lock()
 	defer mu.Unlock()
-	if gone, err := ks.doomed(tid); err != nil || gone {
-		return 0, err
-	}
 
 	prefix := threadPrefix(tid)
 	keyPrefix := append(bytes.Clone(prefix), "k:"...)
@@ -285,30 +272,29 @@ func (ks *KeyStore) DestroyThread(ctx context.Context, tid string) (int, error) 
 	}
 	b := ks.db.NewBatch()
 	defer b.Close()
-	keys, entries := 0, 0
+	spans := []erase.Span{{Start: prefix, End: threadEnd(tid)}}
+	keys := 0
 	for valid := it.First(); valid; valid = it.Next() {
-		entries++
-		rest, ok := bytes.CutPrefix(it.Key(), keyPrefix)
-		if !ok || len(it.Value()) < 32 {
-			continue
+		key := it.Key()
+		if rest, ok := bytes.CutPrefix(key, keyPrefix); ok && len(it.Value()) >= 32 {
+			if num, ok := parseNum(rest); ok {
+				var mac [32]byte
+				copy(mac[:], it.Value())
+				idx := authorIndex(mac, tid, num)
+				_ = b.Delete(idx, nil)
+				spans = append(spans, pointSpan(idx))
+				keys++
+			}
 		}
-		if num, ok := parseNum(rest); ok {
-			var mac [32]byte
-			copy(mac[:], it.Value())
-			// Deleted, not erased by this purge: an index entry holds
-			// no key, and a purge's entries lie all over the index
-			// (docs/sealed-content-design.md §6).
-			_ = b.Delete(authorIndex(mac, tid, num), nil)
-			keys++
-		}
+		_ = b.Delete(key, nil)
 	}
 	if err := it.Close(); err != nil {
 		return 0, fmt.Errorf("destroy keys of thread %s: %w", tid, err)
 	}
-	if entries == 0 {
+	if b.Empty() {
 		return 0, nil
 	}
-	if err := ks.doom(b, tid); err != nil {
+	if err := ks.commitDestroy(b, spans, pebble.Sync); err != nil {
 		return 0, fmt.Errorf("destroy keys of thread %s: %w", tid, err)
 	}
 	ks.cache.dropThread(tid)
@@ -363,10 +349,6 @@ func (ks *KeyStore) destroyKey(ref KeyRef, mac [32]byte) (bool, error) {
 	mu := ks.stripe(ref.Thread)
 	mu.Lock()
 	defer mu.Unlock()
-	if gone, err := ks.doomed(ref.Thread); err != nil || gone {
-		// Destroyed with its thread; the erase deletes its entries.
-		return false, err
-	}
 	ke := keyEntry(ref.Thread, ref.Number)
 	_, ok, err := ks.get(ke)
 	if err != nil {

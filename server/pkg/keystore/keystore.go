@@ -6,7 +6,7 @@
 //
 // Key layout:
 //
-//	ks:format                     "3" (binding.go; "2" before d:, "1" before identities)
+//	ks:format                     "2" (binding.go; "1" before identities)
 //	ks:id, ks:db                  the store's identity, its database's (binding.go)
 //	ks:kek                        check value wrapped by the current KEK
 //	ks:rotate                     check value of the new KEK while a rotation is unfinished
@@ -17,7 +17,6 @@
 //	k:<tid>:a:<hmac hex>          the author's key number in the thread
 //	k:<tid>:k:<num 10d>           hmac(32) ‖ wrapped DEK
 //	a:<hmac hex>:<tid>:<num 10d>  author index
-//	d:<tid>                       the thread's keys are destroyed, not yet erased (doom.go)
 //
 // Every wrapped value starts with one byte, the generation of the KEK that
 // wrapped it, so that a rotation can be resumed. Authors appear only as an
@@ -156,8 +155,6 @@ type KeyStore struct {
 	spans    []erase.Span
 	destroys uint64
 	owedFull bool
-	// format is the store's recorded format; mu guards it.
-	format int
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -191,7 +188,7 @@ func Open(ctx context.Context, path string, opts Options) (*KeyStore, error) {
 	if err := os.MkdirAll(path, dirMode); err != nil {
 		return nil, fmt.Errorf("open key store %q: %w", path, err)
 	}
-	db, err := pebbledir.Open(path, pebbledir.Options{TargetFileSize: tableSize, Logger: opts.Logger, ErrorEvent: "keystore_storage_error", MustExist: opts.MustExist})
+	db, err := pebbledir.Open(path, pebbledir.Options{Logger: opts.Logger, ErrorEvent: "keystore_storage_error", MustExist: opts.MustExist})
 	if err != nil {
 		return nil, fmt.Errorf("open key store %q: %w", path, err)
 	}
@@ -240,7 +237,6 @@ func (ks *KeyStore) load(ctx context.Context, opts Options) error {
 	if err := ks.loadBinding(n); err != nil {
 		return err
 	}
-	ks.format = n
 	check, _, err := ks.get([]byte(kekKey))
 	if err != nil {
 		return err
@@ -277,10 +273,8 @@ func (ks *KeyStore) load(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	// Keys destroyed one by one (an author's, an erasure's entry) or by a
-	// release before format 3, not yet erased: their spans are not known
-	// any more, so the next erase covers the whole store. A thread purge's
-	// are known by their markers (doom.go).
+	// Keys destroyed before a crash, not yet erased: their spans are not
+	// known any more, so the next erase covers the whole store.
 	ks.owedFull = !erased
 	return nil
 }
@@ -308,8 +302,7 @@ func (ks *KeyStore) initialise(ctx context.Context, keeper *secrets.Keeper, data
 	b := ks.db.NewBatch()
 	defer b.Close()
 	ks.id, ks.database = newID(), database
-	ks.format = FormatNewest
-	_ = b.Set([]byte(formatKey), []byte(strconv.Itoa(FormatNewest)), nil)
+	_ = b.Set([]byte(formatKey), []byte(strconv.Itoa(FormatBound)), nil)
 	_ = b.Set([]byte(idKey), []byte(ks.id), nil)
 	_ = b.Set([]byte(databaseKey), []byte(database), nil)
 	_ = b.Set([]byte(kekKey), check, nil)

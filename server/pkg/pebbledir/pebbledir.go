@@ -38,9 +38,6 @@ type Options struct {
 	MemTableSize uint64
 	CacheSize    int64
 	Cache        *pebble.Cache
-	// TargetFileSize, when set, is the size of every level's tables
-	// (Pebble's TargetFileSizes); zero keeps Pebble's defaults.
-	TargetFileSize int64
 	// MustExist fails with pebble.ErrDBDoesNotExist when there is no
 	// database at path (Pebble may still create the folder and its lock
 	// file first).
@@ -73,20 +70,14 @@ func Open(path string, o Options) (*pebble.DB, error) {
 	if o.OnLogSync != nil {
 		fs = logSyncFS{FS: fs, onSync: o.OnLogSync}
 	}
-	opts := &pebble.Options{
+	return pebble.Open(path, &pebble.Options{
 		FS:               fs,
 		Logger:           logger{l: o.Logger, event: event, fatal: fatal},
 		MemTableSize:     o.MemTableSize,
 		CacheSize:        o.CacheSize,
 		Cache:            o.Cache,
 		ErrorIfNotExists: o.MustExist,
-	}
-	if o.TargetFileSize > 0 {
-		for i := range opts.TargetFileSizes {
-			opts.TargetFileSizes[i] = o.TargetFileSize
-		}
-	}
-	return pebble.Open(path, opts)
+	})
 }
 
 // Stop logs storage_fatal and exits the process with status 1: the

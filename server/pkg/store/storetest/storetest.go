@@ -126,28 +126,3 @@ type quiet struct{}
 func (quiet) Infof(string, ...any)              {}
 func (quiet) Errorf(string, ...any)             {}
 func (quiet) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-
-// Values returns the values of the keys under prefix in the Pebble folder
-// dir (a copy: it opens it read-only): what an erasure test looks for in
-// the files afterwards, since key names may stay in the manifest's record
-// of table bounds.
-func Values(t testing.TB, dir, prefix string) []string {
-	t.Helper()
-	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatalf("open %s: %v", dir, err)
-	}
-	defer db.Close()
-	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: append([]byte(prefix), 0xff)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vs []string
-	for valid := it.First(); valid; valid = it.Next() {
-		vs = append(vs, string(it.Value()))
-	}
-	if err := it.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return vs
-}
