@@ -134,3 +134,44 @@ func TestOwedBlobsFinishedByNextRun(t *testing.T) {
 	_, ra3 := e.run(e.blobRunner(blobs), RunRequest{})
 	ra3.noItem(t, a.ID)
 }
+
+// A restore's replay deletes the blobs of what was purged since the
+// backup: the trail's attachment records are not replayed themselves;
+// the replayed thread purge owes the restored blob again.
+func TestReplayDeletesRestoredBlobs(t *testing.T) {
+	e, blobs := blobEnv(t)
+	ctx := context.Background()
+	e.run(e.blobRunner(blobs), RunRequest{Trigger: TriggerCLI}) // the backup's head
+	mids := e.thread("t1", 1, 1)
+	body := []byte("restored bytes")
+	a := e.attach(blobs, "t1", mids[0], body)
+	backupDir := e.copyDB("backup")
+	e.deleteThread("t1")
+	e.at(31 * day)
+	_, ra := e.run(e.blobRunner(blobs), RunRequest{Trigger: TriggerCLI})
+	ra.item(t, a.ID)
+	// The blob store comes back from the backup too (a file:// folder).
+	if err := os.MkdirAll(filepath.Join(e.dir, "blobs", "t1", mids[0]), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.dir, "blobs", filepath.FromSlash(a.BlobName())), body, 0o640); err != nil {
+		t.Fatal(err)
+	}
+
+	st, _ := e.restored(backupDir)
+	r, err := NewRunner(RunnerOptions{Store: st, Config: e.cfg, Logger: e.logger, Clock: e.clock, Host: "test-host",
+		PID: 4243, Version: "test", Blobs: blobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.Run(ctx, RunRequest{Trigger: audit.TriggerRestore, Replay: ReplayOptions{BackupID: "b1"}})
+	if err != nil || rep.Status != audit.RunCompleted {
+		t.Fatalf("replay: %v %+v", err, rep)
+	}
+	if e.blobExists(blobs, a) {
+		t.Fatal("the replay left the restored blob of a purged attachment")
+	}
+	if it := e.audit(rep).item(t, a.ID); it.ItemType != audit.ItemAttachment || !it.Replayed {
+		t.Fatalf("replayed attachment record = %+v", it)
+	}
+}

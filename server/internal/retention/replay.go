@@ -119,6 +119,11 @@ func (s *replaySource) load(ctx context.Context, rn *run) error {
 			continue
 		}
 		err := audit.Purged(f.Path, func(it audit.Item) error {
+			if it.ItemType == audit.ItemAttachment {
+				// Its record goes again with its message's or thread's
+				// replayed purge, which owes its blob anew.
+				return nil
+			}
 			k := audit.ItemKey{Type: it.ItemType, ID: it.ItemID}
 			if !seen[k] {
 				seen[k] = true
