@@ -1649,6 +1649,15 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["NotANode"];
+            /** @description Only with an Idempotency-Key whose answer is gone with what it returned (purged or erased since). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
             421: components["responses"]["Misdirected"];
@@ -3298,6 +3307,15 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["AdminDisabled"];
+            /** @description Only with an Idempotency-Key whose answer is gone with what it returned (purged or erased since). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /**
              * @description Sealing is off (`sealing_disabled`), the retention lease is held
              *     (`lease_held`, `holder` names it) or retention is paused

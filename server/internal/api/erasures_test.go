@@ -1,9 +1,11 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -211,5 +213,47 @@ func TestErasureReceiptRefusedUnsigned(t *testing.T) {
 	r := e.send(t, "GET", "/admin/erasures/"+acc.ErasureID+"/receipt", "", admin)
 	if r.status != 409 || r.errorCode(t) != CodeReceiptUnsigned || !strings.Contains(string(r.body), "PROGRESSDB_AUDIT_SIGNING_KEY") {
 		t.Fatalf("receipt without a signing key: %d %s, want 409 %s naming PROGRESSDB_AUDIT_SIGNING_KEY", r.status, r.body, CodeReceiptUnsigned)
+	}
+}
+
+// On a sealed server: a thread answer is kept sealed and replays; an
+// erasure request sent again with its key answers as the first and
+// records no second erasure; once the author is erased, the answers that
+// held their writing are gone with it (404).
+func TestErasureIdempotencyKeys(t *testing.T) {
+	e, _ := sealedEnv(t, nil)
+	created := e.sendKeyed(t, "POST", "/v1/threads", `{"id":"t1","title":"secret title","author":"ann"}`, "c1")
+	sameAnswer(t, created, e.sendKeyed(t, "POST", "/v1/threads", `{"id":"t1","title":"secret title","author":"ann"}`, "c1"))
+	appended := e.sendKeyed(t, "POST", "/v1/threads/t1/messages", `{"id":"m1","author":"ann","body":"secret body"}`, "a1")
+	sameAnswer(t, appended, e.sendKeyed(t, "POST", "/v1/threads/t1/messages", `{"id":"m1","author":"ann","body":"secret body"}`, "a1"))
+
+	e.bearer = "adm"
+	first := e.sendKeyed(t, "POST", "/admin/erasures", `{"author":"ann"}`, "e1")
+	if first.status != http.StatusAccepted {
+		t.Fatalf("erasure: %d %s", first.status, first.body)
+	}
+	var acc retention.ErasureAccepted
+	first.decode(t, &acc)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		var st retention.ErasureStatus
+		e.expect(t, "GET", "/admin/erasures/"+acc.ErasureID, "", http.StatusOK).decode(t, &st)
+		if st.Status == retention.ErasureCompleted {
+			break
+		}
+		if st.Status == retention.ErasureFailed || time.Now().After(deadline) {
+			t.Fatalf("erasure %+v", st)
+		}
+	}
+	sameAnswer(t, first, e.sendKeyed(t, "POST", "/admin/erasures", `{"author":"ann"}`, "e1"))
+
+	e.bearer = ""
+	for _, c := range []struct{ path, body, key string }{
+		{"/v1/threads", `{"id":"t1","title":"secret title","author":"ann"}`, "c1"},
+		{"/v1/threads/t1/messages", `{"id":"m1","author":"ann","body":"secret body"}`, "a1"},
+	} {
+		r := e.sendKeyed(t, "POST", c.path, c.body, c.key)
+		if r.status != http.StatusNotFound || r.errorCode(t) != CodeNotFound || bytes.Contains(r.body, []byte("secret")) {
+			t.Fatalf("replay of %s after the erasure: %d %s, want 404 not_found", c.key, r.status, r.body)
+		}
 	}
 }
