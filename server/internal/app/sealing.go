@@ -35,7 +35,7 @@ const (
 // naming the variable: a sealed database without PROGRESSDB_KEK, a key
 // store missing, empty or another database's, a format this binary does
 // not read. Other errors are the store's (ErrDatabaseLocked,
-// ErrNoDatabase, ...), wrapped.
+// ErrNoDatabase naming the path, ...), wrapped.
 func OpenStore(ctx context.Context, cfg config.Config, logger *slog.Logger, opts store.Options, sealing Sealing) (*store.Store, error) {
 	opts.OpenSealer = sealerOpener(cfg, logger, sealing, nil)
 	st, err := store.Open(cfg.DBPath, opts)
@@ -110,6 +110,10 @@ func openError(cfg config.Config, err error) error {
 			err, config.VarKeystorePath, cfg.KeystorePath, config.VarKEK)
 	case errors.Is(err, keystore.ErrRotationUnfinished):
 		return err
+	case errors.Is(err, store.ErrNoDatabase):
+		// Only a command opens with MustExist: a mistyped path fails, naming it.
+		return fmt.Errorf("%w at %s (%s): nothing was created; 'progressdb serve' creates one",
+			store.ErrNoDatabase, cfg.DBPath, config.VarDBPath)
 	}
 	return err
 }

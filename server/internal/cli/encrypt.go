@@ -2,10 +2,8 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/retention"
@@ -28,7 +26,7 @@ type encryptReport struct {
 
 // keysEncryptExisting seals what a database holds in plain (written before
 // PROGRESSDB_KEK was set) and erases the plaintext it replaced: the
-// workflow is retention's (EncryptExisting: lease, pause, pacing,
+// workflow is app.EncryptExisting (retention's: lease, pause, pacing,
 // resumable). It opens the database itself: stop the server first. On a
 // terminal it draws its progress on one line of stderr; elsewhere its log
 // says where it stands every few seconds.
@@ -64,18 +62,12 @@ func (e env) keysEncryptExisting(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	defer closer.Close()
-	var res retention.EncryptResult
-	code, msg := exitOK, ""
-	if cfg.Cluster.Enabled() {
-		res, code, msg = encryptCluster(ctx, cfg, logger, bar)
-	} else {
-		res, code, msg = encryptUnderLease(ctx, cfg, logger, bar, func(st *store.Store) (*retention.Runner, error) {
-			return retention.NewRunner(retention.RunnerOptions{Store: st, Config: cfg.Retention, Logger: logger})
-		})
-	}
+	res, err := app.EncryptExisting(ctx, cfg, logger, func() (func(retention.EncryptProgress), func()) {
+		return func(p retention.EncryptProgress) { bar.show(renderEncrypt(p)) }, bar.clear
+	})
 	rep.Resumed, rep.Threads, rep.Sealed, rep.Erased, rep.EraseMS, rep.Before = res.Resumed, res.Threads, res.Sealed, res.Erased, res.EraseMS, res.Before
-	if code != exitOK {
-		return done(code, msg)
+	if err != nil {
+		return done(keysExit(err), err.Error())
 	}
 	logger.Info("keys_encrypt_completed", "threads", res.Threads, "sealed", res.Sealed, "erased", res.Erased, "erase_ms", res.EraseMS)
 	if !*asJSON {
@@ -87,64 +79,4 @@ func (e env) keysEncryptExisting(ctx context.Context, args []string) int {
 		}
 	}
 	return done(exitOK, "")
-}
-
-// encryptUnderLease opens the database (keeping a server out), sealing
-// it, and seals what it holds in plain under the lease of the runner
-// newRunner builds over it (the retention lease; a shard's ownership on a
-// cluster). code is exitOK once every record is sealed, else the exit
-// status, msg saying why.
-func encryptUnderLease(ctx context.Context, cfg config.Config, logger *slog.Logger, bar *progressBar,
-	newRunner func(*store.Store) (*retention.Runner, error)) (res retention.EncryptResult, code int, msg string) {
-	st, err := openStore(cfg, logger, mustExist, app.MaySeal)
-	switch {
-	case errors.Is(err, store.ErrDatabaseLocked):
-		return res, exitFailed, fmt.Sprintf("a running server holds %s: stop it, seal, then start it again (it seals every new write already)", cfg.DBPath)
-	case err != nil:
-		return res, openExit(err), err.Error()
-	}
-	defer st.Close()
-	runner, err := newRunner(st)
-	if err != nil {
-		return res, exitFailed, err.Error()
-	}
-	res, err = runner.EncryptExisting(ctx, retention.EncryptRequest{Progress: func(p retention.EncryptProgress) { bar.show(renderEncrypt(p)) }})
-	bar.clear()
-	var held *retention.LeaseHeldError
-	switch {
-	case errors.As(err, &held):
-		return res, exitLeaseHeld, fmt.Sprintf("the retention lease is held by %s: nothing was sealed; run it again once the run is over", held.Holder.Owner)
-	case errors.Is(err, retention.ErrPaused):
-		return res, exitFailed, fmt.Sprintf("retention is paused; %d records sealed so far: 'progressdb retention resume', then run it again to finish", res.Sealed)
-	case err != nil:
-		return res, exitFailed, fmt.Sprintf("%v; %d records sealed so far: run it again to finish", err, res.Sealed)
-	}
-	return res, exitOK, ""
-}
-
-// encryptCluster seals every shard of the stopped cluster node cfg names,
-// each under the shard's ownership (spec §11.1); the counts add up over
-// the shards. A pass killed part way is finished by the same command
-// again: shards sealed already have nothing left to do.
-func encryptCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, bar *progressBar) (res retention.EncryptResult, code int, msg string) {
-	shards, err := app.OpenHeldShards(ctx, cfg, logger)
-	switch {
-	case errors.Is(err, app.ErrNodeRunning):
-		return res, exitFailed, fmt.Sprintf("%v, seal, then start it again (it seals every new write already)", err)
-	case err != nil:
-		return res, exitFailed, err.Error()
-	}
-	defer shards.Close()
-	for _, n := range shards.Numbers() {
-		r, code, msg := encryptUnderLease(ctx, app.ShardConfig(cfg, n), logger, bar,
-			func(st *store.Store) (*retention.Runner, error) { return shards.Runner(ctx, n, st) })
-		res.Resumed = res.Resumed || r.Resumed
-		res.Threads, res.Sealed, res.EraseMS = res.Threads+r.Threads, res.Sealed+r.Sealed, res.EraseMS+r.EraseMS
-		res.Erased = res.Erased || r.Erased
-		res.Before.Sealed, res.Before.Plain = res.Before.Sealed+r.Before.Sealed, res.Before.Plain+r.Before.Plain
-		if code != exitOK {
-			return res, code, fmt.Sprintf("shard %d: %s", n, msg)
-		}
-	}
-	return res, exitOK, ""
 }

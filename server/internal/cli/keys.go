@@ -7,18 +7,13 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
-	"log/slog"
 	"os"
 	"strings"
-	"time"
-
-	"gocloud.dev/secrets"
 
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/keystore"
-	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // keysGenerateKEK makes a fresh local KEK URL (spec §12). With --out it
@@ -114,14 +109,11 @@ type rotateReport struct {
 	RestartWith string `json:"restart_with,omitempty"`
 }
 
-// keysRotateKEK re-wraps every data key and secret of the key store with
-// the new KEK (--to-file, --to), makes it the key store's, and erases the old wrapped
-// values from the key store's files (spec §12, design §11). It runs with
-// no server holding the database (the key store is one process's at a
-// time) and under the retention lease, so no run destroys keys meanwhile.
-// From its end the old KEK opens nothing: a server started with it exits
-// 1 (wrong KEK), which is why the output says to restart with the new KEK.
-// A rotation killed part way is finished by the same command again.
+// keysRotateKEK rotates the key store to the new KEK (--to-file, --to):
+// the workflow is app.RotateKEK (spec §12, design §11). From its end the
+// old KEK opens nothing: a server started with it exits 1 (wrong KEK),
+// which is why the output says to restart with the new KEK. A rotation
+// killed part way is finished by the same command again.
 func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("keys rotate-kek", flag.ContinueOnError)
 	to := fs.String("to", "", "the new KEK as a KMS key URL (a local key goes in --to-file)")
@@ -174,17 +166,12 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 	}
 	defer oldKEK.Close()
 
-	var res keystore.RewrapResult
-	code, msg := exitOK, ""
-	if cfg.Cluster.Enabled() {
-		res, code, msg = rotateCluster(ctx, cfg, logger, bar, oldKEK, newKEK, &rep)
-	} else {
-		res, code, msg = rewrapUnderLease(ctx, cfg, logger, bar, oldKEK, newKEK, &rep, func(st *store.Store) (*retention.Runner, error) {
-			return retention.NewRunner(retention.RunnerOptions{Store: st, Config: cfg.Retention, Logger: logger})
-		})
-	}
-	if code != exitOK {
-		return done(code, msg)
+	res, err := app.RotateKEK(ctx, cfg, logger, oldKEK, newKEK, func() (func(keystore.RewrapProgress), func()) {
+		return rotateProgress(bar, logger), bar.clear
+	})
+	rep.Rewrapped, rep.AlreadyDone, rep.DurationMS = res.Rewrapped, res.AlreadyRotated, res.Duration.Milliseconds()
+	if err != nil {
+		return done(keysExit(err), err.Error())
 	}
 	logger.Info("kek_rotated", "keystore", cfg.KeystorePath, "rewrapped", res.Rewrapped, "duration_ms", rep.DurationMS)
 	rep.RestartWith = "set " + config.VarKEK + " (or " + config.VarKEKFile + ") to the new KEK: the old KEK opens nothing any more"
@@ -197,102 +184,17 @@ func (e env) keysRotateKEK(ctx context.Context, args []string) int {
 	return done(exitOK, "")
 }
 
-// rewrapUnderLease opens the database (keeping a server out) with its key
-// store opened for the rotation, and re-wraps every key under the lease
-// of the runner newRunner builds over it (the retention lease; a shard's
-// ownership on a cluster). code is exitOK when every key is under newKEK,
-// else the exit status, msg saying why.
-func rewrapUnderLease(ctx context.Context, cfg config.Config, logger *slog.Logger, bar *progressBar,
-	oldKEK, newKEK *secrets.Keeper, rep *rotateReport,
-	newRunner func(*store.Store) (*retention.Runner, error)) (res keystore.RewrapResult, code int, msg string) {
-	// The data store is opened first, to keep a server out (a server
-	// holds it and its key store while it runs), and opens the key store
-	// itself: a sealed database opens only with its own (app.OpenStore).
-	var ks *keystore.KeyStore
-	st, err := store.Open(cfg.DBPath, store.Options{Logger: logger, MustExist: true,
-		OpenSealer: func(ctx context.Context, _ store.SealState) (store.Sealer, io.Closer, error) {
-			var err error
-			ks, rep.AlreadyDone, err = openRotating(ctx, cfg, logger, oldKEK, newKEK)
-			if err != nil {
-				return nil, nil, err
-			}
-			return ks, ks, nil
-		}})
-	switch {
-	case errors.Is(err, store.ErrDatabaseLocked):
-		return res, exitFailed, fmt.Sprintf("a running server holds %s: stop it, rotate, then start it with %s set to the new URL", cfg.DBPath, config.VarKEK)
-	case err != nil:
-		return res, openExit(err), err.Error()
-	}
-	defer st.Close()
-	runner, err := newRunner(st)
-	if err != nil {
-		return res, exitFailed, err.Error()
-	}
-	start := time.Now()
-	res, err = runner.RotateKEK(ctx, ks, newKEK, keystore.RewrapOptions{Progress: rotateProgress(bar, logger)})
-	bar.clear()
-	rep.Rewrapped, rep.DurationMS = res.Rewrapped, time.Since(start).Milliseconds()
+// keysExit is the exit status of a keys workflow that stopped (an
+// *app.KeysError): 75 while a run holds the lease, 2 for what the
+// configuration must change, 1 otherwise.
+func keysExit(err error) int {
 	var held *retention.LeaseHeldError
+	var ke *app.KeysError
 	switch {
 	case errors.As(err, &held):
-		return res, exitLeaseHeld, fmt.Sprintf("the retention lease is held by %s: nothing was rotated; run it again once the run is over", held.Holder.Owner)
-	case err != nil:
-		return res, exitFailed, fmt.Sprintf("%v; the rotation is unfinished: run the same command again, with the same new KEK", err)
+		return exitLeaseHeld
+	case errors.As(err, &ke) && ke.Reconfigure:
+		return exitUsage
 	}
-	return res, exitOK, ""
-}
-
-// rotateCluster rotates the key store of every shard of the stopped
-// cluster node cfg names, each under the shard's ownership (spec §11.1),
-// then the cluster's receipt key in etcd. Each step finds its work done
-// when a rotation killed part way is run again.
-func rotateCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, bar *progressBar,
-	oldKEK, newKEK *secrets.Keeper, rep *rotateReport) (res keystore.RewrapResult, code int, msg string) {
-	start := time.Now()
-	shards, err := app.OpenHeldShards(ctx, cfg, logger)
-	switch {
-	case errors.Is(err, app.ErrNodeRunning):
-		return res, exitFailed, fmt.Sprintf("%v, rotate, then start it with %s set to the new URL", err, config.VarKEK)
-	case err != nil:
-		return res, exitFailed, err.Error()
-	}
-	defer shards.Close()
-	done := true
-	for _, n := range shards.Numbers() {
-		r, code, msg := rewrapUnderLease(ctx, app.ShardConfig(cfg, n), logger, bar, oldKEK, newKEK, rep,
-			func(st *store.Store) (*retention.Runner, error) { return shards.Runner(ctx, n, st) })
-		res.Rewrapped += r.Rewrapped
-		done = done && rep.AlreadyDone
-		if code != exitOK {
-			return res, code, fmt.Sprintf("shard %d: %s", n, msg)
-		}
-	}
-	rep.Rewrapped, rep.AlreadyDone = res.Rewrapped, done
-	if err := shards.RewrapReceiptKey(ctx, oldKEK, newKEK); err != nil {
-		return res, exitFailed, fmt.Sprintf("%v; every shard's key store is rotated: run the same command again to finish", err)
-	}
-	rep.DurationMS = time.Since(start).Milliseconds()
-	return res, exitOK, ""
-}
-
-// openRotating opens the key store at PROGRESSDB_KEYSTORE_PATH for a
-// rotation from oldKEK to newKEK; done is set when the rotation finished
-// before its erase (the store is already newKEK's).
-func openRotating(ctx context.Context, cfg config.Config, logger *slog.Logger, oldKEK, newKEK *secrets.Keeper) (ks *keystore.KeyStore, done bool, err error) {
-	opts := keystore.Options{Keeper: oldKEK, RotateTo: newKEK, DataPath: cfg.DBPath, Logger: logger, MustExist: true}
-	ks, err = keystore.Open(ctx, cfg.KeystorePath, opts)
-	if errors.Is(err, keystore.ErrWrongKEK) {
-		// A rotation to the new KEK that finished before its erase: the key
-		// store is already the new KEK's, and the erase is what is left.
-		opts.Keeper, opts.RotateTo = newKEK, nil
-		if ks, err = keystore.Open(ctx, cfg.KeystorePath, opts); err != nil {
-			return nil, false, fmt.Errorf("neither %s nor the new KEK opens the key store at %s (%s)", config.VarKEK, cfg.KeystorePath, config.VarKeystorePath)
-		}
-		return ks, true, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("open the key store at %s (%s): %w", cfg.KeystorePath, config.VarKeystorePath, err)
-	}
-	return ks, false, nil
+	return exitFailed
 }

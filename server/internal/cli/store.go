@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/progressdb/progressdb/server/internal/app"
@@ -34,12 +33,7 @@ const (
 // itself: what the command reads is opened and what it writes is sealed.
 // Only sealing commands (seal) seal a database that is not yet.
 func openStore(cfg config.Config, logger *slog.Logger, mode openMode, sealing app.Sealing) (*store.Store, error) {
-	st, err := app.OpenStore(context.Background(), cfg, logger, store.Options{Logger: logger, MustExist: mode == mustExist}, sealing)
-	if errors.Is(err, store.ErrNoDatabase) {
-		return nil, fmt.Errorf("%w at %s (%s): nothing was created; 'progressdb serve' creates one",
-			store.ErrNoDatabase, cfg.DBPath, config.VarDBPath)
-	}
-	return st, err
+	return app.OpenStore(context.Background(), cfg, logger, store.Options{Logger: logger, MustExist: mode == mustExist}, sealing)
 }
 
 // openExit is the exit status of a failed open: 2 for what the
