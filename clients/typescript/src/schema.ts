@@ -3307,15 +3307,6 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["AdminDisabled"];
-            /** @description Only with an Idempotency-Key whose answer is gone with what it returned (purged or erased since). */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Error"];
-                };
-            };
             /**
              * @description Sealing is off (`sealing_disabled`), the retention lease is held
              *     (`lease_held`, `holder` names it) or retention is paused

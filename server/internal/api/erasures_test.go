@@ -245,6 +245,9 @@ func TestErasureIdempotencyKeys(t *testing.T) {
 		}
 	}
 	sameAnswer(t, first, e.sendKeyed(t, "POST", "/admin/erasures", `{"author":"ann"}`, "e1"))
+	if r := e.sendKeyed(t, "POST", "/admin/erasures", `{"author":"bob"}`, "e1"); r.status != http.StatusUnprocessableEntity || r.errorCode(t) != CodeIdempotencyKeyReused {
+		t.Fatalf("erasure with a used key: %d %s, want 422 %s", r.status, r.body, CodeIdempotencyKeyReused)
+	}
 
 	e.bearer = ""
 	for _, c := range []struct{ path, body, key string }{

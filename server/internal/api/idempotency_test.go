@@ -139,10 +139,17 @@ func TestIdempotencyKeyReplaysTheFirstAnswer(t *testing.T) {
 		t.Fatalf("title %q after replaying an older edit, want the later one", now.Title)
 	}
 
+	var msg struct{ ID string }
+	appended.decode(t, &msg)
+	msgID := msg.ID
+
 	// Another request with a used key changes nothing: 422.
 	for _, c := range []struct{ method, path, body string }{
 		{"POST", path, `{"author":"bob","body":{"text":"other"}}`},
 		{"POST", "/v1/threads", `{"title":"Plans","author":"ann"}`},
+		{"PATCH", "/v1/threads/" + th.ID, `{"title":"Plans D"}`},
+		{"POST", "/v1/threads/" + th.ID + "/restore", ``},
+		{"POST", path + "/" + msgID + "/restore", ``},
 	} {
 		r := e.sendKeyed(t, c.method, c.path, c.body, "append-1")
 		if r.status != http.StatusUnprocessableEntity || r.errorCode(t) != CodeIdempotencyKeyReused {
