@@ -99,16 +99,19 @@ func (c Config) validateAttachments(vars map[string]string) *Error {
 // checkApart fails when a and b are the same folder or one holds the
 // other, after resolving the symbolic links of what exists.
 func checkApart(a, b string) error {
-	ra, err := resolve(a)
-	if err != nil {
-		return err
-	}
-	rb, err := resolve(b)
-	if err != nil {
-		return err
-	}
+	ra, rb := resolvedOrAsGiven(a), resolvedOrAsGiven(b)
 	if within(ra, rb) || within(rb, ra) {
 		return errors.New("overlapping folders")
 	}
 	return nil
+}
+
+// resolvedOrAsGiven is p with its links resolved, or p itself when that
+// cannot be done (a file where a folder should be): the variable naming
+// that path reports it, not an overlap that is not there.
+func resolvedOrAsGiven(p string) string {
+	if r, err := resolve(p); err == nil {
+		return r
+	}
+	return p
 }
