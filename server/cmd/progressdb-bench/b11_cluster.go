@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -304,7 +303,7 @@ func b11Purge(ctx context.Context, b *bench, ec *clientv3.Client, endpoint strin
 			Status string `json:"status"`
 			Purged int64  `json:"purged"`
 		}
-		err = b11Admin1(cl, nd.url+"/admin/retention/run", &res)
+		err = adminCall(cl, http.MethodPost, nd.url+"/admin/retention/run", "", http.StatusOK, &res)
 		d := time.Since(t0)
 		if serr := nd.shutdown(); err == nil {
 			err = serr
@@ -352,7 +351,7 @@ func b11Purge(ctx context.Context, b *bench, ec *clientv3.Client, endpoint strin
 				} `json:"result"`
 			} `json:"shards"`
 		}
-		err = b11Admin1(cl, c.nodes[0].url+"/admin/retention/run", &out)
+		err = adminCall(cl, http.MethodPost, c.nodes[0].url+"/admin/retention/run", "", http.StatusOK, &out)
 		d = time.Since(t0)
 		if cerr := c.close(); err == nil {
 			err = cerr
@@ -563,28 +562,6 @@ func b11Do(cl *http.Client, method, u, body string, want int) error {
 		return fmt.Errorf("%s %s: %d %s", method, u, resp.StatusCode, bytes.TrimSpace(b))
 	}
 	return nil
-}
-
-// b11Admin1 runs POST u with the admin token and decodes the answer.
-func b11Admin1(cl *http.Client, u string, out any) error {
-	req, err := http.NewRequest("POST", u, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+b11Admin)
-	resp, err := cl.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("POST %s: %d %s", u, resp.StatusCode, bytes.TrimSpace(b))
-	}
-	return json.Unmarshal(b, out)
 }
 
 // b11StartEtcd starts a single-member etcd on free loopback ports in dir.

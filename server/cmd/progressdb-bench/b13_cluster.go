@@ -138,12 +138,12 @@ func b13ClusterLine(ctx context.Context, b *bench, sec *section, c *b13Case) err
 func b13EraseThrough(ctx context.Context, cl *http.Client, u string, c *b13Case) (time.Duration, error) {
 	start := time.Now()
 	var acc retention.ErasureAccepted
-	if err := b13Call(cl, http.MethodPost, u+"/admin/erasures", `{"author":"`+b13Subject+`"}`, http.StatusAccepted, &acc); err != nil {
+	if err := adminCall(cl, http.MethodPost, u+"/admin/erasures", `{"author":"`+b13Subject+`"}`, http.StatusAccepted, &acc); err != nil {
 		return 0, err
 	}
 	for {
 		var es retention.ErasureStatus
-		if err := b13Call(cl, http.MethodGet, u+"/admin/erasures/"+acc.ErasureID, "", http.StatusOK, &es); err != nil {
+		if err := adminCall(cl, http.MethodGet, u+"/admin/erasures/"+acc.ErasureID, "", http.StatusOK, &es); err != nil {
 			return 0, err
 		}
 		switch es.Status {
@@ -165,8 +165,9 @@ func b13EraseThrough(ctx context.Context, cl *http.Client, u string, c *b13Case)
 	}
 }
 
-// b13Call sends one admin request and decodes its answer.
-func b13Call(cl *http.Client, method, u, body string, want int, out any) error {
+// adminCall sends one request with the admin token and decodes its
+// answer, an error unless it has status want.
+func adminCall(cl *http.Client, method, u, body string, want int, out any) error {
 	req, err := http.NewRequest(method, u, strings.NewReader(body))
 	if err != nil {
 		return err
