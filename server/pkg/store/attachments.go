@@ -143,20 +143,7 @@ func (s *Store) attachableMessage(ctx context.Context, tid, mid string) (Message
 	if err := s.refusePurging(ctx, tid, "attach to thread"); err != nil {
 		return Message{}, err
 	}
-	m, err := s.readMessage(tid, mid)
-	if err != nil {
-		return Message{}, err
-	}
-	if m.Deleted {
-		return Message{}, fmt.Errorf("message %s is deleted: %w", mid, ErrNotFound)
-	}
-	if err := s.refuseClaimed(mid, "attach to"); err != nil {
-		return Message{}, err
-	}
-	if err := s.openForChange(ctx, &m); err != nil {
-		return Message{}, fmt.Errorf("attach to message %s: %w", mid, err)
-	}
-	return m, nil
+	return s.changeableMessage(ctx, tid, mid, "attach to")
 }
 
 // AddAttachment records a, whose blob is complete, as an attachment of

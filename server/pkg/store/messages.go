@@ -245,19 +245,9 @@ func (s *Store) EditMessage(ctx context.Context, tid, mid string, body json.RawM
 	if _, err := s.liveThread(tid); err != nil {
 		return Message{}, err
 	}
-	m, err := s.readMessage(tid, mid)
+	m, err := s.changeableMessage(ctx, tid, mid, "edit")
 	if err != nil {
 		return Message{}, err
-	}
-	if m.Deleted {
-		return Message{}, fmt.Errorf("message %s is deleted: %w", mid, ErrNotFound)
-	}
-	// A live message claimed by a policy purge takes no new versions.
-	if err := s.refuseClaimed(mid, "edit"); err != nil {
-		return Message{}, err
-	}
-	if err := s.openForChange(ctx, &m); err != nil {
-		return Message{}, fmt.Errorf("edit message %s: %w", mid, err)
 	}
 	m.Body, m.TS = body, s.now().UnixNano()
 	m.Version++
@@ -268,6 +258,26 @@ func (s *Store) EditMessage(ctx context.Context, tid, mid string, body json.RawM
 	}
 	if err := s.apply(ctx, write{kind: writeUser, batch: b, held: h}); err != nil {
 		return Message{}, fmt.Errorf("edit message %s: %w", mid, err)
+	}
+	return m, nil
+}
+
+// changeableMessage returns message mid (opened) when it is live and no
+// policy purge has claimed it (a claimed message takes no new versions
+// or attachments); verb names the change in the errors.
+func (s *Store) changeableMessage(ctx context.Context, tid, mid, verb string) (Message, error) {
+	m, err := s.readMessage(tid, mid)
+	if err != nil {
+		return Message{}, err
+	}
+	if m.Deleted {
+		return Message{}, fmt.Errorf("message %s is deleted: %w", mid, ErrNotFound)
+	}
+	if err := s.refuseClaimed(mid, verb); err != nil {
+		return Message{}, err
+	}
+	if err := s.openForChange(ctx, &m); err != nil {
+		return Message{}, fmt.Errorf("%s message %s: %w", verb, mid, err)
 	}
 	return m, nil
 }
