@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
@@ -17,11 +16,9 @@ import (
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
-	"gocloud.dev/secrets/localsecrets"
 
 	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/attachments"
-	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/sealstream"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -89,29 +86,7 @@ func (s *s3Versions) versions(t *testing.T, prefix string) map[string][]byte {
 // s3Env serves a sealed store with its attachments in s3.
 func s3Env(t *testing.T, s3 *s3Versions, max int64) *attachEnv {
 	t.Helper()
-	dir := t.TempDir()
-	blobs, err := attachments.Open(context.Background(), s3.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = blobs.Close() })
-	var kek [32]byte
-	_, _ = rand.Read(kek[:])
-	keeper := localsecrets.NewKeeper(kek)
-	t.Cleanup(func() { _ = keeper.Close() })
-	ks, err := keystore.Open(context.Background(), filepath.Join(dir, "keys"), keystore.Options{Keeper: keeper})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(filepath.Join(dir, "db"), store.Options{Sealer: ks, Closer: ks})
-	if err != nil {
-		_ = ks.Close()
-		t.Fatal(err)
-	}
-	e := &attachEnv{keys: ks, testEnv: newEnv(t, Options{Store: st, Attachments: blobs, AttachmentMaxBytes: max})}
-	e.expect(t, "POST", "/v1/threads", `{"id":"t1","title":"Plans","author":"ann"}`, 201)
-	e.expect(t, "POST", "/v1/threads/t1/messages", `{"id":"m1","author":"bob","body":"see attached"}`, 201)
-	return e
+	return attachEnvOn(t, s3.url, true, max)
 }
 
 // TestAttachmentsOnVersionedS3 runs attachments through the s3blob

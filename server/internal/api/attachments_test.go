@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"gocloud.dev/secrets/localsecrets"
 
 	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/attachments"
@@ -36,29 +34,25 @@ type attachEnv struct {
 
 func newAttachEnv(t *testing.T, sealed bool, max int64) *attachEnv {
 	t.Helper()
-	dir := t.TempDir()
-	blobs, err := attachments.Open(context.Background(), "file://"+filepath.ToSlash(filepath.Join(dir, "files")))
+	dir := filepath.Join(t.TempDir(), "files")
+	ae := attachEnvOn(t, "file://"+filepath.ToSlash(dir), sealed, max)
+	ae.dir = dir
+	return ae
+}
+
+// attachEnvOn serves attachments kept at url (a blob store URL), over a
+// sealed store when sealed, with a thread t1 and its message m1.
+func attachEnvOn(t *testing.T, url string, sealed bool, max int64) *attachEnv {
+	t.Helper()
+	blobs, err := attachments.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = blobs.Close() })
-	ae := &attachEnv{dir: filepath.Join(dir, "files")}
+	ae := &attachEnv{}
 	opts := Options{Attachments: blobs, AttachmentMaxBytes: max}
 	if sealed {
-		var kek [32]byte
-		_, _ = rand.Read(kek[:])
-		keeper := localsecrets.NewKeeper(kek)
-		t.Cleanup(func() { _ = keeper.Close() })
-		ks, err := keystore.Open(context.Background(), filepath.Join(dir, "keys"), keystore.Options{Keeper: keeper})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := store.Open(filepath.Join(dir, "db"), store.Options{Sealer: ks, Closer: ks})
-		if err != nil {
-			_ = ks.Close()
-			t.Fatal(err)
-		}
-		opts.Store, ae.keys = st, ks
+		opts.Store, ae.keys = openSealedStore(t, t.TempDir())
 	}
 	ae.testEnv = newEnv(t, opts)
 	ae.expect(t, "POST", "/v1/threads", `{"id":"t1","title":"Plans","author":"ann"}`, 201)

@@ -21,12 +21,10 @@ import (
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
-// sealedEnv serves a sealed store (a key store beside it) with a real
-// retention service that performs subject erasures, signing its audit
-// footers with signingKey when set.
-func sealedEnv(t *testing.T, signingKey ed25519.PrivateKey) (*testEnv, config.Retention) {
+// openSealedStore opens a sealed store in dir/db with its key store in
+// dir/keys, under a fixed local KEK; the store closes the key store.
+func openSealedStore(t *testing.T, dir string) (*store.Store, *keystore.KeyStore) {
 	t.Helper()
-	dir := t.TempDir()
 	var kek [32]byte
 	for i := range kek {
 		kek[i] = byte(i + 1)
@@ -42,6 +40,16 @@ func sealedEnv(t *testing.T, signingKey ed25519.PrivateKey) (*testEnv, config.Re
 		_ = ks.Close()
 		t.Fatal(err)
 	}
+	return st, ks
+}
+
+// sealedEnv serves a sealed store (a key store beside it) with a real
+// retention service that performs subject erasures, signing its audit
+// footers with signingKey when set.
+func sealedEnv(t *testing.T, signingKey ed25519.PrivateKey) (*testEnv, config.Retention) {
+	t.Helper()
+	dir := t.TempDir()
+	st, ks := openSealedStore(t, dir)
 	cfg := config.Retention{Enabled: true, Period: 30 * 24 * time.Hour, MinPeriod: time.Hour,
 		AuditPath: filepath.Join(dir, "audit")}
 	late, lateE := &lateService{}, &lateErasures{}
