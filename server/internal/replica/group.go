@@ -57,13 +57,16 @@ type group struct {
 	ticks   int
 	props   []*proposal
 	waiting map[uint64]*proposal
+	reports []func(*raft.RawNode) // the transport's reports (leadership.go)
 
 	// rnMu is held by the worker handling the group, for the whole of
 	// it: the RawNode is not safe for concurrent use. Lock order: rnMu,
 	// then mu.
 	rnMu   sync.Mutex
 	rn     *raft.RawNode
-	failed error // guarded by rnMu
+	failed error            // guarded by rnMu
+	seen   Leadership       // the last one told to onLead; guarded by rnMu
+	onLead func(Leadership) // nil: nobody listens
 }
 
 // take empties the inbox.
@@ -105,6 +108,9 @@ func (g *group) process(ctx context.Context, tr Transport) {
 		}
 		return
 	}
+	for _, r := range g.takeReports() {
+		r(g.rn)
+	}
 	for range ticks {
 		g.rn.Tick()
 	}
@@ -141,6 +147,7 @@ func (g *group) handleReady(ctx context.Context, tr Transport) error {
 			return fmt.Errorf("save log: %w", err)
 		}
 	}
+	g.observe(rd)
 	if len(rd.Messages) > 0 {
 		tr.Send(g.id, rd.Messages)
 	}
@@ -197,6 +204,7 @@ func (g *group) apply(ctx context.Context, ents []*raftpb.Entry) error {
 // fail stops the group on this replica and fails every waiting proposal.
 func (g *group) fail(err error) {
 	g.failed = fmt.Errorf("%w: group %d replica %d: %w", ErrGroupFailed, g.id, g.replica, err)
+	g.stopLeading()
 	g.mu.Lock()
 	waiting := g.waiting
 	g.waiting = make(map[uint64]*proposal)

@@ -49,6 +49,10 @@ type Config struct {
 	// time (default GOMAXPROCS, at most 8).
 	Workers int
 	Logger  *slog.Logger
+	// OnLeadership, when set, is told each change of a group's term or
+	// leader as this host's replica sees it (the leader record in etcd
+	// follows it). It is called by the group's worker: it must not block.
+	OnLeadership func(Leadership)
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -189,7 +193,10 @@ func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
 	if err != nil {
 		return fmt.Errorf("group %d: start raft: %w", gc.Group, err)
 	}
-	g := &group{id: gc.Group, replica: gc.Replica, log: log, sm: gc.Machine, rn: rn, waiting: make(map[uint64]*proposal)}
+	g := &group{id: gc.Group, replica: gc.Replica, log: log, sm: gc.Machine, rn: rn, waiting: make(map[uint64]*proposal),
+		onLead: h.cfg.OnLeadership}
+	st := rn.BasicStatus()
+	g.seen = Leadership{Group: gc.Group, Replica: gc.Replica, Term: st.GetTerm(), Leader: st.Lead}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.groups[gc.Group]; ok {

@@ -59,14 +59,21 @@ type testCluster struct {
 	dir    string
 	groups []uint64
 	nodes  []*node
-	sm     map[uint64]*recorder // by replica ID
+	sm     map[uint64]*recorder                 // by replica ID
+	onLead func(node int, l replica.Leadership) // nil: none
 }
 
 func rid(g uint64, i int) uint64 { return g*10 + uint64(i) + 1 }
 
 func newTestCluster(t *testing.T, groups ...uint64) *testCluster {
+	return newObservedCluster(t, nil, groups...)
+}
+
+// newObservedCluster is newTestCluster with onLead seeing every
+// leadership from the start.
+func newObservedCluster(t *testing.T, onLead func(node int, l replica.Leadership), groups ...uint64) *testCluster {
 	c := &testCluster{t: t, net: replica.NewLocal(), dir: t.TempDir(), groups: groups,
-		nodes: make([]*node, 3), sm: make(map[uint64]*recorder)}
+		nodes: make([]*node, 3), sm: make(map[uint64]*recorder), onLead: onLead}
 	for i := range c.nodes {
 		c.start(i)
 	}
@@ -83,8 +90,12 @@ func newTestCluster(t *testing.T, groups ...uint64) *testCluster {
 func (c *testCluster) start(i int) {
 	c.t.Helper()
 	ctx := context.Background()
-	h, err := replica.NewHost(replica.Config{Transport: c.net, Tick: 10 * time.Millisecond, ElectionTicks: 30,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := replica.Config{Transport: c.net, Tick: 10 * time.Millisecond, ElectionTicks: 30,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if c.onLead != nil {
+		cfg.OnLeadership = func(l replica.Leadership) { c.onLead(i, l) }
+	}
+	h, err := replica.NewHost(cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -1,0 +1,87 @@
+package replica
+
+import (
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Leadership is a group's term and leader as one of its replicas sees
+// them.
+type Leadership struct {
+	Group   uint64
+	Replica uint64 // the replica that sees it
+	Term    uint64
+	Leader  uint64 // the leader's replica ID; 0 while none is known
+}
+
+// Leading reports whether the replica that sees it is the leader.
+func (l Leadership) Leading() bool { return l.Leader != 0 && l.Leader == l.Replica }
+
+// observe tells onLead when a Ready changed the term or the leader. It
+// runs after the Ready's hard state was saved: a leadership is told once
+// the term it belongs to is on disk.
+func (g *group) observe(rd raft.Ready) {
+	if g.onLead == nil || (rd.SoftState == nil && rd.HardState == nil) {
+		return
+	}
+	now := g.seen
+	if rd.SoftState != nil {
+		now.Leader = rd.SoftState.Lead
+	}
+	if rd.HardState != nil {
+		now.Term = rd.HardState.GetTerm()
+	}
+	if now == g.seen {
+		return
+	}
+	g.seen = now
+	g.onLead(now)
+}
+
+// stopLeading tells onLead that a failed replica knows no leader: it
+// steps no more, so a leader among the others will come, and this one
+// must not be routed to meanwhile.
+func (g *group) stopLeading() {
+	if g.onLead == nil || g.seen.Leader == 0 {
+		return
+	}
+	g.seen.Leader = 0
+	g.onLead(g.seen)
+}
+
+// ReportUnreachable tells the group that a message to replica could not
+// be sent: its leader stops streaming appends to it and probes instead.
+// The transport calls it; it never blocks.
+func (h *Host) ReportUnreachable(groupID, replica uint64) {
+	h.report(groupID, func(rn *raft.RawNode) { rn.ReportUnreachable(replica) })
+}
+
+// ReportSnapshot tells the group how sending a snapshot to replica ended.
+func (h *Host) ReportSnapshot(groupID, replica uint64, status raft.SnapshotStatus) {
+	h.report(groupID, func(rn *raft.RawNode) { rn.ReportSnapshot(replica, status) })
+}
+
+// report queues r for the group's worker, the only caller of its RawNode.
+func (h *Host) report(groupID uint64, r func(*raft.RawNode)) {
+	g := h.group(groupID)
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.reports = append(g.reports, r)
+	g.mu.Unlock()
+	h.sched.enqueue(groupID)
+}
+
+// takeReports empties the reports.
+func (g *group) takeReports() []func(*raft.RawNode) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.reports
+	g.reports = nil
+	return r
+}
+
+// IsSnapshot reports whether m carries a snapshot: a transport that drops
+// one reports raft.SnapshotFailure, so that the leader sends it again.
+func IsSnapshot(m *raftpb.Message) bool { return m.GetType() == raftpb.MessageType_MsgSnap }
