@@ -13,6 +13,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/progressdb/progressdb/server/internal/testtools/tcpproxy"
 )
 
 // startWait bounds how long a server may take to become ready; it is a
@@ -24,7 +26,7 @@ const startWait = 60 * time.Second
 type Server struct {
 	e      *embed.Etcd
 	direct []string // the member's own client URLs
-	proxy  *proxy
+	proxy  *tcpproxy.Proxy
 }
 
 // Start starts a single-member etcd in a temporary folder, listening on
@@ -58,17 +60,17 @@ func Start(t testing.TB) *Server {
 	for _, l := range e.Clients {
 		s.direct = append(s.direct, "http://"+l.Addr().String())
 	}
-	p, err := newProxy(e.Clients[0].Addr().String())
+	p, err := tcpproxy.New(e.Clients[0].Addr().String())
 	if err != nil {
 		t.Fatalf("etcd proxy: %v", err)
 	}
 	s.proxy = p
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	return s
 }
 
 // Endpoints are the client URLs to dial: the proxy's.
-func (s *Server) Endpoints() []string { return []string{"http://" + s.proxy.addr()} }
+func (s *Server) Endpoints() []string { return []string{"http://" + s.proxy.Addr()} }
 
 // Client returns a client through the proxy, closed when the test ends.
 func (s *Server) Client(t testing.TB) *clientv3.Client {
@@ -94,7 +96,7 @@ func (s *Server) DirectClient(t testing.TB) *clientv3.Client {
 
 // Partition cuts every client connected through the proxy off the server,
 // which goes on serving: their leases expire in etcd after their TTL.
-func (s *Server) Partition() { s.proxy.close() }
+func (s *Server) Partition() { s.proxy.Cut() }
 
 // NewClient dials endpoints with the settings tests use.
 func NewClient(endpoints []string) (*clientv3.Client, error) {
