@@ -66,6 +66,9 @@ func newIdempotencyKey() (string, error) {
 // fresh Idempotency-Key, the same on each try, so that the server stores
 // it once however many tries reach it; such a write is also tried again
 // when the connection fails, since its first try may have been served.
+// A body goes again only when the request can give it again whole
+// (GetBody: the generated operations' JSON, an upload that can be
+// rewound); a stream is never held in memory to be sent twice.
 type retryDoer struct {
 	next  HttpRequestDoer
 	retry Retry
@@ -73,16 +76,6 @@ type retryDoer struct {
 
 func (d retryDoer) Do(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	// The body is sent again on each try: keep it whole.
-	var body []byte
-	if req.Body != nil && req.Body != http.NoBody {
-		b, err := io.ReadAll(req.Body)
-		req.Body.Close()
-		if err != nil {
-			return nil, fmt.Errorf("progressdb: read request body: %w", err)
-		}
-		body = b
-	}
 	keyed := keyedWrite(req)
 	if keyed && req.Header.Get("Idempotency-Key") == "" {
 		key, err := newIdempotencyKey()
@@ -91,12 +84,9 @@ func (d retryDoer) Do(req *http.Request) (*http.Response, error) {
 		}
 		req.Header.Set("Idempotency-Key", key)
 	}
+	hasBody := req.Body != nil && req.Body != http.NoBody
+	try := req
 	for attempt := 1; ; attempt++ {
-		try := req.Clone(ctx)
-		if body != nil {
-			try.Body = io.NopCloser(bytes.NewReader(body))
-			try.ContentLength = int64(len(body))
-		}
 		res, err := d.next.Do(try)
 		if attempt >= d.retry.Attempts || (err != nil && (!keyed || ctx.Err() != nil)) ||
 			(err == nil && !retryableStatus(res.StatusCode)) {
@@ -113,14 +103,39 @@ func (d retryDoer) Do(req *http.Request) (*http.Response, error) {
 			return res, nil
 		}
 		if err == nil {
-			// Drain so the connection is reused.
-			io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
-			res.Body.Close()
+			// Read the answer (a short error) and release its connection:
+			// the previous body is closed only then, and the answer is
+			// returned if the body cannot go again.
+			res = keep(res)
+		}
+		next := req.Clone(ctx)
+		if hasBody {
+			if req.GetBody == nil {
+				return res, err
+			}
+			b, gerr := req.GetBody()
+			if gerr != nil {
+				return res, err
+			}
+			next.Body = b
 		}
 		if err := sleep(ctx, wait); err != nil {
+			if hasBody {
+				next.Body.Close()
+			}
 			return nil, err
 		}
+		try = next
 	}
+}
+
+// keep returns res with its body read (up to 64 KiB) and its connection
+// released.
+func keep(res *http.Response) *http.Response {
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	res.Body.Close()
+	res.Body = io.NopCloser(bytes.NewReader(b))
+	return res
 }
 
 // backoff is the pause after try n (from 1) without Retry-After: Base

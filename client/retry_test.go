@@ -21,10 +21,16 @@ import (
 type frontNode struct {
 	mu       sync.Mutex
 	arrivals []time.Time
-	script   func(n int, w http.ResponseWriter) bool // true: answered
+	script   func(n int, w http.ResponseWriter, r *http.Request) bool // true: answered
 }
 
 func newFrontNode(t *testing.T, base string, script func(n int, w http.ResponseWriter) bool) (*frontNode, string) {
+	t.Helper()
+	return newFrontNodeReq(t, base, func(n int, w http.ResponseWriter, _ *http.Request) bool { return script(n, w) })
+}
+
+// newFrontNodeReq is newFrontNode whose script sees the request too.
+func newFrontNodeReq(t *testing.T, base string, script func(n int, w http.ResponseWriter, r *http.Request) bool) (*frontNode, string) {
 	t.Helper()
 	target, err := url.Parse(base)
 	if err != nil {
@@ -37,7 +43,7 @@ func newFrontNode(t *testing.T, base string, script func(n int, w http.ResponseW
 		f.arrivals = append(f.arrivals, time.Now())
 		n := len(f.arrivals)
 		f.mu.Unlock()
-		if !f.script(n, w) {
+		if !f.script(n, w, r) {
 			proxy.ServeHTTP(w, r)
 		}
 	}))
