@@ -21,7 +21,6 @@ import (
 	"github.com/progressdb/progressdb/server/internal/buildinfo"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/storagemetrics"
-	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -48,14 +47,16 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return err
 	}
 	// The store closes its key store after itself: every read and write
-	// of the store may use it.
-	st, err := OpenStore(ctx, cfg, logger, store.Options{Logger: logger}, MaySeal)
+	// of the store may use it. Its blob store is opened with it: retention
+	// runs delete the blobs of what they purge, backups copy them.
+	sts, err := OpenStores(ctx, cfg, logger, store.Options{Logger: logger}, MaySeal)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
+	st, blobs := sts.Store, sts.Blobs
 	keys := KeyStore(st)
 	defer func() {
-		if err := st.Close(); err != nil {
+		if err := sts.Close(); err != nil {
 			logger.Error("store_close_failed", "err", err)
 		}
 	}()
@@ -69,13 +70,7 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	// Opened before retention: its runs delete the blobs of what they purge.
-	blobs, err := attachments.Open(ctx, cfg.AttachmentsURL)
-	if err != nil {
-		return fmt.Errorf("open the attachments store (%s): %w", config.VarAttachmentsURL, err)
-	}
-	defer blobs.Close()
-	svc, err := NewRetention(st, cfg.Retention, logger, reg, true, key, blobs)
+	svc, err := NewRetention(sts, cfg.Retention, logger, reg, true, key)
 	if err != nil {
 		return err
 	}
@@ -112,7 +107,7 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	defer svc.Close()
 	defer context.AfterFunc(ctx, svc.Close)()
 
-	backups, err := NewBackups(st, cfg, svc, logger, reg, key)
+	backups, err := NewBackups(sts, cfg, svc, logger, reg, key)
 	if err != nil {
 		return err
 	}
@@ -163,14 +158,14 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	return err
 }
 
-// NewBackups builds the backup creator over an open store; svc keeps
-// retention runs from purging while a checkpoint is taken. reg, when not
-// nil, receives the backup metrics. A store that seals is backed up with
-// its key store (spec §12).
-func NewBackups(st *store.Store, cfg config.Config, svc *retention.Manager, logger *slog.Logger, reg prometheus.Registerer, signingKey ed25519.PrivateKey) (*backup.Creator, error) {
+// NewBackups builds the backup creator over an open store and its blob
+// store; svc keeps retention runs from purging while a checkpoint is
+// taken. reg, when not nil, receives the backup metrics. A store that
+// seals is backed up with its key store (spec §12).
+func NewBackups(sts Stores, cfg config.Config, svc *retention.Manager, logger *slog.Logger, reg prometheus.Registerer, signingKey ed25519.PrivateKey) (*backup.Creator, error) {
 	return backup.NewCreator(backup.Options{
-		Store:      st,
-		KeyStore:   backup.KeyStoreOf(st),
+		Store:      sts.Store,
+		KeyStore:   backup.KeyStoreOf(sts.Store),
 		Hold:       svc,
 		SigningKey: signingKey,
 		Version:    buildinfo.Read().Version,
@@ -211,16 +206,19 @@ func hostname() string {
 	return h
 }
 
-// NewRetention builds the retention runner, its scheduler (when retention
-// is enabled and withScheduler is set) and the service over both.
-// signingKey signs audit footers when set (see SigningKey); blobs, when
-// set, is the attachments' blob store, whose owed deletions runs do.
-func NewRetention(st *store.Store, cfg config.Retention, logger *slog.Logger, reg prometheus.Registerer, withScheduler bool, signingKey ed25519.PrivateKey, blobs retention.BlobStore) (*retention.Manager, error) {
+// NewRetention builds the retention runner over a store and its blob
+// store (whose owed deletions runs do), its scheduler (when retention is
+// enabled and withScheduler is set) and the service over both.
+// signingKey signs audit footers when set (see SigningKey).
+func NewRetention(sts Stores, cfg config.Retention, logger *slog.Logger, reg prometheus.Registerer, withScheduler bool, signingKey ed25519.PrivateKey) (*retention.Manager, error) {
+	if sts.Store == nil || sts.Blobs == nil {
+		return nil, errors.New("retention: a runner needs the store and its blob store (app.OpenStores)")
+	}
 	// A sealed store's key store: runs finish the subject erasures pending
 	// in it and erase what they destroyed from it.
-	keys, _ := st.KeySealer().(*keystore.KeyStore)
-	return newRetention(retention.RunnerOptions{Store: st, Config: cfg, Logger: logger, Metrics: retention.NewMetrics(reg),
-		SigningKey: signingKey, Keys: keys, Blobs: blobs}, withScheduler)
+	keys, _ := sts.Store.KeySealer().(*keystore.KeyStore)
+	return newRetention(retention.RunnerOptions{Store: sts.Store, Config: cfg, Logger: logger, Metrics: retention.NewMetrics(reg),
+		SigningKey: signingKey, Keys: keys, Blobs: sts.Blobs}, withScheduler)
 }
 
 // newRetention completes o (host, version) and builds the runner, its

@@ -43,8 +43,15 @@ type newRunnerFunc func(*store.Store) (*retention.Runner, error)
 func eachDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, running string,
 	pass func(config.Config, newRunnerFunc) error, finish func(*HeldShards) error) error {
 	if !cfg.Cluster.Enabled() {
+		// With the blob store, as every runner: a run it finishes
+		// deletes the blobs its purges owe.
+		blobs, err := OpenBlobs(ctx, cfg, cfg.DBPath)
+		if err != nil {
+			return &KeysError{Msg: err.Error(), Err: err}
+		}
+		defer blobs.Close()
 		return pass(cfg, func(st *store.Store) (*retention.Runner, error) {
-			return retention.NewRunner(retention.RunnerOptions{Store: st, Config: cfg.Retention, Logger: logger})
+			return retention.NewRunner(retention.RunnerOptions{Store: st, Config: cfg.Retention, Logger: logger, Blobs: blobs})
 		})
 	}
 	shards, err := OpenHeldShards(ctx, cfg, logger)

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -223,15 +224,28 @@ func (c *adminClient) stream(ctx context.Context, method, path string) (io.ReadC
 func (e env) onRetention(ctx context.Context, cfg config.Config, logger *slog.Logger, name, server string,
 	local func(m *retention.Manager) error, remote func(c *adminClient) error) (database, int) {
 	return e.onDatabase(ctx, cfg, logger, name, server, func(st *store.Store) error {
-		return onLocalRetention(st, cfg, logger, local)
+		return onLocalRetention(ctx, st, cfg, logger, local)
 	}, remote)
 }
 
 // onLocalRetention builds the retention service over an open store and
 // runs fn on it. These commands write no audit file: no signing key is
 // needed.
-func onLocalRetention(st *store.Store, cfg config.Config, logger *slog.Logger, fn func(m *retention.Manager) error) error {
-	m, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, nil, nil)
+func onLocalRetention(ctx context.Context, st *store.Store, cfg config.Config, logger *slog.Logger, fn func(m *retention.Manager) error) error {
+	return withRetention(ctx, st, cfg, logger, nil, fn)
+}
+
+// withRetention builds the retention service over st, opened here, and its
+// blob store (app.WithBlobs: a run deletes the blobs its purges owe), runs
+// fn on it and closes what it opened (st is the caller's).
+func withRetention(ctx context.Context, st *store.Store, cfg config.Config, logger *slog.Logger, key ed25519.PrivateKey,
+	fn func(m *retention.Manager) error) error {
+	sts, err := app.WithBlobs(ctx, cfg, st)
+	if err != nil {
+		return err
+	}
+	defer sts.Blobs.Close()
+	m, err := app.NewRetention(sts, cfg.Retention, logger, prometheus.NewRegistry(), false, key)
 	if err != nil {
 		return err
 	}

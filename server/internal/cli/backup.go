@@ -164,12 +164,17 @@ func (e env) reportBackup(rep backupReport, out string, asJSON bool) int {
 
 // localBackup makes the backup on a database no server holds.
 func (e env) localBackup(ctx context.Context, st *store.Store, cfg config.Config, logger *slog.Logger, key ed25519.PrivateKey, out string, compress, force bool) (backupReport, error) {
-	svc, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key, nil)
+	sts, err := app.WithBlobs(ctx, cfg, st)
+	if err != nil {
+		return backupReport{}, err
+	}
+	defer sts.Blobs.Close()
+	svc, err := app.NewRetention(sts, cfg.Retention, logger, prometheus.NewRegistry(), false, key)
 	if err != nil {
 		return backupReport{}, err
 	}
 	defer svc.Close()
-	c, err := app.NewBackups(st, cfg, svc, logger, nil, key)
+	c, err := app.NewBackups(sts, cfg, svc, logger, nil, key)
 	if err != nil {
 		return backupReport{}, err
 	}

@@ -107,7 +107,7 @@ func purgeAndErase(t *testing.T, h *harness, tid, author string) {
 	// The erasure's own run may be cut by Close: the next run finishes
 	// every pending erasure first, without a wait here.
 	st = openSealed(t, h.environ)
-	svc, err := app.NewRetention(st, cfg.Retention, nil, prometheus.NewRegistry(), false, nil, nil)
+	svc, err := app.NewRetention(withBlobs(t, cfg, st), cfg.Retention, nil, prometheus.NewRegistry(), false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func purgeAndErase(t *testing.T, h *harness, tid, author string) {
 	h.mustRun("retention", "run")
 	st = openSealed(t, h.environ)
 	defer st.Close()
-	svc, err = app.NewRetention(st, cfg.Retention, nil, prometheus.NewRegistry(), false, nil, nil)
+	svc, err = app.NewRetention(withBlobs(t, cfg, st), cfg.Retention, nil, prometheus.NewRegistry(), false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestOldDataCopyWithCurrentKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := openSealed(t, oldEnv)
-	svc, err := app.NewRetention(st, cfg.Retention, nil, prometheus.NewRegistry(), false, nil, nil)
+	svc, err := app.NewRetention(withBlobs(t, cfg, st), cfg.Retention, nil, prometheus.NewRegistry(), false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

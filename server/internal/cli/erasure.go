@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/retention"
@@ -248,12 +246,7 @@ func (e env) onErasures(ctx context.Context, name, server string, local func(m *
 		if st.KeySealer() == nil {
 			return errNoSealing
 		}
-		m, err := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key, nil)
-		if err != nil {
-			return err
-		}
-		defer m.Close()
-		return local(m)
+		return withRetention(ctx, st, cfg, logger, key, local)
 	}, remote)
 }
 

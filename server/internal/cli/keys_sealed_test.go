@@ -64,6 +64,18 @@ func openSealed(t *testing.T, environ []string) *store.Store {
 	return st
 }
 
+// withBlobs pairs st with its blob store, as the commands do; the blob
+// store closes with the test.
+func withBlobs(t *testing.T, cfg config.Config, st *store.Store) app.Stores {
+	t.Helper()
+	sts, err := app.WithBlobs(context.Background(), cfg, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sts.Blobs.Close() })
+	return sts
+}
+
 // writeSealed writes threads t0..t(n-1), each with two messages by two
 // authors, whose bodies are markers; it returns body by message ID.
 func writeSealed(t *testing.T, environ []string, n int) map[string]string {

@@ -63,7 +63,7 @@ func TestRetentionPauseThroughTheServer(t *testing.T) {
 	}
 	defer st.Close()
 	reg := prometheus.NewRegistry()
-	svc, err := app.NewRetention(st, cfg.Retention, nil, reg, false, nil, nil)
+	svc, err := app.NewRetention(withBlobs(t, cfg, st), cfg.Retention, nil, reg, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

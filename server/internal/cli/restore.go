@@ -2,16 +2,19 @@ package cli
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -78,7 +81,7 @@ func (e env) restore(ctx context.Context, args []string) int {
 	o := backup.RestoreOptions{File: fs.Arg(0), DB: *db, Resume: *resume, Retention: cfg.Retention, Audit: *auditDir,
 		KeyStore: *keystoreDir, DefaultKeyStore: cfg.KeystorePath, KEK: cfg.KEK, PublicKey: pub, AcceptBrokenAudit: *accept,
 		Logger: logger, NewReplayer: func(st *store.Store, rc config.Retention) (backup.Replayer, error) {
-			return app.NewRetention(st, rc, logger, prometheus.NewRegistry(), false, key, nil)
+			return newReplayer(ctx, cfg, *db, st, rc, logger, key)
 		}}
 	if o.File == "-" {
 		o.File, o.Input = stdinName, e.input()
@@ -95,6 +98,37 @@ func (e env) restore(ctx context.Context, args []string) int {
 		printRestore(e.stdout, rep)
 	}
 	return done(exitOK, "")
+}
+
+// newReplayer builds a restore's replay over the restored store st and
+// its blob store (app.CopyBlobsURL): the replayed purges delete the blobs
+// they owe there.
+func newReplayer(ctx context.Context, cfg config.Config, db string, st *store.Store, rc config.Retention,
+	logger *slog.Logger, key ed25519.PrivateKey) (backup.Replayer, error) {
+	u, err := app.CopyBlobsURL(cfg, db, "")
+	if err != nil {
+		return nil, err
+	}
+	blobs, err := attachments.Open(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("open the restored attachments store: %w", err)
+	}
+	svc, err := app.NewRetention(app.Stores{Store: st, Blobs: blobs}, rc, logger, prometheus.NewRegistry(), false, key)
+	if err != nil {
+		return nil, errors.Join(err, blobs.Close())
+	}
+	return closingReplayer{svc, blobs}, nil
+}
+
+// closingReplayer closes the blob store after the service.
+type closingReplayer struct {
+	*retention.Manager
+	blobs *attachments.Blobs
+}
+
+func (r closingReplayer) Close() {
+	r.Manager.Close()
+	_ = r.blobs.Close()
 }
 
 // restoreExit is the exit status of a restore that failed with err.

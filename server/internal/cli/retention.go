@@ -17,7 +17,6 @@ import (
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/retention"
-	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -128,12 +127,12 @@ func (e env) retentionRun(ctx context.Context, args []string) int {
 // report of a run that could not start, its Error the reason.
 func (e env) runDirect(ctx context.Context, st *store.Store, cfg config.Config, logger *slog.Logger, key ed25519.PrivateKey,
 	bar *progressBar, dryRun bool) (res retention.Result, err error, stop *runReport) {
-	blobs, serr := attachments.Open(ctx, cfg.AttachmentsURL)
+	sts, serr := app.WithBlobs(ctx, cfg, st)
 	if serr != nil {
 		return res, nil, &runReport{ExitCode: exitFailed, Reason: "error", Error: serr.Error()}
 	}
-	defer blobs.Close()
-	svc, serr := app.NewRetention(st, cfg.Retention, logger, prometheus.NewRegistry(), false, key, blobs)
+	defer sts.Blobs.Close()
+	svc, serr := app.NewRetention(sts, cfg.Retention, logger, prometheus.NewRegistry(), false, key)
 	if serr != nil {
 		return res, nil, &runReport{ExitCode: exitFailed, Reason: "error", Error: serr.Error()}
 	}

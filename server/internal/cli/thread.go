@@ -101,7 +101,7 @@ func (e env) threadGet(ctx context.Context, args []string) int {
 				return purgedHint(err, tid)
 			}
 			rep.Thread = wire.ThreadOf(t)
-			return onLocalRetention(st, cfg, logger, func(m *retention.Manager) (err error) {
+			return onLocalRetention(ctx, st, cfg, logger, func(m *retention.Manager) (err error) {
 				rep.Retention, err = m.ThreadPolicy(ctx, tid)
 				return err
 			})
