@@ -42,7 +42,7 @@ var ErrExportUnwritable = errors.New("export folder not writable")
 // ExportHead is what an export record says about the item before its
 // content: the fields of spec §3.3 other than thread and messages.
 type ExportHead struct {
-	ItemType   string    `json:"item_type"` // "thread" | "message"
+	ItemType   string    `json:"item_type"` // "thread" | "message" | "attachment"
 	ItemID     string    `json:"item_id"`
 	ThreadID   string    `json:"thread_id"`
 	Cause      string    `json:"cause"` // why the item is purged: "deleted", ...
@@ -66,6 +66,9 @@ type ExportRecord struct {
 	ExportHead
 	Thread   json.RawMessage `json:"thread"`
 	Messages []ExportMessage `json:"messages"`
+	// Attachments are the item's attachments with their bytes
+	// (export_attach.go); absent from records without any.
+	Attachments []ExportAttachment `json:"attachments,omitempty"`
 }
 
 // ExportSummary describes a sealed export file, for the audit footer.
@@ -103,6 +106,7 @@ const (
 	encThread = iota
 	encMessages
 	encVersions
+	encAttachments // export_attach.go
 	encDone
 )
 
@@ -167,7 +171,7 @@ func (e *RecordEncoder) Message(id string) error {
 	case encVersions:
 		e.write([]byte(`]},{"id":`))
 	default:
-		e.setErr(fmt.Errorf("audit: %w: export message after end", ErrInvalidRecord))
+		e.setErr(fmt.Errorf("audit: %w: export message after attachments or end", ErrInvalidRecord))
 	}
 	e.writeString(id)
 	e.write([]byte(`,"versions":[`))
@@ -200,6 +204,8 @@ func (e *RecordEncoder) End() error {
 		e.write([]byte("]}\n"))
 	case encVersions:
 		e.write([]byte("]}]}\n"))
+	case encAttachments:
+		e.write([]byte("]}\n"))
 	default:
 		e.setErr(fmt.Errorf("audit: %w: export record ended twice", ErrInvalidRecord))
 	}

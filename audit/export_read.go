@@ -27,7 +27,8 @@ type ExportReader struct {
 	dec     *json.Decoder
 	record  int  // records begun so far
 	inMsgs  bool // positioned inside the current record's messages
-	pending bool // the current record's messages are not all read
+	inAtts  bool // positioned inside the current record's attachments
+	pending bool // the current record is not all read
 	err     error
 }
 
@@ -77,7 +78,7 @@ func (r *ExportReader) Next() (ExportHead, json.RawMessage, error) {
 		return ExportHead{}, nil, r.err
 	}
 	for r.pending {
-		if _, err := r.NextMessage(); err != nil && !errors.Is(err, io.EOF) {
+		if _, err := r.NextAttachment(); err != nil && !errors.Is(err, io.EOF) {
 			return ExportHead{}, nil, err
 		}
 	}
@@ -153,27 +154,45 @@ func (r *ExportReader) NextMessage() (ExportMessage, error) {
 		}
 		return m, nil
 	}
-	if r.inMsgs {
-		if err := r.delim(']'); err != nil {
-			return ExportMessage{}, err
-		}
-		r.inMsgs = false
+	if !r.inMsgs {
+		return ExportMessage{}, io.EOF // in its attachments
 	}
-	// Fields after the messages, which this writer does not produce.
+	if err := r.delim(']'); err != nil {
+		return ExportMessage{}, err
+	}
+	r.inMsgs = false
+	if err := r.rest(); err != nil {
+		return ExportMessage{}, err
+	}
+	return ExportMessage{}, io.EOF
+}
+
+// rest reads the record's fields after its messages: at "attachments" it
+// stops inside that array for NextAttachment; fields it does not know are
+// skipped; at the record's end the record is done.
+func (r *ExportReader) rest() error {
 	for r.dec.More() {
-		if _, err := r.key(); err != nil {
-			return ExportMessage{}, err
+		key, err := r.key()
+		if err != nil {
+			return err
+		}
+		if key == "attachments" && !r.inAtts {
+			if err := r.delim('['); err != nil {
+				return err
+			}
+			r.inAtts = true
+			return nil
 		}
 		var skip json.RawMessage
 		if err := r.dec.Decode(&skip); err != nil {
-			return ExportMessage{}, r.problem("field", err)
+			return r.problem("field "+key, err)
 		}
 	}
 	if err := r.delim('}'); err != nil {
-		return ExportMessage{}, err
+		return err
 	}
 	r.pending = false
-	return ExportMessage{}, io.EOF
+	return nil
 }
 
 // ReadRecord reads the next whole record into memory (tests and small
@@ -187,12 +206,22 @@ func (r *ExportReader) ReadRecord() (ExportRecord, error) {
 	for {
 		m, err := r.NextMessage()
 		if errors.Is(err, io.EOF) {
-			return rec, nil
+			break
 		}
 		if err != nil {
 			return rec, err
 		}
 		rec.Messages = append(rec.Messages, m)
+	}
+	for {
+		a, err := r.NextAttachment()
+		if errors.Is(err, io.EOF) {
+			return rec, nil
+		}
+		if err != nil {
+			return rec, err
+		}
+		rec.Attachments = append(rec.Attachments, a)
 	}
 }
 

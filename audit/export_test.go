@@ -74,6 +74,15 @@ func writeRecord(t *testing.T, w *ExportWriter, rec ExportRecord) {
 			}
 		}
 	}
+	for _, a := range rec.Attachments {
+		var data io.Reader
+		if a.Data != nil {
+			data = bytes.NewReader(a.Data)
+		}
+		if err := it.Attachment(a.AttachmentMeta, data); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := it.Commit(); err != nil {
 		t.Fatal(err)
 	}

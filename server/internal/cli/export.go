@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -74,7 +75,7 @@ func copyRecord(out *bufio.Writer, r *audit.ExportReader, h audit.ExportHead, th
 	for {
 		m, err := r.NextMessage()
 		if errors.Is(err, io.EOF) {
-			return enc.End()
+			return copyAttachments(enc, r)
 		}
 		if err != nil {
 			return err
@@ -86,6 +87,26 @@ func copyRecord(out *bufio.Writer, r *audit.ExportReader, h audit.ExportHead, th
 			if err := enc.Version(v); err != nil {
 				return err
 			}
+		}
+	}
+}
+
+// copyAttachments re-encodes the record's attachments, then ends it.
+func copyAttachments(enc *audit.RecordEncoder, r *audit.ExportReader) error {
+	for {
+		a, err := r.NextAttachment()
+		if errors.Is(err, io.EOF) {
+			return enc.End()
+		}
+		if err != nil {
+			return err
+		}
+		var data io.Reader
+		if a.Data != nil {
+			data = bytes.NewReader(a.Data)
+		}
+		if err := enc.Attachment(a.AttachmentMeta, data); err != nil {
+			return err
 		}
 	}
 }

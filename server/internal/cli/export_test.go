@@ -16,7 +16,8 @@ import (
 
 // writeExport writes an export file holding one record per item ID, each
 // a thread with one message of two versions; the last ID's record is
-// written twice, the second time as recovered.
+// written twice, the second time as recovered; each message has two
+// attachments.
 func writeExport(t *testing.T, ids ...string) string {
 	t.Helper()
 	w, err := audit.NewExportWriter(t.TempDir(), "run1", time.Date(2025, 3, 1, 2, 0, 0, 0, time.UTC))
@@ -33,6 +34,10 @@ func writeExport(t *testing.T, ids ...string) string {
 		_ = it.Message(id + "-m1")
 		_ = it.Version([]byte(`{"id":"` + id + `-m1","thread":"` + id + `","body":"v1","version":1}`))
 		_ = it.Version([]byte(`{"id":"` + id + `-m1","thread":"` + id + `","body":"v2","version":2}`))
+		// An attachment with its bytes, and one whose blob was gone.
+		_ = it.Attachment(audit.AttachmentMeta{ID: id + "-a1", Thread: id, Message: id + "-m1", Size: 3, Filename: "a.txt"},
+			strings.NewReader("abc"))
+		_ = it.Attachment(audit.AttachmentMeta{ID: id + "-a2", Thread: id, Message: id + "-m1", Size: 9}, nil)
 		if err := it.Commit(); err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package retention
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
@@ -10,9 +11,12 @@ import (
 )
 
 // BlobStore is what a run needs of the attachments' blob store
-// (server/pkg/attachments.Blobs): deleting a blob already gone is no error.
+// (server/pkg/attachments.Blobs): deleting a blob already gone is no
+// error; reading an attachment's bytes, opened with the store's keys,
+// for the export (attachments.ErrBlobMissing when its blob is gone).
 type BlobStore interface {
 	Delete(ctx context.Context, name string) error
+	OpenRange(ctx context.Context, st *store.Store, a store.Attachment, off, n int64) (io.ReadCloser, error)
 }
 
 // deleteOwedBlobs deletes the blobs the store owes (spec §16): those of

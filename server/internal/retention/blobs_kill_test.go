@@ -11,14 +11,19 @@ import (
 	"testing"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
-const envBlobHelper = "PROGRESSDB_BLOB_KILL_HELPER" // the folder of the test's world
+const (
+	envBlobHelper       = "PROGRESSDB_BLOB_KILL_HELPER" // the folder of the test's world
+	envBlobHelperExport = "PROGRESSDB_BLOB_KILL_EXPORT" // set: the child's run exports
+)
 
 // killingBlobs is a blob store whose first delete kills the process
 // (SIGKILL): the purge's records are deleted and recorded, the blob not.
-type killingBlobs struct{}
+// Reads go to the store it wraps.
+type killingBlobs struct{ BlobStore }
 
 func (killingBlobs) Delete(context.Context, string) error {
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -43,7 +48,14 @@ func TestBlobKillHelperProcess(t *testing.T) {
 	}
 	e.cfg.AuditPath = filepath.Join(dir, "audit")
 	e.cfg.LeasePath = filepath.Join(dir, "audit", "retention.lock")
-	_, _ = e.blobRunner(killingBlobs{}).Run(context.Background(), RunRequest{})
+	if os.Getenv(envBlobHelperExport) != "" {
+		e.cfg.ExportPath = filepath.Join(dir, "exports")
+	}
+	blobs, err := attachments.Open(context.Background(), "file://"+filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = e.blobRunner(killingBlobs{blobs}).Run(context.Background(), RunRequest{})
 	t.Fatal("the run ended: the blob delete should have killed the process")
 }
 
@@ -55,24 +67,7 @@ func TestOwedBlobSurvivesKill(t *testing.T) {
 	mids := e.thread("t1", 1, 1)
 	a := e.attach(blobs, "t1", mids[0], []byte("kill me softly"))
 	e.deleteThread("t1")
-	if err := e.st.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBlobKillHelperProcess$")
-	cmd.Env = append(os.Environ(), envBlobHelper+"="+e.dir)
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child: %v, want killed by SIGKILL; output:\n%s", err, out)
-	}
-
-	e.at(31 * day)
-	e.st, err = store.Open(filepath.Join(e.dir, "db"), store.Options{Now: e.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.st.Close() })
+	e.killedAtBlobDelete(false)
 	if e.exists(store.KindThread, "t1") || !e.blobExists(blobs, a) {
 		t.Fatal("the child should have purged the thread and died before its blob")
 	}
@@ -104,4 +99,32 @@ func TestOwedBlobSurvivesKill(t *testing.T) {
 	if owed, err := e.st.OwedBlobs(context.Background()); err != nil || len(owed) != 0 {
 		t.Fatalf("owed after the run = %+v, %v", owed, err)
 	}
+}
+
+// killedAtBlobDelete closes the env's store, runs retention in a child
+// process (exporting, when export) that is killed (SIGKILL) at its first
+// blob delete, and opens the store again at the run's time.
+func (e *env) killedAtBlobDelete(export bool) {
+	t := e.t
+	t.Helper()
+	if err := e.st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBlobKillHelperProcess$")
+	cmd.Env = append(os.Environ(), envBlobHelper+"="+e.dir)
+	if export {
+		cmd.Env = append(cmd.Env, envBlobHelperExport+"=1")
+	}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("child: %v, want killed by SIGKILL; output:\n%s", err, out)
+	}
+	e.at(31 * day)
+	st, err := store.Open(filepath.Join(e.dir, "db"), store.Options{Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.st = st
+	t.Cleanup(func() { _ = st.Close() })
 }

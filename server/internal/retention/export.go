@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -99,10 +100,17 @@ func (d *deleter) export(ctx context.Context, cr *store.ContentReader, p queuedP
 	if err != nil {
 		return err
 	}
+	mid := ""
 	if m.Kind == store.KindThread {
 		err = cr.Thread(ctx, m.ID, rec)
 	} else {
+		mid = m.ID
 		err = cr.Message(ctx, m.ThreadID, m.ID, rec)
+	}
+	if err == nil {
+		err = cr.Attachments(ctx, m.ThreadID, mid, func(a store.Attachment) error {
+			return d.exportAttachment(ctx, rec, a)
+		})
 	}
 	if err == nil {
 		return rec.Finish()
@@ -111,6 +119,38 @@ func (d *deleter) export(ctx context.Context, cr *store.ContentReader, p queuedP
 		return fmt.Errorf("%w (and cutting the record off: %w)", err, aerr)
 	}
 	return err
+}
+
+// errNoBlobStore: an attachment is to be exported and the runner has no
+// blob store to read it from; the item is not deleted (fail closed).
+var errNoBlobStore = errors.New("attachments store not open: an attachment's bytes cannot be exported")
+
+// exportAttachment writes attachment a, with its bytes streamed from the
+// blob store, into the item's record: opened when the store seals, as
+// sealed bodies are. Its bytes are left out (null) when no key opens
+// them any more, or when its blob is already gone (nothing to keep).
+func (d *deleter) exportAttachment(ctx context.Context, rec *audit.ExportItem, a store.Attachment) error {
+	meta := audit.AttachmentMeta{ID: a.ID, Thread: a.Thread, Message: a.Message, Size: a.Size, SHA256: a.SHA256,
+		ContentType: a.ContentType, Filename: a.Filename, CreatedTS: a.CreatedTS, Deleted: a.Deleted, DeletedTS: a.DeletedTS}
+	if a.Unreadable {
+		meta.Key, meta.Sealed = a.Key, a.Sealed // as stored
+		return rec.Attachment(meta, nil)
+	}
+	if d.r.blobs == nil {
+		return errNoBlobStore
+	}
+	body, err := d.r.blobs.OpenRange(ctx, d.r.st, a, 0, a.Size)
+	switch {
+	case errors.Is(err, attachments.ErrBlobMissing):
+		return rec.Attachment(meta, nil)
+	case errors.Is(err, store.ErrUnreadable):
+		meta.SHA256, meta.ContentType, meta.Filename, meta.Key, meta.Sealed = "", "", "", a.Key, a.Sealed
+		return rec.Attachment(meta, nil)
+	case err != nil:
+		return fmt.Errorf("open the blob of attachment %s: %w", a.ID, err)
+	}
+	defer body.Close()
+	return rec.Attachment(meta, body)
 }
 
 // exportCause is the cause an export record gives for the purge: the

@@ -350,6 +350,11 @@ func (s *Store) ListAttachments(ctx context.Context, tid, mid string, includeDel
 // does not decode is ErrMalformed. Its cost follows the attachments
 // found, never the size of the database.
 func (s *Store) ScanAttachments(ctx context.Context, tid, mid string, fn func(Attachment) error) error {
+	return scanAttachments(ctx, s.db, tid, mid, fn)
+}
+
+// scanAttachments is ScanAttachments on r (the store or a snapshot).
+func scanAttachments(ctx context.Context, r pebble.Reader, tid, mid string, fn func(Attachment) error) error {
 	if err := ValidateID(tid); err != nil {
 		return err
 	}
@@ -359,7 +364,7 @@ func (s *Store) ScanAttachments(ctx context.Context, tid, mid string, fn func(At
 		}
 	}
 	prefix := attachmentPrefix(tid, mid)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upperBound(prefix)})
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upperBound(prefix)})
 	if err != nil {
 		return fmt.Errorf("scan attachments of %s: %w", tid, err)
 	}

@@ -204,3 +204,18 @@ func (c *ContentReader) streamVersions(tid, mid string, sink ContentSink) error 
 	}
 	return it.Error()
 }
+
+// Attachments calls fn with the attachment records of message mid of
+// thread tid, or of the whole thread when mid is "", from the reader's
+// snapshot in key (upload) order, opened: a sealed one's content fields
+// unsealed, Key and Sealed kept (its blob opens with them), or marked
+// Unreadable when its key is gone. A record that does not decode is
+// ErrMalformed.
+func (c *ContentReader) Attachments(ctx context.Context, tid, mid string, fn func(Attachment) error) error {
+	return scanAttachments(ctx, c.snap, tid, mid, func(a Attachment) error {
+		if err := c.s.openAttachment(ctx, &a); err != nil {
+			return err
+		}
+		return fn(a)
+	})
+}
