@@ -161,6 +161,12 @@ type Item struct {
 	MessageID string `json:"message_id,omitempty"`
 	Size      *int64 `json:"size,omitempty"`
 	SHA256    string `json:"sha256,omitempty"`
+	// Orphan: an attachment's blob that no record named (an upload killed
+	// before its record was written), removed after the grace period;
+	// Blob is the object removed (the blob, or an upload's leftover),
+	// and Size and SHA256 are those of its bytes as stored.
+	Orphan bool   `json:"orphan,omitempty"`
+	Blob   string `json:"blob,omitempty"`
 }
 
 // Footer closes a run's file.

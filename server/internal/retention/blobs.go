@@ -53,7 +53,11 @@ func (rn *run) deleteOwedBlobs(ctx context.Context) {
 			rn.fail(ctx, stagePurge, "", fmt.Errorf("delete the blob of attachment %s: %w", d.ID, err))
 			break
 		}
-		r.metrics.BlobsPurged.Inc()
+		if d.Orphan {
+			r.metrics.OrphansRemoved.Inc()
+		} else {
+			r.metrics.BlobsPurged.Inc()
+		}
 		if !recorded[d.ID] && !rn.record(rn.blobItem(d)) {
 			return
 		}
@@ -106,7 +110,10 @@ func (rn *run) blobItem(d store.OwedBlob) audit.Item {
 	size := d.Size
 	it := audit.Item{ItemType: audit.ItemAttachment, ItemID: d.ID, ThreadID: d.Thread, MessageID: d.Message,
 		Status: audit.StatusPurged, Cause: d.Cause, KeysDeleted: 1, PurgedAt: &at, Size: &size, SHA256: d.SHA256,
-		Shredded: d.Shredded, Replayed: d.Replayed, Recovered: d.RunID != rn.id}
+		Shredded: d.Shredded, Replayed: d.Replayed, Recovered: d.RunID != rn.id, Orphan: d.Orphan}
+	if d.Orphan {
+		it.Blob = d.Name
+	}
 	if d.DeletedTS > 0 {
 		it.DeletedAt = time.Unix(0, d.DeletedTS).UTC()
 	}

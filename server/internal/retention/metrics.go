@@ -60,6 +60,9 @@ type Metrics struct {
 	// BlobsPurged counts attachment blobs deleted after their records
 	// were purged (blobs.go).
 	BlobsPurged prometheus.Counter
+	// OrphansRemoved counts blobs (and uploads' leftovers) no record
+	// named, removed after the grace period (orphans.go).
+	OrphansRemoved prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg (skipped when
@@ -133,6 +136,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "progressdb_retention_blobs_purged_total",
 			Help: "Attachment blobs deleted from the blob store after their records were purged.",
 		}),
+		OrphansRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "progressdb_retention_orphan_blobs_removed_total",
+			Help: "Attachment blobs and uploads' leftovers that no record named, removed once older than the orphan grace period.",
+		}),
 	}
 	for _, r := range []string{resultCompleted, resultFailed, resultInterrupted, resultSkippedLease, resultDryRun, resultPaused} {
 		m.Runs.WithLabelValues(r)
@@ -156,7 +163,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Runs, m.ItemsPurged, m.KeysDeleted, m.ExportedItems, m.RunDuration, m.LastSuccess,
 		m.EligibleItems, m.LeaseHeld, m.Paused, m.Errors, m.TicksSkipped, m.Enabled, m.DryRun, m.EraseDuration, m.ReplayedItems,
-		m.BlobsPurged}
+		m.BlobsPurged, m.OrphansRemoved}
 }
 
 func (m *Metrics) countError(stage string) { m.Errors.WithLabelValues(stage).Inc() }

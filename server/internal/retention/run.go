@@ -203,6 +203,7 @@ func (rn *run) execute(ctx context.Context) (Result, error) {
 			rn.fail(ctx, stageScan, "", err)
 		}
 	}
+	rn.sweepOrphans(ctx)
 	// The last report shows where the scans ended, not where the last
 	// timed report left them.
 	rn.reportProgress(r.now())

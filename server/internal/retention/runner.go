@@ -79,8 +79,13 @@ type RunnerOptions struct {
 	OnFenced func(error)
 	// Blobs, when set, is the attachments' blob store: a run deletes the
 	// blobs its purges owe (and a killed run's), and records each. Nil:
-	// the debts wait in the store for a runner that has it.
+	// the debts wait in the store for a runner that has it. A store that
+	// can also walk its objects (OrphanStore) has its orphans swept.
 	Blobs BlobStore
+	// OrphanScan is the most objects of the blob store one run looks at
+	// for orphans (defaultOrphanScan when 0); the next run goes on after
+	// the last one.
+	OrphanScan int
 }
 
 // Runner performs retention runs against one store. It never runs two at
@@ -106,6 +111,7 @@ type Runner struct {
 	onFenced  func(error)        // a write refused by the fence; nil: not reported
 	keys      *keystore.KeyStore // sealed content's keys; nil: sealing is off
 	blobs     BlobStore          // attachments' blobs; nil: none deleted
+	orphanCap int                // objects a run's orphan sweep looks at
 
 	slot   chan struct{}             // holds a token while a run is going
 	active atomic.Pointer[LeaseInfo] // lease of the run going, for refusals
@@ -199,6 +205,10 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 	r.onFenced = o.OnFenced
 	r.keys = o.Keys
 	r.blobs = o.Blobs
+	r.orphanCap = o.OrphanScan
+	if r.orphanCap <= 0 {
+		r.orphanCap = defaultOrphanScan
+	}
 	if ks, ok := o.Store.Sealer().(*keystore.KeyStore); ok && r.keys == nil {
 		r.keys = ks
 	}
@@ -220,6 +230,9 @@ func normalize(c config.Retention) (config.Retention, error) {
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = defaultLeaseTTL
+	}
+	if c.OrphanGrace == 0 {
+		c.OrphanGrace = defaultOrphanGrace
 	}
 	if c.LeasePath == "" && c.AuditPath != "" {
 		c.LeasePath = filepath.Join(c.AuditPath, leaseFileName)
@@ -243,6 +256,8 @@ func normalize(c config.Retention) (config.Retention, error) {
 		return c, fmt.Errorf("retention: max messages must not be negative, got %d", c.MaxMessages)
 	case c.LeaseTTL < 0:
 		return c, fmt.Errorf("retention: lease TTL must be positive, got %s", c.LeaseTTL)
+	case c.OrphanGrace < 0:
+		return c, fmt.Errorf("retention: orphan grace must be positive, got %s", c.OrphanGrace)
 	}
 	return c, nil
 }

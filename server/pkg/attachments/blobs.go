@@ -42,6 +42,12 @@ type Blobs struct {
 
 	mu     sync.Mutex
 	bucket *blob.Bucket
+
+	// writing counts the uploads under way per blob name, from before
+	// their blob is created until their record is written or they fail:
+	// the orphan sweep never takes such a blob (orphans.go).
+	wmu     sync.Mutex
+	writing map[string]int
 }
 
 // Open returns the blob store at rawURL (PROGRESSDB_ATTACHMENTS_URL, as
@@ -158,7 +164,7 @@ func (b *Blobs) List(ctx context.Context, prefix string, fn func(BlobInfo) error
 		if err != nil {
 			return fmt.Errorf("list blobs: %w", err)
 		}
-		if obj.IsDir {
+		if obj.IsDir || (b.dir != "" && isLeftover(obj.Key)) {
 			continue
 		}
 		if err := fn(BlobInfo{Name: obj.Key, Size: obj.Size, ModTime: obj.ModTime}); err != nil {

@@ -74,6 +74,7 @@ func (b *Blobs) Upload(ctx context.Context, st *store.Store, up Upload) (store.A
 		return store.Attachment{}, err
 	}
 	a := seal.Attachment
+	defer b.track(a.BlobName())()
 	size, sum, err := b.write(ctx, a.BlobName(), up, seal.AEAD, store.AttachmentBlobAD(a))
 	if err != nil {
 		return store.Attachment{}, err

@@ -111,6 +111,11 @@ type Retention struct {
 	// EraseRate bounds the table data the erase step rewrites, in MiB per
 	// second; 0 is unbounded.
 	EraseRate int `env:"ERASE_RATE" envDefault:"32"`
+	// OrphanGrace is how old an attachment blob no record names must be
+	// before a run removes it (spec §16): an upload's blob is complete
+	// before its record is written, and a killed upload leaves one that
+	// no record will ever name.
+	OrphanGrace time.Duration `env:"ORPHAN_GRACE" envDefault:"1d"`
 }
 
 // Variable names, for errors and Redacted.
@@ -148,6 +153,7 @@ const (
 	VarExportPath         = "PROGRESSDB_RETENTION_EXPORT_PATH"
 	VarErase              = "PROGRESSDB_RETENTION_ERASE"
 	VarEraseRate          = "PROGRESSDB_RETENTION_ERASE_RATE"
+	VarOrphanGrace        = "PROGRESSDB_RETENTION_ORPHAN_GRACE"
 	VarBackupPath         = "PROGRESSDB_BACKUP_PATH"
 	VarBackupCron         = "PROGRESSDB_BACKUP_CRON"
 	VarBackupKeep         = "PROGRESSDB_BACKUP_KEEP"
@@ -346,6 +352,7 @@ func (c Config) Redacted() [][2]string {
 		{VarExportPath, unsetIfEmpty(r.ExportPath)},
 		{VarErase, strconv.FormatBool(r.Erase)},
 		{VarEraseRate, strconv.Itoa(r.EraseRate)},
+		{VarOrphanGrace, FormatDuration(r.OrphanGrace)},
 		{VarAuditSigningKey, unsetIfEmpty(c.AuditSigningKey)},
 		{VarKEK, secret(c.KEK)},
 		{VarKEKFile, unsetIfEmpty(c.KEKFile)},

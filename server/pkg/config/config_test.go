@@ -35,6 +35,7 @@ func TestLoadDefaults(t *testing.T) {
 			YieldToWrites: true,
 			Erase:         true,
 			EraseRate:     32,
+			OrphanGrace:   day,
 		},
 		Backup:         Backup{Schedule: "0 3 * * *", Keep: 30 * day, StreamTimeout: 10 * time.Minute},
 		Cluster:        Cluster{ClusterName: "progressdb", Shards: 16, OwnerTTL: 10 * time.Second},
@@ -114,6 +115,7 @@ func TestLoadEveryVariable(t *testing.T) {
 		"PROGRESSDB_RETENTION_YIELD_TO_WRITES=false",
 		"PROGRESSDB_RETENTION_ERASE=false",
 		"PROGRESSDB_RETENTION_ERASE_RATE=8",
+		"PROGRESSDB_RETENTION_ORPHAN_GRACE=2h",
 		"PROGRESSDB_ATTACHMENTS_URL=s3://chat-files?region=eu-west-1",
 		"PROGRESSDB_ATTACHMENT_MAX_BYTES=1048576",
 		"PROGRESSDB_BACKUP_PATH=/backup/progressdb",
@@ -159,6 +161,7 @@ func TestLoadEveryVariable(t *testing.T) {
 			MaxItems:         10000,
 			RunMissed:        false,
 			EraseRate:        8,
+			OrphanGrace:      2 * time.Hour,
 		},
 		Backup:       Backup{Path: "/backup/progressdb", Schedule: "@every 6h", Keep: 7 * day, StreamTimeout: 90 * time.Second},
 		NodeID:       "node-1",
@@ -232,6 +235,9 @@ func TestLoadInvalid(t *testing.T) {
 		{"PROGRESSDB_RETENTION_MAX_AGE=-1d", "duration", nil},
 		{"PROGRESSDB_RETENTION_MAX_AGE=30m", "PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD", nil},
 		{"PROGRESSDB_RETENTION_MAX_MESSAGES=-5", "0 (off) or more", nil},
+		{"PROGRESSDB_RETENTION_ORPHAN_GRACE=0", "greater than 0", []string{"PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD=true"}},
+		{"PROGRESSDB_RETENTION_ORPHAN_GRACE=59m", "PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD", nil},
+		{"PROGRESSDB_RETENTION_ORPHAN_GRACE=a day", "duration", nil},
 		{"PROGRESSDB_RETENTION_MAX_MESSAGES=many", "whole number", nil},
 		{"PROGRESSDB_RETENTION_EXPORT_PATH=/srv/chat/exports", "inside PROGRESSDB_DB_PATH", []string{"PROGRESSDB_DB_PATH=/srv/chat"}},
 		{"PROGRESSDB_RETENTION_EXPORT_PATH=/srv/chat", "inside PROGRESSDB_DB_PATH", []string{"PROGRESSDB_DB_PATH=/srv/chat/"}},
@@ -278,8 +284,8 @@ func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 		VarExportPath: true, VarAuditSigningKey: true, VarBackupPath: true, VarKEK: true, VarKeystorePath: true,
 		VarAdminTokenFile: true, VarAPIKeyFile: true, VarKEKFile: true, VarClusterSecretFile: true}
 	vars := fieldVars()
-	if len(vars) != 61 {
-		t.Fatalf("fieldVars has %d variables, want the 41 of the spec, ATTACHMENTS_URL and ATTACHMENT_MAX_BYTES of §16, IDEMPOTENCY_TTL of §7 (SERVER and BACKUP_STREAM_TIMEOUT of §10.1 among them), YIELD_TO_WRITES, ERASE_RATE, KEK and KEYSTORE_PATH of §12 (TestSealingInvalid), the four secrets' files of §12 (TestSecretFilesRefused), and the nine TLS files of §14 (TestTLSSettingsInvalid)", len(vars))
+	if len(vars) != 62 {
+		t.Fatalf("fieldVars has %d variables, want the 41 of the spec, ATTACHMENTS_URL and ATTACHMENT_MAX_BYTES of §16, ORPHAN_GRACE and IDEMPOTENCY_TTL of §7 (SERVER and BACKUP_STREAM_TIMEOUT of §10.1 among them), YIELD_TO_WRITES, ERASE_RATE, KEK and KEYSTORE_PATH of §12 (TestSealingInvalid), the four secrets' files of §12 (TestSecretFilesRefused), and the nine TLS files of §14 (TestTLSSettingsInvalid)", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -332,6 +338,9 @@ func TestShortPeriod(t *testing.T) {
 		{"max age below", []string{"PROGRESSDB_RETENTION_MAX_AGE=59m"}, VarMaxAge},
 		{"max age allowed", []string{"PROGRESSDB_RETENTION_MAX_AGE=59m", "PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD=true"}, ""},
 		{"max age at minimum", []string{"PROGRESSDB_RETENTION_MAX_AGE=1h"}, ""},
+		{"orphan grace short", []string{"PROGRESSDB_RETENTION_ORPHAN_GRACE=30m"}, VarOrphanGrace},
+		{"orphan grace short allowed", []string{"PROGRESSDB_RETENTION_ORPHAN_GRACE=1s", "PROGRESSDB_RETENTION_ALLOW_SHORT_PERIOD=true"}, ""},
+		{"orphan grace apart from a raised minimum", []string{"PROGRESSDB_RETENTION_MIN_PERIOD=7d", "PROGRESSDB_RETENTION_PERIOD=30d", "PROGRESSDB_RETENTION_ORPHAN_GRACE=1h"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -405,7 +414,7 @@ func TestRedacted(t *testing.T) {
 		VarEnabled, VarPeriod, VarMessagePeriod, VarCron, VarMinPeriod, VarAllowShortPeriod, VarDryRun,
 		VarAuditPath, VarLeasePath, VarLeaseTTL, VarBatchSize, VarBatchPause, VarMaxItems, VarRunMissed,
 		VarYieldToWrites, VarMaxAge, VarMaxMessages, VarExportPath,
-		VarErase, VarEraseRate, VarAuditSigningKey, VarKEK, VarKEKFile, VarKeystorePath, VarAttachmentsURL, VarAttachmentMaxBytes,
+		VarErase, VarEraseRate, VarOrphanGrace, VarAuditSigningKey, VarKEK, VarKEKFile, VarKeystorePath, VarAttachmentsURL, VarAttachmentMaxBytes,
 		VarBackupPath, VarBackupCron, VarBackupKeep, VarBackupStream, VarIdempotencyTTL, VarClusterEtcd, VarClusterName, VarNodeID, VarAdvertiseURL, VarClusterSecret, VarClusterSecretFile, VarClusterShards,
 		VarClusterLeaseTTL, VarClusterEtcdCA, VarClusterEtcdCert, VarClusterEtcdKey,
 		VarClusterTLSCA, VarClusterTLSCert, VarClusterTLSKey,
@@ -435,6 +444,7 @@ func TestRedacted(t *testing.T) {
 		VarExportPath:    "<unset>",
 		VarErase:         "true",
 		VarEraseRate:     "32",
+		VarOrphanGrace:   "1d",
 		VarLeasePath:     filepath.Join("data", "purge_audit", "retention.lock"),
 	}
 	for name, want := range checks {

@@ -154,6 +154,9 @@ func (r Retention) validatePeriods(vars map[string]string) *Error {
 			return &Error{p.name, shown(vars, p.name, FormatDuration(p.d)), rule}
 		}
 	}
+	if rule := r.orphanGraceRule(); rule != "" {
+		return &Error{VarOrphanGrace, shown(vars, VarOrphanGrace, FormatDuration(r.OrphanGrace)), rule}
+	}
 	if rule := r.PeriodRule(r.MaxAge, true); rule != "" {
 		return &Error{VarMaxAge, shown(vars, VarMaxAge, FormatDuration(r.MaxAge)), rule}
 	}
@@ -179,6 +182,24 @@ func (r Retention) PeriodRule(d time.Duration, offAllowed bool) string {
 		// A short period purges data soon after a mistaken delete; the
 		// operator has to say they mean it.
 		return "is below " + VarMinPeriod + " (" + FormatDuration(r.MinPeriod) + "); set " +
+			VarAllowShortPeriod + "=true to allow it"
+	}
+	return ""
+}
+
+// minOrphanGrace is the shortest orphan grace period allowed without
+// ALLOW_SHORT_PERIOD. A fixed floor, not MIN_PERIOD: it keeps an upload's
+// blob from being taken for an orphan before its record is written
+// (clocks apart, an upload the sweeping process cannot see), which has
+// nothing to do with how long deleted content is kept.
+const minOrphanGrace = time.Hour
+
+func (r Retention) orphanGraceRule() string {
+	switch {
+	case r.OrphanGrace <= 0:
+		return "must be greater than 0"
+	case r.OrphanGrace < minOrphanGrace && !r.AllowShortPeriod:
+		return "is below 1h: a blob younger than this may belong to an upload whose record is not written yet; set " +
 			VarAllowShortPeriod + "=true to allow it"
 	}
 	return ""

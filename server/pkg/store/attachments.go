@@ -172,6 +172,13 @@ func (s *Store) AddAttachment(ctx context.Context, a Attachment) (Attachment, er
 	} else if taken {
 		return Attachment{}, fmt.Errorf("attachment %s: %w", a.ID, ErrExists)
 	}
+	if owed, err := s.has(owedBlobKey(a.BlobName())); err != nil {
+		return Attachment{}, err
+	} else if owed {
+		// The sweep took its blob for an orphan (orphans.go): it is being
+		// removed, and no record may name it.
+		return Attachment{}, fmt.Errorf("attachment %s: blob owed a removal: %w", a.ID, ErrPurgeInProgress)
+	}
 	if s.sealer != nil && a.Key != m.Key && m.Key != 0 {
 		// The message was re-keyed between NewAttachment and now (it
 		// cannot be, today): the blob is sealed under another key.

@@ -40,6 +40,10 @@ type OwedBlob struct {
 	PurgedTS  int64  `json:"purged_ts"`
 	Shredded  bool   `json:"shredded,omitempty"`
 	Replayed  bool   `json:"replayed,omitempty"`
+	// Orphan: no record named the blob (orphans.go); Name may then be
+	// an upload's leftover of it (a temporary file), and Size and SHA256
+	// are those of the bytes as stored (sealed ones when sealing).
+	Orphan bool `json:"orphan,omitempty"`
 }
 
 func owedBlobKey(name string) []byte { return append([]byte(owedBlobNS), name...) }
@@ -162,7 +166,7 @@ func (s *Store) OwedBlobs(ctx context.Context) ([]OwedBlob, error) {
 			return nil, fmt.Errorf("owed blobs: %w", err)
 		}
 		var d OwedBlob
-		if json.Unmarshal(v, &d) != nil || string(it.Key()[len(ns):]) != d.Name || d.Name != BlobName(d.Thread, d.Message, d.ID) {
+		if json.Unmarshal(v, &d) != nil || string(it.Key()[len(ns):]) != d.Name || !validOwedName(d) {
 			continue
 		}
 		out = append(out, d)

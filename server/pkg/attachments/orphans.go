@@ -1,0 +1,254 @@
+package attachments
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// What the orphan sweep (server/internal/retention) needs of the blob
+// store: every object in a stable order from a given name on, what each
+// is, whether an upload is writing it, and the digest of its bytes.
+
+// Object is one entry of the blob store: a blob, or (file://) the
+// temporary file of an upload that has not completed.
+type Object struct {
+	Name    string
+	Size    int64
+	ModTime time.Time // when its last byte was written, as the store reports it
+}
+
+// ObjectOf says which attachment an object belongs to: a blob
+// (<tid>/<mid>/<aid>) or an upload's leftover of one (fileblob's
+// temporary file, <tid>/<mid>/<aid>.<hex>.tmp). ok is false for a name
+// that is neither: not the product's, never taken for an orphan.
+func ObjectOf(name string) (tid, mid, aid string, leftover, ok bool) {
+	parts := strings.Split(name, "/")
+	if len(parts) != 3 {
+		return "", "", "", false, false
+	}
+	tid, mid, aid = parts[0], parts[1], parts[2]
+	if base, ok := leftoverOf(aid); ok {
+		aid, leftover = base, true
+	}
+	for _, id := range []string{tid, mid, aid} {
+		if store.ValidateID(id) != nil {
+			return "", "", "", false, false
+		}
+	}
+	return tid, mid, aid, leftover, true
+}
+
+// leftoverOf returns the attachment ID a temporary file of fileblob was
+// made for: <aid>.<hex>.tmp (attachment IDs hold no '.').
+func leftoverOf(last string) (string, bool) {
+	rest, ok := strings.CutSuffix(last, ".tmp")
+	if !ok {
+		return "", false
+	}
+	i := strings.IndexByte(rest, '.')
+	if i <= 0 || i == len(rest)-1 || strings.IndexByte(rest[i+1:], '.') >= 0 {
+		return "", false
+	}
+	for _, c := range rest[i+1:] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return "", false
+		}
+	}
+	return rest[:i], true
+}
+
+// isLeftover reports whether name is an upload's temporary file.
+func isLeftover(name string) bool {
+	_, _, _, leftover, ok := ObjectOf(name)
+	return ok && leftover
+}
+
+// track notes an upload of blob name under way until the returned
+// function is called.
+func (b *Blobs) track(name string) func() {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	if b.writing == nil {
+		b.writing = make(map[string]int)
+	}
+	b.writing[name]++
+	return func() {
+		b.wmu.Lock()
+		defer b.wmu.Unlock()
+		if b.writing[name]--; b.writing[name] <= 0 {
+			delete(b.writing, name)
+		}
+	}
+}
+
+// Writing reports whether an upload of this process is writing blob name
+// (or its temporary file) and has not yet recorded it or failed. A sweep
+// that asks before it looks for the record cannot take a blob whose
+// record is about to be written: once Writing is false, the upload has
+// ended, and its record exists or never will.
+func (b *Blobs) Writing(name string) bool {
+	tid, mid, aid, _, ok := ObjectOf(name)
+	if ok {
+		name = store.BlobName(tid, mid, aid)
+	}
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	return b.writing[name] > 0
+}
+
+// errStopWalk ends a walk early.
+var errStopWalk = errors.New("stop")
+
+// Walk calls fn with every object after name after ("" for all) in the
+// store's order, temporary files of uploads included, until fn returns
+// false. The order is the same from one call to the next, so a sweep
+// resumes after the last name it saw. A file:// store is walked folder by
+// folder, skipping the folders wholly before after; a remote one is
+// listed from after (S3's StartAfter, GCS's StartOffset; others from the
+// first name).
+func (b *Blobs) Walk(ctx context.Context, after string, fn func(Object) (bool, error)) error {
+	bucket, err := b.open()
+	if err != nil {
+		return err
+	}
+	if b.dir != "" {
+		err = b.walkDir(ctx, after, fn)
+	} else {
+		err = walkBucket(ctx, bucket, after, fn)
+	}
+	if errors.Is(err, errStopWalk) {
+		return nil
+	}
+	return err
+}
+
+// walkDir walks a file:// folder in name order, component by component
+// (WalkDir's order: "t/…" before "t-2/…").
+func (b *Blobs) walkDir(ctx context.Context, after string, fn func(Object) (bool, error)) error {
+	var from []string
+	if after != "" {
+		from = strings.Split(after, "/")
+	}
+	return filepath.WalkDir(b.dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == b.dir && errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return fmt.Errorf("walk blobs: %w", err)
+		}
+		if p == b.dir {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(b.dir, p)
+		if err != nil {
+			return err
+		}
+		parts := strings.Split(filepath.ToSlash(rel), "/")
+		if d.IsDir() {
+			if comparePath(parts, from[:min(len(parts), len(from))]) < 0 {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if comparePath(parts, from) <= 0 {
+			return nil
+		}
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed since the folder was read
+		}
+		if err != nil {
+			return fmt.Errorf("walk blobs: %w", err)
+		}
+		more, err := fn(Object{Name: strings.Join(parts, "/"), Size: info.Size(), ModTime: info.ModTime()})
+		if err != nil {
+			return err
+		}
+		if !more {
+			return errStopWalk
+		}
+		return nil
+	})
+}
+
+// comparePath orders names component by component.
+func comparePath(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		if c := strings.Compare(a[i], b[i]); c != 0 {
+			return c
+		}
+	}
+	return len(a) - len(b)
+}
+
+// walkBucket lists a remote bucket from after on, in key order.
+func walkBucket(ctx context.Context, bucket *blob.Bucket, after string, fn func(Object) (bool, error)) error {
+	opts := &blob.ListOptions{}
+	if after != "" {
+		opts.BeforeList = func(as func(any) bool) error {
+			var in *s3.ListObjectsV2Input
+			if as(&in) {
+				in.StartAfter = &after
+			}
+			return nil
+		}
+	}
+	it := bucket.List(opts)
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list blobs: %w", err)
+		}
+		if obj.IsDir || obj.Key <= after {
+			continue
+		}
+		more, err := fn(Object{Name: obj.Key, Size: obj.Size, ModTime: obj.ModTime})
+		if err != nil || !more {
+			return err
+		}
+	}
+}
+
+// Digest reads object name whole and returns its size and hex SHA-256:
+// the bytes as stored (sealed ones when sealing). ErrBlobMissing when it
+// is gone.
+func (b *Blobs) Digest(ctx context.Context, name string) (int64, string, error) {
+	bucket, err := b.open()
+	if err != nil {
+		return 0, "", err
+	}
+	r, err := bucket.NewReader(ctx, name, nil)
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return 0, "", fmt.Errorf("%w: %s", ErrBlobMissing, name)
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("open blob %s: %w", name, err)
+	}
+	defer r.Close()
+	h := sha256.New()
+	n, err := io.CopyBuffer(h, r, make([]byte, copyBuffer))
+	if err != nil {
+		return 0, "", fmt.Errorf("read blob %s: %w", name, err)
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
