@@ -32,6 +32,7 @@ message \S+-m1 is at version 2
   \S+-m0 v1 \S.*
   \S+-m1 v2 \S.*lunch at one\?.*
   \S+-m2 v1 \S.*
+attached menu.txt \(11 bytes\): soup, bread
 no-such-thread: not found, as expected
 legal hold true; renaming it answers legal_hold
 $`)

@@ -1,7 +1,7 @@
 // Command example uses the Go client of progressdb: it creates a thread,
-// appends and edits messages, lists them page by page, branches on an
-// error's code, and (with an admin token) puts the thread under legal
-// hold. The server is PROGRESSDB_URL (default http://127.0.0.1:8080),
+// appends and edits messages, lists them page by page, attaches a file
+// and reads it back, branches on an error's code, and (with an admin
+// token) puts the thread under legal hold. The server is PROGRESSDB_URL (default http://127.0.0.1:8080),
 // with PROGRESSDB_API_KEY and PROGRESSDB_ADMIN_TOKEN when it has them.
 package main
 
@@ -9,8 +9,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/progressdb/progressdb/client"
@@ -65,6 +67,23 @@ func run(ctx context.Context) error {
 		}
 		fmt.Printf("  %s v%d %v\n", m.Id, m.Version, m.Body)
 	}
+
+	// A file streams up from any io.Reader (an *os.File, say) and back.
+	a, err := c.UploadAttachment(ctx, th.Id, th.Id+"-m1", strings.NewReader("soup, bread"),
+		client.UploadOptions{ContentType: "text/plain", Filename: "menu.txt"})
+	if err != nil {
+		return err
+	}
+	d, err := c.DownloadAttachment(ctx, th.Id, th.Id+"-m1", a.AttachmentId, client.DownloadOptions{})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	file, err := io.ReadAll(d)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("attached %s (%d bytes): %s\n", d.Filename, a.Size, file)
 
 	// Branch on the code, never on the message.
 	_, err = c.GetThread(ctx, "no-such-thread", false)

@@ -1,6 +1,7 @@
 // Uses the TypeScript client of progressdb: creates a thread, appends and
-// edits messages, lists them page by page, branches on an error's code,
-// and (with an admin token) puts the thread under legal hold. The server
+// edits messages, lists them page by page, attaches a file and reads it
+// back, branches on an error's code, and (with an admin token) puts the
+// thread under legal hold. The server
 // is PROGRESSDB_URL (default http://127.0.0.1:8080), with
 // PROGRESSDB_API_KEY and PROGRESSDB_ADMIN_TOKEN when it has them.
 import { ProgressDB, ProgressDBError, hasCode } from "@progressdb/client";
@@ -29,6 +30,12 @@ async function main(): Promise<void> {
   for await (const msg of db.messages(th.id, { limit: 2 })) {
     console.log(`  ${msg.id} v${msg.version} ${JSON.stringify(msg.body)}`);
   }
+
+  // A file streams up (bytes, a Blob, a ReadableStream) and back.
+  const menu = new TextEncoder().encode("soup, bread");
+  const a = await db.uploadAttachment(th.id, `${th.id}-m1`, menu, { contentType: "text/plain", filename: "menu.txt" });
+  const d = await db.downloadAttachment(th.id, `${th.id}-m1`, a.attachment_id);
+  console.log(`attached ${d.filename} (${a.size} bytes): ${await new Response(d.body).text()}`);
 
   // Branch on the code, never on the message.
   try {

@@ -8,8 +8,11 @@
 
 import createClient, { type Client } from "openapi-fetch";
 import type { components, paths } from "./schema.js";
+import * as attachments from "./attachments.js";
+import type { Attachment, Download, DownloadOptions, UploadBody, UploadOptions } from "./attachments.js";
 
 export type { components, paths, operations } from "./schema.js";
+export type { Attachment, Download, DownloadOptions, UploadBody, UploadOptions } from "./attachments.js";
 
 type Schemas = components["schemas"];
 export type Thread = Schemas["Thread"];
@@ -168,6 +171,28 @@ export function retryingFetch(
   next: (input: Request) => Promise<Response>,
   retry: RetryOptions = {},
 ): (input: Request) => Promise<Response> {
+  return async (request: Request) => {
+    const keyed = keyedWrite(request);
+    if (keyed && !request.headers.has("idempotency-key")) {
+      request.headers.set("Idempotency-Key", crypto.randomUUID());
+    }
+    // A body is read once: each try but the last sends a copy.
+    return withRetries(retry, request.signal, keyed, (last) => next(last ? request : request.clone()));
+  };
+}
+
+/**
+ * Sends (send) until an answer other than 503 and 421, as retry says:
+ * after the answer's Retry-After, else a backoff; an answer whose
+ * Retry-After is beyond maxDelayMs is returned at once. A failed
+ * connection is tried again only with again (the write is keyed).
+ */
+async function withRetries(
+  retry: RetryOptions,
+  signal: AbortSignal,
+  again: boolean,
+  send: (last: boolean) => Promise<Response>,
+): Promise<Response> {
   const attempts = retry.attempts ?? 4;
   const base = retry.baseDelayMs ?? 100;
   const maxDelay = retry.maxDelayMs ?? 10000;
@@ -175,28 +200,21 @@ export function retryingFetch(
     const d = Math.min(base * 2 ** (attempt - 1), maxDelay);
     return d - Math.random() * (d / 2);
   };
-  return async (request: Request) => {
-    const keyed = keyedWrite(request);
-    if (keyed && !request.headers.has("idempotency-key")) {
-      request.headers.set("Idempotency-Key", crypto.randomUUID());
+  for (let attempt = 1; ; attempt++) {
+    let res: Response;
+    try {
+      res = await send(attempt >= attempts);
+    } catch (err) {
+      if (!again || attempt >= attempts || signal.aborted) throw err;
+      await sleep(backoff(attempt), signal);
+      continue;
     }
-    for (let attempt = 1; ; attempt++) {
-      // A body is read once: each try sends a copy.
-      let res: Response;
-      try {
-        res = await next(attempt < attempts ? request.clone() : request);
-      } catch (err) {
-        if (!keyed || attempt >= attempts || request.signal.aborted) throw err;
-        await sleep(backoff(attempt), request.signal);
-        continue;
-      }
-      if ((res.status !== 503 && res.status !== 421) || attempt >= attempts) return res;
-      const wait = retryAfterMs(res.headers) ?? backoff(attempt);
-      if (wait > maxDelay) return res;
-      await res.body?.cancel();
-      await sleep(wait, request.signal);
-    }
-  };
+    if ((res.status !== 503 && res.status !== 421) || attempt >= attempts) return res;
+    const wait = retryAfterMs(res.headers) ?? backoff(attempt);
+    if (wait > maxDelay) return res;
+    await res.body?.cancel();
+    await sleep(wait, signal);
+  }
 }
 
 /** A fetch through undici with its own TLS settings (node only). */
@@ -207,11 +225,14 @@ async function tlsFetch(tls: TLSOptions): Promise<(input: Request) => Promise<Re
   const undici = await import("undici");
   const dispatcher = new undici.Agent({ connect: { ca: tls.ca, cert: tls.cert, key: tls.key } });
   return async (request: Request) => {
-    const body = request.body ? await request.arrayBuffer() : undefined;
+    // The body streams through, as it would with the global fetch: an
+    // upload is never read into memory whole.
     const res = await undici.fetch(request.url, {
       method: request.method,
       headers: [...request.headers],
-      body,
+      // The DOM's ReadableStream type, undici's class at run time.
+      body: request.body as never,
+      duplex: "half",
       signal: request.signal,
       dispatcher,
     });
@@ -245,9 +266,14 @@ export class ProgressDB {
   readonly raw: Client<paths>;
   private readonly api: Record<string, string>;
   private readonly admin: Record<string, string>;
+  /** The fetch underneath the retries, and their options: uploads retry their own way. */
+  private readonly send: (input: Request) => Promise<Response>;
+  private readonly retry: RetryOptions;
 
-  private constructor(raw: Client<paths>, opts: ClientOptions) {
+  private constructor(raw: Client<paths>, send: (input: Request) => Promise<Response>, opts: ClientOptions) {
     this.raw = raw;
+    this.send = send;
+    this.retry = opts.retry ?? {};
     this.api = opts.apiKey ? { Authorization: `Bearer ${opts.apiKey}` } : {};
     this.admin = opts.adminToken ? { Authorization: `Bearer ${opts.adminToken}` } : {};
   }
@@ -260,7 +286,7 @@ export class ProgressDB {
     if (opts.tls && opts.fetch) throw new Error("progressdb: tls and fetch: use one");
     const base = opts.tls ? await tlsFetch(opts.tls) : (opts.fetch ?? ((r: Request) => globalThis.fetch(r)));
     const raw = createClient<paths>({ baseUrl: opts.baseUrl, fetch: retryingFetch(base, opts.retry) });
-    return new ProgressDB(raw, opts);
+    return new ProgressDB(raw, base, opts);
   }
 
   /** The data of a success answer, or the answer as a ProgressDBError. */
@@ -422,6 +448,73 @@ export class ProgressDB {
   /** Every version of a message, oldest first. */
   versions(tid: string, mid: string, o: ListOptions = {}): AsyncGenerator<Message, void, undefined> {
     return pages(o, (p) => this.versionsPage(tid, mid, p));
+  }
+
+  // Attachments (spec §16).
+
+  /** The context of the attachment functions (src/attachments.ts). */
+  private get files(): attachments.Context {
+    return {
+      raw: this.raw,
+      send: this.send,
+      retries: (signal, once, send) => withRetries(once ? { ...this.retry, attempts: 1 } : this.retry, signal, false, send),
+      headers: this.api,
+      failure: (response, error) => this.failure(response, error),
+    };
+  }
+
+  /**
+   * Attaches body to a live message, streamed: bytes in memory, a Blob
+   * (node: `fs.openAsBlob(path)`, read as it is sent) or a ReadableStream.
+   * A 503 or 421 sends it again unless it is a stream without getBody.
+   * Over the server's limit: body_too_large, nothing stored.
+   */
+  uploadAttachment(tid: string, mid: string, body: UploadBody, o: UploadOptions = {}): Promise<Attachment> {
+    return attachments.uploadAttachment(this.files, tid, mid, body, o);
+  }
+
+  /** A message's attachments in upload order. */
+  async listAttachments(tid: string, mid: string, o: CallOptions & { includeDeleted?: boolean } = {}): Promise<Attachment[]> {
+    const p = await this.unwrap(
+      this.raw.GET("/v1/threads/{tid}/messages/{mid}/attachments", {
+        params: { path: { tid, mid }, query: o.includeDeleted ? { include_deleted: true } : {} },
+        headers: this.api,
+        signal: o.signal,
+      }),
+      200,
+    );
+    return p.attachments;
+  }
+
+  /**
+   * An attachment's bytes as they arrive (body, a ReadableStream), whole
+   * or one range; retried on 503 and 421 before the first byte.
+   */
+  downloadAttachment(tid: string, mid: string, aid: string, o: DownloadOptions = {}): Promise<Download> {
+    return attachments.downloadAttachment(this.files, tid, mid, aid, o);
+  }
+
+  /** Soft-deletes an attachment; retention purges its bytes. */
+  async deleteAttachment(tid: string, mid: string, aid: string, o: CallOptions = {}): Promise<void> {
+    await this.unwrap(
+      this.raw.DELETE("/v1/threads/{tid}/messages/{mid}/attachments/{aid}", {
+        params: { path: { tid, mid, aid } },
+        headers: this.api,
+        signal: o.signal,
+      }),
+      204,
+    );
+  }
+
+  restoreAttachment(tid: string, mid: string, aid: string, o: CallOptions = {}): Promise<Attachment> {
+    return this.unwrap(
+      this.raw.POST("/v1/threads/{tid}/messages/{mid}/attachments/{aid}/restore", {
+        params: { path: { tid, mid, aid } },
+        headers: this.api,
+        signal: o.signal,
+      }),
+      200,
+    );
   }
 
   // Admin.

@@ -441,7 +441,7 @@ describe("@progressdb/client against progressdb serve", () => {
     // What examples/go prints too (client/examples_test.go).
     assert.match(
       out,
-      /^thread (\S+) "Plans" created at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z\nmessage \S+-m1 is at version 2\n  \S+-m0 v1 \S.*\n  \S+-m1 v2 \S.*lunch at one\?.*\n  \S+-m2 v1 \S.*\nno-such-thread: not found, as expected\nlegal hold true; renaming it answers legal_hold\n$/,
+      /^thread (\S+) "Plans" created at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z\nmessage \S+-m1 is at version 2\n  \S+-m0 v1 \S.*\n  \S+-m1 v2 \S.*lunch at one\?.*\n  \S+-m2 v1 \S.*\nattached menu\.txt \(11 bytes\): soup, bread\nno-such-thread: not found, as expected\nlegal hold true; renaming it answers legal_hold\n$/,
     );
   });
 });
