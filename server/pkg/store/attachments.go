@@ -161,7 +161,7 @@ func (s *Store) AddAttachment(ctx context.Context, a Attachment) (Attachment, er
 	if a.Size < 0 {
 		return Attachment{}, fmt.Errorf("attachment %s: %w: negative size", a.ID, ErrInvalidArgument)
 	}
-	h := s.locks.hold(a.Thread)
+	h := s.hold(a.Thread)
 	defer h.release()
 	m, err := s.attachableMessage(ctx, a.Thread, a.Message)
 	if err != nil {
@@ -428,7 +428,7 @@ func (s *Store) setAttachmentDeleted(ctx context.Context, tid, mid, aid string, 
 	if deleted {
 		op = "delete"
 	}
-	h := s.locks.hold(tid)
+	h := s.hold(tid)
 	defer h.release()
 	a, err := s.readAttachment(tid, mid, aid)
 	if err != nil {

@@ -14,8 +14,9 @@ import (
 // checks the fence (fence.go), applies the batch, makes the
 // live-thread memory forget (livememo.go) and lets go of the writer's
 // stripes, in that order. Nothing else in the package writes to Pebble.
-// A write is built whole before apply sees it, so it could as well be
-// proposed to another process and applied there.
+// A write is built whole before apply sees it, so a replicated store
+// proposes it to its group instead (command.go) and every replica applies
+// the command through apply again (raftapply.go).
 
 // writeKind says what a write means. It decides whether the fence is
 // checked, whether the live-thread memory survives the write, and how the
@@ -104,6 +105,10 @@ type write struct {
 	// answer is what the write answers: when the request carries an
 	// idempotency key (WithIdempotent), the key's records ride the batch.
 	answer answer
+	// applied: a command of the group's log (ApplyCommand). The log's
+	// order decided it, so it is not fenced; the log holds it, so it is
+	// committed without a sync of its own.
+	applied bool
 }
 
 // apply decides a write: it checks the fence of ctx's token (unless the
@@ -111,6 +116,9 @@ type write struct {
 // forget (unless the kind keeps it) and releases the writer's stripes. It
 // takes the batch: the caller must not use it again.
 func (s *Store) apply(ctx context.Context, w write) error {
+	if w.applied {
+		return s.applyCommitted(w)
+	}
 	if w.kind == writeUser && replayWrite(ctx) {
 		w.kind = writeReplay
 	}
@@ -118,6 +126,10 @@ func (s *Store) apply(ctx context.Context, w write) error {
 		if p := idempotentFrom(ctx); p != nil {
 			s.recordAnswer(w.batch, p, &w.answer)
 		}
+	}
+	if r := s.repl.Load(); r != nil && w.kind.proposed() {
+		// The Raft term replaces the fencing epoch (design §9).
+		return s.propose(ctx, r, w)
 	}
 	release := func(bool) {}
 	if w.kind.unfenced() == "" {
@@ -177,6 +189,22 @@ func (s *Store) applyGrouped(w write, release func(applied bool)) error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	s.userWrites.Add(1)
+	return nil
+}
+
+// applyCommitted applies a command of the group's log. It is not synced:
+// the log's entry is on a quorum's disks, and a crash that loses this
+// batch loses the applied index in it too, so the entry is applied again.
+func (s *Store) applyCommitted(w write) error {
+	err := w.batch.Commit(pebble.NoSync)
+	if err == nil && w.kind.grouped() {
+		s.userWrites.Add(1)
+	}
+	s.settle(w)
+	_ = w.batch.Close()
+	if err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
 	return nil
 }
 

@@ -103,7 +103,7 @@ func (s *Store) SealThread(ctx context.Context, tid, after string, limit int) (s
 	if limit <= 0 {
 		limit = 1
 	}
-	h := s.locks.hold(tid)
+	h := s.hold(tid)
 	defer h.release()
 	b := s.db.NewBatch()
 	t, err := s.readThread(tid)

@@ -281,6 +281,10 @@ func (s *Store) answeredThread(ctx context.Context, tid, scope, key string) (Thr
 type idemScopes struct {
 	mu     sync.Mutex
 	counts map[string]int
+	// term is the lease the counts were kept under (replicated stores):
+	// another leader's keys were not counted here, so a new lease counts
+	// again.
+	term uint64
 }
 
 // TrimIdempotency counts one more key for scope and, when that puts it
@@ -294,6 +298,11 @@ func (s *Store) TrimIdempotency(ctx context.Context, scope string, max int) (int
 	c := &s.idemScopes
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if r := s.repl.Load(); r != nil {
+		if term := r.p.Lease(); term != c.term {
+			c.counts, c.term = nil, term
+		}
+	}
 	n, ok := c.counts[scope]
 	if ok {
 		n++

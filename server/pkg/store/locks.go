@@ -65,6 +65,38 @@ type held struct {
 	s      *stripes
 	i, j   int // j < 0: one stripe
 	locked bool
+	// term is the replicated store's lease when the stripes were taken
+	// (Proposer.Lease): the write evaluated under them is proposed in that
+	// term or not at all. 0 when the store is not replicated.
+	term uint64
+}
+
+// hold takes the stripe of id for a write, noting the lease of a
+// replicated store: it is read once the stripe is held, so that the
+// write's reads happen under it.
+func (s *Store) hold(id string) *held {
+	h := s.locks.hold(id)
+	if r := s.repl.Load(); r != nil {
+		h.term = r.p.Lease()
+	}
+	return h
+}
+
+// holdPair is hold for two IDs (stripes.holdPair).
+func (s *Store) holdPair(a, b string) *held {
+	h := s.locks.holdPair(a, b)
+	if r := s.repl.Load(); r != nil {
+		h.term = r.p.Lease()
+	}
+	return h
+}
+
+// handOver moves the stripes h holds to a new held, which the caller
+// releases later: h's own release (a writer's defer) becomes a no-op.
+func (h *held) handOver() *held {
+	moved := *h
+	h.locked = false
+	return &moved
 }
 
 // hold takes the stripe of id.

@@ -127,7 +127,7 @@ func (s *Store) AppendMessage(ctx context.Context, tid string, m Message) (Messa
 	}
 	// Message IDs are global: the message's own stripe keeps two threads
 	// from claiming one ID at the same time.
-	h := s.locks.holdPair(tid, m.ID)
+	h := s.holdPair(tid, m.ID)
 	defer h.release()
 
 	// A thread an earlier append found live, with no other commit since,
@@ -239,7 +239,7 @@ func (s *Store) EditMessage(ctx context.Context, tid, mid string, body json.RawM
 	if err != nil {
 		return Message{}, err
 	}
-	h := s.locks.hold(tid)
+	h := s.hold(tid)
 	defer h.release()
 
 	if _, err := s.liveThread(tid); err != nil {
@@ -292,7 +292,7 @@ func (s *Store) DeleteMessage(ctx context.Context, tid, mid string) (Message, er
 	if err := validateIDs(tid, mid); err != nil {
 		return Message{}, err
 	}
-	h := s.locks.hold(tid)
+	h := s.hold(tid)
 	defer h.release()
 
 	m, err := s.readMessage(tid, mid)
@@ -344,7 +344,7 @@ func (s *Store) RestoreMessage(ctx context.Context, tid, mid string) (Message, e
 	if err := validateIDs(tid, mid); err != nil {
 		return Message{}, err
 	}
-	h := s.locks.hold(tid)
+	h := s.hold(tid)
 	defer h.release()
 
 	for _, p := range []struct {

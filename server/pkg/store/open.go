@@ -54,6 +54,9 @@ type Store struct {
 	// raftLog is the shard's Raft log once loaded (raftlog.go): one
 	// value per store, so that its cached state has one owner.
 	raftLog atomic.Pointer[RaftLog]
+	// repl, when set, makes writes proposals to the shard's Raft group
+	// (command.go).
+	repl atomic.Pointer[replication]
 
 	// idemScopes counts each scope's idempotency keys (idempotency.go).
 	idemScopes idemScopes

@@ -39,6 +39,7 @@ const (
 	raftAppliedKey = "raft:applied"
 	// raftConfKey: the raftpb.ConfState as of the applied index.
 	raftConfKey = "raft:conf"
+	// raftDedupeNS: the applied commands' IDs (raftapply.go).
 )
 
 // ErrRaftLog reports a request the log cannot honour: an append that
@@ -68,6 +69,9 @@ type RaftLog struct {
 	truncTerm uint64
 	last      uint64 // index of the last entry; truncIdx when the log is empty
 	applied   uint64
+	// dedupe is the term below which this process dropped the commands'
+	// dedupe keys (raftapply.go).
+	dedupe uint64
 }
 
 // RaftLog returns the shard's Raft log, loading it on first use; later

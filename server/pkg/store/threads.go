@@ -96,7 +96,7 @@ func (s *Store) CreateThread(ctx context.Context, t Thread) (Thread, error) {
 	} else if err := ValidateID(t.ID); err != nil {
 		return Thread{}, err
 	}
-	h := s.locks.hold(t.ID)
+	h := s.hold(t.ID)
 	defer h.release()
 
 	// Any key left under the prefix (even of a half-purged thread) keeps
@@ -235,7 +235,7 @@ func (s *Store) updateThread(ctx context.Context, tid, op string, refuse func(ct
 	if err := ValidateID(tid); err != nil {
 		return Thread{}, err
 	}
-	h := s.locks.hold(tid)
+	h := s.hold(tid)
 	defer h.release()
 
 	if refuse != nil {

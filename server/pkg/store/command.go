@@ -1,0 +1,162 @@
+package store
+
+// Writes as Raft commands (docs/replication-design.md §5). A replicated
+// store does not commit the batch a write built: apply hands it to its
+// group as a Command and waits until this replica applied it
+// (ApplyCommand, raftapply.go). Evaluation stays where it was: the reads,
+// the clock and the IDs of a write happen on the leader, under the
+// thread's stripes, which stay held until the command is applied here or
+// known to fail, so the next read-check-write of the thread sees it.
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+)
+
+// Errors of a replicated store's writes. Each means the write should be
+// sent again, to the group's leader (503 with Retry-After).
+var (
+	// ErrNotLeader refuses a write on a replica that does not lead its
+	// group, or leads it but has not yet applied every entry of earlier
+	// terms. Nothing was proposed.
+	ErrNotLeader = errors.New("not the leader of the shard's replica group")
+	// ErrProposalDropped: the write was proposed and will never be
+	// applied (raft refused it, or it reached the log in another term
+	// than the one it was evaluated in).
+	ErrProposalDropped = errors.New("proposal dropped")
+	// ErrAmbiguous: the write was proposed, and this replica stopped
+	// waiting for it (its context ended, it lost the leadership, it
+	// stopped) before it knew the outcome: it may yet be applied, once.
+	ErrAmbiguous = errors.New("outcome of the proposal unknown")
+)
+
+// Command is a write of a replicated store as its group's log carries it:
+// the batch the leader built and what it means. Every replica applies it
+// from these fields alone.
+type Command struct {
+	// ID names the command; a replica applies an ID once (its dedupe
+	// key), however often the log holds it.
+	ID uint64
+	// Term is the leader's term the command was evaluated in: it is
+	// applied only from an entry of that term (ApplyCommand).
+	Term uint64
+	// Kind is the store's write kind (opaque outside the store).
+	Kind uint8
+	// Repr is the batch (pebble.Batch.Repr).
+	Repr []byte
+}
+
+// commandVersion leads an encoded command, so that its layout can change.
+const commandVersion = 1
+
+// commandHeader is the version, the kind, the ID and the term.
+const commandHeader = 1 + 1 + 8 + 8
+
+// Encode returns the command as its log entry carries it.
+func (c Command) Encode() []byte {
+	b := make([]byte, commandHeader, commandHeader+len(c.Repr))
+	b[0], b[1] = commandVersion, c.Kind
+	binary.BigEndian.PutUint64(b[2:], c.ID)
+	binary.BigEndian.PutUint64(b[10:], c.Term)
+	return append(b, c.Repr...)
+}
+
+// DecodeCommand reads an encoded command; Repr shares data.
+func DecodeCommand(data []byte) (Command, error) {
+	if len(data) < commandHeader {
+		return Command{}, fmt.Errorf("command: %w: %d bytes", ErrMalformed, len(data))
+	}
+	if data[0] != commandVersion {
+		return Command{}, fmt.Errorf("command: %w: version %d", ErrMalformed, data[0])
+	}
+	return Command{
+		Kind: data[1],
+		ID:   binary.BigEndian.Uint64(data[2:]),
+		Term: binary.BigEndian.Uint64(data[10:]),
+		Repr: data[commandHeader:],
+	}, nil
+}
+
+// Proposer is a replicated store's Raft group, as the store sees it
+// (package replica implements it).
+type Proposer interface {
+	// Lease is the term in which this replica leads its group and has
+	// applied every entry of earlier terms, so that its state is the
+	// group's: a write evaluated now is proposed in that term. 0: this
+	// replica must not evaluate writes (ErrNotLeader).
+	Lease() uint64
+	// Propose hands cmd to the group. The channel receives its outcome
+	// once: nil when this replica applied it (ApplyCommand); an error
+	// wrapping ErrNotLeader or ErrProposalDropped when it will never be
+	// applied; ErrAmbiguous when this replica stopped leading or stopped
+	// with cmd in flight. Every proposal gets an outcome.
+	Propose(cmd Command) <-chan error
+}
+
+// replication is a store's Proposer, held by pointer so that the store
+// reads it with one atomic load.
+type replication struct{ p Proposer }
+
+// Replicate makes the store's writes proposals to p (nil: back to
+// committing them here). Writes that only concern this folder are still
+// committed here: the Raft log itself, the erase state and log syncs.
+// Call it once the group runs, before the store serves.
+func (s *Store) Replicate(p Proposer) {
+	if p == nil {
+		s.repl.Store(nil)
+		return
+	}
+	s.repl.Store(&replication{p: p})
+}
+
+// Replicated reports whether the store's writes are proposals.
+func (s *Store) Replicated() bool { return s.repl.Load() != nil }
+
+// proposed reports whether a write of kind k is a command of a replicated
+// store: every change of the shard's content and state, not the writes
+// that only concern this folder.
+func (k writeKind) proposed() bool {
+	switch k {
+	case writeUser, writeAppend, writeReplay, writeState, writePurge, writeIndex, writeBulk, writePause:
+		return true
+	}
+	return false // writeLog, writeRaft, writeErase: this folder's own
+}
+
+// propose hands w to the group instead of committing it, in the term its
+// stripes were taken in (or the current lease for a write that holds
+// none), and waits for the outcome. The stripes stay held until the
+// outcome is known, even when ctx ends first: a write still in flight
+// must be seen by the next one of its thread.
+func (s *Store) propose(ctx context.Context, r *replication, w write) error {
+	term := r.p.Lease()
+	if w.held != nil {
+		term = w.held.term
+	}
+	if term == 0 {
+		s.settle(w)
+		_ = w.batch.Close()
+		return ErrNotLeader
+	}
+	cmd := Command{ID: rand.Uint64(), Term: term, Kind: uint8(w.kind), Repr: bytes.Clone(w.batch.Repr())}
+	_ = w.batch.Close()
+	done := r.p.Propose(cmd)
+	select {
+	case err := <-done:
+		s.settle(w)
+		return err
+	case <-ctx.Done():
+		if w.held != nil {
+			w.held = w.held.handOver()
+		}
+		go func() {
+			<-done
+			s.settle(w)
+		}()
+		return fmt.Errorf("%w: %w", ErrAmbiguous, ctx.Err())
+	}
+}
