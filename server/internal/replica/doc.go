@@ -2,6 +2,9 @@
 // (docs/replication-design.md §3): a RawNode per replica, driven by one
 // scheduler (a queue of groups with work and a few workers) and one
 // ticker, with each group's log and state in its shard's store
-// (store.RaftLog) and its messages sent through a Transport. It is not
-// wired into serving yet: nothing outside its tests starts a Host.
+// (store.RaftLog) and its messages sent through a Transport. A group
+// applies its store's commands (store.ApplyCommand) and is the store's
+// Proposer, so the store's writes become proposals evaluated on the
+// leader (§5). It is not wired into serving yet: nothing outside its
+// tests starts a Host.
 package replica

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -18,9 +19,24 @@ import (
 // same on every replica: it must decide from the command alone, never
 // from its replica's clock or state the others lack.
 type StateMachine interface {
-	// Apply applies the command committed at index. An error stops the
-	// group on this replica (it neither skips the command nor goes on).
-	Apply(ctx context.Context, index uint64, cmd []byte) error
+	// Apply applies the command committed at index, in an entry of term.
+	// A machine that saves index as applied in the batch of the
+	// command's own change (store.ApplyCommand does) never applies a
+	// command twice; for one that does not, the group saves the applied
+	// index after the Ready's entries, and a crash between applies them
+	// again. An error wrapping store.ErrProposalDropped means the
+	// command was refused, deterministically, and is told to its
+	// proposer; any other error stops the group on this replica (it
+	// neither skips the command nor goes on).
+	Apply(ctx context.Context, index, term uint64, cmd []byte) error
+}
+
+// storeMachine applies the store's commands (store.Command): the state
+// machine of a group whose GroupConfig names no other.
+type storeMachine struct{ s *store.Store }
+
+func (m storeMachine) Apply(ctx context.Context, index, term uint64, cmd []byte) error {
+	return m.s.ApplyCommand(ctx, index, term, cmd)
 }
 
 // ErrGroupFailed reports a group stopped on this replica by an error of
@@ -38,8 +54,12 @@ const idSize = 8
 
 // proposal is a command waiting to be proposed, then applied.
 type proposal struct {
-	id   uint64
-	cmd  []byte
+	id  uint64
+	cmd []byte
+	// term is the lease a store command was evaluated under: it is
+	// proposed only while this replica still leads in it. 0: a command
+	// of Host.Propose, forwarded to the leader from any replica.
+	term uint64
 	done chan error // buffered: finishing never blocks
 }
 
@@ -58,6 +78,12 @@ type group struct {
 	props   []*proposal
 	waiting map[uint64]*proposal
 	reports []func(*raft.RawNode) // the transport's reports (leadership.go)
+	closed  bool                  // the host stopped: nothing more is proposed
+
+	// lease is the term this replica leads in once it applied an entry
+	// of that term, and with it every entry of earlier ones; 0 when it
+	// does not (store.Proposer.Lease). Written by the worker.
+	lease atomic.Uint64
 
 	// rnMu is held by the worker handling the group, for the whole of
 	// it: the RawNode is not safe for concurrent use. Lock order: rnMu,
@@ -67,6 +93,8 @@ type group struct {
 	failed error            // guarded by rnMu
 	seen   Leadership       // the last one told to onLead; guarded by rnMu
 	onLead func(Leadership) // nil: nobody listens
+	// appliedTerm is the term of the last entry applied; guarded by rnMu.
+	appliedTerm uint64
 }
 
 // take empties the inbox.
@@ -76,6 +104,19 @@ func (g *group) take() (msgs []*raftpb.Message, ticks int, props []*proposal) {
 	msgs, ticks, props = g.inbox, g.ticks, g.props
 	g.inbox, g.ticks, g.props = nil, 0, nil
 	return msgs, ticks, props
+}
+
+// queue adds p to the proposals to hand raft; false once the host
+// stopped.
+func (g *group) queue(p *proposal) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.props = append(g.props, p)
+	g.waiting[p.id] = p
+	return true
 }
 
 // finish tells the waiting proposer of id, if it is on this replica.
@@ -104,7 +145,7 @@ func (g *group) process(ctx context.Context, tr Transport) {
 	msgs, ticks, props := g.take()
 	if g.failed != nil {
 		for _, p := range props {
-			g.finish(p.id, g.failed)
+			g.finish(p.id, g.failedFor(p))
 		}
 		return
 	}
@@ -120,16 +161,68 @@ func (g *group) process(ctx context.Context, tr Transport) {
 		_ = g.rn.Step(m)
 	}
 	for _, p := range props {
-		cmd := binary.BigEndian.AppendUint64(make([]byte, 0, idSize+len(p.cmd)), p.id)
-		if err := g.rn.Propose(append(cmd, p.cmd...)); err != nil {
-			g.finish(p.id, fmt.Errorf("propose: %w", err))
-		}
+		g.propose(p)
 	}
 	for g.rn.HasReady() {
 		if err := g.handleReady(ctx, tr); err != nil {
 			g.fail(err)
 			return
 		}
+	}
+	g.renewLease()
+}
+
+// propose hands p to raft. A store command goes in only while the lease
+// it was evaluated under holds: raft then appends it in that term, on
+// this replica, and the command's term check at apply passes.
+func (g *group) propose(p *proposal) {
+	if p.term != 0 && g.lease.Load() != p.term {
+		g.finish(p.id, fmt.Errorf("%w: group %d, replica %d, leader replica %d",
+			store.ErrNotLeader, g.id, g.replica, g.rn.BasicStatus().Lead))
+		return
+	}
+	cmd := binary.BigEndian.AppendUint64(make([]byte, 0, idSize+len(p.cmd)), p.id)
+	if err := g.rn.Propose(append(cmd, p.cmd...)); err != nil {
+		if p.term != 0 {
+			err = fmt.Errorf("%w: %w", store.ErrProposalDropped, err)
+		}
+		g.finish(p.id, fmt.Errorf("propose: %w", err))
+	}
+}
+
+// renewLease sets the lease from raft's state: the current term while
+// this replica leads and has applied an entry of it (a new leader's
+// first entry, which commits every earlier one). A lease once lost never
+// comes back (a term has one leader, and a leader that steps down does
+// not lead that term again), so the store commands proposed under it and
+// not yet applied are told their outcome is unknown: their stripes are
+// let go, and no write is evaluated here before this replica applied
+// whatever became of them.
+func (g *group) renewLease() {
+	st := g.rn.BasicStatus()
+	var lease uint64
+	if st.RaftState == raft.StateLeader && g.appliedTerm == st.GetTerm() {
+		lease = st.GetTerm()
+	}
+	if old := g.lease.Swap(lease); old != 0 && old != lease {
+		g.drop(func(p *proposal) bool { return p.term == old },
+			fmt.Errorf("%w: replica %d stopped leading group %d in term %d", store.ErrAmbiguous, g.replica, g.id, old))
+	}
+}
+
+// drop finishes every waiting proposal that match selects with err.
+func (g *group) drop(match func(*proposal) bool, err error) {
+	g.mu.Lock()
+	var gone []*proposal
+	for id, p := range g.waiting {
+		if match(p) {
+			gone = append(gone, p)
+			delete(g.waiting, id)
+		}
+	}
+	g.mu.Unlock()
+	for _, p := range gone {
+		p.done <- err
 	}
 }
 
@@ -158,58 +251,104 @@ func (g *group) handleReady(ctx context.Context, tr Transport) error {
 	return nil
 }
 
-// apply applies committed entries in order and saves the applied index
-// (with the membership, when it changed). The index is saved after the
-// state machine's writes, unsynced: a crash between them applies the
-// entries again, so until commands write their applied index in their
-// own batch (design §5) a state machine must take a repeat.
+// apply applies committed entries in order. A conf change's membership
+// is saved with its index at once, before any later command is applied;
+// the index of entries that are no command is saved after them.
 func (g *group) apply(ctx context.Context, ents []*raftpb.Entry) error {
 	if len(ents) == 0 {
 		return nil
 	}
-	var cs *raftpb.ConfState
 	for _, e := range ents {
-		switch e.GetType() {
-		case raftpb.EntryType_EntryNormal:
-			if len(e.GetData()) < idSize { // a new leader's empty entry
-				continue
-			}
-			id := binary.BigEndian.Uint64(e.GetData())
-			if err := g.sm.Apply(ctx, e.GetIndex(), e.GetData()[idSize:]); err != nil {
-				g.finish(id, err)
-				return fmt.Errorf("apply entry %d: %w", e.GetIndex(), err)
-			}
-			g.finish(id, nil)
-		case raftpb.EntryType_EntryConfChange:
-			cc := &raftpb.ConfChange{}
-			if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-				return fmt.Errorf("conf change at %d: %w", e.GetIndex(), err)
-			}
-			cs = g.rn.ApplyConfChange(cc)
-		case raftpb.EntryType_EntryConfChangeV2:
-			cc := &raftpb.ConfChangeV2{}
-			if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-				return fmt.Errorf("conf change at %d: %w", e.GetIndex(), err)
-			}
-			cs = g.rn.ApplyConfChange(cc)
+		if err := g.applyEntry(ctx, e); err != nil {
+			return err
+		}
+		g.appliedTerm = e.GetTerm()
+	}
+	if last := ents[len(ents)-1].GetIndex(); g.log.Applied() < last {
+		if err := g.log.Save(ctx, store.RaftUpdate{Applied: last}); err != nil {
+			return fmt.Errorf("save applied index: %w", err)
 		}
 	}
-	u := store.RaftUpdate{Applied: ents[len(ents)-1].GetIndex(), ConfState: cs}
-	if err := g.log.Save(ctx, u); err != nil {
-		return fmt.Errorf("save applied index: %w", err)
+	return nil
+}
+
+func (g *group) applyEntry(ctx context.Context, e *raftpb.Entry) error {
+	var cc raftpb.ConfChangeI
+	switch e.GetType() {
+	case raftpb.EntryType_EntryNormal:
+		if len(e.GetData()) < idSize { // a new leader's empty entry
+			return nil
+		}
+		id := binary.BigEndian.Uint64(e.GetData())
+		err := g.sm.Apply(ctx, e.GetIndex(), e.GetTerm(), e.GetData()[idSize:])
+		g.finish(id, err)
+		if err != nil && !errors.Is(err, store.ErrProposalDropped) {
+			return fmt.Errorf("apply entry %d: %w", e.GetIndex(), err)
+		}
+		return nil
+	case raftpb.EntryType_EntryConfChange:
+		v1 := &raftpb.ConfChange{}
+		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
+			return fmt.Errorf("conf change at %d: %w", e.GetIndex(), err)
+		}
+		cc = v1
+	case raftpb.EntryType_EntryConfChangeV2:
+		v2 := &raftpb.ConfChangeV2{}
+		if err := proto.Unmarshal(e.GetData(), v2); err != nil {
+			return fmt.Errorf("conf change at %d: %w", e.GetIndex(), err)
+		}
+		cc = v2
+	default:
+		return nil
+	}
+	cs := g.rn.ApplyConfChange(cc)
+	if err := g.log.Save(ctx, store.RaftUpdate{Applied: e.GetIndex(), ConfState: cs}); err != nil {
+		return fmt.Errorf("save membership at %d: %w", e.GetIndex(), err)
 	}
 	return nil
+}
+
+// failedFor is the error a proposal meets on a failed group: a store
+// command may have been committed before the failure.
+func (g *group) failedFor(p *proposal) error {
+	if p.term != 0 {
+		return fmt.Errorf("%w: %w", store.ErrAmbiguous, g.failed)
+	}
+	return g.failed
+}
+
+// close stops proposals once the host stopped: a proposal not yet handed
+// to raft never will be; one in flight may still be applied, later.
+func (g *group) close() {
+	g.mu.Lock()
+	g.closed = true
+	queued := make(map[uint64]bool, len(g.props))
+	for _, p := range g.props {
+		queued[p.id] = true
+	}
+	waiting := g.waiting
+	g.props, g.waiting = nil, make(map[uint64]*proposal)
+	g.mu.Unlock()
+	g.lease.Store(0)
+	for id, p := range waiting {
+		if queued[id] {
+			p.done <- fmt.Errorf("%w: the replica host of group %d stopped", store.ErrNotLeader, g.id)
+		} else {
+			p.done <- fmt.Errorf("%w: the replica host of group %d stopped", store.ErrAmbiguous, g.id)
+		}
+	}
 }
 
 // fail stops the group on this replica and fails every waiting proposal.
 func (g *group) fail(err error) {
 	g.failed = fmt.Errorf("%w: group %d replica %d: %w", ErrGroupFailed, g.id, g.replica, err)
 	g.stopLeading()
+	g.lease.Store(0)
 	g.mu.Lock()
 	waiting := g.waiting
 	g.waiting = make(map[uint64]*proposal)
 	g.mu.Unlock()
 	for _, p := range waiting {
-		p.done <- g.failed
+		p.done <- g.failedFor(p)
 	}
 }

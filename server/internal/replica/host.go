@@ -32,6 +32,9 @@ const (
 // ErrNoGroup reports a group this host has no replica of.
 var ErrNoGroup = errors.New("no replica of this group on this host")
 
+// ErrStopped refuses a proposal to a host that stopped.
+var ErrStopped = errors.New("replica host stopped")
+
 // Transport carries a group's messages to the hosts of their recipients
 // (raftpb.Message.To, a replica ID). It must not block: a message it
 // cannot send now is dropped, and raft sends again.
@@ -90,7 +93,10 @@ type GroupConfig struct {
 	// only when the replica's log is new, ignored on a restart.
 	Peers []uint64
 	// Store is the shard's database, which holds the log.
-	Store   *store.Store
+	Store *store.Store
+	// Machine applies the group's commands. Nil: the store's own
+	// (store.Command): AddGroup then makes the store's writes proposals
+	// to this group (store.Replicate).
 	Machine StateMachine
 }
 
@@ -145,6 +151,11 @@ func (h *Host) run(ctx context.Context) {
 		case <-ctx.Done():
 			h.sched.stop()
 			wg.Wait()
+			h.mu.RLock()
+			for _, g := range h.groups {
+				g.close()
+			}
+			h.mu.RUnlock()
 			return
 		case <-t.C:
 			h.tick()
@@ -174,8 +185,12 @@ func (h *Host) group(id uint64) *group {
 // is bootstrapped with Peers as voters at index 1, an existing one goes
 // on from its hard state and applied index.
 func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
-	if gc.Replica == 0 || gc.Store == nil || gc.Machine == nil {
-		return fmt.Errorf("replica: group %d needs a replica ID, a store and a state machine", gc.Group)
+	if gc.Replica == 0 || gc.Store == nil {
+		return fmt.Errorf("replica: group %d needs a replica ID and a store", gc.Group)
+	}
+	sm := gc.Machine
+	if sm == nil {
+		sm = storeMachine{gc.Store}
 	}
 	log, err := gc.Store.RaftLog(ctx)
 	if err != nil {
@@ -193,7 +208,7 @@ func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
 	if err != nil {
 		return fmt.Errorf("group %d: start raft: %w", gc.Group, err)
 	}
-	g := &group{id: gc.Group, replica: gc.Replica, log: log, sm: gc.Machine, rn: rn, waiting: make(map[uint64]*proposal),
+	g := &group{id: gc.Group, replica: gc.Replica, log: log, sm: sm, rn: rn, waiting: make(map[uint64]*proposal),
 		onLead: h.cfg.OnLeadership}
 	st := rn.BasicStatus()
 	g.seen = Leadership{Group: gc.Group, Replica: gc.Replica, Term: st.GetTerm(), Leader: st.Lead}
@@ -203,7 +218,49 @@ func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
 		return fmt.Errorf("replica: group %d already runs on this host", gc.Group)
 	}
 	h.groups[gc.Group] = g
+	if gc.Machine == nil {
+		gc.Store.Replicate(groupProposer{h: h, g: g})
+	}
 	return nil
+}
+
+// Proposer returns the group as its store's Proposer, for a store whose
+// commands a Machine of the caller applies (GroupConfig.Machine; with
+// none, AddGroup already gave the store its Proposer).
+func (h *Host) Proposer(groupID uint64) (store.Proposer, error) {
+	g := h.group(groupID)
+	if g == nil {
+		return nil, fmt.Errorf("group %d: %w", groupID, ErrNoGroup)
+	}
+	return groupProposer{h: h, g: g}, nil
+}
+
+// Lease returns the term in which this replica leads the group and may
+// evaluate writes (store.Proposer.Lease); 0 when it may not.
+func (h *Host) Lease(groupID uint64) uint64 {
+	g := h.group(groupID)
+	if g == nil {
+		return 0
+	}
+	return g.lease.Load()
+}
+
+// groupProposer is a group as its store's Proposer.
+type groupProposer struct {
+	h *Host
+	g *group
+}
+
+func (p groupProposer) Lease() uint64 { return p.g.lease.Load() }
+
+func (p groupProposer) Propose(cmd store.Command) <-chan error {
+	pr := &proposal{id: cmd.ID, term: cmd.Term, cmd: cmd.Encode(), done: make(chan error, 1)}
+	if !p.g.queue(pr) {
+		pr.done <- fmt.Errorf("%w: the replica host of group %d stopped", store.ErrNotLeader, p.g.id)
+		return pr.done
+	}
+	p.h.sched.enqueue(p.g.id)
+	return pr.done
 }
 
 // bootstrap gives a new log its first membership: a snapshot point at
@@ -245,10 +302,11 @@ func (h *Host) Deliver(groupID uint64, m *raftpb.Message) {
 
 // Propose proposes cmd to the group and returns once this replica applied
 // it, which means a quorum has it on disk. A follower forwards it to the
-// leader. ErrProposalDropped (wrapped) when there is no leader to take it;
-// a proposal lost in a leader change leaves Propose waiting until ctx
-// ends: the caller retries with the same command (design §5 adds
-// deduplication).
+// leader. raft.ErrProposalDropped (wrapped) when there is no leader to
+// take it; a proposal lost in a leader change leaves Propose waiting
+// until ctx ends. This is the path of an opaque StateMachine's commands;
+// a store's writes are proposed by the store itself (store.Proposer),
+// evaluated on the leader.
 func (h *Host) Propose(ctx context.Context, groupID uint64, cmd []byte) error {
 	g := h.group(groupID)
 	if g == nil {
@@ -257,10 +315,9 @@ func (h *Host) Propose(ctx context.Context, groupID uint64, cmd []byte) error {
 	// Random: proposals of every replica share the log, and a collision
 	// of 64 random bits would only wake the wrong waiter early.
 	p := &proposal{id: rand.Uint64(), cmd: cmd, done: make(chan error, 1)}
-	g.mu.Lock()
-	g.props = append(g.props, p)
-	g.waiting[p.id] = p
-	g.mu.Unlock()
+	if !g.queue(p) {
+		return fmt.Errorf("group %d: %w", groupID, ErrStopped)
+	}
 	h.sched.enqueue(groupID)
 	select {
 	case err := <-p.done:

@@ -28,7 +28,7 @@ type recorder struct {
 	cmds []string
 }
 
-func (r *recorder) Apply(_ context.Context, index uint64, cmd []byte) error {
+func (r *recorder) Apply(_ context.Context, index, _ uint64, cmd []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if index <= r.last {
@@ -66,14 +66,20 @@ type testCluster struct {
 func rid(g uint64, i int) uint64 { return g*10 + uint64(i) + 1 }
 
 func newTestCluster(t *testing.T, groups ...uint64) *testCluster {
-	return newObservedCluster(t, nil, groups...)
+	return newCluster(t, make(map[uint64]*recorder), nil, groups...)
 }
 
 // newObservedCluster is newTestCluster with onLead seeing every
 // leadership from the start.
 func newObservedCluster(t *testing.T, onLead func(node int, l replica.Leadership), groups ...uint64) *testCluster {
+	return newCluster(t, make(map[uint64]*recorder), onLead, groups...)
+}
+
+// newCluster runs the three nodes; sm nil: each group applies its
+// store's commands, and the stores' writes are proposals.
+func newCluster(t *testing.T, sm map[uint64]*recorder, onLead func(node int, l replica.Leadership), groups ...uint64) *testCluster {
 	c := &testCluster{t: t, net: replica.NewLocal(), dir: t.TempDir(), groups: groups,
-		nodes: make([]*node, 3), sm: make(map[uint64]*recorder), onLead: onLead}
+		nodes: make([]*node, 3), sm: sm, onLead: onLead}
 	for i := range c.nodes {
 		c.start(i)
 	}
@@ -107,11 +113,14 @@ func (c *testCluster) start(i int) {
 		}
 		nd.stores[g] = s
 		id := rid(g, i)
-		if c.sm[id] == nil {
-			c.sm[id] = &recorder{}
+		gc := replica.GroupConfig{Group: g, Replica: id, Peers: []uint64{rid(g, 0), rid(g, 1), rid(g, 2)}, Store: s}
+		if c.sm != nil { // else the store's own commands
+			if c.sm[id] == nil {
+				c.sm[id] = &recorder{}
+			}
+			gc.Machine = c.sm[id]
 		}
-		peers := []uint64{rid(g, 0), rid(g, 1), rid(g, 2)}
-		if err := h.AddGroup(ctx, replica.GroupConfig{Group: g, Replica: id, Peers: peers, Store: s, Machine: c.sm[id]}); err != nil {
+		if err := h.AddGroup(ctx, gc); err != nil {
 			c.t.Fatal(err)
 		}
 		c.net.Attach(id, h)
