@@ -41,6 +41,12 @@ func (rn *run) deleteOwedBlobs(ctx context.Context) {
 	}
 	// Blobs already gone: their deletion is owed regardless.
 	ctx = context.WithoutCancel(ctx)
+	// A blob goes only once the purge that owes it is durable: an
+	// attachment's own purge is not synced on its own.
+	if err := r.st.Sync(ctx); err != nil {
+		rn.fail(ctx, stageSync, "", err)
+		return
+	}
 	recorded, err := rn.blobsRecorded(owed)
 	if err != nil {
 		rn.fail(ctx, stageRecovery, "", err)

@@ -42,17 +42,8 @@ func newDeleter(r *Runner, check func(context.Context) error, hook func(context.
 // and sets m.Shredded.
 func (d *deleter) purge(ctx context.Context, m *store.PurgeMarker) (int, error) {
 	st := d.r.st
-	if !d.owed {
-		// Whether earlier purges were all erased is read before this run's
-		// first purge says they are not.
-		erased, err := st.Erased(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if err := st.OweErase(ctx); err != nil {
-			return 0, err
-		}
-		d.owed, d.eraseAll = true, !erased
+	if err := d.oweErase(ctx); err != nil {
+		return 0, err
 	}
 	opts := store.PurgeOptions{BatchSize: d.r.cfg.BatchSize, BeforeBatch: d.beforeBatch, BatchLimit: d.pace.batchLimit,
 		Erase: d.erase}
@@ -73,6 +64,24 @@ func (d *deleter) purge(ctx context.Context, m *store.PurgeMarker) (int, error) 
 	}
 	d.r.metrics.KeysDeleted.Add(float64(keys))
 	return keys, err
+}
+
+// oweErase records, before the run's first purge, that an erase is owed.
+func (d *deleter) oweErase(ctx context.Context) error {
+	if d.owed {
+		return nil
+	}
+	// Whether earlier purges were all erased is read before this run's
+	// first purge says they are not.
+	erased, err := d.r.st.Erased(ctx)
+	if err != nil {
+		return err
+	}
+	if err := d.r.st.OweErase(ctx); err != nil {
+		return err
+	}
+	d.owed, d.eraseAll = true, !erased
+	return nil
 }
 
 // shred destroys a sealing server's thread keys before the thread's

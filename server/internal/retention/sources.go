@@ -45,6 +45,7 @@ func policySources() []source {
 	return []source{
 		deletedSource{kind: store.KindThread},
 		deletedSource{kind: store.KindMessage},
+		deletedAttachmentsSource{},
 		shorterPeriodsSource{},
 		maxAgeSource{},
 		maxMessagesSource{},
@@ -136,6 +137,19 @@ func (shorterPeriodsSource) scan(ctx context.Context, rn *run) error {
 		})
 		if err != nil {
 			return fmt.Errorf("scan thread log: %w", err)
+		}
+		// Its attachments deleted on their own, likewise.
+		err = st.ScanAttachments(ctx, tid, "", func(a store.Attachment) error {
+			if a.Deleted && a.DeletedTS > global {
+				rn.considerAttachment(ctx, store.AttachmentDeletion{Thread: tid, Message: a.Message, ID: a.ID, DeletedTS: a.DeletedTS})
+			}
+			if rn.done() {
+				return store.ErrStopScan
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, store.ErrStopScan) {
+			return fmt.Errorf("scan thread attachments: %w", err)
 		}
 	}
 	return nil

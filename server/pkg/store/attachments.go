@@ -47,6 +47,9 @@ type Attachment struct {
 	// standard base64; 0 and "" for a plain attachment.
 	Key    uint32 `json:"key,omitempty"`
 	Sealed string `json:"sealed,omitempty"`
+	// PurgeRun is the retention run that claimed the deleted attachment
+	// for its own purge (attdeletions.go); a restore is refused from then on.
+	PurgeRun string `json:"purge_run,omitempty"`
 	// Unreadable: sealed, and its key is gone; SHA256, ContentType and
 	// Filename are empty, and the blob opens no more.
 	Unreadable bool `json:"-"`
@@ -443,17 +446,29 @@ func (s *Store) setAttachmentDeleted(ctx context.Context, tid, mid, aid string, 
 	if err := s.refuseClaimed(mid, op+" attachment of"); err != nil {
 		return Attachment{}, err
 	}
+	if a.PurgeRun != "" {
+		return Attachment{}, fmt.Errorf("%s attachment %s: %w", op, aid, ErrPurgeInProgress)
+	}
+	b := s.db.NewBatch()
+	// The deletion index changes in the same batch as the record, so that
+	// retention finds every deleted attachment and no restored one.
+	if a.Deleted {
+		_ = b.Delete(attachmentDeletionKey(a.DeletedTS, tid, mid, aid), nil)
+	}
 	a.Deleted, a.DeletedTS = deleted, 0
 	if deleted {
 		a.DeletedTS = s.now().UnixNano()
 	}
 	// The sealed fields do not change: the record keeps its seal, whose
 	// associated data binds no flag.
+	if deleted {
+		_ = b.Set(attachmentDeletionKey(a.DeletedTS, tid, mid, aid), nil, nil)
+	}
 	v, err := encode(a)
 	if err != nil {
+		_ = b.Close()
 		return Attachment{}, err
 	}
-	b := s.db.NewBatch()
 	_ = b.Set(attachmentKey(tid, mid, aid), v, nil)
 	if err := s.apply(ctx, write{kind: writeUser, batch: b, held: h}); err != nil {
 		return Attachment{}, fmt.Errorf("%s attachment %s: %w", op, aid, err)

@@ -130,6 +130,16 @@ func (c *ContentReader) Message(ctx context.Context, tid, mid string, sink Conte
 	return ctx.Err()
 }
 
+// ThreadMeta passes thread tid's metadata alone to sink, opened as
+// Thread passes it (for the context of an item that is not a thread).
+func (c *ContentReader) ThreadMeta(ctx context.Context, tid string, sink ContentSink) error {
+	if err := ValidateID(tid); err != nil {
+		return err
+	}
+	c.ctx = ctx
+	return c.meta(tid, sink)
+}
+
 // meta passes the thread's stored metadata (nil when gone) to sink.
 func (c *ContentReader) meta(tid string, sink ContentSink) error {
 	meta, err := getFrom(c.snap, threadMetaKey(tid))

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -92,7 +93,8 @@ func deletionEntry(kind ItemKind, it *pebble.Iterator) (DeletionEntry, bool) {
 	return e, true
 }
 
-// RebuildDeletionIndex drops and rebuilds the deletion index, the
+// RebuildDeletionIndex drops and rebuilds the deletion index (soft-deleted
+// attachments' entries included), the
 // live-thread index and the live-message indexes (age, counts) from a full
 // scan; records that cannot be decoded are
 // indexed at time 0 so retention reports them (and are not listed). Returns
@@ -159,6 +161,14 @@ func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
 				err = w.addLive(tid)
 			}
 			if err != nil {
+				return w.count, err
+			}
+		case isAttachmentKey(rest):
+			value, err := it.ValueAndErr()
+			if err != nil {
+				return w.count, fmt.Errorf("rebuild deletion index: %w", err)
+			}
+			if err := w.addAttachment(tid, rest, value); err != nil {
 				return w.count, err
 			}
 		case len(rest) > len(logSuffix) && string(rest[:len(logSuffix)]) == logSuffix:
@@ -257,6 +267,24 @@ func newIndexWriter(ctx context.Context, s *Store) *indexWriter {
 func (w *indexWriter) add(kind ItemKind, deletedTS int64, id string, value []byte) error {
 	w.key = appendDeletionKey(w.key[:0], kind, indexTS(deletedTS), id)
 	_ = w.b.Set(w.key, value, nil)
+	w.count++
+	return w.flushFull()
+}
+
+// addAttachment adds the deletion index entry of a soft-deleted
+// attachment (rest: att:<mid>:<aid>). A record that does not decode is
+// left to its thread's purge, which deletes it.
+func (w *indexWriter) addAttachment(tid string, rest, value []byte) error {
+	ids := bytes.SplitN(rest[len(attSuffix):], []byte{':'}, 2)
+	if len(ids) != 2 {
+		return nil
+	}
+	a, err := decodeAttachment(tid, string(ids[0]), string(ids[1]), value)
+	if err != nil || !a.Deleted {
+		return nil
+	}
+	w.key = appendAttachmentDeletionKey(w.key[:0], a.DeletedTS, a.Thread, a.Message, a.ID)
+	_ = w.b.Set(w.key, nil, nil)
 	w.count++
 	return w.flushFull()
 }

@@ -190,8 +190,8 @@ func TestOpenBuildsLiveThreadIndexOfOlderDatabase(t *testing.T) {
 	if err != nil || len(got) != 2 || got[0].ID != "a" || got[1].ID != "c" {
 		t.Fatalf("ListThreads after upgrade = %+v, %v", got, err)
 	}
-	if v := rawKeys(t, s, "sys:schema", "sys:schema\x00")["sys:schema"]; v != "3" {
-		t.Fatalf("sys:schema = %q after open, want 3", v)
+	if v := rawKeys(t, s, "sys:schema", "sys:schema\x00")["sys:schema"]; v != "4" {
+		t.Fatalf("sys:schema = %q after open, want 4", v)
 	}
 	checkIndexesRebuildAlike(t, s)
 }

@@ -25,9 +25,10 @@ const (
 	// schemaVersion is the value of sys:schema once the indexes this
 	// version keeps are built: "1" had the deletion index only, "2" adds
 	// the live-thread index, "3" the live-message indexes of the retention
-	// policies (idx:age, idx:cnt, thread:<tid>:count). Any other value (or
-	// none) means a rebuild at open.
-	schemaVersion = "3"
+	// policies (idx:age, idx:cnt, thread:<tid>:count), "4" the entries of
+	// soft-deleted attachments (idx:del:a:, attdeletions.go). Any other
+	// value (or none) means a rebuild at open.
+	schemaVersion = "4"
 
 	metaSuffix = "meta"
 	logSuffix  = "log:"

@@ -57,7 +57,7 @@ func isAttachmentKey(rest []byte) bool { return bytes.HasPrefix(rest, []byte(att
 // decode is still deleted with its thread (its blob name is unknown; the
 // orphan sweep finds the blob).
 func (p *purger) attachment(tid string, key, v []byte) error {
-	if err := p.room(2); err != nil {
+	if err := p.room(3); err != nil {
 		return err
 	}
 	rest := key[len(attachmentPrefix(tid, "")):]
@@ -76,6 +76,9 @@ func (p *purger) attachment(tid string, key, v []byte) error {
 		return err
 	}
 	_ = p.b.Set(owedBlobKey(a.BlobName()), debt, nil)
+	if a.Deleted {
+		p.del(attachmentDeletionKey(a.DeletedTS, a.Thread, a.Message, a.ID), false)
+	}
 	p.del(key, true)
 	p.owedBlobs++
 	return nil
@@ -83,18 +86,23 @@ func (p *purger) attachment(tid string, key, v []byte) error {
 
 // owe makes the debt of attachment a's blob, encoded.
 func (p *purger) owe(a Attachment) ([]byte, error) {
+	return p.s.encodeDebt(p.ctx, a, p.marker, p.shredded)
+}
+
+// encodeDebt makes the debt of attachment a's blob for purge m, encoded.
+func (s *Store) encodeDebt(ctx context.Context, a Attachment, m PurgeMarker, shredded bool) ([]byte, error) {
 	debt := OwedBlob{Name: a.BlobName(), Thread: a.Thread, Message: a.Message, ID: a.ID, Size: a.Size,
-		SHA256: a.SHA256, RunID: p.marker.RunID, Cause: p.marker.Cause, DeletedTS: a.DeletedTS,
-		PurgedTS: p.s.now().UnixNano(), Shredded: p.shredded, Replayed: p.marker.Replayed}
-	if a.Sealed != "" && !p.shredded {
+		SHA256: a.SHA256, RunID: m.RunID, Cause: m.Cause, DeletedTS: a.DeletedTS,
+		PurgedTS: s.now().UnixNano(), Shredded: shredded, Replayed: m.Replayed}
+	if a.Sealed != "" && !shredded {
 		// The digest is sealed with the record: read it while the key is
 		// there, for the audit record.
-		if err := p.s.openAttachment(p.ctx, &a); err != nil {
+		if err := s.openAttachment(ctx, &a); err != nil {
 			return nil, err
 		}
 		debt.SHA256 = a.SHA256
 	}
-	if prev, ok, err := p.s.owedBlob(debt.Name); err != nil {
+	if prev, ok, err := s.owedBlob(debt.Name); err != nil {
 		return nil, err
 	} else if ok && prev.SHA256 != "" && debt.SHA256 == "" {
 		debt.SHA256 = prev.SHA256 // an interrupted purge's debt knew more
