@@ -296,7 +296,12 @@ func b9API(ctx context.Context, dir string, c *b9Cell, dur time.Duration, maxOps
 // b9Serve starts the real HTTP server for st on a loopback port and
 // returns its URL and a client with a connection per writer.
 func b9Serve(ctx context.Context, st *store.Store, conns int) (string, *http.Client, func(), error) {
-	h, err := api.New(api.Options{Store: st})
+	return serveAPI(ctx, api.Options{Store: st}, conns)
+}
+
+// serveAPI is b9Serve of a server built with opts (B15: with attachments).
+func serveAPI(ctx context.Context, opts api.Options, conns int) (string, *http.Client, func(), error) {
+	h, err := api.New(opts)
 	if err != nil {
 		return "", nil, nil, err
 	}

@@ -55,6 +55,9 @@ func main() {
 	if os.Getenv(loadgenEnv) != "" {
 		os.Exit(runLoadgen(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
+	if os.Getenv(b15ClientEnv) != "" {
+		os.Exit(runB15Client(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -240,7 +243,7 @@ func commandLine(args []string) string {
 	return strings.Join(parts, " ")
 }
 
-// scenario is one benchmark of the issues (B1..B14).
+// scenario is one benchmark of the issues (B1..B15).
 type scenario struct {
 	id, title string
 	run       func(ctx context.Context, b *bench) (*section, error)
@@ -262,4 +265,5 @@ var scenarios = []scenario{
 	{"B13", "sealed content: write CPU, shredding purge, writers", runB13},
 	{"B13E", "subject erasure: the author's threads, not the database", runB13E},
 	{"B14", "CPU per request: HTTP, store and raw Pebble", runB14},
+	{"B15", "attachments: streamed throughput, sealed CPU, purge", runB15},
 }
