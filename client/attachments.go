@@ -249,7 +249,8 @@ type Download struct {
 	// ContentType and Filename are what the upload gave.
 	ContentType, Filename string
 	// Size is the whole file's length; Offset and Length place the bytes
-	// of this answer in it (0 and Size without a range).
+	// of this answer in it (0 and Size without a range; -1 when a proxy
+	// in between dropped Content-Length).
 	Size, Offset, Length int64
 	// Partial is true when the answer is the range asked for (206).
 	Partial bool
