@@ -25,7 +25,17 @@ import (
 // ownership, in its own audit trail. A shard done writes its counts into
 // the record; the last one's write completes the erasure and deletes the
 // author from etcd in the same transaction. What stays is the status:
-// the subject's HMAC, the times and each shard's counts.
+// the subject's HMAC, the times and each shard's counts, until the record
+// is pruned DefaultErasureKeep after completion; each shard keeps its own
+// part for good, as a single node does, and answers for it after
+// (RecordFromShards).
+
+// DefaultErasureKeep is how long a completed erasure's record stays in
+// etcd. Every node's worker reads every record at each look, so records
+// kept for ever would make that read grow without bound; a pruned
+// erasure's status is answered from the shards' own parts, and its
+// receipt's evidence is in the audit folders.
+const DefaultErasureKeep = 30 * 24 * time.Hour
 
 // Erasures is the prefix of the cluster's erasure records.
 func (k Keys) Erasures() string { return "/" + k.Name + "/erasures/" }
@@ -106,21 +116,115 @@ func decodeErasure(key, v []byte) (ErasureRecord, error) {
 // order, and the etcd revision they were read at. A record that does not
 // decode is passed to bad and left out.
 func OpenErasures(ctx context.Context, c *clientv3.Client, k Keys, bad func(error)) ([]ErasureRecord, int64, error) {
+	all, rev, err := listErasures(ctx, c, k, bad)
+	var out []ErasureRecord
+	for _, e := range all {
+		if e.rec.Open() {
+			out = append(out, e.rec)
+		}
+	}
+	return out, rev, err
+}
+
+// storedErasure is a record as read, with its revision.
+type storedErasure struct {
+	rec ErasureRecord
+	rev int64
+}
+
+// listErasures reads every erasure record, in ID order, and the etcd
+// revision they were read at. A record that does not decode is passed to
+// bad and left out.
+func listErasures(ctx context.Context, c *clientv3.Client, k Keys, bad func(error)) ([]storedErasure, int64, error) {
 	resp, err := c.Get(ctx, k.Erasures(), clientv3.WithPrefix())
 	if err != nil {
 		return nil, 0, fmt.Errorf("list erasures: %w", err)
 	}
-	var out []ErasureRecord
+	var out []storedErasure
 	for _, kv := range resp.Kvs {
 		rec, err := decodeErasure(kv.Key, kv.Value)
-		switch {
-		case err != nil:
+		if err != nil {
 			bad(err)
-		case rec.Open():
-			out = append(out, rec)
+			continue
 		}
+		out = append(out, storedErasure{rec: rec, rev: kv.ModRevision})
 	}
 	return out, resp.Header.Revision, nil
+}
+
+// PruneErasures deletes the records of the erasures completed before
+// cutoff, and returns how many it deleted. Records still open, or that
+// do not decode, stay.
+func PruneErasures(ctx context.Context, c *clientv3.Client, k Keys, cutoff time.Time) (int, error) {
+	all, _, err := listErasures(ctx, c, k, func(error) {})
+	if err != nil {
+		return 0, err
+	}
+	n, _, err := pruneErasures(ctx, c, k, all, cutoff)
+	return n, err
+}
+
+// pruneErasures deletes, of the records read, those completed before
+// cutoff, and returns how many it deleted and the earliest completion
+// time of the completed records left (zero when none). Each delete is
+// conditional on the record being as read: nodes pruning together
+// delete it once.
+func pruneErasures(ctx context.Context, c *clientv3.Client, k Keys, all []storedErasure, cutoff time.Time) (int, time.Time, error) {
+	deleted := 0
+	var next time.Time
+	for _, e := range all {
+		if e.rec.Open() {
+			continue
+		}
+		done := time.Unix(0, e.rec.CompletedAt)
+		if !done.Before(cutoff) {
+			if next.IsZero() || done.Before(next) {
+				next = done
+			}
+			continue
+		}
+		key := k.Erasure(e.rec.ID)
+		resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", e.rev)).
+			Then(clientv3.OpDelete(key)).Commit()
+		if err != nil {
+			return deleted, next, fmt.Errorf("prune erasure %s: %w", e.rec.ID, err)
+		}
+		if resp.Succeeded {
+			deleted++
+		}
+	}
+	return deleted, next, nil
+}
+
+// RecordFromShards rebuilds the record of erasure id, pruned from etcd,
+// from the parts its shards keep (parts, by shard, of the cluster's
+// shards): what the record held, bar the author, which left it at
+// completion. It reports false when no shard knows the erasure. A shard
+// without a part shows pending, as in the record.
+func RecordFromShards(id string, shards int, parts map[int]retention.ErasureStatus) (ErasureRecord, bool) {
+	rec := ErasureRecord{ID: id, Shards: shards, Done: map[int]retention.ErasureStatus{}}
+	known := false
+	for n, st := range parts {
+		if n < 0 || n >= shards {
+			continue
+		}
+		known = true
+		rec.Subject = st.Subject
+		rec.RequestedAt = st.RequestedAt.UnixNano()
+		if st.Status == retention.ErasureCompleted {
+			st.Subject, st.Shards = "", nil
+			rec.Done[n] = st
+		}
+	}
+	if !known {
+		return ErasureRecord{}, false
+	}
+	if len(rec.Done) == shards {
+		for _, d := range rec.Done {
+			rec.CompletedAt = max(rec.CompletedAt, d.CompletedAt.UnixNano())
+		}
+	}
+	return rec, true
 }
 
 // ShardErased writes shard n's completed part of erasure id into its

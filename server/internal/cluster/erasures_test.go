@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -120,5 +121,104 @@ func TestErasureRecordLifecycle(t *testing.T) {
 	}
 	if _, err := es.Request(ctx, "bob"); !errors.Is(err, retention.ErrPaused) {
 		t.Fatalf("request while paused: %v", err)
+	}
+}
+
+// Completed erasures' records leave etcd Keep after completion, by
+// PruneErasures or by every node's worker, which wakes when the next one
+// falls due; open ones stay. A pruned erasure's status is rebuilt from the
+// parts its shards keep, as the record gave it.
+func TestErasureRecordsPruned(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := srv.Client(t)
+	k := Keys{Name: "chat"}
+	receiptKey := bytes.Repeat([]byte{7}, 32)
+	requested := time.Now().Add(-2 * time.Hour).UTC()
+	record := func(author string) ErasureRecord {
+		rec, err := NewErasureRecord(receiptKey, retention.NewErasureID(), author, 1, requested)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := RecordErasure(ctx, c, k, rec); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	// part is shard 0's own status, as its owner answers it.
+	part := func(rec ErasureRecord, at time.Time) retention.ErasureStatus {
+		return retention.ErasureStatus{ErasureID: rec.ID, Status: retention.ErasureCompleted, Subject: rec.Subject,
+			RequestedAt: wire.Nanos(rec.RequestedAt), CompletedAt: wire.At(at), KeysDestroyed: 3, VersionsPurged: 4,
+			MessagesPurged: 2, HeldThreads: []string{"t-held"}, RunIDs: []string{"r1"}}
+	}
+	complete := func(rec ErasureRecord, at time.Time) {
+		if _, err := ShardErased(ctx, c, k, rec.ID, 0, part(rec, at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exists := func(rec ErasureRecord) bool {
+		_, _, err := ReadErasure(ctx, c, k, rec.ID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+
+	old, recent, open := record("old"), record("recent"), record("open")
+	oldAt := time.Now().Add(-time.Hour)
+	complete(old, oldAt)
+	complete(recent, time.Now())
+	stored, _, err := ReadErasure(ctx, c, k, old.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := PruneErasures(ctx, c, k, time.Now().Add(-30*time.Minute)); err != nil || n != 1 {
+		t.Fatalf("PruneErasures = %d, %v; want the one completed an hour ago", n, err)
+	}
+	if exists(old) || !exists(recent) || !exists(open) {
+		t.Fatalf("after pruning: old %t, recent %t, open %t; want only old gone", exists(old), exists(recent), exists(open))
+	}
+	rebuilt, known := RecordFromShards(old.ID, 1, map[int]retention.ErasureStatus{0: part(old, oldAt)})
+	if !known || rebuilt.Open() {
+		t.Fatalf("rebuilt from its shard: %+v, known %t", rebuilt, known)
+	}
+	was, now := stored.Status(nil), rebuilt.Status(nil)
+	if !reflect.DeepEqual(was, now) {
+		t.Fatalf("status rebuilt from the shard:\n%+v\nwant the record's:\n%+v", now, was)
+	}
+	if _, known := RecordFromShards(old.ID, 1, nil); known {
+		t.Fatal("an erasure no shard knows was rebuilt")
+	}
+	// A shard without its part keeps the rebuilt erasure running.
+	two, _ := RecordFromShards(old.ID, 2, map[int]retention.ErasureStatus{1: part(old, oldAt)})
+	if st := two.Status(nil); st.Status != retention.ErasureRunning || st.Shards[0].Status != retention.ErasurePending {
+		t.Fatalf("one of two shards known: %+v", st)
+	}
+
+	// The worker: nothing but the next record falling due wakes it (its
+	// retry is an hour away), and the open record stays.
+	if err := CreateCluster(ctx, c, k, 1, []string{"node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	owner, err := StartOwner(ctx, OwnerOptions{Client: c, Keys: k, Node: "node-a", Owner: "node-a/1", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(owner.Close)
+	due := record("due")
+	complete(due, time.Now())
+	w := StartErasureWorker(ctx, ErasureWorkerOptions{Client: c, Keys: k, Owner: owner, ReceiptKey: receiptKey,
+		Service: func(int) retention.ShardEraser { return nil }, Retry: time.Hour, Keep: time.Second})
+	defer w.Close()
+	for exists(recent) || exists(due) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the worker left completed records: recent %t, due %t", exists(recent), exists(due))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if !exists(open) {
+		t.Fatal("the worker pruned an open erasure")
 	}
 }

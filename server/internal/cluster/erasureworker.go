@@ -33,6 +33,11 @@ type ErasureWorkerOptions struct {
 	Logger  *slog.Logger
 	// Retry is DefaultErasureRetry when 0.
 	Retry time.Duration
+	// Keep is how long a completed erasure's record stays in etcd
+	// (DefaultErasureKeep when 0).
+	Keep time.Duration
+	// Now is time.Now when nil.
+	Now func() time.Time
 	// OnEtcdError, when set, sees every etcd call that failed.
 	OnEtcdError func(error)
 }
@@ -61,6 +66,12 @@ func StartErasureWorker(ctx context.Context, o ErasureWorkerOptions) *ErasureWor
 	if o.Retry <= 0 {
 		o.Retry = DefaultErasureRetry
 	}
+	if o.Keep <= 0 {
+		o.Keep = DefaultErasureKeep
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	ctx, stop := context.WithCancel(ctx)
 	w := &ErasureWorker{o: o, stop: stop, done: make(chan struct{}), opened: map[string]string{}, failed: map[string]bool{}}
 	go w.loop(ctx)
@@ -86,24 +97,56 @@ func (w *ErasureWorker) loop(ctx context.Context) {
 		// Read before the ownerships: a change after this read wakes the
 		// wait below.
 		changed := w.o.Owner.Changed()
-		open, rev, err := OpenErasures(ctx, w.o.Client, w.o.Keys, func(err error) {
+		all, rev, err := listErasures(ctx, w.o.Client, w.o.Keys, func(err error) {
 			w.o.Logger.Error("cluster_erasure_record_unreadable", "err", err)
 		})
-		owed, ends := true, []<-chan struct{}(nil)
+		owed, ends, prune := true, []<-chan struct{}(nil), time.Duration(0)
 		if err != nil {
 			w.failedCall(err)
 			w.o.Logger.Warn("cluster_erasures_unreadable", "err", err)
 		} else {
+			var open []ErasureRecord
+			for _, e := range all {
+				if e.rec.Open() {
+					open = append(open, e.rec)
+				}
+			}
 			owed, ends = w.reconcile(ctx, open)
+			prune = w.prune(ctx, all)
 		}
-		w.wait(ctx, changed, rev, owed, ends)
+		w.wait(ctx, changed, rev, owed, ends, prune)
 	}
+}
+
+// pruneFloor is the least wait for the next record due for pruning.
+const pruneFloor = 100 * time.Millisecond
+
+// prune deletes the records of erasures completed more than Keep ago,
+// and returns when the next one is due (0: none is).
+func (w *ErasureWorker) prune(ctx context.Context, all []storedErasure) time.Duration {
+	now := w.o.Now()
+	n, next, err := pruneErasures(ctx, w.o.Client, w.o.Keys, all, now.Add(-w.o.Keep))
+	if err != nil {
+		w.failedCall(err)
+		w.o.Logger.Warn("cluster_erasures_prune_failed", "err", err)
+		return w.o.Retry
+	}
+	if n > 0 {
+		w.o.Logger.Info("cluster_erasures_pruned", "records", n)
+	}
+	if next.IsZero() {
+		return 0
+	}
+	// Never a busy loop, whatever the clocks of the nodes that completed
+	// the records say.
+	return max(next.Add(w.o.Keep).Sub(now), pruneFloor)
 }
 
 // wait returns at a change under the erasures' prefix after rev, a change
 // of this node's ownerships, the end of a run of a shard that owes a part
-// (ends), or (owed) after the retry interval.
-func (w *ErasureWorker) wait(ctx context.Context, changed <-chan struct{}, rev int64, owed bool, ends []<-chan struct{}) {
+// (ends), (owed) after the retry interval, or (prune > 0) when the next
+// completed record is due for pruning.
+func (w *ErasureWorker) wait(ctx context.Context, changed <-chan struct{}, rev int64, owed bool, ends []<-chan struct{}, prune time.Duration) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ended := make(chan struct{}, 1)
@@ -124,8 +167,11 @@ func (w *ErasureWorker) wait(ctx context.Context, changed <-chan struct{}, rev i
 		watch = w.o.Client.Watch(wctx, w.o.Keys.Erasures(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	}
 	var retry <-chan time.Time
-	if owed {
-		t := time.NewTimer(w.o.Retry)
+	if owed && (prune <= 0 || w.o.Retry < prune) {
+		prune = w.o.Retry
+	}
+	if prune > 0 {
+		t := time.NewTimer(prune)
 		defer t.Stop()
 		retry = t.C
 	}

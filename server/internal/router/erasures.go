@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -60,7 +61,7 @@ func (c *clusterErasures) Request(ctx context.Context, author string) (retention
 // done, from their owners for the others (pending when a shard has none
 // now, or its owner has not begun on it).
 func (c *clusterErasures) Erasure(ctx context.Context, id string) (retention.ErasureStatus, error) {
-	rec, err := c.rt.o.Erasures.Read(ctx, id)
+	rec, err := c.read(ctx, id)
 	if err != nil {
 		return retention.ErasureStatus{}, err
 	}
@@ -87,6 +88,45 @@ func (c *clusterErasures) Erasure(ctx context.Context, id string) (retention.Era
 		}
 	}
 	return rec.Status(byShard), nil
+}
+
+// read is erasure id's record: from etcd, or, once pruned there
+// (cluster.DefaultErasureKeep after completion), rebuilt from the parts
+// every shard keeps, as a single node keeps its erasures: an old ID
+// answers as it did. store.ErrNotFound when no shard knows it; a shard
+// whose owner does not answer fails the read rather than show a
+// completed erasure as pending.
+func (c *clusterErasures) read(ctx context.Context, id string) (cluster.ErasureRecord, error) {
+	rec, err := c.rt.o.Erasures.Read(ctx, id)
+	if !errors.Is(err, store.ErrNotFound) {
+		return rec, err
+	}
+	shards := c.rt.o.View.Shards()
+	parts := make([]*retention.ErasureStatus, shards)
+	err = c.rt.eachShard(func(n int) error {
+		st, err := c.shardStatus(ctx, n, id)
+		switch {
+		case err == nil:
+			parts[n] = &st
+		case !errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("erasure %s: shard %d: %w", id, n, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return cluster.ErasureRecord{}, err
+	}
+	byShard := make(map[int]retention.ErasureStatus, shards)
+	for n, st := range parts {
+		if st != nil {
+			byShard[n] = *st
+		}
+	}
+	rec, known := cluster.RecordFromShards(id, shards, byShard)
+	if !known {
+		return rec, fmt.Errorf("erasure %s: %w", id, store.ErrNotFound)
+	}
+	return rec, nil
 }
 
 // shardStatus is shard n's part of erasure id, from its owner.
@@ -120,7 +160,7 @@ func (c *clusterErasures) local(n int) (retention.Erasures, bool) {
 // shards/<n>/… as they lie under the cluster's audit folders gathered in
 // one folder, which `erasure verify --audit DIR` checks.
 func (c *clusterErasures) Receipt(ctx context.Context, id string) (audit.Receipt, error) {
-	rec, err := c.rt.o.Erasures.Read(ctx, id)
+	rec, err := c.read(ctx, id)
 	if err != nil {
 		return audit.Receipt{}, err
 	}

@@ -1,12 +1,14 @@
 package faults
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -190,6 +192,18 @@ func TestFaultClusterSubjectErasure(t *testing.T) {
 			t.Errorf("etcd's %s still holds the author: %s", kv.Key, kv.Value)
 		}
 	}
+	// Pruned from etcd (cluster.DefaultErasureKeep after completion), the
+	// erasure answers from the parts the shards keep, as it did.
+	if n, err := cluster.PruneErasures(ctx, etcd.Client(t), cluster.Keys{Name: "progressdb"}, time.Now().Add(time.Hour)); err != nil || n != 1 {
+		t.Fatalf("prune the completed erasure: %d, %v", n, err)
+	}
+	if after := clusterErasure(t, fourth, acc.ErasureID); !reflect.DeepEqual(after, st) {
+		t.Fatalf("status once pruned from etcd:\n%+v\nwant as before:\n%+v", after, st)
+	}
+	if code, again := fourth.call(t, "GET", "/admin/erasures/"+acc.ErasureID+"/receipt", nil, adminToken); code != http.StatusOK || !bytes.Equal(again, body) {
+		t.Fatalf("receipt once pruned: %d, same %t", code, bytes.Equal(again, body))
+	}
+	fourth.mustCall(t, "GET", "/admin/erasures/0000000000000000", nil, adminToken, http.StatusNotFound, nil)
 
 	homes := map[int]string{}
 	for _, sh := range clusterState(t, fourth).Shards {
