@@ -16,6 +16,7 @@ import (
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -47,15 +48,27 @@ func openSealedStore(t *testing.T, dir string) (*store.Store, *keystore.KeyStore
 // retention service that performs subject erasures, signing its audit
 // footers with signingKey when set.
 func sealedEnv(t *testing.T, signingKey ed25519.PrivateKey) (*testEnv, config.Retention) {
+	return sealedEnvWith(t, signingKey, nil)
+}
+
+// sealedEnvWith is sealedEnv with attachments kept in blobs (nil: none),
+// which the server serves and retention deletes from.
+func sealedEnvWith(t *testing.T, signingKey ed25519.PrivateKey, blobs *attachments.Blobs) (*testEnv, config.Retention) {
 	t.Helper()
 	dir := t.TempDir()
 	st, ks := openSealedStore(t, dir)
 	cfg := config.Retention{Enabled: true, Period: 30 * 24 * time.Hour, MinPeriod: time.Hour,
 		AuditPath: filepath.Join(dir, "audit")}
 	late, lateE := &lateService{}, &lateErasures{}
-	e := newEnv(t, Options{Store: st, AdminToken: "adm", Retention: late, Erasures: lateE})
-	r, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: cfg, Keys: ks, SigningKey: signingKey,
-		Metrics: retention.NewMetrics(e.reg), Logger: slog.New(slog.DiscardHandler)})
+	opts := Options{Store: st, AdminToken: "adm", Retention: late, Erasures: lateE}
+	ropts := retention.RunnerOptions{Store: st, Config: cfg, Keys: ks, SigningKey: signingKey,
+		Logger: slog.New(slog.DiscardHandler)}
+	if blobs != nil {
+		opts.Attachments, ropts.Blobs = blobs, blobs
+	}
+	e := newEnv(t, opts)
+	ropts.Metrics = retention.NewMetrics(e.reg)
+	r, err := retention.NewRunner(ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
