@@ -166,6 +166,7 @@ func NewBackups(sts Stores, cfg config.Config, svc *retention.Manager, logger *s
 	return backup.NewCreator(backup.Options{
 		Store:      sts.Store,
 		KeyStore:   backup.KeyStoreOf(sts.Store),
+		Blobs:      sts.Blobs,
 		Hold:       svc,
 		SigningKey: signingKey,
 		Version:    buildinfo.Read().Version,

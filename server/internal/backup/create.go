@@ -22,6 +22,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/durable"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -57,7 +58,10 @@ type Options struct {
 	// KeyStore, when set, is backed up with the store, in the same pause
 	// of retention: the wrapped keys of the backup's moment.
 	KeyStore KeyStore
-	Hold     Holder
+	// Blobs, when set, is the attachments' blob store: a backup holds a
+	// file:// store's blobs and names a remote store's (blobs.go).
+	Blobs *attachments.Blobs
+	Hold  Holder
 	// SigningKey signs the manifest (PROGRESSDB_AUDIT_SIGNING_KEY).
 	SigningKey ed25519.PrivateKey
 	Version    string // written into the manifest
@@ -76,6 +80,7 @@ type Options struct {
 type Creator struct {
 	st      *store.Store
 	ks      KeyStore
+	blobs   *attachments.Blobs
 	hold    Holder
 	key     ed25519.PrivateKey
 	version string
@@ -85,6 +90,9 @@ type Creator struct {
 	log     *slog.Logger
 	metrics *Metrics
 	now     func() time.Time
+	// afterCheckpoint, when set (tests), is called once the checkpoint
+	// is taken and retention may run again, before a blob is read.
+	afterCheckpoint func()
 }
 
 // NewCreator returns a Creator.
@@ -92,7 +100,7 @@ func NewCreator(o Options) (*Creator, error) {
 	if o.Store == nil || o.Hold == nil {
 		return nil, errors.New("backup: a creator needs a store and a holder")
 	}
-	c := &Creator{st: o.Store, ks: o.KeyStore, hold: o.Hold, key: o.SigningKey, version: o.Version, path: o.Path,
+	c := &Creator{st: o.Store, ks: o.KeyStore, blobs: o.Blobs, hold: o.Hold, key: o.SigningKey, version: o.Version, path: o.Path,
 		audit: o.AuditPath, keep: o.Keep, log: o.Logger, metrics: o.Metrics, now: o.Now}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -197,10 +205,11 @@ func (c *Creator) write(ctx context.Context, w io.Writer, compress bool, id stri
 		c.log.Info("backup_created", "backup_id", id, "audit_head", m.AuditHead.RunID, "threads", m.Threads,
 			"messages", m.Messages, "files", len(m.Files), "bytes", cw.n, "duration_ms", time.Since(start).Milliseconds())
 	}()
-	dir, head, keys, err := c.checkpoint(ctx, id)
+	dir, head, keys, kept, err := c.checkpoint(ctx, id)
 	if err != nil {
 		return m, err
 	}
+	defer kept.Done()
 	defer func() {
 		for _, f := range keys.files {
 			_ = f.Close()
@@ -225,6 +234,10 @@ func (c *Creator) write(ctx context.Context, w io.Writer, compress bool, id stri
 	if err != nil {
 		return m, fmt.Errorf("backup: %w", err)
 	}
+	blobNames, err := c.checkpointBlobs(ctx, dir, kept)
+	if err != nil {
+		return m, err
+	}
 	// The staging folder goes before a byte is written: the archive is
 	// read from the open files. A retention run may purge and erase while
 	// a slow or stalled client takes the stream; the folder, under the
@@ -245,6 +258,9 @@ func (c *Creator) write(ctx context.Context, w io.Writer, compress bool, id stri
 	staged = false
 	if err := c.st.RemoveCheckpoint(dir); err != nil {
 		return m, fmt.Errorf("backup: remove staging checkpoint: %w", err)
+	}
+	if c.afterCheckpoint != nil {
+		c.afterCheckpoint()
 	}
 	if stats.HasHead {
 		head = audit.Head(stats.Head)
@@ -269,6 +285,11 @@ func (c *Creator) write(ctx context.Context, w io.Writer, compress bool, id stri
 		m.Files = append(m.Files, f)
 	}
 	files = append(files, keys.files...)
+	var blobFiles []File
+	if m.Attachments, blobFiles, err = c.listBlobs(ctx, blobNames, kept); err != nil {
+		return m, err
+	}
+	m.Files = append(m.Files, blobFiles...)
 	line, err := m.encode(c.key)
 	if err != nil {
 		return m, fmt.Errorf("backup: manifest: %w", err)
@@ -292,6 +313,12 @@ func (c *Creator) write(ctx context.Context, w io.Writer, compress bool, id stri
 	for i, f := range m.Files {
 		if err := ctx.Err(); err != nil {
 			return m, err
+		}
+		if i >= len(files) { // the blobs, after the checkpoints' files
+			if err := c.copyBlob(ctx, tw, f, created, kept); err != nil {
+				return m, err
+			}
+			continue
 		}
 		if err := copyEntry(tw, files[i], f, created); err != nil {
 			return m, err
@@ -324,26 +351,30 @@ type keyFiles struct {
 
 // checkpoint takes the checkpoint while no retention run purges, and the
 // key store's in the same pause, so that the backup's keys are those of
-// its data.
-func (c *Creator) checkpoint(ctx context.Context, id string) (string, audit.Head, keyFiles, error) {
+// its data. Before runs may purge again, the blob store keeps every blob
+// (kept, nil without a blob store; the caller narrows and ends it).
+func (c *Creator) checkpoint(ctx context.Context, id string) (string, audit.Head, keyFiles, *attachments.Kept, error) {
 	head, release, err := c.hold.Hold(ctx)
 	if err != nil {
-		return "", head, keyFiles{}, fmt.Errorf("backup: wait for retention runs: %w", err)
+		return "", head, keyFiles{}, nil, fmt.Errorf("backup: wait for retention runs: %w", err)
 	}
 	defer release()
 	dir, err := c.st.Checkpoint(ctx, id)
 	if err != nil {
-		return "", head, keyFiles{}, fmt.Errorf("backup: %w", err)
+		return "", head, keyFiles{}, nil, fmt.Errorf("backup: %w", err)
 	}
-	if c.ks == nil {
-		return dir, head, keyFiles{}, nil
+	keys := keyFiles{}
+	if c.ks != nil {
+		if keys, err = c.keyCheckpoint(ctx, id); err != nil {
+			_ = c.st.RemoveCheckpoint(dir)
+			return "", head, keyFiles{}, nil, err
+		}
 	}
-	keys, err := c.keyCheckpoint(ctx, id)
-	if err != nil {
-		_ = c.st.RemoveCheckpoint(dir)
-		return "", head, keyFiles{}, err
+	var kept *attachments.Kept
+	if c.blobs != nil {
+		kept = c.blobs.Keep()
 	}
-	return dir, head, keys, nil
+	return dir, head, keys, kept, nil
 }
 
 // keyCheckpoint checkpoints the key store and opens its files, then

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/durable"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -47,14 +48,16 @@ func CheckEmpty(dir string) error {
 // is in place and synced, dir holds store.RestoreMarker, so a restore cut
 // short is never opened as a database. A backup that does not verify
 // leaves dir as it found it; the report names what failed. The copy keeps
-// the backup's identity: a cluster shard's move, whose old copy goes.
+// the backup's identity: a cluster shard's move, whose old copy goes. A
+// file:// store's blobs go into the folder beside dir
+// (config.DefaultAttachmentsDir).
 func Extract(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Report, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Report{File: path}, fmt.Errorf("backup: %w", err)
 	}
 	defer f.Close()
-	return extract(ctx, path, f, dir, "", pub, nil)
+	return extract(ctx, path, f, into{db: dir, blobs: config.DefaultAttachmentsDir(dir)}, pub, nil)
 }
 
 // ExtractPending is Extract for a restore whose replay is still to come
@@ -63,27 +66,40 @@ func Extract(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Repo
 // serves the copy until the replay finishes and store.FinishRestore
 // removes the marker. A backup's key store goes into ksDir, which must be
 // absent or empty like dir ("" when the restore has none: a backup that
-// holds one then does not verify).
+// holds one then does not verify). A file:// store's blobs go into
+// then.Attachments, or the folder beside dir.
 func ExtractPending(ctx context.Context, path, dir, ksDir string, pub ed25519.PublicKey, then store.RestoreState) (Report, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Report{File: path}, fmt.Errorf("backup: %w", err)
 	}
 	defer f.Close()
-	return extract(ctx, path, f, dir, ksDir, pub, &then)
+	return ExtractPendingReader(ctx, path, f, dir, ksDir, pub, then)
 }
 
 // ExtractPendingReader is ExtractPending of the archive read from r
 // (standard input for `restore -`); name is what the report calls it.
 func ExtractPendingReader(ctx context.Context, name string, r io.Reader, dir, ksDir string, pub ed25519.PublicKey, then store.RestoreState) (Report, error) {
-	return extract(ctx, name, r, dir, ksDir, pub, &then)
+	blobs := then.Attachments
+	if blobs == "" {
+		blobs = config.DefaultAttachmentsDir(dir)
+	}
+	return extract(ctx, name, r, into{db: dir, keys: ksDir, blobs: blobs}, pub, &then)
+}
+
+// into is where an archive is unpacked: the database, its key store (""
+// when none may come), a file:// store's blobs ("" checks and drops them).
+type into struct {
+	db, keys, blobs string
 }
 
 // extract is Extract of the archive read from r, which path names.
-func extract(ctx context.Context, path string, r io.Reader, dir, ksDir string, pub ed25519.PublicKey, then *store.RestoreState) (Report, error) {
+func extract(ctx context.Context, path string, r io.Reader, to into, pub ed25519.PublicKey, then *store.RestoreState) (Report, error) {
+	dir, ksDir := to.db, to.keys
 	if err := CheckEmpty(dir); err != nil {
 		return Report{File: path}, err
 	}
+	blobs := &blobFolder{dir: to.blobs}
 	// The key store's folder is checked and made only when the backup
 	// holds one: a plain backup's restore never looks at it (it may be a
 	// live key store).
@@ -111,7 +127,14 @@ func extract(ctx context.Context, path string, r io.Reader, dir, ksDir string, p
 		}
 		created = true
 	}
+	undone := false
+	defer func() {
+		if undone {
+			blobs.undo()
+		}
+	}()
 	undo := func() {
+		undone = true
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
@@ -134,7 +157,7 @@ func extract(ctx context.Context, path string, r io.Reader, dir, ksDir string, p
 		undo()
 		return Report{File: path}, fmt.Errorf("backup: %w", err)
 	}
-	rep, err := unpack(ctx, path, r, dir, keyDir, pub)
+	rep, err := unpack(ctx, path, r, dir, keyDir, blobs, pub)
 	if err != nil || !rep.Valid {
 		undo()
 		return rep, err
@@ -147,6 +170,9 @@ func extract(ctx context.Context, path string, r io.Reader, dir, ksDir string, p
 			return rep, err
 		}
 	}
+	if err := blobs.sync(); err != nil {
+		return rep, err
+	}
 	if then != nil {
 		st := *then
 		st.State, st.BackupID = store.RestoreReplaying, rep.Manifest.BackupID
@@ -158,7 +184,73 @@ func extract(ctx context.Context, path string, r io.Reader, dir, ksDir string, p
 		if st.Backup == "" {
 			st.Backup = path
 		}
+		if st.Attachments, err = filepath.Abs(to.blobs); err != nil {
+			return rep, fmt.Errorf("backup: %w", err)
+		}
 		return rep, store.WriteRestoreState(dir, st)
 	}
 	return rep, store.FinishRestore(dir)
+}
+
+// blobFolder is where an unpacking puts a file:// store's blobs: made at
+// the first blob (0750, like the store's own folder), and on failure left
+// as it was found. A nil one, or one without a folder, checks the blobs
+// and drops them (verify).
+type blobFolder struct {
+	dir     string
+	asked   bool
+	created bool     // the folder did not exist
+	written []string // the blobs written, in a folder that did
+}
+
+// target is the file blob name goes to, its folders made; "" to check it
+// and drop it.
+func (b *blobFolder) target(name string) (string, error) {
+	if b == nil || b.dir == "" {
+		return "", nil
+	}
+	if !b.asked {
+		b.asked = true
+		if _, err := os.Stat(b.dir); errors.Is(err, os.ErrNotExist) {
+			b.created = true
+		}
+	}
+	p := filepath.Join(b.dir, filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+		return "", fmt.Errorf("backup: %w", err)
+	}
+	if !b.created {
+		// A blob of the same name (a restore forced over a folder) is
+		// replaced: the archive's is the one its record describes.
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("backup: %w", err)
+		}
+		b.written = append(b.written, p)
+	}
+	return p, nil
+}
+
+// sync makes the blobs' folders durable (every file was synced).
+func (b *blobFolder) sync() error {
+	if !b.asked {
+		return nil
+	}
+	return filepath.WalkDir(b.dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		return durable.SyncDir(p)
+	})
+}
+
+func (b *blobFolder) undo() {
+	switch {
+	case !b.asked:
+	case b.created:
+		_ = os.RemoveAll(b.dir)
+	default:
+		for _, p := range b.written {
+			_ = os.Remove(p)
+		}
+	}
 }

@@ -20,7 +20,8 @@ import (
 
 // Archive layout: manifest.json first, then the checkpoint's files under
 // db/, then, for a database with sealed content, the key store's checkpoint
-// under keystore/. A name ending in .tar.zst is zstd-compressed.
+// under keystore/, then a file:// attachments store's blobs under
+// attachments/ (blobs.go). A name ending in .tar.zst is zstd-compressed.
 const (
 	ManifestName = "manifest.json"
 	dbDir        = "db/"
@@ -50,8 +51,11 @@ type Manifest struct {
 	Erased bool `json:"erased"`
 	// Sealed: the backup holds the key store (wrapped data keys) of its
 	// moment under keystore/, beside the data (spec §12).
-	Sealed bool   `json:"sealed,omitempty"`
-	Files  []File `json:"files"`
+	Sealed bool `json:"sealed,omitempty"`
+	// Attachments is what the backup holds of the attachments' blob store
+	// (blobs.go); absent when the backup was made without one.
+	Attachments *Attachments `json:"attachments,omitempty"`
+	Files       []File       `json:"files"`
 	// Signature is the ed25519 signature of the manifest line without this
 	// member (audit.SignJSON), when AUDIT_SIGNING_KEY is set. Last member.
 	Signature string `json:"signature,omitempty"`
@@ -106,19 +110,22 @@ func decodeManifest(raw []byte) (Manifest, error) {
 		return m, fmt.Errorf("%w: manifest.json: lists no files", ErrInvalid)
 	}
 	seen := make(map[string]bool, len(m.Files))
-	keys := false
+	keys, blobs := false, 0
 	for _, f := range m.Files {
 		folder, _, ok := splitName(f.Name)
 		if !ok || seen[f.Name] || f.Size < 0 || len(f.SHA256) != 64 || folder == keystoreDir && !m.Sealed {
 			return m, fmt.Errorf("%w: manifest.json: bad file entry %q", ErrInvalid, f.Name)
 		}
 		keys = keys || folder == keystoreDir
+		if folder == attachmentsDir {
+			blobs++
+		}
 		seen[f.Name] = true
 	}
 	if m.Sealed && !keys {
 		return m, fmt.Errorf("%w: manifest.json: sealed, but lists no key store file", ErrInvalid)
 	}
-	return m, nil
+	return m, checkAttachments(m, blobs)
 }
 
 // checkSignature reports why raw (the manifest line) is not signed by pub,
@@ -128,9 +135,13 @@ func checkSignature(pub ed25519.PublicKey, raw []byte, m Manifest) string {
 }
 
 // splitName accepts db/<file> and keystore/<file> with a plain file name
-// (no folders, no "..", nothing a restore could write outside its folder)
-// and returns the folder and the file's name.
+// (no folders, no "..", nothing a restore could write outside its folder),
+// and attachments/<tid>/<mid>/<aid> with valid IDs, and returns the
+// folder and the file's name (the blob name for an attachment).
 func splitName(name string) (folder, base string, ok bool) {
+	if rel, ok := blobName(name); ok {
+		return attachmentsDir, rel, true
+	}
 	for _, folder := range []string{dbDir, keystoreDir} {
 		if base, ok := strings.CutPrefix(name, folder); ok && validBase(base) {
 			return folder, base, true

@@ -61,6 +61,11 @@ type RestoreOptions struct {
 	// (it needs KEK when set); DefaultKeyStore when empty ("" when
 	// sealing is off). On Resume the folder the restore began with.
 	KeyStore, DefaultKeyStore, KEK string
+	// Attachments is the folder a file:// store's blobs are restored
+	// into (the copy's attachments store): absent or empty unless
+	// ForceAttachments; the folder beside DB when "". Never inside DB.
+	Attachments      string
+	ForceAttachments bool
 	// PublicKey verifies the manifest and the audit files after the
 	// backup's head; AcceptBrokenAudit replays what a trail that does not
 	// verify still shows instead of nothing.
@@ -85,11 +90,15 @@ type RestoreResult struct {
 	// one it was restored from (spec §10.1).
 	DatabaseID string `json:"database_id,omitempty"`
 	// KeyStore is where the backup's key store went (sealed content).
-	KeyStore string            `json:"keystore,omitempty"`
-	OriginID string            `json:"origin_id,omitempty"`
-	Backup   *Manifest         `json:"backup,omitempty"`
-	Problems []string          `json:"problems,omitempty"` // why the backup does not verify
-	Replay   *retention.Result `json:"replay,omitempty"`
+	KeyStore string `json:"keystore,omitempty"`
+	// Attachments is the folder of the copy's attachments, where a
+	// file:// store's blobs went; "" when the backup's blobs stay in a
+	// remote store (the original's, which the copy shares).
+	Attachments string            `json:"attachments,omitempty"`
+	OriginID    string            `json:"origin_id,omitempty"`
+	Backup      *Manifest         `json:"backup,omitempty"`
+	Problems    []string          `json:"problems,omitempty"` // why the backup does not verify
+	Replay      *retention.Result `json:"replay,omitempty"`
 }
 
 // restoreError is an error whose message is written for the operator and
@@ -111,6 +120,7 @@ type restore struct {
 	o     RestoreOptions
 	rc    config.Retention // the replay's: the trail settled
 	ksDir string           // where a sealed backup's key store goes
+	blobs string           // where a file:// store's blobs go
 	state store.RestoreState
 	res   RestoreResult
 }
@@ -187,8 +197,38 @@ func (r *restore) check() error {
 		return refused("no audit trail folder at %s (--audit, or %s by default): a restore replays the purges it records; %s",
 			r.rc.AuditPath, config.VarAuditPath, what)
 	}
+	if err := r.checkBlobs(); err != nil {
+		return err
+	}
 	return r.checkKeyStore()
 }
+
+// checkBlobs settles the folder a file:// store's blobs go into.
+func (r *restore) checkBlobs() error {
+	o := r.o
+	switch {
+	case o.Resume:
+		r.blobs = r.state.Attachments
+		return nil
+	case o.Attachments != "":
+		r.blobs = o.Attachments
+	default:
+		r.blobs = config.DefaultAttachmentsDir(o.DB)
+	}
+	if inside(r.blobs, o.DB) || inside(o.DB, r.blobs) {
+		return refused("--attachments %s and --db %s overlap: a database folder holds nothing but the database; nothing was touched", r.blobs, o.DB)
+	}
+	if o.KeepIdentity || o.ForceAttachments {
+		return nil // a shard's copy replaces its blobs of the same name
+	}
+	if err := CheckEmpty(r.blobs); err != nil {
+		return refused("%v: the restored attachments go into an absent or empty folder (--attachments DIR, by default the folder beside --db); --force restores into it all the same; nothing was touched", err)
+	}
+	return nil
+}
+
+// into is where the archive is unpacked.
+func (r *restore) into() into { return into{db: r.o.DB, keys: r.ksDir, blobs: r.blobs} }
 
 // checkKeyStore settles where a sealed backup's key store goes.
 func (r *restore) checkKeyStore() error {
@@ -225,7 +265,7 @@ func (r *restore) unpack(ctx context.Context) error {
 		if aerr != nil {
 			return aerr
 		}
-		r.state = store.RestoreState{Backup: o.File, DatabaseID: store.NewDatabaseID(), Audit: trail}
+		r.state = store.RestoreState{Backup: o.File, DatabaseID: store.NewDatabaseID(), Audit: trail, Attachments: r.blobs}
 		if o.Input != nil {
 			rep, err = ExtractPendingReader(ctx, o.File, o.Input, o.DB, ksDir, o.PublicKey, r.state)
 		} else {
@@ -251,6 +291,9 @@ func (r *restore) unpack(ctx context.Context) error {
 	if rep.Manifest.Sealed {
 		r.state.KeyStore = ksDir
 	}
+	if a := rep.Manifest.Attachments; a == nil || a.Store == "file" {
+		r.res.Attachments = r.blobs
+	}
 	return nil
 }
 
@@ -273,14 +316,14 @@ func (r *restore) keyStoreInUse(err error) error {
 // key store goes into the key store's folder.
 func (r *restore) extractCopy(ctx context.Context) (Report, error) {
 	if r.o.Input != nil {
-		return extract(ctx, r.o.File, r.o.Input, r.o.DB, r.ksDir, r.o.PublicKey, nil)
+		return extract(ctx, r.o.File, r.o.Input, r.into(), r.o.PublicKey, nil)
 	}
 	f, err := os.Open(r.o.File)
 	if err != nil {
 		return Report{File: r.o.File}, fmt.Errorf("backup: %w", err)
 	}
 	defer f.Close()
-	return extract(ctx, r.o.File, f, r.o.DB, r.ksDir, r.o.PublicKey, nil)
+	return extract(ctx, r.o.File, f, r.into(), r.o.PublicKey, nil)
 }
 
 // unfinished says, for an error after the unpacking, that the restore
@@ -302,6 +345,9 @@ func (r *restore) waiting() string {
 // store still owed and lets it serve.
 func (r *restore) replay(ctx context.Context) error {
 	r.res.KeyStore = r.state.KeyStore
+	if r.o.Resume {
+		r.res.Attachments = r.state.Attachments
+	}
 	st, keys, closeStore, err := r.open(ctx)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -67,19 +68,21 @@ func VerifyReader(ctx context.Context, name string, r io.Reader, pub ed25519.Pub
 	if err := os.Mkdir(db, 0o700); err != nil {
 		return Report{File: name}, fmt.Errorf("backup verify: %w", err)
 	}
-	return unpack(ctx, name, r, db, fixedDir(filepath.Join(tmp, "keystore")), pub)
+	// Blobs are checked as they stream by, never written.
+	return unpack(ctx, name, r, db, fixedDir(filepath.Join(tmp, "keystore")), nil, pub)
 }
 
 // Unpack reads the archive at path into dir (which must exist and be
 // empty), its key store, if it holds one, into ksDir (made when missing),
-// and verifies it as Verify says.
+// a file:// store's blobs into the folder beside dir, and verifies it as
+// Verify says.
 func Unpack(ctx context.Context, path, dir, ksDir string, pub ed25519.PublicKey) (Report, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Report{File: path}, fmt.Errorf("backup: %w", err)
 	}
 	defer f.Close()
-	return unpack(ctx, path, f, dir, fixedDir(ksDir), pub)
+	return unpack(ctx, path, f, dir, fixedDir(ksDir), &blobFolder{dir: config.DefaultAttachmentsDir(dir)}, pub)
 }
 
 // fixedDir is a keyDir that makes dir when asked for it.
@@ -95,12 +98,13 @@ func fixedDir(dir string) func() (string, error) {
 // unpack is Unpack of the archive read from src. keyDir is asked, at the
 // first key store entry, for the folder the key store goes into, made; ""
 // when there is none (the backup then does not verify), an error to stop.
+// A file:// store's blobs go where blobs says (nil: checked and dropped).
 // The archive is untrusted
 // until verified: no entry is written beyond the size the manifest gives
 // it, nor the archive beyond the manifest's total, and an entry whose
 // header declares another size stops the reading at once, before any of
 // its bytes are read (a decompression bomb writes nothing).
-func unpack(ctx context.Context, name string, src io.Reader, dir string, keyDir func() (string, error), pub ed25519.PublicKey) (Report, error) {
+func unpack(ctx context.Context, name string, src io.Reader, dir string, keyDir func() (string, error), blobs *blobFolder, pub ed25519.PublicKey) (Report, error) {
 	rep := Report{File: name, Problems: []string{}}
 	problem := func(format string, args ...any) { rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...)) }
 	r, closeZ, err := decompress(bufio.NewReaderSize(src, 1<<20))
@@ -197,6 +201,11 @@ func unpack(ctx context.Context, name string, src io.Reader, dir string, keyDir 
 			}
 			target = filepath.Join(ksDir, base)
 		}
+		if folder == attachmentsDir {
+			if target, err = blobs.target(base); err != nil {
+				return rep, err
+			}
+		}
 		why, err := extractFile(tr, target, wf)
 		if err != nil {
 			return rep, err
@@ -238,13 +247,15 @@ func unpack(ctx context.Context, name string, src io.Reader, dir string, keyDir 
 	return rep, nil
 }
 
-// extractFile writes one archive entry to path (0600), at most want.Size
-// bytes of it, checking its size and hash; why says what did not match.
-// The error is for the local disk.
+// extractFile writes one archive entry to path (0600; "" checks it and
+// drops it), at most want.Size bytes of it, checking its size and hash;
+// why says what did not match. The error is for the local disk.
 func extractFile(r io.Reader, path string, want File) (why string, err error) {
-	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return "", fmt.Errorf("backup: %w", err)
+	var out writeSyncCloser = discard{}
+	if path != "" {
+		if out, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+			return "", fmt.Errorf("backup: %w", err)
+		}
 	}
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(out, h), io.LimitReader(r, want.Size))
@@ -277,6 +288,18 @@ func extractFile(r io.Reader, path string, want File) (why string, err error) {
 	}
 	return "", nil
 }
+
+type writeSyncCloser interface {
+	io.WriteCloser
+	Sync() error
+}
+
+// discard is a writeSyncCloser that keeps nothing.
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+func (discard) Sync() error                 { return nil }
+func (discard) Close() error                { return nil }
 
 // decompress recognises a zstd stream by its magic number.
 func decompress(br *bufio.Reader) (io.Reader, func(), error) {

@@ -38,6 +38,9 @@ func (e env) backupVerify(ctx context.Context, args []string) int {
 	} else {
 		rep, err = backup.Verify(ctx, fs.Arg(0), pub, "")
 	}
+	if err == nil {
+		e.checkRemoteBlobs(ctx, &rep)
+	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "progressdb backup verify: %v\n", err)
 		if *asJSON {
@@ -55,6 +58,27 @@ func (e env) backupVerify(ctx context.Context, args []string) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// checkRemoteBlobs checks that the remote attachments store the
+// environment names (PROGRESSDB_ATTACHMENTS_URL) holds the blobs a backup
+// of such a store names (backup.CheckRemoteBlobs).
+func (e env) checkRemoteBlobs(ctx context.Context, rep *backup.Report) {
+	if a := rep.Manifest.Attachments; a == nil || a.Store == "file" || !rep.Valid {
+		return
+	}
+	cfg, err := config.Load(e.environ)
+	if err != nil {
+		backup.CheckRemoteBlobs(ctx, rep, nil, err)
+		return
+	}
+	blobs, err := app.OpenBlobs(ctx, cfg, cfg.DBPath)
+	if err != nil {
+		backup.CheckRemoteBlobs(ctx, rep, nil, err)
+		return
+	}
+	defer blobs.Close()
+	backup.CheckRemoteBlobs(ctx, rep, blobs, nil)
 }
 
 // stdinName is how reports name an archive read from standard input
@@ -107,6 +131,13 @@ func printVerify(w io.Writer, rep backup.Report) {
 		fmt.Fprintf(w, "contents:    %d threads, %d messages, %d files\n", m.Threads, m.Messages, len(m.Files))
 		fmt.Fprintf(w, "audit_head:  %s\n", headName(m))
 		fmt.Fprintf(w, "sealed:      %t\n", m.Sealed)
+		if a := m.Attachments; a != nil {
+			where := "in the archive"
+			if a.Store != "file" {
+				where = "named, in the " + a.Store + ":// store"
+			}
+			fmt.Fprintf(w, "attachments: %d blobs %s, %d missing when the backup was taken\n", a.Count-int64(len(a.Missing)), where, len(a.Missing))
+		}
 	}
 	switch {
 	case rep.SignatureChecked:

@@ -42,6 +42,8 @@ func (e env) restore(ctx context.Context, args []string) int {
 	auditDir := fs.String("audit", "", "the authoritative audit trail whose purges are replayed, where the restored database keeps its own (default PROGRESSDB_RETENTION_AUDIT_PATH; with --resume, the one the restore began with); it must exist")
 	pubPath := fs.String("public-key", "", "ed25519 public key (PEM) the manifest and the audit files after its head must be signed with (default: the public half of PROGRESSDB_AUDIT_SIGNING_KEY)")
 	keystoreDir := fs.String("keystore", "", "for a backup of sealed content: the folder its key store is restored into, absent or empty and outside --db (default PROGRESSDB_KEYSTORE_PATH; with --resume, the one the restore began with); opened with PROGRESSDB_KEK")
+	blobsDir := fs.String("attachments", "", "the folder a backup's attachments (of a file:// store) are restored into, the copy's attachments store: absent or empty unless --force, outside --db (default: the folder beside --db, DIR-attachments)")
+	force := fs.Bool("force", false, "restore the attachments into a --attachments folder that is not empty (blobs of the same name are replaced)")
 	accept := fs.Bool("accept-broken-audit", false, "replay what a trail that does not verify after the backup's head still shows, instead of nothing (recorded in the replay's header)")
 	resume := fs.Bool("resume", false, "finish the restore in --db whose replay did not complete (killed, refused over a broken trail, trail folder missing)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -49,7 +51,7 @@ func (e env) restore(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	if *db == "" || *resume && fs.NArg() != 0 || !*resume && fs.NArg() != 1 {
-		fmt.Fprintln(e.stderr, "usage: progressdb restore FILE|- --db DIR [--audit DIR] [--keystore DIR] [--accept-broken-audit] [--json]\n"+
+		fmt.Fprintln(e.stderr, "usage: progressdb restore FILE|- --db DIR [--audit DIR] [--keystore DIR] [--attachments DIR [--force]] [--accept-broken-audit] [--json]\n"+
 			"       progressdb restore --resume --db DIR [--audit DIR] [--accept-broken-audit] [--json]")
 		return exitUsage
 	}
@@ -80,6 +82,7 @@ func (e env) restore(ctx context.Context, args []string) int {
 	}
 	o := backup.RestoreOptions{File: fs.Arg(0), DB: *db, Resume: *resume, Retention: cfg.Retention, Audit: *auditDir,
 		KeyStore: *keystoreDir, DefaultKeyStore: cfg.KeystorePath, KEK: cfg.KEK, PublicKey: pub, AcceptBrokenAudit: *accept,
+		Attachments: *blobsDir, ForceAttachments: *force,
 		Logger: logger, NewReplayer: func(st *store.Store, rc config.Retention) (backup.Replayer, error) {
 			return newReplayer(ctx, cfg, *db, st, rc, logger, key)
 		}}
@@ -101,11 +104,16 @@ func (e env) restore(ctx context.Context, args []string) int {
 }
 
 // newReplayer builds a restore's replay over the restored store st and
-// its blob store (app.CopyBlobsURL): the replayed purges delete the blobs
-// they owe there.
+// its blob store (app.CopyBlobsURL: the folder the restore put a file://
+// store's blobs in, as its marker records): the replayed purges delete
+// the blobs they owe there.
 func newReplayer(ctx context.Context, cfg config.Config, db string, st *store.Store, rc config.Retention,
 	logger *slog.Logger, key ed25519.PrivateKey) (backup.Replayer, error) {
-	u, err := app.CopyBlobsURL(cfg, db, "")
+	state, _, err := store.ReadRestoreState(db)
+	if err != nil {
+		return nil, err
+	}
+	u, err := app.CopyBlobsURL(cfg, db, state.Attachments)
 	if err != nil {
 		return nil, err
 	}
@@ -154,6 +162,12 @@ func printRestore(w io.Writer, rep restoreReport) {
 	fmt.Fprintf(w, "database_id: %s (a new database; origin %s)\n", rep.DatabaseID, orNone(rep.OriginID))
 	if rep.KeyStore != "" {
 		fmt.Fprintf(w, "keystore:    %s (the backup's keys; what was purged since is destroyed and erased)\n", rep.KeyStore)
+	}
+	if rep.Attachments != "" {
+		fmt.Fprintf(w, "attachments: %s (the backup's blobs; those purged since are deleted)\n", rep.Attachments)
+	} else if m := rep.Backup; m != nil && m.Attachments != nil {
+		fmt.Fprintf(w, "attachments: in the %s:// store the backup was taken of (%s), which a copy served on it shares with the original: its purges delete blobs the original may still show (docs/backup.md)\n",
+			m.Attachments.Store, config.VarAttachmentsURL)
 	}
 	if r := rep.Replay; r != nil {
 		fmt.Fprintf(w, "replayed:    %d purges (%d absent from the backup), run %s\n", r.Purged, r.Skipped, r.RunID)

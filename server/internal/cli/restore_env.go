@@ -23,6 +23,10 @@ func serveEnv(rep restoreReport, cfg config.Config) map[string]string {
 		config.VarBackupPath: "",
 		config.VarExportPath: "",
 	}
+	if rep.Attachments != "" {
+		// The copy's own folder, never the original's.
+		env[config.VarAttachmentsURL], _ = config.FileURL(rep.Attachments)
+	}
 	switch {
 	case rep.KeyStore != "":
 		env[config.VarKeystorePath] = absPath(rep.KeyStore)
@@ -42,7 +46,7 @@ func absPath(p string) string {
 }
 
 // serveEnvOrder is the order printRestore gives the variables in.
-var serveEnvOrder = []string{config.VarDBPath, config.VarAuditPath, config.VarKEK, config.VarKEKFile,
+var serveEnvOrder = []string{config.VarDBPath, config.VarAuditPath, config.VarAttachmentsURL, config.VarKEK, config.VarKEKFile,
 	config.VarKeystorePath, config.VarLeasePath, config.VarBackupPath, config.VarExportPath}
 
 // printServeEnv prints env as lines a POSIX shell runs.

@@ -48,6 +48,8 @@ type Blobs struct {
 	// the orphan sweep never takes such a blob (orphans.go).
 	wmu     sync.Mutex
 	writing map[string]int
+
+	keep keeper // blobs backups still have to copy (copies.go)
 }
 
 // Open returns the blob store at rawURL (PROGRESSDB_ATTACHMENTS_URL, as
@@ -112,8 +114,13 @@ func (b *Blobs) Close() error {
 
 // Delete deletes blob name; one already gone is no error, so that a
 // delete interrupted and done again finishes quietly. (On a versioned
-// bucket the old versions stay: only sealing makes them unreadable.)
+// bucket the old versions stay: only sealing makes them unreadable.) A
+// blob a backup under way still has to copy is deleted once copied
+// (Keep).
 func (b *Blobs) Delete(ctx context.Context, name string) error {
+	if err := b.waitKept(ctx, name); err != nil {
+		return err
+	}
 	bucket, err := b.open()
 	if err != nil {
 		return err

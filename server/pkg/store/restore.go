@@ -53,6 +53,9 @@ type RestoreState struct {
 	// KeyStore is the folder the backup's key store was restored into
 	// (sealed content, spec §12): the replay destroys keys there.
 	KeyStore string `json:"keystore,omitempty"`
+	// Attachments is the folder of the copy's attachments (a file://
+	// store's blobs restored there): the replay deletes blobs there.
+	Attachments string `json:"attachments,omitempty"`
 }
 
 // UnfinishedRestoreError names an unfinished restore and how to finish it.
