@@ -50,6 +50,13 @@ type auditLine struct {
 	Replayed    bool       `json:"replayed"`
 	ErasureID   string     `json:"erasure_id"` // subject erasures (spec §12)
 	Shredded    bool       `json:"shredded"`   // a sealing server's thread purge (spec §12)
+	// Attachments (spec §16): the message, the bytes' size and digest,
+	// and for an orphan's removal the object removed.
+	MessageID string `json:"message_id"`
+	Size      *int64 `json:"size"`
+	SHA256    string `json:"sha256"`
+	Orphan    bool   `json:"orphan"`
+	Blob      string `json:"blob"`
 
 	FinishedAt time.Time `json:"finished_at"` // footer
 }
