@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/progressdb/progressdb/audit"
@@ -166,5 +168,50 @@ func TestDeletedAttachmentExported(t *testing.T) {
 		len(rec.Messages) != 0 || len(rec.Thread) == 0 || len(rec.Attachments) != 1 || !bytes.Equal(rec.Attachments[0].Data, body) ||
 		!rec.Attachments[0].Deleted {
 		t.Fatalf("export record %+v with %d attachments", rec.ExportHead, len(rec.Attachments))
+	}
+}
+
+// A restore's replay repeats the purge of an attachment purged on its
+// own after the backup, though the backup holds it live: its record and
+// its restored blob go, recorded replayed; the other attachment stays.
+func TestReplayPurgesAttachmentDeletedAlone(t *testing.T) {
+	ctx := context.Background()
+	e, blobs := blobEnv(t)
+	e.run(e.blobRunner(blobs), RunRequest{Trigger: TriggerCLI}) // the backup's head
+	mids := e.thread("t1", 1, 1)
+	body := []byte("restored bytes")
+	a := e.attach(blobs, "t1", mids[0], body)
+	kept := e.attach(blobs, "t1", mids[0], []byte("kept"))
+	backupDir := e.copyDB("backup")
+	e.deleteAttachment(a)
+	e.at(31 * day)
+	_, ra := e.run(e.blobRunner(blobs), RunRequest{Trigger: TriggerCLI})
+	ra.item(t, a.ID)
+	// The blob store comes back from the backup too (a file:// folder).
+	if err := os.WriteFile(filepath.Join(e.dir, "blobs", filepath.FromSlash(a.BlobName())), body, 0o640); err != nil {
+		t.Fatal(err)
+	}
+
+	st, _ := e.restored(backupDir)
+	r, err := NewRunner(RunnerOptions{Store: st, Config: e.cfg, Logger: e.logger, Clock: e.clock, Host: "test-host",
+		PID: 4243, Version: "test", Blobs: blobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.GetAttachment(ctx, "t1", mids[0], a.ID); err != nil || got.Deleted {
+		t.Fatalf("the backup's copy: %+v, %v", got, err)
+	}
+	rep, err := r.Run(ctx, RunRequest{Trigger: audit.TriggerRestore, Replay: ReplayOptions{BackupID: "b1"}})
+	if err != nil || rep.Status != audit.RunCompleted {
+		t.Fatalf("replay: %v %+v", err, rep)
+	}
+	if _, err := st.GetAttachment(ctx, "t1", mids[0], a.ID); !errors.Is(err, store.ErrNotFound) || e.blobExists(blobs, a) {
+		t.Fatalf("after the replay: record %v, blob there %t", err, e.blobExists(blobs, a))
+	}
+	if it := e.audit(rep).item(t, a.ID); it.ItemType != audit.ItemAttachment || !it.Replayed || it.Status != audit.StatusPurged {
+		t.Fatalf("replayed attachment record = %+v", it)
+	}
+	if _, err := st.GetAttachment(ctx, "t1", mids[0], kept.ID); err != nil || !e.blobExists(blobs, kept) {
+		t.Fatalf("the other attachment: %v", err)
 	}
 }

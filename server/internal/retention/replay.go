@@ -72,6 +72,9 @@ type replaySource struct {
 	loaded bool
 	err    error
 	items  []audit.Item
+	// atts are the attachments the trail records purged on their own
+	// (their message and thread not purged after the head).
+	atts []audit.Item
 }
 
 func (*replaySource) cause() string { return causeReplay }
@@ -121,7 +124,9 @@ func (s *replaySource) load(ctx context.Context, rn *run) error {
 		err := audit.Purged(f.Path, func(it audit.Item) error {
 			if it.ItemType == audit.ItemAttachment {
 				// Its record goes again with its message's or thread's
-				// replayed purge, which owes its blob anew.
+				// replayed purge, which owes its blob anew; one purged on
+				// its own is replayed on its own (below).
+				s.atts = append(s.atts, it)
 				return nil
 			}
 			k := audit.ItemKey{Type: it.ItemType, ID: it.ItemID}
@@ -136,8 +141,18 @@ func (s *replaySource) load(ctx context.Context, rn *run) error {
 			return s.err
 		}
 	}
+	own := s.atts[:0]
+	for _, it := range s.atts {
+		k := audit.ItemKey{Type: it.ItemType, ID: it.ItemID}
+		if !seen[k] && !seen[audit.ItemKey{Type: audit.ItemMessage, ID: it.MessageID}] &&
+			!seen[audit.ItemKey{Type: audit.ItemThread, ID: it.ThreadID}] {
+			seen[k] = true
+			own = append(own, it)
+		}
+	}
+	s.atts = own
 	rn.r.log.Info("retention_replay_loaded", "run_id", rn.id, "head", head.RunID, "files", len(tr.Files),
-		"items", len(s.items))
+		"items", len(s.items), "attachments", len(s.atts))
 	return nil
 }
 
@@ -145,7 +160,7 @@ func (s *replaySource) count(ctx context.Context, rn *run) (int64, error) {
 	if err := s.load(ctx, rn); err != nil {
 		return 0, err
 	}
-	return int64(len(s.items)), nil
+	return int64(len(s.items) + len(s.atts)), nil
 }
 
 func (s *replaySource) scan(ctx context.Context, rn *run) error {
@@ -159,7 +174,42 @@ func (s *replaySource) scan(ctx context.Context, rn *run) error {
 		rn.replay(ctx, it)
 		_ = rn.looked()
 	}
+	for _, it := range s.atts {
+		if rn.done() {
+			return nil
+		}
+		rn.replayAttachment(ctx, it)
+		_ = rn.looked()
+	}
 	return nil
+}
+
+// replayAttachment repeats the purge of an attachment purged on its own:
+// the copy's record goes, deleted in the copy or not, and its blob is
+// owed again (a file:// backup brings the blob back too).
+func (rn *run) replayAttachment(ctx context.Context, it audit.Item) {
+	if err := rn.checkpoint(ctx); err != nil {
+		rn.halt(err)
+		return
+	}
+	if err := rn.del.oweErase(ctx); err != nil {
+		rn.fail(ctx, stagePurge, "", err)
+		return
+	}
+	rn.journal.scanned++
+	d := store.AttachmentDeletion{Thread: it.ThreadID, Message: it.MessageID, ID: it.ItemID}
+	err := rn.r.st.PurgeAttachment(ctx, d, store.AttachmentPurge{RunID: rn.id, Cause: it.Cause, Erase: rn.del.erase,
+		Replayed: true})
+	switch {
+	case errors.Is(err, store.ErrNotEligible) && errors.Is(err, store.ErrNotFound):
+		absent := attachmentItem(d, audit.StatusSkipped, audit.ReasonAbsent)
+		absent.Cause = it.Cause
+		rn.record(absent)
+	case errors.Is(err, store.ErrNotEligible):
+		rn.record(attachmentItem(d, audit.StatusSkipped, err.Error()))
+	case err != nil:
+		rn.fail(ctx, stagePurge, "", err)
+	}
 }
 
 // replay repeats the purge of one item the trail records.

@@ -108,6 +108,10 @@ func (s *Store) ScanAttachmentDeletions(ctx context.Context, from, to int64, fn 
 type AttachmentPurge struct {
 	RunID, Cause string
 	Erase        *EraseSpans
+	// Replayed: a restore's replay repeats a purge the audit trail
+	// records, whatever the copy's record says (deleted or not); a hold
+	// or a purge of its message or thread begun still wins.
+	Replayed bool
 }
 
 // ClaimAttachment marks the deleted attachment d as being purged by run
@@ -158,17 +162,40 @@ func (s *Store) PurgeAttachment(ctx context.Context, d AttachmentDeletion, opts 
 	}
 	h := s.locks.hold(d.Thread)
 	defer h.release()
+	if opts.Replayed {
+		a, err := s.readAttachment(d.Thread, d.Message, d.ID)
+		if err != nil {
+			return fmt.Errorf("purge attachment %s: %w: %w", d.ID, ErrNotEligible, err)
+		}
+		d.DeletedTS = a.DeletedTS
+		if !a.Deleted {
+			// Live in the copy (deleted after it was taken): not indexed.
+			if err := s.checkAttachmentPurge(ctx, d, a); err != nil {
+				return err
+			}
+			return s.purgeAttachmentRecord(ctx, h, a, 0, false, opts)
+		}
+	}
 	a, err := s.purgeableAttachment(ctx, d)
 	if err != nil {
 		return err
 	}
-	debt, err := s.encodeDebt(ctx, a, PurgeMarker{RunID: opts.RunID, Cause: opts.Cause}, false)
+	return s.purgeAttachmentRecord(ctx, h, a, d.DeletedTS, true, opts)
+}
+
+// purgeAttachmentRecord deletes a's record (and its index entry when
+// indexed, at deletedTS) and owes its blob, in one batch.
+func (s *Store) purgeAttachmentRecord(ctx context.Context, h *held, a Attachment, deletedTS int64, indexed bool, opts AttachmentPurge) error {
+	d := AttachmentDeletion{Thread: a.Thread, Message: a.Message, ID: a.ID}
+	debt, err := s.encodeDebt(ctx, a, PurgeMarker{RunID: opts.RunID, Cause: opts.Cause, Replayed: opts.Replayed}, false)
 	if err != nil {
 		return err
 	}
 	b := s.db.NewBatch()
 	_ = b.Delete(attachmentKey(d.Thread, d.Message, d.ID), nil)
-	_ = b.Delete(attachmentDeletionKey(d.DeletedTS, d.Thread, d.Message, d.ID), nil)
+	if indexed {
+		_ = b.Delete(attachmentDeletionKey(deletedTS, d.Thread, d.Message, d.ID), nil)
+	}
 	_ = b.Set(owedBlobKey(a.BlobName()), debt, nil)
 	if opts.Erase != nil {
 		// Its filename and type are content: the erase step removes them
@@ -194,18 +221,24 @@ func (s *Store) purgeableAttachment(ctx context.Context, d AttachmentDeletion) (
 	case a.DeletedTS != d.DeletedTS:
 		return a, fmt.Errorf("purge attachment %s: %w: deleted_ts is %d, not %d", d.ID, ErrNotEligible, a.DeletedTS, d.DeletedTS)
 	}
+	return a, s.checkAttachmentPurge(ctx, d, a)
+}
+
+// checkAttachmentPurge refuses the purge of a on its own when its thread
+// is on hold or a purge of its thread or message has begun.
+func (s *Store) checkAttachmentPurge(ctx context.Context, d AttachmentDeletion, a Attachment) error {
 	switch t, err := s.readThread(d.Thread); {
 	case errors.Is(err, ErrNotFound):
 	case err != nil:
-		return a, fmt.Errorf("purge attachment %s: %w: thread: %w", d.ID, ErrNotEligible, err)
+		return fmt.Errorf("purge attachment %s: %w: thread: %w", d.ID, ErrNotEligible, err)
 	case t.LegalHold:
-		return a, fmt.Errorf("purge attachment %s: %w: thread on legal hold", d.ID, ErrNotEligible)
+		return fmt.Errorf("purge attachment %s: %w: thread on legal hold", d.ID, ErrNotEligible)
 	}
 	if err := s.refusePurging(ctx, d.Thread, "purge attachment of thread"); err != nil {
-		return a, fmt.Errorf("%w: %w", ErrNotEligible, err)
+		return fmt.Errorf("%w: %w", ErrNotEligible, err)
 	}
 	if err := s.refuseClaimed(d.Message, "purge attachment of"); err != nil {
-		return a, fmt.Errorf("%w: %w", ErrNotEligible, err)
+		return fmt.Errorf("%w: %w", ErrNotEligible, err)
 	}
-	return a, nil
+	return nil
 }
