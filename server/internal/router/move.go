@@ -27,7 +27,7 @@ import (
 // release, remove, abort. The target pulls the trail and the backup.
 
 // MoveStepsPath prefixes the move steps a node serves to the others.
-const MoveStepsPath = "/internal/cluster/shards/"
+const MoveStepsPath = InternalPrefix + "cluster/shards/"
 
 // moveTimeout bounds a whole move: the copy of a large shard takes time,
 // a move stuck for longer is undone.

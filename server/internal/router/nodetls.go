@@ -10,12 +10,19 @@ import (
 	"time"
 )
 
-// NodeCall reports whether r is a call from another node: it carries a
-// node header or asks for a move step. With mutual TLS between the nodes,
-// such a call is checked against the cluster CA before any handler runs
-// (certs.Guard).
-func (rt *Router) NodeCall(r *http.Request) bool {
-	if strings.HasPrefix(r.URL.Path, MoveStepsPath) {
+// InternalPrefix starts every route that is for the nodes only: move
+// steps, raft streams.
+const InternalPrefix = "/internal/"
+
+// NodeCall is IsNodeCall, for the node's guard.
+func (rt *Router) NodeCall(r *http.Request) bool { return IsNodeCall(r) }
+
+// IsNodeCall reports whether r is a call from another node: it carries a
+// node header or asks for a node-only route. With mutual TLS between the
+// nodes, such a call is checked against the cluster CA before any
+// handler runs (certs.Guard).
+func IsNodeCall(r *http.Request) bool {
+	if strings.HasPrefix(r.URL.Path, InternalPrefix) {
 		return true
 	}
 	for _, h := range nodeHeaders {
