@@ -1,9 +1,6 @@
 package replica
 
-import (
-	"go.etcd.io/raft/v3"
-	"go.etcd.io/raft/v3/raftpb"
-)
+import "go.etcd.io/raft/v3"
 
 // Leadership is a group's term and leader as one of its replicas sees
 // them.
@@ -81,7 +78,3 @@ func (g *group) takeReports() []func(*raft.RawNode) {
 	g.reports = nil
 	return r
 }
-
-// IsSnapshot reports whether m carries a snapshot: a transport that drops
-// one reports raft.SnapshotFailure, so that the leader sends it again.
-func IsSnapshot(m *raftpb.Message) bool { return m.GetType() == raftpb.MessageType_MsgSnap }

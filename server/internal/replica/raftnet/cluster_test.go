@@ -1,0 +1,376 @@
+package raftnet_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/raft/v3"
+
+	"github.com/progressdb/progressdb/internal/testcerts"
+	"github.com/progressdb/progressdb/server/internal/api"
+	"github.com/progressdb/progressdb/server/internal/certs"
+	"github.com/progressdb/progressdb/server/internal/replica"
+	"github.com/progressdb/progressdb/server/internal/replica/raftnet"
+	"github.com/progressdb/progressdb/server/internal/router"
+	"github.com/progressdb/progressdb/server/internal/testtools/tcpproxy"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+const secret = "raftnet-test-secret"
+
+// recorder is a state machine that keeps what it applied, in order: it
+// outlives a node's restart, as a shard's database does. An index at or
+// below the last one applied is a repeat, skipped: it saves no applied
+// index of its own, so a stop between an apply and the group's save of
+// the applied index repeats it (replica.StateMachine).
+type recorder struct {
+	mu   sync.Mutex
+	last uint64
+	cmds []string
+}
+
+func (r *recorder) Apply(_ context.Context, index, _ uint64, cmd []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if index <= r.last {
+		return nil
+	}
+	r.last = index
+	r.cmds = append(r.cmds, string(cmd))
+	return nil
+}
+
+func (r *recorder) applied() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.cmds)
+}
+
+// logBuffer keeps the transports' log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// netNode is one node: its listener's server, transport, host and stores.
+type netNode struct {
+	reg    *prometheus.Registry
+	tr     *raftnet.Transport
+	host   *replica.Host
+	stores map[uint64]*store.Store
+	stop   context.CancelFunc
+	served chan error
+}
+
+// netCluster runs three nodes, each serving raft streams behind a real
+// TLS listener on loopback with certificates of one cluster CA, checked
+// by the node routes' guard. Node i reaches node j through proxy[i][j],
+// which the test cuts. Replica (g, i) has the Raft ID g*10+i+1.
+type netCluster struct {
+	t      *testing.T
+	dir    string
+	groups []uint64
+	ca     *testcerts.CA
+	leaves [3]testcerts.Leaf
+	addrs  [3]string
+	proxy  [3][3]*tcpproxy.Proxy
+	nodes  [3]*netNode
+	sm     map[uint64]*recorder
+	logs   *logBuffer
+}
+
+func rid(g uint64, i int) uint64 { return g*10 + uint64(i) + 1 }
+func nodeName(i int) string      { return "node" + strconv.Itoa(i) }
+
+func newNetCluster(t *testing.T, groups ...uint64) *netCluster {
+	c := &netCluster{t: t, dir: t.TempDir(), groups: groups, ca: testcerts.NewCA(t, "cluster CA"),
+		sm: make(map[uint64]*recorder), logs: &logBuffer{}}
+	var lns [3]net.Listener
+	for i := range lns {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i], c.addrs[i] = ln, ln.Addr().String()
+		c.leaves[i] = c.ca.Issue(t, nodeName(i), testcerts.Options{})
+	}
+	for i := range c.proxy {
+		for j := range c.proxy[i] {
+			if i == j {
+				continue
+			}
+			p, err := tcpproxy.New(c.addrs[j])
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.proxy[i][j] = p
+			t.Cleanup(p.Close)
+		}
+	}
+	for i := range c.nodes {
+		c.start(i, lns[i])
+	}
+	t.Cleanup(func() {
+		for i := range c.nodes {
+			c.stop(i)
+		}
+		if t.Failed() {
+			t.Logf("transport logs:\n%s", c.logs)
+		}
+	})
+	return c
+}
+
+// serverTLS is a node listener's TLS: its certificate, HTTP/2, and client
+// certificates asked for (the guard checks them), as the app serves.
+func (c *netCluster) serverTLS(i int) *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{c.leaves[i].TLS(c.t)},
+		NextProtos: []string{"h2", "http/1.1"}, ClientAuth: tls.RequestClientCert}
+}
+
+// guard checks node calls against the cluster CA: every node advertises
+// 127.0.0.1.
+func (c *netCluster) guard() *certs.Guard {
+	return &certs.Guard{Nodes: c.ca.Pool(), NodeCall: router.IsNodeCall, IDs: store.NewIDSource(),
+		CallerHost: func(r *http.Request) (string, error) {
+			for i := range c.nodes {
+				if r.Header.Get(router.HeaderNode) == nodeName(i) {
+					return "127.0.0.1", nil
+				}
+			}
+			return "", errors.New("no such node")
+		}}
+}
+
+// start runs node i on ln (its old address again when nil), from its
+// stores on disk.
+func (c *netCluster) start(i int, ln net.Listener) {
+	c.t.Helper()
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", c.addrs[i]); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	tr, err := raftnet.New(raftnet.Options{Node: nodeName(i), Secret: secret, Metrics: raftnet.NewMetrics(reg),
+		Logger: slog.New(slog.NewTextHandler(c.logs, nil)).With("node", i),
+		TLS:    testcerts.ClientConfig(c.ca.Pool(), c.leaves[i].TLS(c.t)),
+		Resolve: func(replica uint64) (raftnet.Peer, bool) {
+			j := int(replica%10) - 1
+			if j < 0 || j > 2 || j == i {
+				return raftnet.Peer{}, false
+			}
+			return raftnet.Peer{Node: nodeName(j), URL: "https://" + c.proxy[i][j].Addr()}, true
+		}})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	h, err := replica.NewHost(replica.Config{Transport: tr, Tick: 10 * time.Millisecond, ElectionTicks: 30,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	nd := &netNode{reg: reg, tr: tr, host: h, stores: make(map[uint64]*store.Store), served: make(chan error, 1)}
+	ctx, stop := context.WithCancel(context.Background())
+	nd.stop = stop
+	for _, g := range c.groups {
+		s, err := store.Open(filepath.Join(c.dir, nodeName(i), fmt.Sprintf("shard%d", g)), store.Options{})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		nd.stores[g] = s
+		id := rid(g, i)
+		if c.sm[id] == nil {
+			c.sm[id] = &recorder{}
+		}
+		peers := []uint64{rid(g, 0), rid(g, 1), rid(g, 2)}
+		if err := h.AddGroup(ctx, replica.GroupConfig{Group: g, Replica: id, Peers: peers, Store: s, Machine: c.sm[id]}); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle(raftnet.Path, tr.Handler())
+	go func() { nd.served <- api.Serve(ctx, tls.NewListener(ln, c.serverTLS(i)), c.guard().Handler(mux), nil) }()
+	tr.Start(ctx, h)
+	h.Start(ctx)
+	c.nodes[i] = nd
+}
+
+// stop stops node i as a node shuts down: its host, its transport, its
+// server, then its stores.
+func (c *netCluster) stop(i int) {
+	nd := c.nodes[i]
+	if nd == nil {
+		return
+	}
+	c.nodes[i] = nil
+	nd.host.Stop()
+	nd.tr.Stop()
+	nd.stop()
+	if err := <-nd.served; err != nil {
+		c.t.Errorf("node %d's server: %v", i, err)
+	}
+	for _, s := range nd.stores {
+		if err := s.Close(); err != nil {
+			c.t.Error(err)
+		}
+	}
+}
+
+// cut cuts node i off from both others, both ways; heal ends it.
+func (c *netCluster) cut(i int, on bool) {
+	for j := range c.nodes {
+		if j == i {
+			continue
+		}
+		for _, p := range []*tcpproxy.Proxy{c.proxy[i][j], c.proxy[j][i]} {
+			if on {
+				p.Cut()
+			} else {
+				p.Heal()
+			}
+		}
+	}
+}
+
+// waitFor polls cond until it holds; the deadline only keeps a broken
+// test from hanging.
+func (c *netCluster) waitFor(what string, cond func() bool) {
+	c.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// leader waits for a node, other than the excluded ones, that leads g.
+func (c *netCluster) leader(g uint64, not ...int) int {
+	c.t.Helper()
+	at := -1
+	c.waitFor(fmt.Sprintf("a leader of group %d", g), func() bool {
+		for i, nd := range c.nodes {
+			if nd == nil || slices.Contains(not, i) {
+				continue
+			}
+			if st, err := nd.host.Status(g); err != nil {
+				c.t.Fatal(err)
+			} else if st.RaftState == raft.StateLeader {
+				at = i
+				return true
+			}
+		}
+		return false
+	})
+	return at
+}
+
+// propose proposes cmd through node i until it is applied there; a
+// proposal dropped for want of a leader never entered the log.
+func (c *netCluster) propose(i int, g uint64, cmd string) {
+	c.t.Helper()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		err := c.nodes[i].host.Propose(ctx, g, []byte(cmd))
+		cancel()
+		if errors.Is(err, raft.ErrProposalDropped) {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			c.t.Fatalf("propose %q through node %d: %v", cmd, i, err)
+		}
+		return
+	}
+}
+
+// converged waits until every replica of g applied n commands and checks
+// that they applied the same ones in the same order.
+func (c *netCluster) converged(g uint64, n int) []string {
+	c.t.Helper()
+	c.waitFor(fmt.Sprintf("group %d's replicas to apply %d commands", g, n), func() bool {
+		for i, nd := range c.nodes {
+			if nd != nil {
+				if _, err := nd.host.Status(g); err != nil { // stopped on an error: it will never apply
+					c.t.Fatal(err)
+				}
+			}
+			if len(c.sm[rid(g, i)].applied()) < n {
+				return false
+			}
+		}
+		return true
+	})
+	want := c.sm[rid(g, 0)].applied()
+	for i := 1; i < len(c.nodes); i++ {
+		if got := c.sm[rid(g, i)].applied(); !slices.Equal(got, want) {
+			c.t.Fatalf("group %d: replica %d applied %q, replica 0 %q", g, i, got, want)
+		}
+	}
+	if len(want) != n {
+		c.t.Fatalf("group %d applied %d commands, %d were proposed: %q", g, len(want), n, want)
+	}
+	return want
+}
+
+// counter reads a counter of node i's transport (summed over labels
+// matching label=value when label is set).
+func (c *netCluster) counter(i int, name, label, value string) float64 {
+	return counterOf(c.t, c.nodes[i].reg, name, label, value)
+}
+
+func counterOf(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := label == ""
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					match = true
+				}
+			}
+			if match {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+var _ io.Writer = (*logBuffer)(nil)
