@@ -26,6 +26,8 @@ type state struct {
 	m      cluster.Map
 	owners map[int]owner     // absent: no owner
 	nodes  map[string]string // the running nodes' advertise URLs, by ID
+	// leaders are the replicated shards' leader records (advisory).
+	leaders map[int]cluster.Leader
 }
 
 // owner is a shard's owner as its ownership key says: the node, where it
@@ -69,7 +71,7 @@ func (v *View) Refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read cluster state: %w", err)
 	}
-	st := state{rev: resp.Header.Revision, owners: map[int]owner{}, nodes: map[string]string{}}
+	st := state{rev: resp.Header.Revision, owners: map[int]owner{}, nodes: map[string]string{}, leaders: map[int]cluster.Leader{}}
 	var haveMap bool
 	for _, kv := range resp.Kvs {
 		rest := strings.TrimPrefix(string(kv.Key), v.prefix())
@@ -92,6 +94,11 @@ func (v *View) Refresh(ctx context.Context) error {
 			if err == nil && json.Unmarshal(kv.Value, &o) == nil {
 				o.epoch = kv.CreateRevision
 				st.owners[n] = o
+			}
+		case strings.HasPrefix(rest, "shards/") && strings.HasSuffix(rest, "/leader"):
+			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(rest, "shards/"), "/leader"))
+			if l, perr := cluster.ParseLeader(kv.Value); err == nil && perr == nil {
+				st.leaders[n] = l
 			}
 		}
 	}
@@ -142,6 +149,14 @@ func (v *View) state() state {
 func (v *View) NodeURL(id string) (string, bool) {
 	u, ok := v.state().nodes[id]
 	return u, ok
+}
+
+// Leader is the leader record of replicated shard n: the node whose
+// replica leads its group, and in which term. Advisory: the record may
+// lag an election, so a request sent by it may be forwarded or refused.
+func (v *View) Leader(n int) (cluster.Leader, bool) {
+	l, ok := v.state().leaders[n]
+	return l, ok
 }
 
 // Shards is the cluster's number of shards.
