@@ -19,7 +19,7 @@ import (
 // the item has no record in it.
 func (e env) exportRead(_ context.Context, args []string) int {
 	fs := flag.NewFlagSet("export read", flag.ContinueOnError)
-	item := fs.String("item", "", "print only the records of this thread or message ID")
+	item := fs.String("item", "", "print only the records of this thread, message or attachment ID")
 	if !e.parseFlags(fs, args, true) {
 		return exitUsage
 	}
