@@ -8,85 +8,21 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
-
+	"github.com/progressdb/progressdb/server/internal/testtools/s3server"
 	"github.com/progressdb/progressdb/server/internal/wire"
 	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/sealstream"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
-// s3Versions is an S3-protocol server on loopback (gofakes3, in memory)
-// with versioning on, holding one bucket.
-type s3Versions struct {
-	backend *s3mem.Backend
-	url     string // the attachments URL of its bucket, for the s3blob driver
-}
-
-const s3Bucket = "chat-files"
-
-func startS3(t *testing.T) *s3Versions {
-	t.Helper()
-	backend := s3mem.New()
-	if err := backend.CreateBucket(s3Bucket); err != nil {
-		t.Fatal(err)
-	}
-	var v gofakes3.VersioningConfiguration
-	v.SetEnabled(true)
-	if err := backend.SetVersioningConfiguration(s3Bucket, v); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(gofakes3.New(backend, gofakes3.WithLogger(gofakes3.DiscardLog())).Server())
-	t.Cleanup(srv.Close)
-	// The real s3blob driver, its credentials from the environment as in
-	// production (the fake server does not check signatures).
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
-	return &s3Versions{backend: backend,
-		url: "s3://" + s3Bucket + "?region=us-east-1&use_path_style=true&endpoint=" + srv.URL}
-}
-
-// versions returns the bytes of every stored version (delete markers
-// left out) of every object under prefix.
-func (s *s3Versions) versions(t *testing.T, prefix string) map[string][]byte {
-	t.Helper()
-	res, err := s.backend.ListBucketVersions(s3Bucket, &gofakes3.Prefix{Prefix: prefix, HasPrefix: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]byte{}
-	for _, item := range res.Versions {
-		v, ok := item.(*gofakes3.Version)
-		if !ok {
-			continue // a delete marker
-		}
-		obj, err := s.backend.GetObjectVersion(s3Bucket, v.Key, v.VersionID, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(obj.Contents)
-		_ = obj.Contents.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[v.Key+"@"+string(v.VersionID)] = b
-	}
-	return out
-}
-
 // s3Env serves a sealed store with its attachments in s3.
-func s3Env(t *testing.T, s3 *s3Versions, max int64) *attachEnv {
+func s3Env(t *testing.T, s3 *s3server.Server, max int64) *attachEnv {
 	t.Helper()
-	return attachEnvOn(t, s3.url, true, max)
+	return attachEnvOn(t, s3.URL, true, max)
 }
 
 // TestAttachmentsOnVersionedS3 runs attachments through the s3blob
@@ -96,7 +32,7 @@ func s3Env(t *testing.T, s3 *s3Versions, max int64) *attachEnv {
 // version stays in the bucket, and once the thread's keys are destroyed
 // it opens no more.
 func TestAttachmentsOnVersionedS3(t *testing.T) {
-	s3 := startS3(t)
+	s3 := s3server.Start(t)
 	e := s3Env(t, s3, 10<<20)
 	S := sealstream.SegmentSize
 	data := marked(2*S + 333)
@@ -119,7 +55,7 @@ func TestAttachmentsOnVersionedS3(t *testing.T) {
 	// Past the driver's first 5 MiB part: a multipart upload is under
 	// way when the client goes, and must be aborted.
 	cutOff(t, e.testEnv, 8<<20, 6<<20)
-	all := s3.versions(t, "")
+	all := s3.Versions(t, "")
 	if len(all) != 1 {
 		t.Fatalf("bucket holds %d versions, want the one upload's: %v", len(all), keysOf(all))
 	}
@@ -132,7 +68,7 @@ func TestAttachmentsOnVersionedS3(t *testing.T) {
 	// The blob deleted (as retention will): versioning keeps the old
 	// version, which opens with the key store until the thread's keys go.
 	name := store.BlobName("t1", "m1", a.AttachmentID)
-	blobs, err := attachments.Open(context.Background(), s3.url)
+	blobs, err := attachments.Open(context.Background(), s3.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +82,7 @@ func TestAttachmentsOnVersionedS3(t *testing.T) {
 	if ok, err := blobs.Exists(context.Background(), name); err != nil || ok {
 		t.Fatalf("deleted blob exists: %v %v", ok, err)
 	}
-	old := s3.versions(t, name)
+	old := s3.Versions(t, name)
 	if len(old) != 1 {
 		t.Fatalf("versioning kept %d versions of the deleted blob, want 1", len(old))
 	}
