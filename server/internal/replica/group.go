@@ -60,7 +60,10 @@ type proposal struct {
 	// proposed only while this replica still leads in it. 0: a command
 	// of Host.Propose, forwarded to the leader from any replica.
 	term uint64
-	done chan error // buffered: finishing never blocks
+	// proposed: handed to raft (worker only; close reads it once the
+	// workers stopped).
+	proposed bool
+	done     chan error // buffered: finishing never blocks
 }
 
 // group is one replica of one shard's Raft group on this host.
@@ -160,6 +163,8 @@ func (g *group) process(ctx context.Context, tr Transport) {
 		// raft copes with lost messages, so there is nothing to do.
 		_ = g.rn.Step(m)
 	}
+	// The messages may have ended the lease: proposals see the current one.
+	g.renewLease()
 	for _, p := range props {
 		g.propose(p)
 	}
@@ -187,7 +192,9 @@ func (g *group) propose(p *proposal) {
 			err = fmt.Errorf("%w: %w", store.ErrProposalDropped, err)
 		}
 		g.finish(p.id, fmt.Errorf("propose: %w", err))
+		return
 	}
+	p.proposed = true
 }
 
 // renewLease sets the lease from raft's state: the current term while
@@ -205,7 +212,7 @@ func (g *group) renewLease() {
 		lease = st.GetTerm()
 	}
 	if old := g.lease.Swap(lease); old != 0 && old != lease {
-		g.drop(func(p *proposal) bool { return p.term == old },
+		g.drop(func(p *proposal) bool { return p.term == old && p.proposed },
 			fmt.Errorf("%w: replica %d stopped leading group %d in term %d", store.ErrAmbiguous, g.replica, g.id, old))
 	}
 }
@@ -322,16 +329,12 @@ func (g *group) failedFor(p *proposal) error {
 func (g *group) close() {
 	g.mu.Lock()
 	g.closed = true
-	queued := make(map[uint64]bool, len(g.props))
-	for _, p := range g.props {
-		queued[p.id] = true
-	}
 	waiting := g.waiting
 	g.props, g.waiting = nil, make(map[uint64]*proposal)
 	g.mu.Unlock()
 	g.lease.Store(0)
-	for id, p := range waiting {
-		if queued[id] {
+	for _, p := range waiting {
+		if !p.proposed {
 			p.done <- fmt.Errorf("%w: the replica host of group %d stopped", store.ErrNotLeader, g.id)
 		} else {
 			p.done <- fmt.Errorf("%w: the replica host of group %d stopped", store.ErrAmbiguous, g.id)

@@ -96,7 +96,13 @@ func newCluster(t *testing.T, sm map[uint64]*recorder, onLead func(node int, l r
 func (c *testCluster) start(i int) {
 	c.t.Helper()
 	ctx := context.Background()
-	cfg := replica.Config{Transport: c.net, Tick: 10 * time.Millisecond, ElectionTicks: 30,
+	ticks := 30
+	if c.sm == nil {
+		// A store's writer fails when its leader loses the lease: a longer
+		// timeout keeps a loaded machine's pauses from deposing leaders.
+		ticks = 50
+	}
+	cfg := replica.Config{Transport: c.net, Tick: 10 * time.Millisecond, ElectionTicks: ticks,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if c.onLead != nil {
 		cfg.OnLeadership = func(l replica.Leadership) { c.onLead(i, l) }
