@@ -114,7 +114,9 @@ type write struct {
 // apply decides a write: it checks the fence of ctx's token (unless the
 // kind says why not), applies the batch, makes the live-thread memory
 // forget (unless the kind keeps it) and releases the writer's stripes. It
-// takes the batch: the caller must not use it again.
+// takes the batch: the caller must not use it again. A replicated store
+// proposes the write instead (propose) and applies it when its group
+// commits it (w.applied, ApplyCommand).
 func (s *Store) apply(ctx context.Context, w write) error {
 	if w.applied {
 		return s.applyCommitted(w)
