@@ -71,6 +71,9 @@ func TestClassifyGivesEachErrorItsCode(t *testing.T) {
 		{wrap(store.ErrIDUnavailable), 409, CodeIDUnavailable},
 		{wrap(store.ErrLegalHold), 409, CodeLegalHold},
 		{wrap(store.ErrFenced), 503, CodeShardUnavailable},
+		{wrap(store.ErrNotLeader), 503, CodeShardUnavailable},
+		{wrap(store.ErrProposalDropped), 503, CodeShardUnavailable},
+		{wrap(fmt.Errorf("%w: %w", store.ErrAmbiguous, context.DeadlineExceeded)), 503, CodeShardUnavailable},
 		{wrap(store.ErrMalformed), 500, CodeInternal},
 		{wrap(&retention.LeaseHeldError{Holder: retention.LeaseInfo{Owner: "other"}}), 409, CodeLeaseHeld},
 		{wrap(retention.ErrLeaseHeld), 409, CodeLeaseHeld},
@@ -170,4 +173,27 @@ func TestErrorAnswersCarryTheirCode(t *testing.T) {
 			t.Errorf("413 does not name the limit (%d bytes): %s", DefaultMaxBodyBytes, r.body)
 		}
 	}
+}
+
+// noLease is a replicated store's group in which this replica does not
+// lead.
+type noLease struct{}
+
+func (noLease) Lease() uint64 { return 0 }
+func (noLease) Propose(store.Command) <-chan error {
+	panic("a write was proposed without a lease")
+}
+
+// A replicated shard's store that does not lead refuses a write: 503
+// naming the shard as unavailable, with Retry-After (which both clients
+// honour), and nothing written.
+func TestNotLeaderAnswersRetryAfter(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.store.Replicate(noLease{})
+	r := e.expect(t, "POST", "/v1/threads", `{"id":"t1","title":"x","author":"y"}`, 503)
+	if r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), string(CodeShardUnavailable)) {
+		t.Fatalf("answered %v %s", r.header, r.body)
+	}
+	e.store.Replicate(nil)
+	e.expect(t, "GET", "/v1/threads/t1", "", 404)
 }

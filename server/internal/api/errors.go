@@ -101,7 +101,17 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="progressdb"`)
 	}
+	if leaderChanged(err) {
+		w.Header().Set("Retry-After", "1")
+	}
 	s.writeJSON(w, r, status, body)
+}
+
+// leaderChanged reports a write of a replicated shard that met no
+// serving leader, or lost it: sent again, it finds the next one (spec
+// §15).
+func leaderChanged(err error) bool {
+	return errors.Is(err, store.ErrNotLeader) || errors.Is(err, store.ErrProposalDropped) || errors.Is(err, store.ErrAmbiguous)
 }
 
 func classify(err error) (int, errorBody) {
@@ -145,6 +155,8 @@ func classify(err error) (int, errorBody) {
 		return answer(http.StatusConflict, CodeLegalHold)
 	case errors.Is(err, store.ErrFenced):
 		// A newer owner of the shard has written: this node is deposed.
+		return answer(http.StatusServiceUnavailable, CodeShardUnavailable)
+	case leaderChanged(err):
 		return answer(http.StatusServiceUnavailable, CodeShardUnavailable)
 	case errors.Is(err, store.ErrMalformed):
 		return http.StatusInternalServerError, errorBody{Error: internalErrorMsg, Code: CodeInternal}
