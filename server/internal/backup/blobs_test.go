@@ -216,3 +216,73 @@ func replayedBlob(t *testing.T, path, id string) bool {
 	}
 	return false
 }
+
+// A blob missing from the store when the backup is taken (deleted by
+// hand) is listed missing: verify passes and counts it, and a restore
+// restores its record without bytes and the other blobs whole. A
+// restore into an attachments folder that is not empty is refused,
+// nothing touched, unless forced.
+func TestBackupOfAMissingBlob(t *testing.T) {
+	ctx := context.Background()
+	w, blobs := newBlobWorld(t)
+	w.thread("t1", 2)
+	lost, _ := attach(t, w.st, blobs, "t1", "t1-m0", 10)
+	kept, keptBody := attach(t, w.st, blobs, "t1", "t1-m1", 10)
+	w.run()
+	if err := os.Remove(filepath.Join(config.DefaultAttachmentsDir(w.dbPath), filepath.FromSlash(lost.BlobName()))); err != nil {
+		t.Fatal(err)
+	}
+	m, file, err := w.creator.CreateInPath(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := m.Attachments; a == nil || a.Count != 2 || len(a.Missing) != 1 || a.Missing[0] != lost.BlobName() {
+		t.Fatalf("manifest attachments %+v: want 2, %s missing", a, lost.BlobName())
+	}
+	rep, err := Verify(ctx, file, nil, t.TempDir())
+	if err != nil || !rep.Valid || len(rep.Manifest.Attachments.Missing) != 1 {
+		t.Fatalf("verify: %v %+v", err, rep)
+	}
+
+	db := filepath.Join(w.dir, "restored")
+	folder := filepath.Join(w.dir, "files")
+	if err := os.MkdirAll(folder, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	stray := filepath.Join(folder, "stray")
+	if err := os.WriteFile(stray, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := w.restoreOptions(file, db)
+	o.Attachments = folder
+	if _, err := Restore(ctx, o); !errors.Is(err, ErrRefused) {
+		t.Fatalf("restore into a folder that is not empty: %v, want ErrRefused", err)
+	}
+	if _, err := os.Stat(db); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused restore made %s (%v)", db, err)
+	}
+	o.ForceAttachments = true
+	res, err := Restore(ctx, o)
+	if err != nil || res.Attachments != folder {
+		t.Fatalf("forced restore: %v, attachments %q", err, res.Attachments)
+	}
+	if _, err := os.Stat(stray); err != nil {
+		t.Fatalf("a forced restore removed a file of the folder: %v", err)
+	}
+	st, err := store.Open(db, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rb := openBlobs(t, folder)
+	if got := download(t, st, rb, kept); !bytes.Equal(got, keptBody) {
+		t.Errorf("restored attachment %s differs", kept.ID)
+	}
+	a, err := st.GetAttachment(ctx, "t1", "t1-m0", lost.ID)
+	if err != nil {
+		t.Fatalf("the missing blob's record: %v", err)
+	}
+	if _, err := rb.OpenRange(ctx, st, a, 0, a.Size); !errors.Is(err, attachments.ErrBlobMissing) {
+		t.Fatalf("download of the missing blob: %v, want ErrBlobMissing", err)
+	}
+}
