@@ -2102,7 +2102,7 @@ type ClientInterface interface {
 
 	// UploadAttachmentWithBody Attach a file to a live message (the request body is the file, streamed).
 	//
-	// The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. Not served on a cluster node in this version (503 `not_configured`).
+	// The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. On a cluster, any node takes it and streams it to the owner of the thread's shard, which stores it.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2987,7 +2987,7 @@ func (c *Raw) ListAttachments(ctx context.Context, tid ThreadID, mid MessageID, 
 
 // UploadAttachmentWithBody Attach a file to a live message (the request body is the file, streamed).
 //
-// The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. Not served on a cluster node in this version (503 `not_configured`).
+// The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. On a cluster, any node takes it and streams it to the owner of the thread's shard, which stores it.
 //
 // Takes any type of body and a specified content type.
 //
@@ -5588,7 +5588,7 @@ type ClientWithResponsesInterface interface {
 
 	// UploadAttachmentWithBodyWithResponse Attach a file to a live message (the request body is the file, streamed).
 	//
-	// The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. Not served on a cluster node in this version (503 `not_configured`).
+	// The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. On a cluster, any node takes it and streams it to the owner of the thread's shard, which stores it.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9952,7 +9952,7 @@ func (c *ClientWithResponses) ListAttachmentsWithResponse(ctx context.Context, t
 
 // UploadAttachmentWithBodyWithResponse Attach a file to a live message (the request body is the file, streamed).
 //
-// The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. Not served on a cluster node in this version (503 `not_configured`).
+// The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. On a cluster, any node takes it and streams it to the owner of the thread's shard, which stores it.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //

@@ -219,7 +219,7 @@ export interface paths {
         put?: never;
         /**
          * Attach a file to a live message (the request body is the file, streamed).
-         * @description The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. Not served on a cluster node in this version (503 `not_configured`).
+         * @description The body is the file itself, any bytes, read as it streams: the server holds one segment of it at a time, never the whole file. `Content-Type` is the type the file is served back with (`application/octet-stream` when absent); `filename` is optional. A file over PROGRESSDB_ATTACHMENT_MAX_BYTES (default 25 MiB) answers 413 naming the limit and stores nothing. An upload cut off part way stores nothing any listing shows. With sealing on (spec §12), the file is sealed under its message's key before it leaves the server. On a cluster, any node takes it and streams it to the owner of the thread's shard, which stores it.
          */
         post: operations["uploadAttachment"];
         delete?: never;
@@ -1233,7 +1233,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Attachments are not served here (`not_configured`: no attachments store, or a cluster node in this version), or the attachments store cannot be reached (`unavailable`). */
+        /** @description Attachments are not served here (`not_configured`: no attachments store), or the attachments store cannot be reached (`unavailable`). */
         NoAttachments: {
             headers: {
                 [name: string]: unknown;
@@ -1241,7 +1241,7 @@ export interface components {
             content: {
                 /**
                  * @example {
-                 *       "error": "attachments are not served on a cluster in this version",
+                 *       "error": "attachments are not configured on this server (PROGRESSDB_ATTACHMENTS_URL)",
                  *       "code": "not_configured"
                  *     }
                  */

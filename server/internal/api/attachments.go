@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"strings"
@@ -29,14 +30,23 @@ const maxFilenameBytes = 255
 // file on a slow link; each read of the body extends it instead.
 const uploadIdle = 30 * time.Second
 
-var (
-	errNoAttachments = &httpError{http.StatusServiceUnavailable, CodeNotConfigured,
-		"attachments are not configured on this server (PROGRESSDB_ATTACHMENTS_URL)"}
-	// A cluster node's shards move between nodes, and a shard's
-	// attachments would have to move with it: not in this version.
-	errAttachmentsInCluster = &httpError{http.StatusServiceUnavailable, CodeNotConfigured,
-		"attachments are not served on a cluster in this version"}
+var errNoAttachments = &httpError{http.StatusServiceUnavailable, CodeNotConfigured,
+	"attachments are not configured on this server (PROGRESSDB_ATTACHMENTS_URL)"}
+
+// The routes whose body or answer is a file, by their pattern: a cluster
+// node forwards them streamed (Streamed), and an upload's reads extend
+// its read deadline (idleBody).
+const (
+	uploadPattern   = http.MethodPost + " /v1/threads/{tid}/messages/{mid}/attachments"
+	downloadPattern = http.MethodGet + " /v1/threads/{tid}/messages/{mid}/attachments/{aid}"
 )
+
+// Streamed reports whether r, as routed, streams a file in or out (an
+// attachment's upload or download): a cluster node forwards it without
+// holding its body, and bounds the call by silence, not by its length.
+func Streamed(r *http.Request) bool {
+	return r.Pattern == uploadPattern || r.Pattern == downloadPattern
+}
 
 // attachmentMetrics count what uploads stored and refused (spec §16).
 type attachmentMetrics struct {
@@ -69,12 +79,13 @@ func newAttachmentMetrics(reg prometheus.Registerer) (*attachmentMetrics, error)
 	return m, nil
 }
 
+// blobs is the attachments store a handler uses: its shard's on a
+// cluster node, the server's otherwise; nil when there is none.
+func (s *server) blobs(r *http.Request) *attachments.Blobs { return s.shard(r).Blobs }
+
 // attachmentsReady refuses attachment routes where they are not served.
-func (s *server) attachmentsReady() error {
-	switch {
-	case s.cluster != nil:
-		return errAttachmentsInCluster
-	case s.attach == nil:
+func (s *server) attachmentsReady(r *http.Request) error {
+	if s.blobs(r) == nil {
 		return errNoAttachments
 	}
 	return nil
@@ -96,7 +107,7 @@ func (s *server) uploadAttachment(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	if err := s.attachmentsReady(); err != nil {
+	if err := s.attachmentsReady(r); err != nil {
 		return err
 	}
 	ct, err := uploadContentType(r.Header.Get("Content-Type"))
@@ -107,10 +118,9 @@ func (s *server) uploadAttachment(w http.ResponseWriter, r *http.Request) error 
 	if err := checkFilename(name); err != nil {
 		return err
 	}
-	rc := http.NewResponseController(w)
-	a, err := s.attach.Upload(r.Context(), s.st(r), attachments.Upload{
+	a, err := s.blobs(r).Upload(r.Context(), s.st(r), attachments.Upload{
 		Thread: tid, Message: mid, ContentType: ct, Filename: name,
-		Body:         &idleBody{r: r.Body, rc: rc},
+		Body:         r.Body, // an idleBody (guard)
 		MaxBytes:     s.attachMax,
 		DeclaredSize: r.ContentLength,
 	})
@@ -131,15 +141,24 @@ func (s *server) uploadAttachment(w http.ResponseWriter, r *http.Request) error 
 }
 
 // idleBody extends the connection's read deadline before each read of an
-// upload, so that an upload is cut only when its client stops sending.
+// upload, so that an upload is cut only when its client stops sending,
+// whether this node stores it or forwards it to its shard's owner.
 type idleBody struct {
-	r  interface{ Read([]byte) (int, error) }
+	io.ReadCloser
 	rc *http.ResponseController
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
 	_ = b.rc.SetReadDeadline(time.Now().Add(uploadIdle)) // unsupported: the server's timeout stays
-	return b.r.Read(p)
+	return b.ReadCloser.Read(p)
+}
+
+// withIdleBody gives an upload's request an idleBody, before it is
+// stored here or forwarded.
+func withIdleBody(w http.ResponseWriter, r *http.Request) {
+	if r.Pattern == uploadPattern {
+		r.Body = &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w)}
+	}
 }
 
 // uploadContentType checks the Content-Type of an upload, the type the
@@ -191,7 +210,7 @@ func (s *server) listAttachments(w http.ResponseWriter, r *http.Request) error {
 	if _, _, err := threadAndMessage(r); err != nil {
 		return err
 	}
-	if err := s.attachmentsReady(); err != nil {
+	if err := s.attachmentsReady(r); err != nil {
 		return err
 	}
 	tid, mid, inc, err := s.attachmentMessage(r)
@@ -212,7 +231,7 @@ func (s *server) deleteAttachment(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	if err := s.attachmentsReady(); err != nil {
+	if err := s.attachmentsReady(r); err != nil {
 		return err
 	}
 	if _, err := s.st(r).DeleteAttachment(r.Context(), tid, mid, aid); err != nil {
@@ -226,7 +245,7 @@ func (s *server) restoreAttachment(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	if err := s.attachmentsReady(); err != nil {
+	if err := s.attachmentsReady(r); err != nil {
 		return err
 	}
 	a, err := s.st(r).RestoreAttachment(r.Context(), tid, mid, aid)
@@ -242,7 +261,7 @@ func (s *server) visibleAttachment(r *http.Request) (store.Attachment, error) {
 	if _, _, _, err := attachmentIDs(r); err != nil {
 		return store.Attachment{}, err
 	}
-	if err := s.attachmentsReady(); err != nil {
+	if err := s.attachmentsReady(r); err != nil {
 		return store.Attachment{}, err
 	}
 	tid, mid, inc, err := s.attachmentMessage(r)

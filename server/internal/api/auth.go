@@ -88,6 +88,7 @@ func (s *server) guard(a access, h handlerFunc) http.Handler {
 			s.fail(w, r, err)
 			return
 		}
+		withIdleBody(w, r)
 		r, answered, err := s.routeThread(w, r)
 		if err != nil {
 			s.fail(w, r, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/wire"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -55,11 +56,12 @@ type Cluster interface {
 	Failed(err error)
 }
 
-// Shard is what a node serves a thread from: the shard's store and its
-// retention service.
+// Shard is what a node serves a thread from: the shard's store, its
+// retention service and its attachments store (nil: none).
 type Shard struct {
 	Store     *store.Store
 	Retention retention.Service
+	Blobs     *attachments.Blobs
 }
 
 type shardKey struct{}
@@ -98,7 +100,7 @@ func (s *server) shard(r *http.Request) Shard {
 	if sh, ok := r.Context().Value(shardKey{}).(Shard); ok {
 		return sh
 	}
-	return Shard{Store: s.store, Retention: s.retention}
+	return Shard{Store: s.store, Retention: s.retention, Blobs: s.attach}
 }
 
 // st is the store a handler reads and writes.

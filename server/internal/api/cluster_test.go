@@ -23,6 +23,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/router"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -88,7 +89,15 @@ func startNodeWith(t testing.TB, etcd *etcdtest.Server, id string, watch bool, t
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	shards, err := cluster.OpenShards(filepath.Join(dir, "data"), m.HeldBy(id), store.Options{}, nil)
+	// Each shard's attachments in a folder of its own, as a node keeps them.
+	blobs := func(n int) (*attachments.Blobs, error) {
+		u, err := cluster.ShardAttachmentsURL("file://"+filepath.ToSlash(filepath.Join(dir, "attachments")), n)
+		if err != nil {
+			return nil, err
+		}
+		return attachments.Open(ctx, u)
+	}
+	shards, err := cluster.OpenShards(filepath.Join(dir, "data"), m.HeldBy(id), store.Options{}, nil, blobs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,8 +314,28 @@ func TestClusterConformance(t *testing.T) {
 		}
 	}
 	send(t, b, "POST", "/v1/threads", `{"title":"generated id","author":"u"}`, nil, 201)
-	// Attachments are not served on a cluster in this version.
-	wantCode(t, send(t, a, "GET", "/v1/threads/"+ta+"/messages/m-"+ta+"/attachments", "", nil, 503), api.CodeNotConfigured)
+	// Attachments, each stored by its shard's owner: uploaded through one
+	// node, read back whole and by range through either, deleted and
+	// restored.
+	for _, tid := range []string{ta, tb} {
+		base := "/v1/threads/" + tid + "/messages/m-" + tid + "/attachments"
+		var up struct {
+			ID string `json:"attachment_id"`
+		}
+		if err := json.Unmarshal(send(t, a, "POST", base+"?filename=a.txt", "attached bytes of "+tid,
+			http.Header{"Content-Type": {"text/plain"}}, 201), &up); err != nil || up.ID == "" {
+			t.Fatalf("upload to %s: %q, %v", tid, up.ID, err)
+		}
+		send(t, b, "GET", base, "", nil, 200)
+		if got := send(t, b, "GET", base+"/"+up.ID, "", nil, 200); string(got) != "attached bytes of "+tid {
+			t.Errorf("download of %s's attachment: %q", tid, got)
+		}
+		if got := send(t, a, "GET", base+"/"+up.ID, "", http.Header{"Range": {"bytes=9-13"}}, 206); string(got) != "bytes" {
+			t.Errorf("range of %s's attachment: %q", tid, got)
+		}
+		send(t, a, "DELETE", base+"/"+up.ID, "", nil, 204)
+		send(t, b, "POST", base+"/"+up.ID+"/restore", "", nil, 200)
+	}
 	// A merged listing's cursor is good on any node; one no listing
 	// handed out is refused, never answered with an empty page.
 	var page struct {
@@ -437,12 +466,39 @@ func TestClusterRetriesAStaleEpochOnce(t *testing.T) {
 	if _, err := b.owner.WaitOwned(ctx, 1, epoch); err != nil {
 		t.Fatal(err)
 	}
-	send(t, a, "POST", "/v1/threads/"+tb+"/messages", `{"author":"u","body":"after"}`, nil, 201)
+	send(t, a, "POST", "/v1/threads/"+tb+"/messages", `{"id":"m1","author":"u","body":"after"}`, nil, 201)
 	if got := a.counter(t, "progressdb_cluster_forwarded_total", "result", "retried"); got != 1 {
 		t.Fatalf("forwarded_total{result=retried} = %v, want 1", got)
 	}
 	if got := a.counter(t, "progressdb_cluster_forwarded_total", "result", "ok"); got != 2 {
 		t.Fatalf("forwarded_total{result=ok} = %v, want 2", got)
+	}
+
+	// Again for an upload, whose body is streamed, not held: the owner
+	// refuses it before reading it (the forward waits for its 100
+	// Continue), so the whole file goes to the retry.
+	if epoch, err = b.owner.Epoch(1); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = etcd.DirectClient(t).Get(ctx, keys.ShardOwner(1)); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("owner key: %v", err)
+	}
+	etcd.Revoke(t, clientv3.LeaseID(resp.Kvs[0].Lease))
+	if _, err := b.owner.WaitOwned(ctx, 1, epoch); err != nil {
+		t.Fatal(err)
+	}
+	base := "/v1/threads/" + tb + "/messages/m1/attachments"
+	var up struct {
+		ID string `json:"attachment_id"`
+	}
+	if err := json.Unmarshal(send(t, a, "POST", base, "a file sent twice", nil, 201), &up); err != nil || up.ID == "" {
+		t.Fatal(err)
+	}
+	if got := send(t, b, "GET", base+"/"+up.ID, "", nil, 200); string(got) != "a file sent twice" {
+		t.Fatalf("the retried upload stored %q", got)
+	}
+	if got := a.counter(t, "progressdb_cluster_forwarded_total", "result", "retried"); got != 2 {
+		t.Fatalf("forwarded_total{result=retried} = %v, want 2", got)
 	}
 }
 

@@ -50,7 +50,7 @@ func (s *server) getAttachment(w http.ResponseWriter, r *http.Request) error {
 			off, n = 0, a.Size
 		}
 	}
-	rc, err := s.attach.OpenRange(r.Context(), s.st(r), a, off, n)
+	rc, err := s.blobs(r).OpenRange(r.Context(), s.st(r), a, off, n)
 	if err != nil {
 		return err
 	}

@@ -68,7 +68,8 @@ type Options struct {
 	// and the erasure routes answer 409 sealing_disabled.
 	Erasures retention.Erasures
 	// Attachments keeps attachments' bytes (spec §16); nil: the
-	// attachment routes answer 503 not_configured.
+	// attachment routes answer 503 not_configured. A cluster node's
+	// shards each bring their own (Shard.Blobs).
 	Attachments *attachments.Blobs
 	// AttachmentMaxBytes is the largest attachment stored
 	// (PROGRESSDB_ATTACHMENT_MAX_BYTES; 0: its default of 25 MiB).

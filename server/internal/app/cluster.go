@@ -152,7 +152,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 	if err != nil {
 		return err
 	}
-	shards, err := openClusterShards(cfg, logger, held, receiptKey)
+	shards, err := openClusterShards(ctx, cfg, logger, held, receiptKey)
 	if err != nil {
 		return err
 	}
@@ -298,7 +298,8 @@ func (p *shardRuntime) ReceiptKey() []byte { return p.receiptKey }
 // start starts shard n's retention service and backups.
 func (p *shardRuntime) start(n int) error {
 	st, _ := p.shards.Store(n)
-	svc, err := shardRetention(p.ctx, st, n, p.owner, p.pause, p.cmetrics, p.cfg, p.logger, p.smetrics.add(n, st), p.key)
+	svc, err := shardRetention(p.ctx, st, n, p.owner, p.pause, p.cmetrics, p.cfg, p.logger, p.smetrics.add(n, st), p.key,
+		p.blobs(n))
 	if err != nil {
 		return err
 	}
@@ -313,7 +314,8 @@ func (p *shardRuntime) attach(n int) {
 	if !ok {
 		return
 	}
-	svc, err := shardRetention(p.ctx, st, n, p.owner, p.pause, p.cmetrics, p.cfg, p.logger, p.smetrics.add(n, st), p.key)
+	svc, err := shardRetention(p.ctx, st, n, p.owner, p.pause, p.cmetrics, p.cfg, p.logger, p.smetrics.add(n, st), p.key,
+		p.blobs(n))
 	if err != nil {
 		p.logger.Error("retention_start_failed", "shard", n, "err", err)
 		return
@@ -322,6 +324,15 @@ func (p *shardRuntime) attach(n int) {
 	if err := p.backups.add(n, st, svc, p.smetrics.backups(n)); err != nil {
 		p.logger.Error("backup_start_failed", "shard", n, "err", err)
 	}
+}
+
+// blobs is shard n's attachments store for its retention runs, which
+// delete the blobs their purges owe; nil when it has none.
+func (p *shardRuntime) blobs(n int) retention.BlobStore {
+	if b, ok := p.shards.Blobs(n); ok {
+		return b
+	}
+	return nil
 }
 
 // detach stops a shard moved away, before its store closes.
@@ -350,7 +361,7 @@ func (p *shardRuntime) handler(nodeCtx context.Context, tr *transport, view *rou
 		return nil, err
 	}
 	tokens := new(api.Tokens)
-	h, err := api.New(api.Options{Cluster: rt, Pause: p.pause, ShardBackups: p.backups,
+	h, err := api.New(api.Options{Cluster: rt, Pause: p.pause, ShardBackups: p.backups, AttachmentMaxBytes: p.cfg.AttachmentMaxBytes,
 		BackupStreamTimeout: p.cfg.Backup.StreamTimeout, IdempotencyTTL: p.cfg.IdempotencyTTL, Logger: p.logger, APIKey: p.cfg.APIKey, AdminToken: p.cfg.AdminToken,
 		Tokens: tokens, Registry: reg})
 	if err != nil {
@@ -376,16 +387,17 @@ func (p *shardRuntime) holder(n int) (backup.Holder, bool) {
 
 // shardRetention builds shard n's retention service: its runs hold the
 // shard's ownership as their lease and write under its epoch, with the
-// shard's own audit folder.
+// shard's own audit folder and attachments store.
 func shardRetention(ctx context.Context, st *store.Store, n int, owner *cluster.Owner, pause retention.PauseSwitch,
 	cmetrics *router.Metrics, cfg config.Config,
-	logger *slog.Logger, metrics *retention.Metrics, key []byte) (*retention.Manager, error) {
+	logger *slog.Logger, metrics *retention.Metrics, key []byte, blobs retention.BlobStore) (*retention.Manager, error) {
 	rc := cfg.Retention
 	rc.AuditPath = cluster.ShardAuditPath(cfg.Retention.AuditPath, n)
 	shard := n
 	svc, err := newRetention(retention.RunnerOptions{Store: st, Config: rc, Logger: logger.With("shard", n),
 		Metrics: metrics, SigningKey: key, Coordinator: owner.Coordinator(n), Fenced: true, Shard: &shard, Pause: pause,
 		Keys:     KeyStore(st), // a sealed shard's runs shred, and run its part of the cluster's erasures
+		Blobs:    blobs,        // and delete the blobs their purges owe
 		OnFenced: cmetrics.Fenced}, true)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", n, err)

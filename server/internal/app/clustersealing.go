@@ -10,18 +10,24 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
-// shardConfig is cfg as shard n sees it: its database and key store
-// folders (spec §11.1), so that opening a shard is opening one database
-// and what refuses it names the shard's folders.
+// shardConfig is cfg as shard n sees it: its database, key store and
+// attachments store (spec §11.1, §16), so that opening a shard is opening
+// one database and what refuses it names the shard's folders. An
+// attachments URL that does not parse (config refused it already) stays
+// as it is.
 func shardConfig(cfg config.Config, n int) config.Config {
 	cfg.DBPath = cluster.ShardDBPath(cfg.DBPath, n)
 	if cfg.KeystorePath != "" {
 		cfg.KeystorePath = cluster.ShardKeystorePath(cfg.KeystorePath, n)
+	}
+	if u, err := cluster.ShardAttachmentsURL(cfg.AttachmentsURL, n); err == nil {
+		cfg.AttachmentsURL = u
 	}
 	return cfg
 }
@@ -53,16 +59,37 @@ func ClusterReceiptKey(ctx context.Context, cfg config.Config, client *clientv3.
 // openClusterShards opens the shards ns a node holds, each with its own
 // key store at <KEYSTORE_PATH>/shards/<n> as OpenStore opens one database's
 // (a shard not sealed yet is sealed when a KEK is set), all sharing the
-// cluster's receipt key. What must not open is a *StartupError naming the
-// variable and the shard's folders, as on one node.
-func openClusterShards(cfg config.Config, logger *slog.Logger, ns []int, receiptKey []byte) (*cluster.Shards, error) {
+// cluster's receipt key, and each with its own attachments store
+// (cluster.ShardAttachmentsURL). What must not open is a *StartupError
+// naming the variable and the shard's folders, as on one node.
+func openClusterShards(ctx context.Context, cfg config.Config, logger *slog.Logger, ns []int, receiptKey []byte) (*cluster.Shards, error) {
 	sealers := func(n int) func(context.Context, store.SealState) (store.Sealer, io.Closer, error) {
 		return sealerOpener(shardConfig(cfg, n), logger, MaySeal, receiptKey)
 	}
-	shards, err := cluster.OpenShards(cfg.DBPath, ns, store.Options{Logger: logger}, sealers)
+	var blobs cluster.BlobsFor // none without a URL (config always sets one)
+	if cfg.AttachmentsURL != "" {
+		blobs = shardBlobs(ctx, cfg.AttachmentsURL)
+	}
+	shards, err := cluster.OpenShards(cfg.DBPath, ns, store.Options{Logger: logger}, sealers, blobs)
 	var se *cluster.ShardError
 	if errors.As(err, &se) {
 		return nil, openError(shardConfig(cfg, se.Shard), err)
 	}
 	return shards, err
+}
+
+// shardBlobs opens each shard's attachments store within rawURL
+// (cluster.ShardAttachmentsURL).
+func shardBlobs(ctx context.Context, rawURL string) cluster.BlobsFor {
+	return func(n int) (*attachments.Blobs, error) {
+		u, err := cluster.ShardAttachmentsURL(rawURL, n)
+		if err != nil {
+			return nil, err
+		}
+		b, err := attachments.Open(ctx, u)
+		if err != nil {
+			return nil, fmt.Errorf("open the attachments store (%s): %w", config.VarAttachmentsURL, err)
+		}
+		return b, nil
+	}
 }

@@ -46,7 +46,7 @@ func startMoveNode(t testing.TB, ctx context.Context, srv *etcdtest.Server, k Ke
 	if err != nil {
 		t.Fatal(err)
 	}
-	mn.shards, err = OpenShards(filepath.Join(mn.dir, "data"), m.HeldBy(id), store.Options{}, nil)
+	mn.shards, err = OpenShards(filepath.Join(mn.dir, "data"), m.HeldBy(id), store.Options{}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

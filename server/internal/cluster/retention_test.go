@@ -154,7 +154,7 @@ func TestShardRetentionReportsFencedWrites(t *testing.T) {
 // its writes; the database closes when the test ends.
 func fencedShardStore(t *testing.T, ctx context.Context, w *Owner, dbPath string, n int) (*store.Store, context.Context) {
 	t.Helper()
-	sh, err := OpenShards(dbPath, []int{n}, store.Options{}, nil)
+	sh, err := OpenShards(dbPath, []int{n}, store.Options{}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net/url"
 	"path/filepath"
 	"strconv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
 // ShardOf returns the shard of thread tid: fnv1a-64(tid) mod shards (spec
@@ -30,6 +32,42 @@ func ShardDBPath(dbPath string, n int) string {
 // <KEYSTORE_PATH>/shards/<n>, held, backed up and moved with the shard.
 func ShardKeystorePath(keystorePath string, n int) string {
 	return filepath.Join(keystorePath, "shards", strconv.Itoa(n))
+}
+
+// ShardAttachmentsURL is shard n's attachments store within the node's
+// PROGRESSDB_ATTACHMENTS_URL, so that a shard's blobs are listed, copied,
+// moved and erased on their own: a file:// store's folder
+// <folder>/shards/<n> (beside <KEYSTORE_PATH>/shards/<n>), a bucket's
+// prefix shards/<n>/ (after the URL's own prefix, if any) in the one
+// bucket every node uses. Errors wrap config.ErrInvalidAttachmentsURL.
+func ShardAttachmentsURL(rawURL string, n int) (string, error) {
+	scheme, dir, err := config.ParseAttachmentsURL(rawURL)
+	if err != nil {
+		return "", err
+	}
+	if scheme == "file" {
+		return config.FileURL(filepath.Join(dir, "shards", strconv.Itoa(n)))
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", config.ErrInvalidAttachmentsURL, err)
+	}
+	q := u.Query()
+	// gocloud.dev/blob opens the bucket through blob.PrefixedBucket.
+	q.Set("prefix", q.Get("prefix")+"shards/"+strconv.Itoa(n)+"/")
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// ShardAttachmentsDir is the folder of shard n's attachments when
+// PROGRESSDB_ATTACHMENTS_URL is a file:// store, "" for a bucket (or a
+// URL that does not parse): what moves with the shard.
+func ShardAttachmentsDir(rawURL string, n int) string {
+	scheme, dir, err := config.ParseAttachmentsURL(rawURL)
+	if err != nil || scheme != "file" {
+		return ""
+	}
+	return filepath.Join(dir, "shards", strconv.Itoa(n))
 }
 
 // ShardAuditPath is shard n's audit folder, with its own chain:

@@ -7,7 +7,30 @@ import (
 	"testing"
 
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+	"github.com/progressdb/progressdb/server/pkg/config"
 )
+
+// TestShardAttachmentsURL: each shard's attachments are a folder of their
+// own in a file:// store and a prefix of their own in a bucket, after the
+// URL's own prefix; a URL config refuses is refused.
+func TestShardAttachmentsURL(t *testing.T) {
+	for _, tt := range []struct{ url, want, dir string }{
+		{"file:///var/lib/pdb-attachments", "file:///var/lib/pdb-attachments/shards/7", "/var/lib/pdb-attachments/shards/7"},
+		{"s3://chat-files?region=eu-west-1", "s3://chat-files?prefix=shards%2F7%2F&region=eu-west-1", ""},
+		{"gs://chat-files?prefix=prod/", "gs://chat-files?prefix=prod%2Fshards%2F7%2F", ""},
+	} {
+		got, err := ShardAttachmentsURL(tt.url, 7)
+		if err != nil || got != tt.want {
+			t.Errorf("ShardAttachmentsURL(%q, 7) = %q, %v; want %q", tt.url, got, err, tt.want)
+		}
+		if dir := ShardAttachmentsDir(tt.url, 7); dir != filepath.FromSlash(tt.dir) {
+			t.Errorf("ShardAttachmentsDir(%q, 7) = %q, want %q", tt.url, dir, tt.dir)
+		}
+	}
+	if _, err := ShardAttachmentsURL("ftp://files", 7); !errors.Is(err, config.ErrInvalidAttachmentsURL) {
+		t.Errorf("an unknown scheme: %v", err)
+	}
+}
 
 // TestShardOf pins the shard function: FNV-1a 64 of the thread ID, mod the
 // number of shards. Changing it would strand every thread in a cluster.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -41,20 +42,27 @@ func NodeCacheSize(owned int) int64 {
 }
 
 // Shards are the shard databases one node holds, each a complete progressdb
-// store under <DB_PATH>/shards/<n>, sharing one block cache.
+// store under <DB_PATH>/shards/<n>, sharing one block cache, each with its
+// own attachments store (ShardAttachmentsURL).
 type Shards struct {
-	dbPath string
-	opts   store.Options // every shard's, cache and memtable included
-	sealer SealerFor
-	mu     sync.RWMutex // a move adds and removes shards while requests read them
-	cache  *pebble.Cache
-	stores map[int]*store.Store
+	dbPath   string
+	opts     store.Options // every shard's, cache and memtable included
+	sealer   SealerFor
+	blobsFor BlobsFor
+	mu       sync.RWMutex // a move adds and removes shards while requests read them
+	cache    *pebble.Cache
+	stores   map[int]*store.Store
+	blobs    map[int]*attachments.Blobs
 }
 
 // SealerFor returns shard n's store.Options.OpenSealer: each shard opens
 // (or, sealing, creates) its own key store, which closes with it (spec
 // §11.1). nil: the shards open plain.
 type SealerFor func(n int) func(context.Context, store.SealState) (store.Sealer, io.Closer, error)
+
+// BlobsFor opens shard n's attachments store, which closes with the
+// shard. nil: the shards have none (their attachment routes answer 503).
+type BlobsFor func(n int) (*attachments.Blobs, error)
 
 // ShardError is a shard that did not open, naming it, so that the caller
 // can say which folders to look at.
@@ -67,25 +75,47 @@ func (e *ShardError) Error() string { return fmt.Sprintf("open shard %d: %v", e.
 func (e *ShardError) Unwrap() error { return e.Err }
 
 // OpenShards opens (creating when needed) the shards ns under dbPath, with
-// o for each store and sealer's OpenSealer for shard n; o.Cache and
-// o.MemTableSize are set here. A shard that does not open is a
-// *ShardError.
-func OpenShards(dbPath string, ns []int, o store.Options, sealer SealerFor) (*Shards, error) {
+// o for each store, sealer's OpenSealer and blobs' attachments store for
+// shard n; o.Cache and o.MemTableSize are set here. A shard that does not
+// open is a *ShardError.
+func OpenShards(dbPath string, ns []int, o store.Options, sealer SealerFor, blobs BlobsFor) (*Shards, error) {
 	s := &Shards{dbPath: dbPath, cache: pebble.NewCache(NodeCacheSize(len(ns))), stores: make(map[int]*store.Store, len(ns)),
-		sealer: sealer}
+		blobs: make(map[int]*attachments.Blobs, len(ns)), sealer: sealer, blobsFor: blobs}
 	o.Cache, o.MemTableSize = s.cache, ShardMemTableSize(len(ns))
 	s.opts = o
 	for _, n := range ns {
 		if _, dup := s.stores[n]; dup {
 			continue
 		}
-		st, err := store.Open(ShardDBPath(dbPath, n), s.options(n))
-		if err != nil {
-			return nil, errors.Join(&ShardError{Shard: n, Err: err}, s.Close())
+		if err := s.open(n); err != nil {
+			return nil, errors.Join(err, s.Close())
 		}
-		s.stores[n] = st
 	}
 	return s, nil
+}
+
+// open opens shard n's store and attachments store and holds them; the
+// caller holds mu or is the constructor.
+func (s *Shards) open(n int) error {
+	var b *attachments.Blobs
+	if s.blobsFor != nil {
+		var err error
+		if b, err = s.blobsFor(n); err != nil {
+			return &ShardError{Shard: n, Err: err}
+		}
+	}
+	st, err := store.Open(ShardDBPath(s.dbPath, n), s.options(n))
+	if err != nil {
+		if b != nil {
+			_ = b.Close()
+		}
+		return &ShardError{Shard: n, Err: err}
+	}
+	s.stores[n] = st
+	if b != nil {
+		s.blobs[n] = b
+	}
+	return nil
 }
 
 // options are shard n's store options: the shared ones with its sealer.
@@ -105,6 +135,15 @@ func (s *Shards) Store(n int) (*store.Store, bool) {
 	return st, ok
 }
 
+// Blobs returns shard n's attachments store, if this node holds the
+// shard and the shards have one.
+func (s *Shards) Blobs(n int) (*attachments.Blobs, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	b, ok := s.blobs[n]
+	return b, ok
+}
+
 // ErrShardHeld: the node holds the shard already.
 var ErrShardHeld = errors.New("shard already held")
 
@@ -119,29 +158,40 @@ func (s *Shards) Open(n int) (*store.Store, error) {
 	if s.cache == nil {
 		return nil, fmt.Errorf("open shard %d: %w", n, store.ErrClosed)
 	}
-	st, err := store.Open(ShardDBPath(s.dbPath, n), s.options(n))
-	if err != nil {
-		return nil, &ShardError{Shard: n, Err: err}
+	if err := s.open(n); err != nil {
+		return nil, err
 	}
-	s.stores[n] = st
-	return st, nil
+	return s.stores[n], nil
 }
 
-// Detach closes shard n, and its key store with it, and holds it no more
-// (its folders stay); false
-// when it was not held.
+// Detach closes shard n, and its key store and attachments store with
+// it, and holds it no more (its folders stay); false when it was not
+// held.
 func (s *Shards) Detach(n int) (bool, error) {
 	s.mu.Lock()
 	st, ok := s.stores[n]
+	b := s.blobs[n]
 	delete(s.stores, n)
+	delete(s.blobs, n)
 	s.mu.Unlock()
 	if !ok {
 		return false, nil
 	}
+	return true, closeShard(n, st, b)
+}
+
+// closeShard closes shard n's store and attachments store (nil: none).
+func closeShard(n int, st *store.Store, b *attachments.Blobs) error {
+	var errs []error
 	if err := st.Close(); err != nil {
-		return true, fmt.Errorf("close shard %d: %w", n, err)
+		errs = append(errs, fmt.Errorf("close shard %d: %w", n, err))
 	}
-	return true, nil
+	if b != nil {
+		if err := b.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close shard %d's attachments store: %w", n, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // DBPath is the node's DB_PATH, under which the shards' folders lie.
@@ -167,11 +217,12 @@ func (s *Shards) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, n := range ns {
-		if err := s.stores[n].Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close shard %d: %w", n, err))
+		if err := closeShard(n, s.stores[n], s.blobs[n]); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	clear(s.stores)
+	clear(s.blobs)
 	if s.cache != nil {
 		s.cache.Unref()
 		s.cache = nil

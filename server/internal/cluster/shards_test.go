@@ -43,7 +43,7 @@ func TestShardsAreSeparateDatabases(t *testing.T) {
 	dir := t.TempDir()
 	const total = 4
 	held := []int{0, 1, 2, 3}
-	sh, err := OpenShards(dir, held, store.Options{}, nil)
+	sh, err := OpenShards(dir, held, store.Options{}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestShardsAreSeparateDatabases(t *testing.T) {
 		}
 	}
 
-	sh, err = OpenShards(dir, held, store.Options{}, nil)
+	sh, err = OpenShards(dir, held, store.Options{}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func BenchmarkNodeMemory(b *testing.B) {
 					for i := range ns {
 						ns[i] = i
 					}
-					sh, err := OpenShards(dir, ns, store.Options{}, nil)
+					sh, err := OpenShards(dir, ns, store.Options{}, nil, nil)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -94,6 +94,10 @@ func New(o Options) (*Router, error) {
 			MaxIdleConnsPerHost: 32,
 			TLSClientConfig:     o.TLS,
 			TLSHandshakeTimeout: dialTimeout,
+			// A streamed upload waits this long for the owner's 100
+			// Continue: an owner refusing it (421) has not read it, so
+			// it can be sent to the new owner.
+			ExpectContinueTimeout: dialTimeout,
 			// HTTP/2 to the other nodes when they serve TLS: one
 			// connection carries every forwarded call.
 			ForceAttemptHTTP2: o.TLS != nil,
@@ -226,6 +230,9 @@ func isRead(r *http.Request) bool { return r.Method == http.MethodGet || r.Metho
 // read goes on without ownership (the data is here), a write does not.
 func (rt *Router) local(r *http.Request, n int, st *store.Store) (*http.Request, api.Shard, error) {
 	sh := api.Shard{Store: st, Retention: rt.retentionOf(n)}
+	if b, ok := rt.o.Shards.Blobs(n); ok {
+		sh.Blobs = b
+	}
 	ctx, err := rt.o.Owner.Fence(r.Context(), n)
 	switch {
 	case err == nil:
@@ -263,6 +270,9 @@ func (rt *Router) thread(w http.ResponseWriter, r *http.Request, tid string) (*h
 	if st, held := rt.o.Shards.Store(n); held {
 		r, sh, err := rt.local(r, n, st)
 		return r, sh, err != nil, err
+	}
+	if api.Streamed(r) {
+		return r, api.Shard{}, true, rt.forwardStream(w, r, n)
 	}
 	return r, api.Shard{}, true, rt.forward(w, r, n)
 }
@@ -313,6 +323,15 @@ var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Pro
 // current state from etcd when the owner answers 421. The caller closes
 // the response body.
 func (rt *Router) call(ctx context.Context, n int, method, uri string, h http.Header, body []byte) (*http.Response, error) {
+	return rt.callWith(ctx, n, method, uri, h, func(int) (io.Reader, int64, error) {
+		return bytes.NewReader(body), int64(len(body)), nil
+	})
+}
+
+// callWith is call with a body made for each attempt by body (a reader
+// and its length, -1 unknown); an error from body ends the call.
+func (rt *Router) callWith(ctx context.Context, n int, method, uri string, h http.Header,
+	body func(attempt int) (io.Reader, int64, error)) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		url, epoch, err := rt.target(n)
 		if err != nil && attempt == 0 {
@@ -326,9 +345,17 @@ func (rt *Router) call(ctx context.Context, n int, method, uri string, h http.He
 			rt.o.Metrics.forwarded.WithLabelValues("unavailable").Inc()
 			return nil, err
 		}
-		req, err := http.NewRequestWithContext(ctx, method, url+uri, bytes.NewReader(body))
+		br, size, err := body(attempt)
+		if err != nil {
+			return nil, err
+		}
+		req, err := http.NewRequestWithContext(ctx, method, url+uri, br)
 		if err != nil {
 			return nil, fmt.Errorf("forward to shard %d: %w", n, err)
+		}
+		req.ContentLength = size
+		if size == 0 {
+			req.Body = http.NoBody
 		}
 		for k, v := range h {
 			req.Header[k] = v
@@ -341,11 +368,13 @@ func (rt *Router) call(ctx context.Context, n int, method, uri string, h http.He
 		req.Header.Set(HeaderNode, rt.o.Node)
 		resp, err := rt.o.Client.Do(req)
 		if err != nil {
-			if errors.Is(ctx.Err(), context.Canceled) {
+			// A streamed call's silence ends it with a deadline as its
+			// cause (forwardStream).
+			if errors.Is(context.Cause(ctx), context.Canceled) {
 				return nil, ctx.Err() // the client went away
 			}
 			rt.o.Metrics.forwarded.WithLabelValues("unavailable").Inc()
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 				return nil, unavailable(n, "its owner at %s did not answer in time", url)
 			}
 			return nil, unavailable(n, "its owner at %s does not answer: %v", url, err)
