@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -77,8 +78,13 @@ func OpenBlobs(ctx context.Context, cfg config.Config, dbDir string) (*attachmen
 // BlobsURL is the blob store URL of the database at dbDir:
 // PROGRESSDB_ATTACHMENTS_URL, except that its default (the folder beside
 // DB_PATH) becomes the folder beside dbDir, so that two databases never
-// share a default folder.
+// share a default folder; a cluster node's shard <DB_PATH>/shards/<n>
+// has its own folder or prefix within the node's store
+// (cluster.ShardAttachmentsURL), which moves with it.
 func BlobsURL(cfg config.Config, dbDir string) (string, error) {
+	if n, ok := cluster.ShardOfDBPath(cfg.DBPath, dbDir); ok {
+		return cluster.ShardAttachmentsURL(cfg.AttachmentsURL, n)
+	}
 	def, err := config.FileURL(config.DefaultAttachmentsDir(cfg.DBPath))
 	if err != nil || cfg.AttachmentsURL != def || filepath.Clean(dbDir) == filepath.Clean(cfg.DBPath) {
 		return cfg.AttachmentsURL, nil

@@ -35,8 +35,12 @@ func TestBlobsURLs(t *testing.T) {
 		want string
 	}{
 		{"default, the database", func() (string, error) { return BlobsURL(def, db) }, "file://" + db + "-attachments"},
-		{"default, a shard", func() (string, error) { return BlobsURL(def, shard) }, "file://" + shard + "-attachments"},
-		{"named, a shard", func() (string, error) { return BlobsURL(named, shard) }, "file://" + filepath.Join(dir, "files")},
+		// A shard's own folder or prefix within the node's store, never
+		// inside DB_PATH.
+		{"default, a shard", func() (string, error) { return BlobsURL(def, shard) }, "file://" + db + "-attachments/shards/3"},
+		{"named, a shard", func() (string, error) { return BlobsURL(named, shard) }, "file://" + filepath.Join(dir, "files", "shards", "3")},
+		{"bucket, a shard", func() (string, error) { return BlobsURL(bucket, shard) }, "s3://b?prefix=shards%2F3%2F&region=x"},
+		{"a shard's own config", func() (string, error) { return BlobsURL(shardConfig(named, 3), shard) }, "file://" + filepath.Join(dir, "files", "shards", "3")},
 		{"copy of a folder", func() (string, error) { return CopyBlobsURL(named, copyDB, "") }, "file://" + copyDB + "-attachments"},
 		{"copy into a folder given", func() (string, error) { return CopyBlobsURL(named, copyDB, filepath.Join(dir, "x")) }, "file://" + filepath.Join(dir, "x")},
 		{"copy of a bucket", func() (string, error) { return CopyBlobsURL(bucket, copyDB, "") }, "s3://b?region=x"},

@@ -68,7 +68,7 @@ func openClusterShards(ctx context.Context, cfg config.Config, logger *slog.Logg
 	}
 	var blobs cluster.BlobsFor // none without a URL (config always sets one)
 	if cfg.AttachmentsURL != "" {
-		blobs = shardBlobs(ctx, cfg.AttachmentsURL)
+		blobs = shardBlobs(ctx, cfg)
 	}
 	shards, err := cluster.OpenShards(cfg.DBPath, ns, store.Options{Logger: logger}, sealers, blobs)
 	var se *cluster.ShardError
@@ -78,18 +78,10 @@ func openClusterShards(ctx context.Context, cfg config.Config, logger *slog.Logg
 	return shards, err
 }
 
-// shardBlobs opens each shard's attachments store within rawURL
-// (cluster.ShardAttachmentsURL).
-func shardBlobs(ctx context.Context, rawURL string) cluster.BlobsFor {
+// shardBlobs opens each shard's attachments store (OpenBlobs: within
+// the node's store, cluster.ShardAttachmentsURL).
+func shardBlobs(ctx context.Context, cfg config.Config) cluster.BlobsFor {
 	return func(n int) (*attachments.Blobs, error) {
-		u, err := cluster.ShardAttachmentsURL(rawURL, n)
-		if err != nil {
-			return nil, err
-		}
-		b, err := attachments.Open(ctx, u)
-		if err != nil {
-			return nil, fmt.Errorf("open the attachments store (%s): %w", config.VarAttachmentsURL, err)
-		}
-		return b, nil
+		return OpenBlobs(ctx, cfg, cluster.ShardDBPath(cfg.DBPath, n))
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -36,6 +37,7 @@ type HeldShards struct {
 	held   []int
 	key    ed25519.PrivateKey
 	logger *slog.Logger
+	blobs  []*attachments.Blobs // the runners' shards' blob stores, closed with h
 }
 
 // OpenHeldShards registers as the node cfg names and takes the
@@ -88,27 +90,37 @@ func (h *HeldShards) RewrapReceiptKey(ctx context.Context, from, to cluster.Wrap
 }
 
 // Runner waits until shard n is owned and returns a retention runner over
-// st, its open store, whose lease is the shard's ownership and whose
-// writes carry its epoch, with the shard's audit folder and the cluster's
-// pause switch.
+// st, its open store, and the shard's blob store, whose lease is the
+// shard's ownership and whose writes carry its epoch, with the shard's
+// audit folder and the cluster's pause switch.
 func (h *HeldShards) Runner(ctx context.Context, n int, st *store.Store) (*retention.Runner, error) {
 	if _, err := h.owner.WaitOwned(ctx, n, 0); err != nil {
 		return nil, fmt.Errorf("shard %d: wait for its ownership: %w", n, err)
 	}
+	// A run it finishes deletes the blobs its purges owe, as every runner.
+	blobs, err := OpenBlobs(ctx, h.cfg, cluster.ShardDBPath(h.cfg.DBPath, n))
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: %w", n, err)
+	}
+	h.blobs = append(h.blobs, blobs)
 	rc := h.cfg.Retention
 	rc.AuditPath = cluster.ShardAuditPath(h.cfg.Retention.AuditPath, n)
 	shard := n
 	return retention.NewRunner(retention.RunnerOptions{Store: st, Config: rc, Logger: h.logger.With("shard", n),
-		SigningKey: h.key, Coordinator: h.owner.Coordinator(n), Fenced: true, Shard: &shard,
+		SigningKey: h.key, Coordinator: h.owner.Coordinator(n), Fenced: true, Shard: &shard, Blobs: blobs,
 		Pause: &cluster.Pause{Client: h.client, Keys: h.keys}})
 }
 
-// Close releases the ownerships and the registration.
+// Close releases the ownerships and the registration, and closes the
+// runners' blob stores.
 func (h *HeldShards) Close() {
 	if h.owner != nil {
 		h.owner.Close()
 	}
 	_ = h.client.Close()
+	for _, b := range h.blobs {
+		_ = b.Close()
+	}
 }
 
 // ShardConfig is cfg as shard n of a cluster node sees it: its database,

@@ -28,6 +28,20 @@ func ShardDBPath(dbPath string, n int) string {
 	return filepath.Join(dbPath, "shards", strconv.Itoa(n))
 }
 
+// ShardOfDBPath reports which shard's folder dir is, when it is one of
+// <dbPath>/shards/<n>.
+func ShardOfDBPath(dbPath, dir string) (int, bool) {
+	if filepath.Dir(filepath.Clean(dir)) != filepath.Join(dbPath, "shards") {
+		return 0, false
+	}
+	base := filepath.Base(dir)
+	n, err := strconv.Atoi(base)
+	if err != nil || n < 0 || strconv.Itoa(n) != base {
+		return 0, false
+	}
+	return n, true
+}
+
 // ShardKeystorePath is shard n's key store (spec §11.1):
 // <KEYSTORE_PATH>/shards/<n>, held, backed up and moved with the shard.
 func ShardKeystorePath(keystorePath string, n int) string {
