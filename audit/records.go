@@ -167,6 +167,9 @@ type Item struct {
 	// and Size and SHA256 are those of its bytes as stored.
 	Orphan bool   `json:"orphan,omitempty"`
 	Blob   string `json:"blob,omitempty"`
+	// Upload is the ID of an orphan S3 multipart upload that was aborted
+	// (Blob its object's name; no size or digest: it never completed).
+	Upload string `json:"upload,omitempty"`
 }
 
 // Footer closes a run's file.

@@ -54,7 +54,7 @@ func (rn *run) deleteOwedBlobs(ctx context.Context) {
 	}
 	done := make([]store.OwedBlob, 0, len(owed))
 	for _, d := range owed {
-		if err := r.blobs.Delete(ctx, d.Name); err != nil {
+		if err := rn.removeOwed(ctx, d); err != nil {
 			// The debt stays: the next run deletes it.
 			rn.fail(ctx, stagePurge, "", fmt.Errorf("delete the blob of attachment %s: %w", d.ID, err))
 			break
@@ -120,8 +120,29 @@ func (rn *run) blobItem(d store.OwedBlob) audit.Item {
 	if d.Orphan {
 		it.Blob = d.Name
 	}
+	if d.Upload != "" {
+		it.Blob, it.Upload, it.Size = store.BlobName(d.Thread, d.Message, d.ID), d.Upload, nil
+	}
 	if d.DeletedTS > 0 {
 		it.DeletedAt = time.Unix(0, d.DeletedTS).UTC()
 	}
 	return it
+}
+
+// uploadAborter is a blob store that can abort an orphan multipart
+// upload (attachments.Blobs on S3).
+type uploadAborter interface {
+	AbortUpload(ctx context.Context, name, id string) error
+}
+
+// removeOwed deletes an owed blob, or aborts an owed multipart upload.
+func (rn *run) removeOwed(ctx context.Context, d store.OwedBlob) error {
+	if d.Upload == "" {
+		return rn.r.blobs.Delete(ctx, d.Name)
+	}
+	a, ok := rn.r.blobs.(uploadAborter)
+	if !ok {
+		return fmt.Errorf("abort upload %s: the blob store cannot", d.Name)
+	}
+	return a.AbortUpload(ctx, store.BlobName(d.Thread, d.Message, d.ID), d.Upload)
 }

@@ -2,6 +2,8 @@ package retention
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -93,6 +95,14 @@ func (rn *run) sweepOrphans(ctx context.Context) {
 		rn.fail(ctx, stageSync, "", err)
 		return
 	}
+	if us, ok := bs.(uploadLister); ok {
+		n, err := rn.oweOpenUploads(ctx, us, cutoff)
+		if err != nil {
+			rn.fail(ctx, stagePurge, "", fmt.Errorf("sweep open uploads: %w", err))
+			return
+		}
+		owed += n
+	}
 	r.log.Debug("retention_orphans_swept", "run_id", rn.id, "looked_at", seen, "orphans", owed, "from", from, "next", last)
 	if owed > 0 {
 		rn.deleteOwedBlobs(ctx)
@@ -123,4 +133,38 @@ func (rn *run) oweOrphan(ctx context.Context, bs OrphanStore, o attachments.Obje
 	}
 	return rn.r.st.OweOrphanBlob(ctx, store.OwedBlob{Name: o.Name, Thread: tid, Message: mid, ID: aid,
 		Size: size, SHA256: sum, RunID: rn.id, Cause: audit.CauseDeleted, Orphan: true})
+}
+
+// uploadLister is a blob store whose incomplete multipart uploads a run
+// can list and abort (attachments.Blobs on S3).
+type uploadLister interface {
+	OpenUploads(ctx context.Context, fn func(attachments.OpenUpload) (bool, error)) error
+	uploadAborter
+}
+
+// oweOpenUploads owes the abort of every multipart upload begun before
+// cutoff for an attachment no record names and no upload of this
+// process is writing, looking at most orphanCap of them.
+func (rn *run) oweOpenUploads(ctx context.Context, us uploadLister, cutoff time.Time) (int, error) {
+	r := rn.r
+	bs := r.blobs.(OrphanStore)
+	seen, owed := 0, 0
+	err := us.OpenUploads(ctx, func(u attachments.OpenUpload) (bool, error) {
+		seen++
+		tid, mid, aid, leftover, ok := attachments.ObjectOf(u.Name)
+		if !ok || leftover || !u.Initiated.Before(cutoff) || bs.Writing(u.Name) {
+			return seen < r.orphanCap, nil
+		}
+		if has, err := r.st.HasAttachmentRecord(ctx, tid, mid, aid); err != nil || has {
+			return seen < r.orphanCap, err
+		}
+		digest := sha256.Sum256([]byte(u.ID))
+		ok, err := r.st.OweOrphanBlob(ctx, store.OwedBlob{Name: u.Name + ".upload-" + hex.EncodeToString(digest[:8]),
+			Thread: tid, Message: mid, ID: aid, RunID: rn.id, Cause: audit.CauseDeleted, Orphan: true, Upload: u.ID})
+		if ok {
+			owed++
+		}
+		return seen < r.orphanCap, err
+	})
+	return owed, err
 }

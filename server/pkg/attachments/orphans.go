@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
@@ -251,4 +253,83 @@ func (b *Blobs) Digest(ctx context.Context, name string) (int64, string, error) 
 		return 0, "", fmt.Errorf("read blob %s: %w", name, err)
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// OpenUpload is a multipart upload of an S3 store begun and neither
+// completed nor aborted: what an upload killed part way leaves there
+// (its parts are stored, and billed, until it is aborted).
+type OpenUpload struct {
+	Name      string // the object it would have made
+	ID        string // the store's upload ID
+	Initiated time.Time
+}
+
+// OpenUploads calls fn with the incomplete multipart uploads of an S3
+// store, until fn returns false; other stores have none to list (GCS
+// and Azure drop uncommitted uploads on their own, and a file:// upload
+// leaves a temporary file, which Walk finds).
+func (b *Blobs) OpenUploads(ctx context.Context, fn func(OpenUpload) (bool, error)) error {
+	client, bucketName, err := b.s3()
+	if err != nil || client == nil {
+		return err
+	}
+	in := &s3.ListMultipartUploadsInput{Bucket: &bucketName}
+	for {
+		out, err := client.ListMultipartUploads(ctx, in)
+		if err != nil {
+			return fmt.Errorf("list open uploads: %w", err)
+		}
+		for _, u := range out.Uploads {
+			if u.Key == nil || u.UploadId == nil || u.Initiated == nil {
+				continue
+			}
+			more, err := fn(OpenUpload{Name: *u.Key, ID: *u.UploadId, Initiated: *u.Initiated})
+			if err != nil || !more {
+				return err
+			}
+		}
+		if out.IsTruncated == nil || !*out.IsTruncated || out.NextKeyMarker == nil {
+			return nil
+		}
+		in.KeyMarker, in.UploadIdMarker = out.NextKeyMarker, out.NextUploadIdMarker
+	}
+}
+
+// AbortUpload aborts multipart upload id of object name; one already
+// gone (completed or aborted) is no error.
+func (b *Blobs) AbortUpload(ctx context.Context, name, id string) error {
+	client, bucketName, err := b.s3()
+	if err != nil {
+		return err
+	}
+	if client == nil {
+		return fmt.Errorf("abort upload of %s: %w: not an S3 store", name, ErrUnavailable)
+	}
+	_, err = client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &bucketName, Key: &name, UploadId: &id})
+	var missing *s3types.NoSuchUpload
+	if err != nil && !errors.As(err, &missing) {
+		return fmt.Errorf("abort upload of %s: %w", name, err)
+	}
+	return nil
+}
+
+// s3 returns the S3 client and bucket name of an s3:// store; nil for
+// another store.
+func (b *Blobs) s3() (*s3.Client, string, error) {
+	if b.dir != "" {
+		return nil, "", nil
+	}
+	bucket, err := b.open()
+	if err != nil {
+		return nil, "", err
+	}
+	var client *s3.Client
+	if !bucket.As(&client) {
+		return nil, "", nil
+	}
+	u, err := url.Parse(b.url)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return client, u.Host, nil
 }

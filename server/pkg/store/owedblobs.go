@@ -44,6 +44,10 @@ type OwedBlob struct {
 	// an upload's leftover of it (a temporary file), and Size and SHA256
 	// are those of the bytes as stored (sealed ones when sealing).
 	Orphan bool `json:"orphan,omitempty"`
+	// Upload is an orphan S3 multipart upload's ID: the removal aborts
+	// it (Name is then <blob>.upload-<digest of the ID>, apart from the
+	// blob's own debt).
+	Upload string `json:"upload,omitempty"`
 }
 
 func owedBlobKey(name string) []byte { return append([]byte(owedBlobNS), name...) }
