@@ -130,7 +130,7 @@ func (b *Blobs) Walk(ctx context.Context, after string, fn func(Object) (bool, e
 	if b.dir != "" {
 		err = b.walkDir(ctx, after, fn)
 	} else {
-		err = walkBucket(ctx, bucket, after, fn)
+		err = walkBucket(ctx, bucket, b.keyPrefix(), after, fn)
 	}
 	if errors.Is(err, errStopWalk) {
 		return nil
@@ -200,14 +200,27 @@ func comparePath(a, b []string) int {
 	return len(a) - len(b)
 }
 
-// walkBucket lists a remote bucket from after on, in key order.
-func walkBucket(ctx context.Context, bucket *blob.Bucket, after string, fn func(Object) (bool, error)) error {
+// keyPrefix is the prefix the store's URL puts before every name
+// (prefix=, a cluster shard's within a node's bucket): the driver's own
+// list options see whole keys.
+func (b *Blobs) keyPrefix() string {
+	u, err := url.Parse(b.url)
+	if err != nil {
+		return ""
+	}
+	return u.Query().Get("prefix")
+}
+
+// walkBucket lists a remote bucket (names under prefix, which the bucket
+// hides) from after on, in key order.
+func walkBucket(ctx context.Context, bucket *blob.Bucket, prefix, after string, fn func(Object) (bool, error)) error {
 	opts := &blob.ListOptions{}
 	if after != "" {
+		start := prefix + after
 		opts.BeforeList = func(as func(any) bool) error {
 			var in *s3.ListObjectsV2Input
 			if as(&in) {
-				in.StartAfter = &after
+				in.StartAfter = &start
 			}
 			return nil
 		}

@@ -6,6 +6,10 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"gocloud.dev/blob"
+
+	"github.com/progressdb/progressdb/server/internal/testtools/s3server"
 )
 
 func TestObjectOf(t *testing.T) {
@@ -88,5 +92,49 @@ func TestWalkResumesAfterAnyName(t *testing.T) {
 	defer empty.Close()
 	if err := empty.Walk(ctx, "", func(Object) (bool, error) { t.Fatal("an object in an empty store"); return false, nil }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A bucket reached with a prefix (a cluster shard's within a node's
+// bucket) is walked from any name on within that prefix only, the
+// driver listing from the whole key.
+func TestWalkPrefixedBucketResumes(t *testing.T) {
+	ctx := context.Background()
+	fake := s3server.Start(t)
+	whole, err := blob.OpenBucket(ctx, fake.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Close()
+	// Names past the prefix itself ("t…" after "shards/…") are where a
+	// driver started from the name alone would list nothing.
+	names := []string{"a/m/1", "t/m/1", "u/m/1"}
+	for _, key := range []string{"a/m/0", "shards/3/a/m/1", "shards/3/t/m/1", "shards/3/u/m/1", "shards/4/a/m/1", "zz/m/9"} {
+		if err := whole.WriteAll(ctx, key, []byte(key), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := Open(ctx, fake.URL+"&prefix=shards%2F3%2F")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	walk := func(after string) []string {
+		var got []string
+		if err := b.Walk(ctx, after, func(o Object) (bool, error) {
+			got = append(got, o.Name)
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := walk(""); !slices.Equal(got, names) {
+		t.Fatalf("walk = %v, want %v", got, names)
+	}
+	for i, n := range names {
+		if got := walk(n); !slices.Equal(got, names[i+1:]) {
+			t.Errorf("walk after %q = %v, want %v", n, got, names[i+1:])
+		}
 	}
 }
