@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -64,39 +63,10 @@ func parseAttachmentDeletion(key []byte) (AttachmentDeletion, bool) {
 // may purge). ErrStopScan from fn ends the scan without error; entries
 // that do not parse are skipped.
 func (s *Store) ScanAttachmentDeletions(ctx context.Context, from, to int64, fn func(AttachmentDeletion) error) error {
-	from = max(from, 0)
-	if to < from {
-		return nil
-	}
-	prefix := []byte(delAttachmentNS)
-	lower := appendPadded(withRoom(prefix), from)
-	upper := upperBound(prefix)
-	if to < math.MaxInt64 {
-		upper = appendPadded(withRoom(prefix), to+1)
-	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	err := scanByDeletionTime(ctx, s, []byte(delAttachmentNS), from, to, func(it *pebble.Iterator) (AttachmentDeletion, bool) {
+		return parseAttachmentDeletion(it.Key())
+	}, fn)
 	if err != nil {
-		return fmt.Errorf("scan attachment deletions: %w", err)
-	}
-	defer it.Close()
-	for n, valid := 0, it.First(); valid; n, valid = n+1, it.Next() {
-		if n%ctxCheckEvery == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		d, ok := parseAttachmentDeletion(it.Key())
-		if !ok {
-			continue
-		}
-		if err := fn(d); err != nil {
-			if errors.Is(err, ErrStopScan) {
-				return nil
-			}
-			return err
-		}
-	}
-	if err := it.Error(); err != nil {
 		return fmt.Errorf("scan attachment deletions: %w", err)
 	}
 	return nil

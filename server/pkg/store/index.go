@@ -32,31 +32,42 @@ func (s *Store) ScanDeletionIndex(ctx context.Context, kind ItemKind, from, to i
 	if err := checkKind(kind); err != nil {
 		return err
 	}
+	err := scanByDeletionTime(ctx, s, deletionPrefix(kind), from, to, func(it *pebble.Iterator) (DeletionEntry, bool) {
+		return deletionEntry(kind, it)
+	}, fn)
+	if err != nil {
+		return fmt.Errorf("scan deletion index: %w", err)
+	}
+	return nil
+}
+
+// scanByDeletionTime calls fn, in deletion-time order, for every entry of
+// a deletion index (prefix, then the padded time) with from <= time <= to
+// that parse reads; entries it cannot read are skipped. An iterator reads
+// the state as of its creation, so fn may delete what it is given.
+// ErrStopScan from fn ends the scan without error.
+func scanByDeletionTime[T any](ctx context.Context, s *Store, prefix []byte, from, to int64, parse func(*pebble.Iterator) (T, bool), fn func(T) error) error {
 	from = max(from, 0)
 	if to < from {
 		return nil
 	}
-	prefix := deletionPrefix(kind)
 	lower := appendPadded(withRoom(prefix), from)
 	upper := upperBound(prefix)
 	if to < math.MaxInt64 {
 		upper = appendPadded(withRoom(prefix), to+1)
 	}
-	// An iterator reads the state as of its creation: fn's deletes do not
-	// disturb the scan.
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return fmt.Errorf("scan deletion index: %w", err)
+		return err
 	}
 	defer it.Close()
-
 	for n, valid := 0, it.First(); valid; n, valid = n+1, it.Next() {
 		if n%ctxCheckEvery == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 		}
-		e, ok := deletionEntry(kind, it)
+		e, ok := parse(it)
 		if !ok {
 			continue
 		}
@@ -67,10 +78,7 @@ func (s *Store) ScanDeletionIndex(ctx context.Context, kind ItemKind, from, to i
 			return err
 		}
 	}
-	if err := it.Error(); err != nil {
-		return fmt.Errorf("scan deletion index: %w", err)
-	}
-	return nil
+	return it.Error()
 }
 
 // withRoom copies a prefix so appending to it cannot touch the original.
