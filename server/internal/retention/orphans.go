@@ -96,10 +96,12 @@ func (rn *run) sweepOrphans(ctx context.Context) {
 		return
 	}
 	if us, ok := bs.(uploadLister); ok {
+		// Best effort: a bucket policy without the multipart rights
+		// (or a store that lacks the call) must not fail every run.
 		n, err := rn.oweOpenUploads(ctx, us, cutoff)
 		if err != nil {
-			rn.fail(ctx, stagePurge, "", fmt.Errorf("sweep open uploads: %w", err))
-			return
+			r.metrics.countError(stagePurge)
+			r.log.Warn("retention_open_uploads_failed", "run_id", rn.id, "err", err)
 		}
 		owed += n
 	}

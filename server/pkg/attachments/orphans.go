@@ -289,6 +289,10 @@ func (b *Blobs) OpenUploads(ctx context.Context, fn func(OpenUpload) (bool, erro
 	in := &s3.ListMultipartUploadsInput{Bucket: &bucketName}
 	for {
 		out, err := client.ListMultipartUploads(ctx, in)
+		var none *s3types.NoSuchUpload
+		if errors.As(err, &none) {
+			return nil // how some S3 servers say there is none
+		}
 		if err != nil {
 			return fmt.Errorf("list open uploads: %w", err)
 		}
