@@ -201,8 +201,8 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 	backups.startSweep()
 	defer context.AfterFunc(ctx, services.closeAll)()
 	mover, err := cluster.NewNode(cluster.NodeOptions{Node: cfg.NodeID, Owner: owner, Shards: shards,
-		Held:      func() { reporter.report(nodeCtx) },
-		Retention: cfg.Retention, KeystorePath: cfg.KeystorePath, SigningKey: key, Version: buildinfo.Read().Version, Logger: logger,
+		Held: func() { reporter.report(nodeCtx) }, Retention: cfg.Retention, KeystorePath: cfg.KeystorePath,
+		AttachmentsURL: cfg.AttachmentsURL, SigningKey: key, Version: buildinfo.Read().Version, Logger: logger,
 		Holder: per.holder, Detach: per.detach, Attach: per.attach})
 	if err != nil {
 		return err
@@ -304,7 +304,8 @@ func (p *shardRuntime) start(n int) error {
 		return err
 	}
 	p.services.add(n, svc)
-	return p.backups.add(n, st, svc, p.smetrics.backups(n))
+	blobs, _ := p.shards.Blobs(n)
+	return p.backups.add(n, st, blobs, svc, p.smetrics.backups(n))
 }
 
 // attach starts a shard moved here, once it is owned; a failure is
@@ -321,7 +322,8 @@ func (p *shardRuntime) attach(n int) {
 		return
 	}
 	p.services.add(n, svc)
-	if err := p.backups.add(n, st, svc, p.smetrics.backups(n)); err != nil {
+	blobs, _ := p.shards.Blobs(n)
+	if err := p.backups.add(n, st, blobs, svc, p.smetrics.backups(n)); err != nil {
 		p.logger.Error("backup_start_failed", "shard", n, "err", err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,10 +21,8 @@ import (
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/backup"
-	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/durable"
-	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // NodeOptions configure a node's part in moves.
@@ -40,9 +37,13 @@ type NodeOptions struct {
 	// (<KEYSTORE_PATH>/shards/<n>, spec §11.1); "" when the node does not
 	// seal. A sealed shard's key store moves with it.
 	KeystorePath string
-	SigningKey   ed25519.PrivateKey
-	Version      string
-	Logger       *slog.Logger
+	// AttachmentsURL is the node's PROGRESSDB_ATTACHMENTS_URL: with a
+	// file:// store a shard's folder of blobs (ShardAttachmentsDir) moves
+	// with it; a bucket's prefix stays where every node reaches it.
+	AttachmentsURL string
+	SigningKey     ed25519.PrivateKey
+	Version        string
+	Logger         *slog.Logger
 	// Holder returns shard n's retention runner (retention.Runner): a
 	// shard moved away is held from its fence until its copy is deleted,
 	// so no run purges or writes into its trail meanwhile.
@@ -86,8 +87,8 @@ type outgoing struct {
 // incoming is what a move here created: the trail, the database, and the
 // folder the node's own older trail of the shard was set aside to.
 type incoming struct {
-	trail, db, keys bool
-	aside           string
+	trail, db, keys, blobs bool
+	aside                  string
 }
 
 var (
@@ -119,6 +120,10 @@ func (nd *Node) keysPath(n int) string {
 	}
 	return ShardKeystorePath(nd.o.KeystorePath, n)
 }
+
+// blobsPath is shard n's folder of attachments, "" when the node's
+// store is a bucket (or it has none).
+func (nd *Node) blobsPath(n int) string { return ShardAttachmentsDir(nd.o.AttachmentsURL, n) }
 
 func (nd *Node) publicKey() ed25519.PublicKey {
 	if nd.o.SigningKey == nil {
@@ -206,8 +211,10 @@ func (nd *Node) Backup(ctx context.Context, n int, w io.Writer) (backup.Manifest
 	if !ok {
 		return backup.Manifest{}, fmt.Errorf("shard %d: node %s does not hold it", n, nd.o.Node)
 	}
-	// A sealed shard's stream carries its key store: wrapped keys only.
-	c, err := backup.NewCreator(backup.Options{Store: st, KeyStore: backup.KeyStoreOf(st), Hold: heldHolder{head},
+	// A sealed shard's stream carries its key store (wrapped keys only),
+	// and a file:// store's blobs of the shard (as stored).
+	blobs, _ := nd.o.Shards.Blobs(n)
+	c, err := backup.NewCreator(backup.Options{Store: st, KeyStore: backup.KeyStoreOf(st), Blobs: blobs, Hold: heldHolder{head},
 		SigningKey: nd.o.SigningKey, Version: nd.o.Version, Logger: nd.o.Logger.With("shard", n)})
 	if err != nil {
 		return backup.Manifest{}, err
@@ -312,6 +319,10 @@ func (nd *Node) Remove(ctx context.Context, n int, to string, epoch int64) error
 		// No key of the shard is left in any file of this node's key
 		// store folder (spec §11.1): the new owner holds them now.
 		derr = removeFolder(ks)
+	}
+	if bp := nd.blobsPath(n); derr == nil && bp != "" {
+		// Nor any of its attachments: the new owner's folder has them.
+		derr = removeFolder(bp)
 	}
 	f := w.Counts()
 	f.FinishedAt = time.Now().UTC()
@@ -462,203 +473,6 @@ func (nd *Node) moveKeyGone(ctx context.Context, c *clientv3.Client, key string,
 		}
 	}
 	return false
-}
-
-func (nd *Node) incoming(n int) *incoming {
-	nd.mu.Lock()
-	defer nd.mu.Unlock()
-	in := nd.in[n]
-	if in == nil {
-		in = &incoming{}
-		nd.in[n] = in
-	}
-	return in
-}
-
-// ReceiveTrail implements MoveTarget.
-func (nd *Node) ReceiveTrail(ctx context.Context, n int, r io.Reader) error {
-	root := nd.auditPath(n)
-	if err := backup.CheckEmpty(root); err != nil {
-		if !errors.Is(err, backup.ErrNotEmpty) {
-			return fmt.Errorf("shard %d: audit folder: %w", n, err)
-		}
-		// The shard comes back to a node that held it: its trail here ends
-		// with the record of its move away, which the trail coming in
-		// does not hold. It is set aside whole, never deleted, and the
-		// shard's trail goes on from the one coming in.
-		aside := root + ".before-" + time.Now().UTC().Format("20060102T150405.000000000Z")
-		if err := os.Rename(root, aside); err != nil {
-			return fmt.Errorf("shard %d: set the older audit trail aside: %w", n, err)
-		}
-		if err := durable.SyncDir(filepath.Dir(root)); err != nil {
-			return err
-		}
-		nd.incoming(n).aside = aside
-		nd.o.Logger.Info("cluster_shard_trail_set_aside", "shard", n, "folder", aside)
-	}
-	nd.incoming(n).trail = true
-	dirs := map[string]bool{root: true}
-	if err := os.MkdirAll(root, 0o750); err != nil {
-		return err
-	}
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("shard %d: audit trail: %w", n, err)
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		name := filepath.FromSlash(hdr.Name)
-		if hdr.Typeflag != tar.TypeReg || !filepath.IsLocal(name) || !strings.HasSuffix(name, ".jsonl") {
-			return fmt.Errorf("shard %d: audit trail: %q is not an audit file", n, hdr.Name)
-		}
-		path := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-			return err
-		}
-		dirs[filepath.Dir(path)] = true
-		if err := writeFileSync(path, io.LimitReader(tr, hdr.Size), 0o640); err != nil {
-			return fmt.Errorf("shard %d: audit trail: %w", n, err)
-		}
-	}
-	for d := range dirs {
-		if err := durable.SyncDir(d); err != nil {
-			return err
-		}
-	}
-	return durable.SyncDir(filepath.Dir(root))
-}
-
-// Restore implements MoveTarget: the backup is written beside the
-// shards and restored as the shard by backup.Restore, keeping its
-// identity: verified while unpacked, opened among the node's shards, and
-// the purges its trail records after the backup's head replayed (trigger
-// "restore") before the shard is taken.
-func (nd *Node) Restore(ctx context.Context, n int, r io.Reader) (RestoreResult, error) {
-	var rr RestoreResult
-	dir := nd.dbPath(n)
-	if err := backup.CheckEmpty(dir); err != nil {
-		return rr, fmt.Errorf("shard %d: %w", n, err)
-	}
-	ks := nd.keysPath(n)
-	if ks != "" {
-		if err := backup.CheckEmpty(ks); err != nil {
-			return rr, fmt.Errorf("shard %d: key store: %w", n, err)
-		}
-		nd.incoming(n).keys = true
-	}
-	nd.incoming(n).db = true
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return rr, err
-	}
-	tmp := filepath.Join(filepath.Dir(dir), ".move-"+strconv.Itoa(n)+".tar")
-	defer os.Remove(tmp)
-	if err := backup.WriteAtomic(tmp, func(w io.Writer) error {
-		_, err := io.Copy(w, r)
-		return err
-	}); err != nil {
-		return rr, fmt.Errorf("shard %d: receive backup: %w", n, err)
-	}
-	rc := nd.o.Retention
-	rc.AuditPath = nd.auditPath(n)
-	res, err := backup.Restore(ctx, backup.RestoreOptions{File: tmp, DB: dir, KeepIdentity: true, Retention: rc, DefaultKeyStore: ks,
-		PublicKey: nd.publicKey(), Logger: nd.o.Logger.With("shard", n),
-		Open: func() (*store.Store, error) { return nd.o.Shards.Open(n) },
-		NewReplayer: func(st *store.Store, rc config.Retention) (backup.Replayer, error) {
-			shard := n
-			runner, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: rc, Logger: nd.o.Logger.With("shard", n),
-				Version: nd.o.Version, SigningKey: nd.o.SigningKey, Coordinator: copyCoordinator{owner: nd.o.Node}, Shard: &shard})
-			return shardReplay{runner}, err
-		}})
-	if res.Backup != nil {
-		rr.Backup = *res.Backup
-	}
-	if res.Replay != nil {
-		rr.Replay = *res.Replay
-	}
-	if len(res.Problems) > 0 {
-		return rr, fmt.Errorf("shard %d: %w: %s", n, err, strings.Join(res.Problems, "; "))
-	}
-	if err != nil {
-		return rr, fmt.Errorf("shard %d: %w", n, err)
-	}
-	return rr, nil
-}
-
-// shardReplay is a shard's runner as the replay of its move's restore:
-// the replay ends with the move's context, and there is no service to
-// close.
-type shardReplay struct{ *retention.Runner }
-
-func (shardReplay) Close() {}
-
-// Take implements MoveTarget.
-func (nd *Node) Take(ctx context.Context, n int, cmps []clientv3.Cmp, ops []clientv3.Op) (int64, error) {
-	epoch, err := nd.o.Owner.Take(ctx, n, cmps, ops)
-	if err != nil {
-		return 0, err
-	}
-	nd.mu.Lock()
-	delete(nd.in, n)
-	nd.mu.Unlock()
-	if nd.o.Attach != nil {
-		nd.o.Attach(n)
-	}
-	if nd.o.Held != nil {
-		nd.o.Held()
-	}
-	return epoch, nil
-}
-
-// Discard implements MoveTarget: only what this move created goes.
-func (nd *Node) Discard(_ context.Context, n int) error {
-	nd.mu.Lock()
-	in := nd.in[n]
-	delete(nd.in, n)
-	nd.mu.Unlock()
-	if in == nil {
-		return nil
-	}
-	var errs []error
-	if in.db {
-		if _, err := nd.o.Shards.Detach(n); err != nil {
-			errs = append(errs, err)
-		}
-		errs = append(errs, os.RemoveAll(nd.dbPath(n)))
-	}
-	if in.keys {
-		// Closed with the shard above.
-		errs = append(errs, os.RemoveAll(nd.keysPath(n)))
-	}
-	if in.trail {
-		// A copy of the old owner's trail, which keeps its own.
-		errs = append(errs, os.RemoveAll(nd.auditPath(n)))
-	}
-	if in.aside != "" {
-		errs = append(errs, os.Rename(in.aside, nd.auditPath(n)))
-	}
-	return errors.Join(errs...)
-}
-
-func writeFileSync(path string, r io.Reader, mode os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, r); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // newRunID returns 12 lowercase hex characters, like a run's.
