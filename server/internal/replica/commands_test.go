@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/server/internal/replica/replicatest"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -23,9 +24,9 @@ func newStoreCluster(t *testing.T, groups ...uint64) *testCluster {
 // servingLeader waits for a node, other than those in not, that leads g
 // with a lease (it may evaluate writes) and returns its index.
 func (c *testCluster) servingLeader(g uint64, not ...int) int {
-	c.t.Helper()
+	c.T.Helper()
 	at := -1
-	c.waitFor(fmt.Sprintf("a serving leader of group %d", g), func() bool {
+	c.WaitFor(fmt.Sprintf("a serving leader of group %d", g), func() bool {
 		for i, nd := range c.nodes {
 			if nd != nil && !contains(not, i) && nd.host.Lease(g) != 0 {
 				at = i
@@ -49,9 +50,9 @@ func contains(xs []int, x int) bool {
 // caughtUp waits until every running replica of g applied what node l
 // has applied.
 func (c *testCluster) caughtUp(g uint64, l int) {
-	c.t.Helper()
+	c.T.Helper()
 	want := c.raftLog(l, g).Applied()
-	c.waitFor(fmt.Sprintf("group %d's replicas to apply up to %d", g, want), func() bool {
+	c.WaitFor(fmt.Sprintf("group %d's replicas to apply up to %d", g, want), func() bool {
 		for i, nd := range c.nodes {
 			if nd != nil && c.raftLog(i, g).Applied() < want {
 				return false
@@ -62,10 +63,10 @@ func (c *testCluster) caughtUp(g uint64, l int) {
 }
 
 func (c *testCluster) raftLog(i int, g uint64) *store.RaftLog {
-	c.t.Helper()
+	c.T.Helper()
 	l, err := c.nodes[i].stores[g].RaftLog(context.Background())
 	if err != nil {
-		c.t.Fatal(err)
+		c.T.Fatal(err)
 	}
 	return l
 }
@@ -96,19 +97,19 @@ func keySpace(t *testing.T, s *store.Store) []string {
 // node l did and checks that their key spaces are the same, byte for
 // byte.
 func (c *testCluster) sameEverywhere(g uint64, l int) {
-	c.t.Helper()
+	c.T.Helper()
 	c.caughtUp(g, l)
-	want := keySpace(c.t, c.nodes[l].stores[g])
+	want := keySpace(c.T, c.nodes[l].stores[g])
 	for i, nd := range c.nodes {
 		if nd == nil || i == l {
 			continue
 		}
-		if got := keySpace(c.t, nd.stores[g]); !reflect.DeepEqual(got, want) {
-			c.t.Fatalf("replica %d's keys differ from the leader's:\n%q\n%q", i, got, want)
+		if got := keySpace(c.T, nd.stores[g]); !reflect.DeepEqual(got, want) {
+			c.T.Fatalf("replica %d's keys differ from the leader's:\n%q\n%q", i, got, want)
 		}
 	}
 	if len(want) == 0 {
-		c.t.Fatal("no keys")
+		c.T.Fatal("no keys")
 	}
 }
 
@@ -229,9 +230,9 @@ func TestCutOffLeaderWriteAppliesAtMostOnce(t *testing.T) {
 			th := must(c.nodes[l].stores[g].CreateThread(ctx, store.Thread{ID: "t", Title: "t", Author: "a"}))
 			c.caughtUp(g, l)
 			if deaf {
-				c.net.Deafen(rid(g, l))
+				c.net.Deafen(replicatest.ID(g, l))
 			} else {
-				c.net.Cut(rid(g, l))
+				c.net.Cut(replicatest.ID(g, l))
 			}
 			idem := &store.Idempotent{Scope: "c1", Key: "d2", Fingerprint: "f", Status: 201}
 			wctx, cancel := context.WithTimeout(store.WithIdempotent(ctx, idem), 30*time.Second)
@@ -242,7 +243,7 @@ func TestCutOffLeaderWriteAppliesAtMostOnce(t *testing.T) {
 			}
 			next := c.servingLeader(g, l)
 			must(c.nodes[next].stores[g].AppendMessage(ctx, th.ID, store.Message{Author: "a", Body: body("after")}))
-			c.net.Heal(rid(g, l))
+			c.net.Heal(replicatest.ID(g, l))
 			c.sameEverywhere(g, next)
 			t.Logf("the cut-off leader's write: %v", err)
 			want := 0

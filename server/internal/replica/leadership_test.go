@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/progressdb/progressdb/server/internal/replica"
+	"github.com/progressdb/progressdb/server/internal/replica/replicatest"
 )
 
 // leads keeps the last leadership each node was told of, and whether
@@ -46,7 +47,7 @@ func TestLeadershipIsToldToEveryReplica(t *testing.T) {
 			}
 			for _, i := range nodes {
 				got := l.of(i)
-				if got.Group != g || got.Replica != rid(g, i) || got.Term != st.GetTerm() || got.Leader != rid(g, leader) ||
+				if got.Group != g || got.Replica != replicatest.ID(g, i) || got.Term != st.GetTerm() || got.Leader != replicatest.ID(g, leader) ||
 					got.Leading() != (i == leader) {
 					return false
 				}
@@ -54,18 +55,18 @@ func TestLeadershipIsToldToEveryReplica(t *testing.T) {
 			return true
 		}
 	}
-	old := c.leader(g)
-	c.waitFor("every replica told of the leader", agreed([]int{0, 1, 2}, old))
+	old := c.Leader(g)
+	c.WaitFor("every replica told of the leader", agreed([]int{0, 1, 2}, old))
 	term := l.of(old).Term
 	c.stop(old)
-	next := c.leader(g)
+	next := c.Leader(g)
 	var live []int
 	for i := range c.nodes {
 		if i != old {
 			live = append(live, i)
 		}
 	}
-	c.waitFor("the live replicas told of the new leader", agreed(live, next))
+	c.WaitFor("the live replicas told of the new leader", agreed(live, next))
 	if got := l.of(next).Term; got <= term {
 		t.Fatalf("the new leader's term %d is not after the old one's %d", got, term)
 	}

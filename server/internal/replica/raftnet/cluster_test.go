@@ -11,54 +11,25 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.etcd.io/raft/v3"
 
 	"github.com/progressdb/progressdb/internal/testcerts"
 	"github.com/progressdb/progressdb/server/internal/api"
 	"github.com/progressdb/progressdb/server/internal/certs"
 	"github.com/progressdb/progressdb/server/internal/replica"
 	"github.com/progressdb/progressdb/server/internal/replica/raftnet"
+	"github.com/progressdb/progressdb/server/internal/replica/replicatest"
 	"github.com/progressdb/progressdb/server/internal/router"
 	"github.com/progressdb/progressdb/server/internal/testtools/tcpproxy"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 const secret = "raftnet-test-secret"
-
-// recorder is a state machine that keeps what it applied, in order: it
-// outlives a node's restart, as a shard's database does. An index at or
-// below the last one applied is a repeat, skipped: it saves no applied
-// index of its own, so a stop between an apply and the group's save of
-// the applied index repeats it (replica.StateMachine).
-type recorder struct {
-	mu   sync.Mutex
-	last uint64
-	cmds []string
-}
-
-func (r *recorder) Apply(_ context.Context, index, _ uint64, cmd []byte) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if index <= r.last {
-		return nil
-	}
-	r.last = index
-	r.cmds = append(r.cmds, string(cmd))
-	return nil
-}
-
-func (r *recorder) applied() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.cmds)
-}
 
 // logBuffer keeps the transports' log lines.
 type logBuffer struct {
@@ -93,7 +64,7 @@ type netNode struct {
 // by the node routes' guard. Node i reaches node j through proxy[i][j],
 // which the test cuts. Replica (g, i) has the Raft ID g*10+i+1.
 type netCluster struct {
-	t      *testing.T
+	replicatest.Nodes
 	dir    string
 	groups []uint64
 	ca     *testcerts.CA
@@ -101,16 +72,19 @@ type netCluster struct {
 	addrs  [3]string
 	proxy  [3][3]*tcpproxy.Proxy
 	nodes  [3]*netNode
-	sm     map[uint64]*recorder
 	logs   *logBuffer
 }
 
-func rid(g uint64, i int) uint64 { return g*10 + uint64(i) + 1 }
-func nodeName(i int) string      { return "node" + strconv.Itoa(i) }
+func nodeName(i int) string { return "node" + strconv.Itoa(i) }
 
 func newNetCluster(t *testing.T, groups ...uint64) *netCluster {
-	c := &netCluster{t: t, dir: t.TempDir(), groups: groups, ca: testcerts.NewCA(t, "cluster CA"),
-		sm: make(map[uint64]*recorder), logs: &logBuffer{}}
+	c := &netCluster{dir: t.TempDir(), groups: groups, ca: testcerts.NewCA(t, "cluster CA"), logs: &logBuffer{}}
+	c.Nodes = replicatest.Nodes{T: t, SM: make(map[uint64]*replicatest.Recorder), Host: func(i int) *replica.Host {
+		if nd := c.nodes[i]; nd != nil {
+			return nd.host
+		}
+		return nil
+	}}
 	var lns [3]net.Listener
 	for i := range lns {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -150,7 +124,7 @@ func newNetCluster(t *testing.T, groups ...uint64) *netCluster {
 // serverTLS is a node listener's TLS: its certificate, HTTP/2, and client
 // certificates asked for (the guard checks them), as the app serves.
 func (c *netCluster) serverTLS(i int) *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{c.leaves[i].TLS(c.t)},
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{c.leaves[i].TLS(c.T)},
 		NextProtos: []string{"h2", "http/1.1"}, ClientAuth: tls.RequestClientCert}
 }
 
@@ -171,17 +145,17 @@ func (c *netCluster) guard() *certs.Guard {
 // start runs node i on ln (its old address again when nil), from its
 // stores on disk.
 func (c *netCluster) start(i int, ln net.Listener) {
-	c.t.Helper()
+	c.T.Helper()
 	if ln == nil {
 		var err error
 		if ln, err = net.Listen("tcp", c.addrs[i]); err != nil {
-			c.t.Fatal(err)
+			c.T.Fatal(err)
 		}
 	}
 	reg := prometheus.NewRegistry()
 	tr, err := raftnet.New(raftnet.Options{Node: nodeName(i), Secret: secret, Metrics: raftnet.NewMetrics(reg),
 		Logger: slog.New(slog.NewTextHandler(c.logs, nil)).With("node", i),
-		TLS:    testcerts.ClientConfig(c.ca.Pool(), c.leaves[i].TLS(c.t)),
+		TLS:    testcerts.ClientConfig(c.ca.Pool(), c.leaves[i].TLS(c.T)),
 		Resolve: func(replica uint64) (raftnet.Peer, bool) {
 			j := int(replica%10) - 1
 			if j < 0 || j > 2 || j == i {
@@ -190,12 +164,12 @@ func (c *netCluster) start(i int, ln net.Listener) {
 			return raftnet.Peer{Node: nodeName(j), URL: "https://" + c.proxy[i][j].Addr()}, true
 		}})
 	if err != nil {
-		c.t.Fatal(err)
+		c.T.Fatal(err)
 	}
 	h, err := replica.NewHost(replica.Config{Transport: tr, Tick: 10 * time.Millisecond, ElectionTicks: 30,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		c.t.Fatal(err)
+		c.T.Fatal(err)
 	}
 	nd := &netNode{reg: reg, tr: tr, host: h, stores: make(map[uint64]*store.Store), served: make(chan error, 1)}
 	ctx, stop := context.WithCancel(context.Background())
@@ -203,16 +177,16 @@ func (c *netCluster) start(i int, ln net.Listener) {
 	for _, g := range c.groups {
 		s, err := store.Open(filepath.Join(c.dir, nodeName(i), fmt.Sprintf("shard%d", g)), store.Options{})
 		if err != nil {
-			c.t.Fatal(err)
+			c.T.Fatal(err)
 		}
 		nd.stores[g] = s
-		id := rid(g, i)
-		if c.sm[id] == nil {
-			c.sm[id] = &recorder{}
+		id := replicatest.ID(g, i)
+		if c.SM[id] == nil {
+			c.SM[id] = &replicatest.Recorder{SkipRepeats: true}
 		}
-		peers := []uint64{rid(g, 0), rid(g, 1), rid(g, 2)}
-		if err := h.AddGroup(ctx, replica.GroupConfig{Group: g, Replica: id, Peers: peers, Store: s, Machine: c.sm[id]}); err != nil {
-			c.t.Fatal(err)
+		gc := replica.GroupConfig{Group: g, Replica: id, Peers: replicatest.Peers(g), Store: s, Machine: c.SM[id]}
+		if err := h.AddGroup(ctx, gc); err != nil {
+			c.T.Fatal(err)
 		}
 	}
 	mux := http.NewServeMux()
@@ -235,11 +209,11 @@ func (c *netCluster) stop(i int) {
 	nd.tr.Stop()
 	nd.stop()
 	if err := <-nd.served; err != nil {
-		c.t.Errorf("node %d's server: %v", i, err)
+		c.T.Errorf("node %d's server: %v", i, err)
 	}
 	for _, s := range nd.stores {
 		if err := s.Close(); err != nil {
-			c.t.Error(err)
+			c.T.Error(err)
 		}
 	}
 }
@@ -260,91 +234,10 @@ func (c *netCluster) cut(i int, on bool) {
 	}
 }
 
-// waitFor polls cond until it holds; the deadline only keeps a broken
-// test from hanging.
-func (c *netCluster) waitFor(what string, cond func() bool) {
-	c.t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// leader waits for a node, other than the excluded ones, that leads g.
-func (c *netCluster) leader(g uint64, not ...int) int {
-	c.t.Helper()
-	at := -1
-	c.waitFor(fmt.Sprintf("a leader of group %d", g), func() bool {
-		for i, nd := range c.nodes {
-			if nd == nil || slices.Contains(not, i) {
-				continue
-			}
-			if st, err := nd.host.Status(g); err != nil {
-				c.t.Fatal(err)
-			} else if st.RaftState == raft.StateLeader {
-				at = i
-				return true
-			}
-		}
-		return false
-	})
-	return at
-}
-
-// propose proposes cmd through node i until it is applied there; a
-// proposal dropped for want of a leader never entered the log.
-func (c *netCluster) propose(i int, g uint64, cmd string) {
-	c.t.Helper()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		err := c.nodes[i].host.Propose(ctx, g, []byte(cmd))
-		cancel()
-		if errors.Is(err, raft.ErrProposalDropped) {
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		if err != nil {
-			c.t.Fatalf("propose %q through node %d: %v", cmd, i, err)
-		}
-		return
-	}
-}
-
-// converged waits until every replica of g applied n commands and checks
-// that they applied the same ones in the same order.
-func (c *netCluster) converged(g uint64, n int) []string {
-	c.t.Helper()
-	c.waitFor(fmt.Sprintf("group %d's replicas to apply %d commands", g, n), func() bool {
-		for i, nd := range c.nodes {
-			if nd != nil {
-				if _, err := nd.host.Status(g); err != nil { // stopped on an error: it will never apply
-					c.t.Fatal(err)
-				}
-			}
-			if len(c.sm[rid(g, i)].applied()) < n {
-				return false
-			}
-		}
-		return true
-	})
-	want := c.sm[rid(g, 0)].applied()
-	for i := 1; i < len(c.nodes); i++ {
-		if got := c.sm[rid(g, i)].applied(); !slices.Equal(got, want) {
-			c.t.Fatalf("group %d: replica %d applied %q, replica 0 %q", g, i, got, want)
-		}
-	}
-	if len(want) != n {
-		c.t.Fatalf("group %d applied %d commands, %d were proposed: %q", g, len(want), n, want)
-	}
-	return want
-}
-
 // counter reads a counter of node i's transport (summed over labels
 // matching label=value when label is set).
 func (c *netCluster) counter(i int, name, label, value string) float64 {
-	return counterOf(c.t, c.nodes[i].reg, name, label, value)
+	return counterOf(c.T, c.nodes[i].reg, name, label, value)
 }
 
 func counterOf(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {

@@ -259,6 +259,6 @@ func TestStreamsAreForNodesOnly(t *testing.T) {
 	if got := c.counter(0, metricRejected, "", ""); got != 1 {
 		t.Fatalf("%v frames counted as rejected, want 1", got)
 	}
-	c.propose(1, 9, "still served")
-	c.converged(9, 1)
+	c.Propose(1, 9, "still served")
+	c.Converged(9, 1)
 }

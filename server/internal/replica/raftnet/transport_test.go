@@ -1,19 +1,16 @@
 package raftnet_test
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/progressdb/progressdb/server/internal/replica/raftnet"
+	"github.com/progressdb/progressdb/server/internal/replica/replicatest"
 )
 
 const (
@@ -30,19 +27,9 @@ const (
 func TestNetworkGroupsElectAndApply(t *testing.T) {
 	c := newNetCluster(t, 0, 1, 2, 3)
 	const perProposer = 5
-	var wg sync.WaitGroup
+	c.ProposeFromEvery(c.groups, perProposer, func(g uint64, i, k int) string { return fmt.Sprintf("g%d n%d k%d", g, i, k) })
 	for _, g := range c.groups {
-		for i := range c.nodes {
-			wg.Go(func() {
-				for k := range perProposer {
-					c.propose(i, g, fmt.Sprintf("g%d n%d k%d", g, i, k))
-				}
-			})
-		}
-	}
-	wg.Wait()
-	for _, g := range c.groups {
-		c.converged(g, 3*perProposer)
+		c.Converged(g, 3*perProposer)
 	}
 	sent := 0.0
 	for i := range c.nodes {
@@ -68,22 +55,7 @@ func TestNetworkGroupsElectAndApply(t *testing.T) {
 func TestNetworkCutOffLeaderCommitsNothing(t *testing.T) {
 	c := newNetCluster(t, 5)
 	const g = 5
-	c.propose(0, g, "before")
-	c.converged(g, 1)
-	old := c.leader(g)
-	c.cut(old, true)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	err := c.nodes[old].host.Propose(ctx, g, []byte("minority"))
-	cancel()
-	if err == nil {
-		t.Fatal("a leader cut off from its peers applied a command")
-	}
-	next := c.leader(g, old)
-	c.propose(next, g, "majority")
-	c.cut(old, false)
-	if got := c.converged(g, 2); !slices.Equal(got, []string{"before", "majority"}) {
-		t.Fatalf("applied %q (proposal through the cut-off leader: %v)", got, err)
-	}
+	old := c.CutOffLeader(g, c.cut)
 	if r := c.counter(old, metricReconnects, "", ""); r == 0 {
 		t.Fatal("the old leader's streams were never opened again")
 	}
@@ -96,21 +68,21 @@ func TestNetworkRestartedPeerCatchesUp(t *testing.T) {
 	c := newNetCluster(t, 6)
 	const g = 6
 	for k := range 5 {
-		c.propose(k%3, g, fmt.Sprintf("before %d", k))
+		c.Propose(k%3, g, fmt.Sprintf("before %d", k))
 	}
-	c.converged(g, 5)
-	lead := c.leader(g)
+	c.Converged(g, 5)
+	lead := c.Leader(g)
 	down := (lead + 1) % 3
 	c.stop(down)
 	for k := range 10 {
-		c.propose(lead, g, fmt.Sprintf("while down %d", k))
+		c.Propose(lead, g, fmt.Sprintf("while down %d", k))
 	}
 	c.start(down, nil)
-	got := c.converged(g, 15)
+	got := c.Converged(g, 15)
 	if got[4] != "before 4" || got[14] != "while down 9" {
 		t.Fatalf("applied %q", got)
 	}
-	c.waitFor("the leader's stream to the restarted node", func() bool {
+	c.WaitFor("the leader's stream to the restarted node", func() bool {
 		return c.counter(lead, metricReconnects, "", "") > 0 && c.proxy[lead][down].Accepted() >= 2
 	})
 }
@@ -122,26 +94,26 @@ func TestNetworkRestartedPeerCatchesUp(t *testing.T) {
 func TestNetworkMalformedFrameClosesOnlyItsStream(t *testing.T) {
 	c := newNetCluster(t, 8)
 	const g = 8
-	c.propose(0, g, "before")
-	c.converged(g, 1)
-	lead := c.leader(g)
+	c.Propose(0, g, "before")
+	c.Converged(g, 1)
+	lead := c.Leader(g)
 	follower := (lead + 1) % 3
-	hup, err := proto.Marshal(&raftpb.Message{Type: raftpb.MessageType_MsgHup.Enum(), To: new(rid(g, follower)), From: new(rid(g, lead))})
+	hup, err := proto.Marshal(&raftpb.Message{Type: raftpb.MessageType_MsgHup.Enum(), To: new(replicatest.ID(g, follower)), From: new(replicatest.ID(g, lead))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := binary.AppendUvarint(binary.AppendUvarint(nil, g), uint64(len(hup)))
 	frame := binary.BigEndian.AppendUint32(nil, uint32(len(rec)+len(hup)))
 	frame = append(append(frame, rec...), hup...)
-	c.waitFor("a live stream to write into", func() bool {
+	c.WaitFor("a live stream to write into", func() bool {
 		return raftnet.WriteRaw(c.nodes[lead].tr, nodeName(follower), frame)
 	})
-	c.waitFor("the frame rejected and the stream opened again", func() bool {
+	c.WaitFor("the frame rejected and the stream opened again", func() bool {
 		return c.counter(follower, metricRejected, "", "") == 1 && c.counter(lead, metricReconnects, "", "") >= 1
 	})
 	if logs := c.logs.String(); !strings.Contains(logs, "raft_frame_rejected") || !strings.Contains(logs, "MsgHup is local to a node") {
 		t.Fatalf("no rejection with its reason in the logs:\n%s", logs)
 	}
-	c.propose(follower, g, "after")
-	c.converged(g, 2)
+	c.Propose(follower, g, "after")
+	c.Converged(g, 2)
 }
