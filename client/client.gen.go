@@ -8576,6 +8576,8 @@ type UploadAttachmentResponse struct {
 	JSON404 *Error
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON421 the response for an HTTP 421 `application/json` response
+	JSON421 *Misdirected
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *NoAttachments
 	// Headers201 the parsed response headers for an HTTP 201 response
@@ -8607,6 +8609,11 @@ func (r UploadAttachmentResponse) GetJSON404() *Error {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r UploadAttachmentResponse) GetJSON413() *TooLarge {
 	return r.JSON413
+}
+
+// GetJSON421 returns the response for an HTTP 421 `application/json` response
+func (r UploadAttachmentResponse) GetJSON421() *Misdirected {
+	return r.JSON421
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -12704,6 +12711,13 @@ func ParseUploadAttachmentResponse(rsp *http.Response) (*UploadAttachmentRespons
 			return nil, err
 		}
 		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest Misdirected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest NoAttachments

@@ -1233,7 +1233,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Attachments are not served here (`not_configured`: no attachments store), or the attachments store cannot be reached (`unavailable`). */
+        /** @description Attachments are not served here (`not_configured`: no attachments store), the attachments store cannot be reached (`unavailable`), or, on a cluster, the shard has no owner or is being moved (`shard_unavailable`, with `Retry-After`). */
         NoAttachments: {
             headers: {
                 [name: string]: unknown;
@@ -2430,6 +2430,7 @@ export interface operations {
                 };
             };
             413: components["responses"]["TooLarge"];
+            421: components["responses"]["Misdirected"];
             503: components["responses"]["NoAttachments"];
         };
     };
