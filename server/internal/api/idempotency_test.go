@@ -14,26 +14,9 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/progressdb/progressdb/server/internal/testtools/testclock"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
-
-// fakeClock is the store's clock in these tests: keys expire by it.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // sendKeyed sends one request with an Idempotency-Key (none when key is
 // ""), checked against api/openapi.yaml like every other.
@@ -212,7 +195,7 @@ func TestIdempotencyKeyConcurrentSendsStoreOnce(t *testing.T) {
 // A key is kept for the TTL by the store's clock; then the request runs
 // again, and the expired key's records are dropped.
 func TestIdempotencyKeyExpires(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	st, err := store.Open(t.TempDir(), store.Options{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)

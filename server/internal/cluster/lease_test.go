@@ -3,13 +3,13 @@ package cluster
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/retention/leasetest"
+	"github.com/progressdb/progressdb/server/internal/testtools/testclock"
 )
 
 // TestEtcdLeaseContract runs the lease contract on the etcd lease against
@@ -18,7 +18,7 @@ func TestEtcdLeaseContract(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T) leasetest.Backend {
 		srv := etcdtest.Start(t)
 		client := srv.Client(t)
-		clk := &testClock{now: time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)}
+		clk := testclock.New(time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC))
 		const ttl = 10 * time.Second
 		return leasetest.Backend{
 			TTL: ttl,
@@ -120,21 +120,4 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("no %s after a minute", what)
 		}
 	}
-}
-
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }

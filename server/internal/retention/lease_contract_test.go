@@ -3,12 +3,12 @@ package retention_test
 import (
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/retention/leasetest"
+	"github.com/progressdb/progressdb/server/internal/testtools/testclock"
 )
 
 // TestFileLeaseContract runs the lease contract on the file lease, each
@@ -17,7 +17,7 @@ func TestFileLeaseContract(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T) leasetest.Backend {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "audit", "retention.lock")
-		clk := &contractClock{now: time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)}
+		clk := testclock.New(time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC))
 		const ttl = time.Minute
 		return leasetest.Backend{
 			TTL: ttl,
@@ -40,21 +40,4 @@ func TestFileLeaseContract(t *testing.T) {
 			},
 		}
 	})
-}
-
-type contractClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *contractClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *contractClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }

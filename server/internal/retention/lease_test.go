@@ -16,11 +16,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/server/internal/testtools/testclock"
 	"github.com/progressdb/progressdb/server/internal/wire"
 )
 
@@ -32,29 +32,9 @@ const (
 	envHelperOut  = "PROGRESSDB_LEASE_OUT"
 )
 
-// leaseClock is a settable time source for LeaseConfig.Now.
-type leaseClock struct {
-	mu  sync.Mutex
-	now time.Time
+func newLeaseClock() *testclock.Clock {
+	return testclock.New(time.Date(2025, 3, 14, 9, 26, 53, 0, time.UTC))
 }
-
-func newLeaseClock() *leaseClock {
-	return &leaseClock{now: time.Date(2025, 3, 14, 9, 26, 53, 0, time.UTC)}
-}
-
-func (c *leaseClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *leaseClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
-func (c *leaseClock) Advance(d time.Duration) { c.Set(c.Now().Add(d)) }
 
 func leaseConfig(path, owner, host string, now func() time.Time) LeaseConfig {
 	return LeaseConfig{Path: path, TTL: time.Minute, Owner: owner, Host: host, PID: 4242, Now: now}
