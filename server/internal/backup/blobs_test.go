@@ -1,7 +1,6 @@
 package backup
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -10,10 +9,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
@@ -197,24 +196,19 @@ func TestBackupHoldsBlobsThroughAPurge(t *testing.T) {
 	}
 }
 
-// replayedBlob reports whether the audit file at path records attachment
-// id purged with replayed: true.
+// replayedBlob reports whether the audit file at path records
+// attachment id purged with replayed: true.
 func replayedBlob(t *testing.T, path, id string) bool {
 	t.Helper()
-	f, err := os.Open(path)
+	found := false
+	err := audit.Purged(path, func(it audit.Item) error {
+		found = found || (it.ItemType == audit.ItemAttachment && it.ItemID == id && it.Replayed)
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if strings.Contains(l, `"item_type":"attachment"`) && strings.Contains(l, `"item_id":"`+id+`"`) && strings.Contains(l, `"replayed":true`) {
-			return true
-		}
-	}
-	return false
+	return found
 }
 
 // A blob missing from the store when the backup is taken (deleted by

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/testtools/s3server"
 	"github.com/progressdb/progressdb/server/pkg/attachments"
@@ -176,25 +176,15 @@ func TestBackupRestoreAttachmentsSealed(t *testing.T) {
 // attachment id purged with replayed: true.
 func auditRecordsReplayed(t *testing.T, path, id string) bool {
 	t.Helper()
-	f, err := os.Open(path)
+	found := false
+	err := audit.Purged(path, func(it audit.Item) error {
+		found = found || (it.ItemType == audit.ItemAttachment && it.ItemID == id && it.Replayed)
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var it struct {
-			Type     string `json:"item_type"`
-			ID       string `json:"item_id"`
-			Status   string `json:"status"`
-			Replayed bool   `json:"replayed"`
-		}
-		if json.Unmarshal(sc.Bytes(), &it) == nil && it.Type == "attachment" && it.ID == id && it.Status == "purged" && it.Replayed {
-			return true
-		}
-	}
-	return false
+	return found
 }
 
 // A backup of a database whose attachments are in an S3 bucket (the real
