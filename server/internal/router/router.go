@@ -230,9 +230,7 @@ func isRead(r *http.Request) bool { return r.Method == http.MethodGet || r.Metho
 // read goes on without ownership (the data is here), a write does not.
 func (rt *Router) local(r *http.Request, n int, st *store.Store) (*http.Request, api.Shard, error) {
 	sh := api.Shard{Store: st, Retention: rt.retentionOf(n)}
-	if b, ok := rt.o.Shards.Blobs(n); ok {
-		sh.Blobs = b
-	}
+	sh.Blobs, _ = rt.o.Shards.Blobs(n) // nil when the shard has none
 	ctx, err := rt.o.Owner.Fence(r.Context(), n)
 	switch {
 	case err == nil:
