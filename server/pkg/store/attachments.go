@@ -379,8 +379,16 @@ func scanAttachments(ctx context.Context, r pebble.Reader, tid, mid string, fn f
 		return fmt.Errorf("scan attachments of %s: %w", tid, err)
 	}
 	defer it.Close()
+	return eachAttachment(ctx, it, tid, prefix, fn)
+}
+
+// eachAttachment calls fn with every attachment record of thread tid
+// under prefix (the thread's or one message's attachment prefix), seeking
+// it there and leaving it past them. A record that does not decode is
+// ErrMalformed.
+func eachAttachment(ctx context.Context, it *pebble.Iterator, tid string, prefix []byte, fn func(Attachment) error) error {
 	threadAtt := len(attachmentPrefix(tid, ""))
-	for valid := it.First(); valid; valid = it.Next() {
+	for valid := it.SeekGE(prefix); valid && bytes.HasPrefix(it.Key(), prefix); valid = it.Next() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}

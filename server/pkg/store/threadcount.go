@@ -54,7 +54,13 @@ func (s *Store) CountThreads(ctx context.Context, after string) (ThreadCounts, e
 // them. The walk then seeks past the thread's keys, so it costs a seek per
 // thread, not a step per message. fn returns stop to end the walk early.
 func (s *Store) eachThread(ctx context.Context, lower []byte, fn func(it *pebble.Iterator, tid string) (stop bool, err error)) error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upperBound([]byte(threadNS))})
+	return eachThreadIn(ctx, s.db, lower, fn)
+}
+
+// eachThreadIn is eachThread on r (the store or another database, such as
+// a backup's checkpoint).
+func eachThreadIn(ctx context.Context, r pebble.Reader, lower []byte, fn func(it *pebble.Iterator, tid string) (stop bool, err error)) error {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upperBound([]byte(threadNS))})
 	if err != nil {
 		return fmt.Errorf("open iterator: %w", err)
 	}
