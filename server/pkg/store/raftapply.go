@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 )
@@ -21,11 +22,7 @@ func raftDedupeTerm(term uint64) []byte {
 }
 
 func raftDedupeKey(term, id uint64) []byte {
-	var raw [8]byte
-	for i := range raw {
-		raw[i] = byte(id >> (56 - 8*i))
-	}
-	return hex.AppendEncode(append(raftDedupeTerm(term), ':'), raw[:])
+	return hex.AppendEncode(append(raftDedupeTerm(term), ':'), binary.BigEndian.AppendUint64(nil, id))
 }
 
 // ApplyCommand applies the command data (Command.Encode) committed at
