@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/progressdb/progressdb/server/internal/replica"
+	"github.com/progressdb/progressdb/server/internal/testtools"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -159,17 +159,8 @@ func TestCommandsApplyOnceAcrossACrash(t *testing.T) {
 // messages (thread, message).
 func runCrashHelper(t *testing.T, dir string, stall uint64) (ready uint64, acked [][2]string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCommandCrashHelper$")
-	cmd.Env = append(os.Environ(), envCrashDir+"="+dir, envCrashStall+"="+strconv.FormatUint(stall, 10))
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd, stdout := testtools.StartChild(t, "TestCommandCrashHelper",
+		envCrashDir+"="+dir, envCrashStall+"="+strconv.FormatUint(stall, 10))
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())

@@ -1,7 +1,9 @@
 // Package testtools lets a test that needs an outside program (promtool,
 // zsh, kubectl, …) find it, and say so where `make test` shows it when the
 // program is missing: go test prints nothing of a passing package's skips
-// unless -v, so a skip alone would pass without a word.
+// unless -v, so a skip alone would pass without a word. It also starts a
+// test binary's own helper test as a child process (StartChild), for
+// tests that kill one.
 package testtools
 
 import (

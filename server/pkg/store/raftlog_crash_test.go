@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/progressdb/progressdb/server/internal/testtools"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -92,17 +92,7 @@ func TestRaftLogCrash(t *testing.T) {
 // and returns the last acknowledged index and term.
 func runRaftHelper(t *testing.T, dir string, n int) (last, term uint64) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRaftLogCrashHelper$")
-	cmd.Env = append(os.Environ(), envRaftHelper+"="+dir)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd, stdout := testtools.StartChild(t, "TestRaftLogCrashHelper", envRaftHelper+"="+dir)
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
