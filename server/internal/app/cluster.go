@@ -298,13 +298,13 @@ func (p *shardRuntime) ReceiptKey() []byte { return p.receiptKey }
 // start starts shard n's retention service and backups.
 func (p *shardRuntime) start(n int) error {
 	st, _ := p.shards.Store(n)
+	blobs, _ := p.shards.Blobs(n)
 	svc, err := shardRetention(p.ctx, st, n, p.owner, p.pause, p.cmetrics, p.cfg, p.logger, p.smetrics.add(n, st), p.key,
-		p.blobs(n))
+		cluster.RetentionBlobs(blobs))
 	if err != nil {
 		return err
 	}
 	p.services.add(n, svc)
-	blobs, _ := p.shards.Blobs(n)
 	return p.backups.add(n, st, blobs, svc, p.smetrics.backups(n))
 }
 
@@ -315,26 +315,17 @@ func (p *shardRuntime) attach(n int) {
 	if !ok {
 		return
 	}
+	blobs, _ := p.shards.Blobs(n)
 	svc, err := shardRetention(p.ctx, st, n, p.owner, p.pause, p.cmetrics, p.cfg, p.logger, p.smetrics.add(n, st), p.key,
-		p.blobs(n))
+		cluster.RetentionBlobs(blobs))
 	if err != nil {
 		p.logger.Error("retention_start_failed", "shard", n, "err", err)
 		return
 	}
 	p.services.add(n, svc)
-	blobs, _ := p.shards.Blobs(n)
 	if err := p.backups.add(n, st, blobs, svc, p.smetrics.backups(n)); err != nil {
 		p.logger.Error("backup_start_failed", "shard", n, "err", err)
 	}
-}
-
-// blobs is shard n's attachments store for its retention runs, which
-// delete the blobs their purges owe; nil when it has none.
-func (p *shardRuntime) blobs(n int) retention.BlobStore {
-	if b, ok := p.shards.Blobs(n); ok {
-		return b
-	}
-	return nil
 }
 
 // detach stops a shard moved away, before its store closes.

@@ -143,10 +143,8 @@ func (nd *Node) Restore(ctx context.Context, n int, r io.Reader) (RestoreResult,
 			shard := n
 			// The replay deletes the blobs of what was purged since the
 			// backup, in the shard's store opened with it.
-			var blobs retention.BlobStore
-			if b, ok := nd.o.Shards.Blobs(n); ok {
-				blobs = b
-			}
+			b, _ := nd.o.Shards.Blobs(n)
+			blobs := RetentionBlobs(b)
 			runner, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: rc, Logger: nd.o.Logger.With("shard", n),
 				Version: nd.o.Version, SigningKey: nd.o.SigningKey, Coordinator: copyCoordinator{owner: nd.o.Node}, Shard: &shard,
 				Blobs: blobs})

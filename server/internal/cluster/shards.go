@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -142,6 +143,16 @@ func (s *Shards) Blobs(n int) (*attachments.Blobs, bool) {
 	defer s.mu.RUnlock()
 	b, ok := s.blobs[n]
 	return b, ok
+}
+
+// RetentionBlobs is b as the blob store of a retention runner: nil when
+// b is, so that a shard without a blob store leaves its runner none
+// rather than a non-nil interface holding a nil pointer.
+func RetentionBlobs(b *attachments.Blobs) retention.BlobStore {
+	if b == nil {
+		return nil
+	}
+	return b
 }
 
 // ErrShardHeld: the node holds the shard already.
