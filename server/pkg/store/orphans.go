@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // Orphan blobs (spec §16): a blob, or an upload's leftover, that no
@@ -76,14 +74,13 @@ func (s *Store) OrphanCursor(ctx context.Context) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	v, closer, err := s.db.Get([]byte(orphanCursorKey))
-	if errors.Is(err, pebble.ErrNotFound) {
+	v, err := s.get([]byte(orphanCursorKey))
+	if errors.Is(err, ErrNotFound) {
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("read orphan cursor: %w", err)
+		return "", fmt.Errorf("orphan cursor: %w", err)
 	}
-	defer closer.Close()
 	return string(v), nil
 }
 
