@@ -98,7 +98,7 @@ func (rn *run) sweepOrphans(ctx context.Context) {
 	if us, ok := bs.(uploadLister); ok {
 		// Best effort: a bucket policy without the multipart rights
 		// (or a store that lacks the call) must not fail every run.
-		n, err := rn.oweOpenUploads(ctx, us, cutoff)
+		n, err := rn.oweOpenUploads(ctx, bs, us, cutoff)
 		if err != nil {
 			r.metrics.countError(stagePurge)
 			r.log.Warn("retention_open_uploads_failed", "run_id", rn.id, "err", err)
@@ -147,9 +147,8 @@ type uploadLister interface {
 // oweOpenUploads owes the abort of every multipart upload begun before
 // cutoff for an attachment no record names and no upload of this
 // process is writing, looking at most orphanCap of them.
-func (rn *run) oweOpenUploads(ctx context.Context, us uploadLister, cutoff time.Time) (int, error) {
+func (rn *run) oweOpenUploads(ctx context.Context, bs OrphanStore, us uploadLister, cutoff time.Time) (int, error) {
 	r := rn.r
-	bs := r.blobs.(OrphanStore)
 	seen, owed := 0, 0
 	err := us.OpenUploads(ctx, func(u attachments.OpenUpload) (bool, error) {
 		seen++
