@@ -81,6 +81,7 @@ type group struct {
 	props   []*proposal
 	waiting map[uint64]*proposal
 	reports []func(*raft.RawNode) // the transport's reports (leadership.go)
+	reads   []chan error          // reads not yet seen by the worker (read.go)
 	closed  bool                  // the host stopped: nothing more is proposed
 
 	// lease is the term this replica leads in once it applied an entry
@@ -98,6 +99,11 @@ type group struct {
 	onLead func(Leadership) // nil: nobody listens
 	// appliedTerm is the term of the last entry applied; guarded by rnMu.
 	appliedTerm uint64
+	// Reads (read.go), guarded by rnMu: those waiting for a lease, those
+	// asked of raft, and the last request context used.
+	heldReads   []chan error
+	readBatches []*readBatch
+	readSeq     uint64
 }
 
 // take empties the inbox.
@@ -150,6 +156,7 @@ func (g *group) process(ctx context.Context, tr Transport) {
 		for _, p := range props {
 			g.finish(p.id, g.failedFor(p))
 		}
+		g.dropReads(0, fmt.Errorf("%w: %w", store.ErrNotLeader, g.failed))
 		return
 	}
 	for _, r := range g.takeReports() {
@@ -168,11 +175,16 @@ func (g *group) process(ctx context.Context, tr Transport) {
 	for _, p := range props {
 		g.propose(p)
 	}
+	g.startReads()
 	for g.rn.HasReady() {
 		if err := g.handleReady(ctx, tr); err != nil {
 			g.fail(err)
 			return
 		}
+		// An applied entry of a new term starts the lease, which reads
+		// held for it wait for.
+		g.renewLease()
+		g.startReads()
 	}
 	g.renewLease()
 }
@@ -214,6 +226,7 @@ func (g *group) renewLease() {
 	if old := g.lease.Swap(lease); old != 0 && old != lease {
 		g.drop(func(p *proposal) bool { return p.term == old && p.proposed },
 			fmt.Errorf("%w: replica %d stopped leading group %d in term %d", store.ErrAmbiguous, g.replica, g.id, old))
+		g.dropReads(old, fmt.Errorf("%w: replica %d stopped leading group %d in term %d", store.ErrNotLeader, g.replica, g.id, old))
 	}
 }
 
@@ -251,9 +264,11 @@ func (g *group) handleReady(ctx context.Context, tr Transport) error {
 	if len(rd.Messages) > 0 {
 		tr.Send(g.id, rd.Messages)
 	}
+	g.readIndexes(rd)
 	if err := g.apply(ctx, rd.CommittedEntries); err != nil {
 		return err
 	}
+	g.serveReads()
 	g.rn.Advance(rd)
 	return nil
 }
@@ -333,6 +348,7 @@ func (g *group) close() {
 	g.props, g.waiting = nil, make(map[uint64]*proposal)
 	g.mu.Unlock()
 	g.lease.Store(0)
+	g.dropReads(0, fmt.Errorf("%w: the replica host of group %d stopped", store.ErrNotLeader, g.id))
 	for _, p := range waiting {
 		if !p.proposed {
 			p.done <- fmt.Errorf("%w: the replica host of group %d stopped", store.ErrNotLeader, g.id)
@@ -347,6 +363,7 @@ func (g *group) fail(err error) {
 	g.failed = fmt.Errorf("%w: group %d replica %d: %w", ErrGroupFailed, g.id, g.replica, err)
 	g.stopLeading()
 	g.lease.Store(0)
+	g.dropReads(0, fmt.Errorf("%w: %w", store.ErrNotLeader, g.failed))
 	g.mu.Lock()
 	waiting := g.waiting
 	g.waiting = make(map[uint64]*proposal)
