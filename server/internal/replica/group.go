@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -70,8 +71,27 @@ type proposal struct {
 type group struct {
 	id      uint64
 	replica uint64
+	logger  *slog.Logger
+	// log is the store's Raft log, and storage the same log as the
+	// RawNode reads it: both change only when a snapshot replaces the
+	// store (snapshot.go), by the worker holding rnMu.
 	log     *store.RaftLog
+	storage logStorage
 	sm      StateMachine
+	// folder is where the store lives, for snapshots; nil: this replica
+	// neither sends nor receives them, and keeps its log until a purge.
+	folder *Folder
+	keep   uint64 // Config.LogKeep
+
+	// The eraser (truncate.go). eraseMu is held by an erase under way;
+	// erasing and erasePending are guarded by mu; bg runs the eraser
+	// (nil until the host started); eraseChecked is the worker's.
+	eraseMu      sync.Mutex
+	erasing      bool
+	erasePending bool
+	eraseChecked bool
+	bg           *sync.WaitGroup
+	st           *store.Store // guarded by mu
 
 	// mu guards what any goroutine hands the group: messages, ticks,
 	// proposals, and the proposals waiting to be applied.
@@ -269,9 +289,25 @@ func (g *group) handleReady(ctx context.Context, tr Transport) error {
 		return err
 	}
 	g.serveReads()
+	if len(rd.CommittedEntries) > 0 {
+		if err := g.truncate(ctx); err != nil {
+			return err
+		}
+	}
 	g.rn.Advance(rd)
 	return nil
 }
+
+// store is the replica's current store.
+func (g *group) store() *store.Store {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.st
+}
+
+// logStorage is the log as the RawNode reads it (raft.Storage), which a
+// snapshot's install points at the new store's log.
+type logStorage struct{ *store.RaftLog }
 
 // apply applies committed entries in order. A conf change's membership
 // is saved with its index at once, before any later command is applied;

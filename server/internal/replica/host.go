@@ -52,6 +52,10 @@ type Config struct {
 	// time (default GOMAXPROCS, at most 8).
 	Workers int
 	Logger  *slog.Logger
+	// LogKeep is how many applied entries a replica whose group can send
+	// snapshots keeps for slow followers (default DefaultLogKeep); a
+	// purge drops the log up to itself whatever it says (truncate.go).
+	LogKeep int
 	// OnLeadership, when set, is told each change of a group's term or
 	// leader as this host's replica sees it (the leader record in etcd
 	// follows it). It is called by the group's worker: it must not block.
@@ -80,6 +84,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.LogKeep <= 0 {
+		c.LogKeep = DefaultLogKeep
+	}
 	return c, nil
 }
 
@@ -98,6 +105,10 @@ type GroupConfig struct {
 	// (store.Command): AddGroup then makes the store's writes proposals
 	// to this group (store.Replicate).
 	Machine StateMachine
+	// Folder, for a group applying its store's commands, is where the
+	// store lives: the replica then sends and receives snapshots as the
+	// backup stream and keeps its log bounded (snapshot.go).
+	Folder *Folder
 }
 
 // Host runs the replicas one node has: a RawNode per group, one scheduler
@@ -106,9 +117,12 @@ type Host struct {
 	cfg   Config
 	sched *scheduler
 	life  startstop.Base
+	// bg runs the groups' erasers and snapshot senders; Stop waits.
+	bg sync.WaitGroup
 
-	mu     sync.RWMutex
-	groups map[uint64]*group // guarded by mu
+	mu      sync.RWMutex
+	groups  map[uint64]*group // guarded by mu
+	started bool              // guarded by mu: the groups' bg is set
 }
 
 // NewHost returns a host with no groups; Start runs it.
@@ -144,6 +158,14 @@ func (h *Host) run(ctx context.Context) {
 			}
 		})
 	}
+	h.mu.Lock()
+	h.started = true
+	for _, g := range h.groups {
+		g.mu.Lock()
+		g.bg = &h.bg
+		g.mu.Unlock()
+	}
+	h.mu.Unlock()
 	t := time.NewTicker(h.cfg.Tick)
 	defer t.Stop()
 	for {
@@ -151,6 +173,7 @@ func (h *Host) run(ctx context.Context) {
 		case <-ctx.Done():
 			h.sched.stop()
 			wg.Wait()
+			h.bg.Wait()
 			h.mu.RLock()
 			for _, g := range h.groups {
 				g.close()
@@ -199,17 +222,22 @@ func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
 	if err := bootstrap(ctx, log, gc.Peers); err != nil {
 		return fmt.Errorf("group %d: %w", gc.Group, err)
 	}
+	g := &group{id: gc.Group, replica: gc.Replica, log: log, storage: logStorage{log}, sm: sm, st: gc.Store,
+		waiting: make(map[uint64]*proposal), onLead: h.cfg.OnLeadership, folder: gc.Folder, keep: uint64(h.cfg.LogKeep),
+		logger: h.cfg.Logger}
+	if gc.Machine != nil {
+		g.folder = nil // a snapshot is a store's state
+	}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID: gc.Replica, ElectionTick: h.cfg.ElectionTicks, HeartbeatTick: h.cfg.HeartbeatTicks,
-		Storage: log, Applied: log.Applied(), MaxSizePerMsg: maxSizePerMsg, MaxInflightMsgs: maxInflightMsgs,
+		Storage: &g.storage, Applied: log.Applied(), MaxSizePerMsg: maxSizePerMsg, MaxInflightMsgs: maxInflightMsgs,
 		MaxUncommittedEntriesSize: maxUncommitted, CheckQuorum: true, PreVote: true,
 		Logger: raftLogger{h.cfg.Logger.With(slog.Uint64("group", gc.Group), slog.Uint64("replica", gc.Replica))},
 	})
 	if err != nil {
 		return fmt.Errorf("group %d: start raft: %w", gc.Group, err)
 	}
-	g := &group{id: gc.Group, replica: gc.Replica, log: log, sm: sm, rn: rn, waiting: make(map[uint64]*proposal),
-		onLead: h.cfg.OnLeadership}
+	g.rn = rn
 	st := rn.BasicStatus()
 	g.seen = Leadership{Group: gc.Group, Replica: gc.Replica, Term: st.GetTerm(), Leader: st.Lead}
 	h.mu.Lock()
@@ -218,6 +246,9 @@ func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
 		return fmt.Errorf("replica: group %d already runs on this host", gc.Group)
 	}
 	h.groups[gc.Group] = g
+	if h.started {
+		g.bg = &h.bg
+	}
 	if gc.Machine == nil {
 		gc.Store.Replicate(groupProposer{h: h, g: g})
 	}
@@ -326,6 +357,16 @@ func (h *Host) Propose(ctx context.Context, groupID uint64, cmd []byte) error {
 		g.forget(p.id)
 		return ctx.Err()
 	}
+}
+
+// Store returns the group's store on this host: the one AddGroup was
+// given until a snapshot replaced it (nil: no such group).
+func (h *Host) Store(groupID uint64) *store.Store {
+	g := h.group(groupID)
+	if g == nil {
+		return nil
+	}
+	return g.store()
 }
 
 // Status returns the group's Raft status on this replica: its term,

@@ -30,6 +30,8 @@ type testCluster struct {
 	groups []uint64
 	nodes  []*node
 	onLead func(node int, l replica.Leadership) // nil: none
+	// logKeep is the hosts' Config.LogKeep (0: the default).
+	logKeep int
 }
 
 func newTestCluster(t *testing.T, groups ...uint64) *testCluster {
@@ -47,6 +49,11 @@ func newObservedCluster(t *testing.T, onLead func(node int, l replica.Leadership
 func newCluster(t *testing.T, sm map[uint64]*replicatest.Recorder, onLead func(node int, l replica.Leadership), groups ...uint64) *testCluster {
 	c := &testCluster{net: replica.NewLocal(), dir: t.TempDir(), groups: groups,
 		nodes: make([]*node, 3), onLead: onLead}
+	return c.run(t, sm)
+}
+
+// run starts the three nodes of c.
+func (c *testCluster) run(t *testing.T, sm map[uint64]*replicatest.Recorder) *testCluster {
 	c.Nodes = replicatest.Nodes{T: t, SM: sm, Host: func(i int) *replica.Host {
 		if nd := c.nodes[i]; nd != nil {
 			return nd.host
@@ -76,7 +83,7 @@ func (c *testCluster) start(i int) {
 		ticks = 50
 	}
 	cfg := replica.Config{Transport: c.net, Tick: 10 * time.Millisecond, ElectionTicks: ticks,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LogKeep: c.logKeep}
 	if c.onLead != nil {
 		cfg.OnLeadership = func(l replica.Leadership) { c.onLead(i, l) }
 	}
@@ -86,13 +93,16 @@ func (c *testCluster) start(i int) {
 	}
 	nd := &node{host: h, stores: make(map[uint64]*store.Store)}
 	for _, g := range c.groups {
-		s, err := store.Open(filepath.Join(c.dir, fmt.Sprintf("node%d", i), fmt.Sprintf("shard%d", g)), store.Options{})
+		s, err := store.Open(c.folder(i, g), store.Options{})
 		if err != nil {
 			c.T.Fatal(err)
 		}
 		nd.stores[g] = s
 		id := replicatest.ID(g, i)
-		gc := replica.GroupConfig{Group: g, Replica: id, Peers: replicatest.Peers(g), Store: s}
+		gc := replica.GroupConfig{Group: g, Replica: id, Peers: replicatest.Peers(g), Store: s,
+			Folder: &replica.Folder{Dir: c.folder(i, g), Open: func(dir string) (*store.Store, error) {
+				return store.Open(dir, store.Options{})
+			}}}
 		if c.SM != nil { // else the store's own commands
 			if c.SM[id] == nil {
 				c.SM[id] = &replicatest.Recorder{}
@@ -121,11 +131,17 @@ func (c *testCluster) stop(i int) {
 		c.net.Cut(replicatest.ID(g, i))
 	}
 	nd.host.Stop()
-	for _, s := range nd.stores {
-		if err := s.Close(); err != nil {
+	for _, g := range c.groups {
+		// The host's: a snapshot may have replaced the store opened.
+		if err := nd.host.Store(g).Close(); err != nil {
 			c.T.Error(err)
 		}
 	}
+}
+
+// folder is replica (g, i)'s database folder.
+func (c *testCluster) folder(i int, g uint64) string {
+	return filepath.Join(c.dir, fmt.Sprintf("node%d", i), fmt.Sprintf("shard%d", g))
 }
 
 // Three replicas of two groups on three hosts elect a leader per group;

@@ -177,6 +177,11 @@ func (s *Store) recordErased(ctx context.Context, sync bool) error {
 // untouched: compactions rewrite it as is. On success it records that
 // nothing purged is left to erase.
 func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions) (EraseResult, error) {
+	return s.erase(ctx, spans, opts, func(ctx context.Context) error { return s.recordErased(ctx, true) })
+}
+
+// erase is Erase with the step that records it done.
+func (s *Store) erase(ctx context.Context, spans *EraseSpans, opts EraseOptions, record func(context.Context) error) (EraseResult, error) {
 	var res EraseResult
 	if err := ctx.Err(); err != nil {
 		return res, err
@@ -187,7 +192,7 @@ func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions)
 		// ciphertext whose keys are gone (spec §12, design §6), so no
 		// table or log holds content to erase, and the flush and log
 		// rotations would only hold up writers.
-		if err := s.recordErased(ctx, true); err != nil {
+		if err := record(ctx); err != nil {
 			return res, fmt.Errorf("erase: record: %w", err)
 		}
 		return res, nil
@@ -213,7 +218,7 @@ func (s *Store) Erase(ctx context.Context, spans *EraseSpans, opts EraseOptions)
 	if err != nil {
 		return res, fmt.Errorf("erase: %w", err)
 	}
-	if err := s.recordErased(ctx, true); err != nil {
+	if err := record(ctx); err != nil {
 		return res, fmt.Errorf("erase: record: %w", err)
 	}
 	return res, nil
@@ -225,5 +230,10 @@ func (s *Store) mergeSpans(spans *EraseSpans) []erase.Span {
 	if spans.Len() == 0 {
 		return nil
 	}
-	return erase.Merge(s.db, spans.spans, eraseGapMerge)
+	all := spans.spans
+	// The Raft log's dropped entries wrote the purged items too.
+	if sp, ok := s.raftDropped(); ok {
+		all = append(all[:len(all):len(all)], sp)
+	}
+	return erase.Merge(s.db, all, eraseGapMerge)
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+
+	"github.com/progressdb/progressdb/server/pkg/erase"
 )
 
 // raftDedupeNS + <term, 20 digits> + ":" + <command ID, 16 hex digits>:
@@ -55,6 +57,7 @@ func (s *Store) ApplyCommand(ctx context.Context, index, term uint64, data []byt
 	}
 	b := s.db.NewBatch()
 	var outcome error
+	var purged []erase.Span
 	switch {
 	case dup:
 		kind = writeRaft // only the applied index
@@ -66,16 +69,33 @@ func (s *Store) ApplyCommand(ctx context.Context, index, term uint64, data []byt
 			_ = b.Close()
 			return fmt.Errorf("entry %d: command: %w: %w", index, ErrMalformed, err)
 		}
+		if kind == writePurge {
+			// This replica's files now hold purged content: the erase
+			// is owed here (sys:erased) until the group erased it
+			// (EraseApplied), in the purge's own batch.
+			if purged, err = purgedSpans(b); err != nil {
+				_ = b.Close()
+				return fmt.Errorf("entry %d: command: %w", index, err)
+			}
+			_ = b.Delete([]byte(eraseKey), nil)
+		}
 		_ = b.Set(dedupe, appendPadded(nil, int64(index)), nil)
 	}
 	if term > l.dedupeFloor() {
 		_ = b.DeleteRange([]byte(raftDedupeNS), raftDedupeTerm(term), nil)
 	}
 	_ = b.Set([]byte(raftAppliedKey), appendPadded(nil, int64(index)), nil)
+	if kind == writePurge {
+		l.purgeMu.Lock()
+		defer l.purgeMu.Unlock()
+	}
 	if err := s.apply(ctx, write{kind: kind, batch: b, applied: true}); err != nil {
 		return fmt.Errorf("apply entry %d: %w", index, err)
 	}
 	l.noteApplied(index, term)
+	if kind == writePurge {
+		l.notePurge(index, purged)
+	}
 	return outcome
 }
 

@@ -72,6 +72,14 @@ type RaftLog struct {
 	// dedupe is the term below which this process dropped the commands'
 	// dedupe keys (raftapply.go).
 	dedupe uint64
+	// purged is the index of the last purge applied by this process,
+	// erased the last one whose erase completed, owed the spans the
+	// purges since removed (rafterase.go).
+	purged, erased uint64
+	owed           EraseSpans
+	// purgeMu orders a purge's apply against an erase recording that
+	// nothing is owed: a purge applied meanwhile keeps the debt.
+	purgeMu sync.Mutex
 }
 
 // RaftLog returns the shard's Raft log, loading it on first use; later
