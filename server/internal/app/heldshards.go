@@ -71,6 +71,12 @@ func OpenHeldShards(ctx context.Context, cfg config.Config, logger *slog.Logger)
 		h.Close()
 		return nil, err
 	}
+	if m.Replicated() {
+		// Their writes are proposals to a running group: a stopped
+		// node's shards cannot be worked on in its place.
+		h.Close()
+		return nil, fmt.Errorf("node %s: %w: its shards are replicas of Raft groups", cfg.NodeID, cluster.ErrReplicated)
+	}
 	h.held = m.HeldBy(cfg.NodeID)
 	return h, nil
 }

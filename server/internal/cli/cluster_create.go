@@ -21,15 +21,17 @@ import (
 
 // clusterCreateReport is what cluster create prints with --json.
 type clusterCreateReport struct {
-	Cluster string              `json:"cluster"` // PROGRESSDB_CLUSTER_NAME
-	Created bool                `json:"created"` // false: it existed with these arguments
-	Shards  int                 `json:"shards"`
-	Nodes   []clusterCreateNode `json:"nodes"`
+	Cluster string `json:"cluster"` // PROGRESSDB_CLUSTER_NAME
+	Created bool   `json:"created"` // false: it existed with these arguments
+	Shards  int    `json:"shards"`
+	// Replicas of each shard: 1, or the size of each shard's Raft group.
+	Replicas int                 `json:"replicas"`
+	Nodes    []clusterCreateNode `json:"nodes"`
 }
 
 type clusterCreateNode struct {
 	ID     string `json:"id"`
-	Shards []int  `json:"shards"` // whose data it holds
+	Shards []int  `json:"shards"` // whose data it holds (a replica of, replicated)
 }
 
 // clusterCreate records the shard count (PROGRESSDB_CLUSTER_SHARDS) and
@@ -39,6 +41,7 @@ func (e env) clusterCreate(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("cluster create", flag.ContinueOnError)
 	nodesFlag := fs.String("nodes", "", "the node IDs (PROGRESSDB_NODE_ID) to spread the shards over, comma-separated, in order")
 	asJSON := fs.Bool("json", false, "print the shard map as JSON")
+	replicas := fs.Int("replicas", 1, "replicas of each shard: 1, or 3 or 5 Raft replicas on distinct nodes (spec §15)")
 	wait := fs.Duration("wait", defaultCreateWait, "how long to wait for every node named to report the shards it holds (a node reports at start)")
 	if !e.parseFlags(fs, args, false) {
 		return exitUsage
@@ -47,6 +50,10 @@ func (e env) clusterCreate(ctx context.Context, args []string) int {
 	if err != nil {
 		fmt.Fprintf(e.stderr, "progressdb cluster create: --nodes: %v\n", err)
 		e.flagsHint(fs)
+		return exitUsage
+	}
+	if err := cluster.CheckReplicas(*replicas, len(nodes)); err != nil {
+		fmt.Fprintf(e.stderr, "progressdb cluster create: --replicas: %v\n", err)
 		return exitUsage
 	}
 	cfg, ok := e.loadClusterConfig("cluster create")
@@ -68,31 +75,14 @@ func (e env) clusterCreate(ctx context.Context, args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
 	defer cancel()
-	m, created, err := cluster.EnsureCluster(ctx, c, k, cfg.Cluster.Shards, nodes)
-	var countErr *cluster.ShardCountError
-	var twice *cluster.ShardHeldTwiceError
-	switch {
-	case errors.As(err, &twice):
-		fmt.Fprintf(e.stderr, "progressdb cluster create: %v\n", twice)
-		return exitFailed
-	case errors.Is(err, cluster.ErrShardBeyondCount):
-		fmt.Fprintf(e.stderr, "progressdb cluster create: %v (%s)\n", err, config.VarClusterShards)
-		return exitFailed
-	case errors.As(err, &countErr):
-		fmt.Fprintf(e.stderr, "progressdb cluster create: cluster %q exists with %d shards, not %d (%s): the shard count is fixed when a cluster is created\n",
-			k.Name, countErr.Recorded, countErr.Asked, config.VarClusterShards)
-		return exitFailed
-	case errors.Is(err, cluster.ErrClusterNodes):
-		fmt.Fprintf(e.stderr, "progressdb cluster create: cluster %q exists: %v; its shards are spread already (a shard moves with POST /admin/cluster/shards/{n}/move)\n", k.Name, err)
-		return exitFailed
-	case err != nil:
-		e.clusterError(cfg, "cluster create", err)
-		return exitFailed
+	m, created, err := cluster.EnsureReplicated(ctx, c, k, cfg.Cluster.Shards, *replicas, nodes)
+	if err != nil {
+		return e.createFailed(cfg, k, err)
 	}
 	if code, ok := e.createReceiptKey(ctx, cfg, c, k); !ok {
 		return code
 	}
-	rep := clusterCreateReport{Cluster: k.Name, Created: created, Shards: m.Shards}
+	rep := clusterCreateReport{Cluster: k.Name, Created: created, Shards: m.Shards, Replicas: m.ReplicaCount()}
 	for _, id := range nodes {
 		rep.Nodes = append(rep.Nodes, clusterCreateNode{ID: id, Shards: append([]int{}, m.HeldBy(id)...)})
 	}
@@ -102,6 +92,36 @@ func (e env) clusterCreate(ctx context.Context, args []string) int {
 	}
 	printClusterCreate(e.stdout, rep)
 	return exitOK
+}
+
+// createFailed prints why EnsureReplicated refused and returns the exit
+// status.
+func (e env) createFailed(cfg config.Config, k cluster.Keys, err error) int {
+	var countErr *cluster.ShardCountError
+	var twice *cluster.ShardHeldTwiceError
+	var replicaErr *cluster.ReplicaCountError
+	switch {
+	case errors.As(err, &twice):
+		fmt.Fprintf(e.stderr, "progressdb cluster create: %v\n", twice)
+	case errors.Is(err, cluster.ErrShardBeyondCount):
+		fmt.Fprintf(e.stderr, "progressdb cluster create: %v (%s)\n", err, config.VarClusterShards)
+	case errors.As(err, &countErr):
+		fmt.Fprintf(e.stderr, "progressdb cluster create: cluster %q exists with %d shards, not %d (%s): the shard count is fixed when a cluster is created\n",
+			k.Name, countErr.Recorded, countErr.Asked, config.VarClusterShards)
+	case errors.As(err, &replicaErr):
+		fmt.Fprintf(e.stderr, "progressdb cluster create: cluster %q exists with %d replicas per shard, not %d: the replica count is fixed when a cluster is created\n",
+			k.Name, replicaErr.Recorded, replicaErr.Asked)
+	case errors.Is(err, cluster.ErrReplicaCount):
+		fmt.Fprintf(e.stderr, "progressdb cluster create: --replicas: %v\n", err)
+		return exitUsage
+	case errors.Is(err, cluster.ErrReplicatedHeld):
+		fmt.Fprintf(e.stderr, "progressdb cluster create: %v; nothing was created\n", err)
+	case errors.Is(err, cluster.ErrClusterNodes):
+		fmt.Fprintf(e.stderr, "progressdb cluster create: cluster %q exists: %v; its shards are spread already (a shard moves with POST /admin/cluster/shards/{n}/move)\n", k.Name, err)
+	default:
+		e.clusterError(cfg, "cluster create", err)
+	}
+	return exitFailed
 }
 
 // createReceiptKey creates the cluster's receipt key in etcd, wrapped by
@@ -184,6 +204,9 @@ func parseNodes(s string) ([]string, error) {
 func printClusterCreate(w io.Writer, rep clusterCreateReport) {
 	if rep.Created {
 		fmt.Fprintf(w, "cluster %q created: %d shards over %d nodes\n", rep.Cluster, rep.Shards, len(rep.Nodes))
+		if rep.Replicas > 1 {
+			fmt.Fprintf(w, "each shard is a Raft group of %d replicas on distinct nodes\n", rep.Replicas)
+		}
 	} else {
 		fmt.Fprintf(w, "cluster %q exists with these %d shards and nodes: nothing changed\n", rep.Cluster, rep.Shards)
 	}

@@ -105,6 +105,40 @@ func TestClusterCreate(t *testing.T) {
 	}
 }
 
+// cluster create --replicas 3 places each shard's replicas on three
+// nodes and says so; the same command again changes nothing, another
+// replica count is refused (exit 1), a count that is not 1, 3 or 5 or
+// exceeds the nodes is a usage error that reads no report.
+func TestClusterCreateReplicas(t *testing.T) {
+	srv := etcdtest.Start(t)
+	h := clusterHarness(t, srv, "PROGRESSDB_CLUSTER_SHARDS=4")
+	for _, args := range [][]string{
+		{"--replicas", "2", "--nodes", "node-1,node-2,node-3"},
+		{"--replicas", "3", "--nodes", "node-1,node-2"},
+	} {
+		if code, _, errOut := h.run(append([]string{"cluster", "create"}, args...)...); code != exitUsage ||
+			!strings.Contains(errOut, "--replicas") {
+			t.Errorf("%v: exit %d, %s", args, code, errOut)
+		}
+	}
+	reportHeld(t, srv, "node-1", "node-2", "node-3")
+	var rep clusterCreateReport
+	out := h.mustRun("cluster", "create", "--replicas", "3", "--nodes", "node-1,node-2,node-3", "--json")
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	if !rep.Created || rep.Replicas != 3 || len(rep.Nodes) != 3 || !slices.Equal(rep.Nodes[1].Shards, []int{0, 1, 2, 3}) {
+		t.Fatalf("report %+v", rep)
+	}
+	if out := h.mustRun("cluster", "create", "--replicas", "3", "--nodes", "node-1,node-2,node-3"); !strings.Contains(out, "nothing changed") {
+		t.Errorf("second create:\n%s", out)
+	}
+	code, _, errOut := h.run("cluster", "create", "--nodes", "node-1,node-2,node-3")
+	if code != exitFailed || !strings.Contains(errOut, "exists with 3 replicas per shard, not 1") {
+		t.Errorf("another replica count: exit %d, %s", code, errOut)
+	}
+}
+
 // cluster create against an etcd that does not answer fails (exit 1)
 // instead of hanging.
 func TestClusterCreateEtcdDown(t *testing.T) {

@@ -197,7 +197,7 @@ func StartOwner(ctx context.Context, o OwnerOptions) (*Owner, error) {
 		keeps: make(map[int]keeper), moving: make(map[int]bool), wake: make(chan struct{})}
 	w.wg.Add(1)
 	go w.register(runCtx, r.reg, l)
-	for _, n := range m.HeldBy(o.Node) {
+	for _, n := range m.OwnedBy(o.Node) {
 		w.startKeep(n, nil)
 	}
 	return w, nil

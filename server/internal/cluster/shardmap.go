@@ -23,6 +23,11 @@ type Map struct {
 	// given: what a repeated creation is compared with, since moves change
 	// Homes.
 	Nodes []string `json:"nodes,omitempty"`
+	// Replicas is the number of replicas of each shard (0 or 1: one,
+	// spec §11); with more, each shard is a Raft group (spec §15) whose
+	// replicas Sets[n] lists, the first on Homes[n].
+	Replicas int         `json:"replicas,omitempty"`
+	Sets     [][]Replica `json:"sets,omitempty"`
 }
 
 // ShardMap is the key of the map: one key, so that a move can compare and
@@ -62,6 +67,16 @@ func CreateCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, 
 // EnsureCluster is CreateCluster that also answers the map in etcd and
 // whether this call created it.
 func EnsureCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, nodes []string) (Map, bool, error) {
+	return EnsureReplicated(ctx, c, k, shards, 1, nodes)
+}
+
+// EnsureReplicated is EnsureCluster with replicas replicas per shard (1,
+// 3 or 5, at most one per node): each shard's set is placed round robin
+// from its home, with Raft IDs taken from the counter ReplicaIDs in the
+// map's own transaction. Replicas start empty: a node holding a shard
+// folder refuses it (ErrReplicatedHeld). Another replica count than the
+// cluster's is a *ReplicaCountError.
+func EnsureReplicated(ctx context.Context, c *clientv3.Client, k Keys, shards, replicas int, nodes []string) (Map, bool, error) {
 	if shards < 1 {
 		return Map{}, false, fmt.Errorf("create cluster: %d shards", shards)
 	}
@@ -73,6 +88,9 @@ func EnsureCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, 
 			return Map{}, false, fmt.Errorf("create cluster: node %q named twice", n)
 		}
 	}
+	if err := CheckReplicas(replicas, len(nodes)); err != nil {
+		return Map{}, false, fmt.Errorf("create cluster: %w", err)
+	}
 	count, mapKey := k.ShardCount(), k.ShardMap()
 	// The shard count may have been recorded alone (RecordShards), so the
 	// map's absence is what says the cluster is not created; the count,
@@ -80,7 +98,7 @@ func EnsureCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, 
 	// reporting meanwhile, is answered by reading again.
 	for range 5 {
 		if m, err := readMap(ctx, c, k); err == nil {
-			return m, false, sameCluster(m, shards, nodes)
+			return m, false, sameCluster(m, shards, replicas, nodes)
 		} else if !errors.Is(err, ErrNoCluster) {
 			return Map{}, false, fmt.Errorf("create cluster: %w", err)
 		}
@@ -93,14 +111,27 @@ func EnsureCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, 
 			return Map{}, false, fmt.Errorf("create cluster: %w", err)
 		}
 		m := Map{Shards: shards, Homes: homes, Nodes: slices.Clone(nodes)}
+		// The replica IDs are taken in the map's transaction: compared
+		// unchanged, advanced past the IDs the sets use.
+		cmps := []clientv3.Cmp{reports.unchanged(k)}
+		var ops []clientv3.Op
+		if replicas > 1 {
+			ids, err := c.Get(ctx, k.ReplicaIDs())
+			if err != nil {
+				return Map{}, false, fmt.Errorf("create cluster: %w", err)
+			}
+			if err := replicasFrom(&m, reports.byNode, replicas, ids, k, &cmps, &ops); err != nil {
+				return Map{}, false, fmt.Errorf("create cluster: %w", err)
+			}
+		}
 		v, err := json.Marshal(m)
 		if err != nil {
 			return Map{}, false, fmt.Errorf("create cluster: %w", err)
 		}
 		resp, err := c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(mapKey), "=", 0),
-				clientv3.Compare(clientv3.CreateRevision(count), "=", 0), reports.unchanged(k)).
-			Then(clientv3.OpPut(count, strconv.Itoa(shards)), clientv3.OpPut(mapKey, string(v))).
+			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mapKey), "=", 0),
+				clientv3.Compare(clientv3.CreateRevision(count), "=", 0)}, cmps...)...).
+			Then(append([]clientv3.Op{clientv3.OpPut(count, strconv.Itoa(shards)), clientv3.OpPut(mapKey, string(v))}, ops...)...).
 			Else(clientv3.OpGet(count), clientv3.OpGet(mapKey)).
 			Commit()
 		if err != nil {
@@ -122,9 +153,9 @@ func EnsureCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, 
 			return Map{}, false, &ShardCountError{Recorded: recorded, Asked: shards}
 		}
 		resp, err = c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(mapKey), "=", 0),
-				clientv3.Compare(clientv3.Value(count), "=", strconv.Itoa(shards)), reports.unchanged(k)).
-			Then(clientv3.OpPut(mapKey, string(v))).
+			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mapKey), "=", 0),
+				clientv3.Compare(clientv3.Value(count), "=", strconv.Itoa(shards))}, cmps...)...).
+			Then(append([]clientv3.Op{clientv3.OpPut(mapKey, string(v))}, ops...)...).
 			Commit()
 		if err != nil {
 			return Map{}, false, fmt.Errorf("create cluster: %w", err)
@@ -137,9 +168,12 @@ func EnsureCluster(ctx context.Context, c *clientv3.Client, k Keys, shards int, 
 }
 
 // sameCluster checks a repeated creation against the map in etcd.
-func sameCluster(have Map, shards int, nodes []string) error {
+func sameCluster(have Map, shards, replicas int, nodes []string) error {
 	if have.Shards != shards {
 		return &ShardCountError{Recorded: have.Shards, Asked: shards}
+	}
+	if have.ReplicaCount() != replicas {
+		return &ReplicaCountError{Recorded: have.ReplicaCount(), Asked: replicas}
 	}
 	recorded := have.Nodes
 	if len(recorded) == 0 {
@@ -171,21 +205,32 @@ func readMap(ctx context.Context, c *clientv3.Client, k Keys, opts ...clientv3.O
 		return Map{}, ErrNoCluster
 	}
 	var m Map
-	if err := json.Unmarshal(resp.Kvs[0].Value, &m); err != nil || m.Shards < 1 || len(m.Homes) != m.Shards {
+	if err := json.Unmarshal(resp.Kvs[0].Value, &m); err != nil || m.Shards < 1 || len(m.Homes) != m.Shards || !m.validReplicas() {
 		return Map{}, fmt.Errorf("read shard map: %s is not a shard map: %q", k.ShardMap(), resp.Kvs[0].Value)
 	}
 	return m, nil
 }
 
-// HeldBy lists the shards whose data node holds, in order.
+// HeldBy lists the shards whose data node holds, in order: those it is
+// home of, or, replicated, those it has a replica of.
 func (m Map) HeldBy(node string) []int {
 	var out []int
 	for n, home := range m.Homes {
-		if home == node {
+		if _, ok := m.ReplicaOn(n, node); home == node || ok {
 			out = append(out, n)
 		}
 	}
 	return out
+}
+
+// OwnedBy lists the shards whose ownership node keeps (spec §11): those
+// it is home of, unless the shards are replicated, whose leaders serve
+// them instead (docs/replication-design.md §9).
+func (m Map) OwnedBy(node string) []int {
+	if m.Replicated() {
+		return nil
+	}
+	return m.HeldBy(node)
 }
 
 // WaitMap reads the shard map, waiting for the cluster's creation while

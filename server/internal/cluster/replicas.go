@@ -1,0 +1,190 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Replica sets of replicated shards (docs/replication-design.md §3, §8):
+// with `cluster create --replicas N` (N > 1) each shard is a Raft group
+// of N replicas on distinct nodes, each with a Raft ID that is never
+// reused.
+
+// Replica is one replica of a shard: its Raft ID and the node running it.
+type Replica struct {
+	ID   uint64 `json:"id"`
+	Node string `json:"node"`
+}
+
+// ReplicaIDs is the key of the next Raft replica ID to hand out: a
+// counter that only grows, so that no ID is ever given twice.
+func (k Keys) ReplicaIDs() string { return "/" + k.Name + "/replicas/next" }
+
+// ErrReplicaCount refuses a replica count: not 1, 3 or 5, more than
+// the nodes named, or another than the cluster was created with.
+var ErrReplicaCount = errors.New("invalid replica count")
+
+// ReplicaCountError is returned (wrapping ErrReplicaCount) for a cluster
+// created with another replica count.
+type ReplicaCountError struct{ Recorded, Asked int }
+
+func (e *ReplicaCountError) Error() string {
+	return fmt.Sprintf("the cluster was created with %d replicas per shard, not %d", e.Recorded, e.Asked)
+}
+
+func (e *ReplicaCountError) Unwrap() error { return ErrReplicaCount }
+
+// ErrReplicatedHeld refuses a replicated cluster while a node already
+// holds shard folders: replicas start empty, and turning a cluster's
+// existing shards into groups is not built.
+var ErrReplicatedHeld = errors.New("a replicated cluster starts from nodes holding no shard")
+
+// ErrReplicated refuses on a replicated shard an operation that is built
+// only for shards of one replica (moves, the commands run in a stopped
+// node's place).
+var ErrReplicated = errors.New("not built for replicated shards")
+
+// CheckReplicas checks a replica count for nodes: 1, 3 or 5, and no
+// more than the nodes, since a shard's replicas are on distinct nodes.
+func CheckReplicas(replicas, nodes int) error {
+	switch {
+	case replicas != 1 && replicas != 3 && replicas != 5:
+		return fmt.Errorf("%w: %d replicas: 1, 3 or 5 (an odd number keeps a majority when one or two are lost)",
+			ErrReplicaCount, replicas)
+	case replicas > nodes:
+		return fmt.Errorf("%w: %d replicas need as many nodes, %d named: each replica of a shard is on its own node",
+			ErrReplicaCount, replicas, nodes)
+	}
+	return nil
+}
+
+// placeReplicas gives shard n's replicas to r distinct nodes, round
+// robin from the shard's home nodes[n mod len(nodes)], so that each node
+// leads and follows about as many shards; IDs are first, first+1, ….
+func placeReplicas(shards, r int, nodes []string, first uint64) [][]Replica {
+	sets := make([][]Replica, shards)
+	id := first
+	for n := range sets {
+		sets[n] = make([]Replica, r)
+		for i := range r {
+			sets[n][i] = Replica{ID: id, Node: nodes[(n+i)%len(nodes)]}
+			id++
+		}
+	}
+	return sets
+}
+
+// replicaIDs reads the counter's value and the comparison that it is
+// unchanged when the caller's transaction commits.
+func replicaIDs(resp *clientv3.GetResponse, k Keys) (uint64, clientv3.Cmp, error) {
+	key := k.ReplicaIDs()
+	if len(resp.Kvs) == 0 {
+		return 1, clientv3.Compare(clientv3.CreateRevision(key), "=", 0), nil
+	}
+	next, err := strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64)
+	if err != nil || next < 1 {
+		return 0, clientv3.Cmp{}, fmt.Errorf("%s holds %q, not a replica ID", key, resp.Kvs[0].Value)
+	}
+	return next, clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision), nil
+}
+
+// ReplicaCount is the replicas each shard has: 1 for a map without any.
+func (m Map) ReplicaCount() int { return max(m.Replicas, 1) }
+
+// Replicated reports whether the shards are Raft groups (ReplicaCount >
+// 1): leadership, not an ownership lease, decides who serves them.
+func (m Map) Replicated() bool { return m.ReplicaCount() > 1 }
+
+// ReplicaOn returns shard n's replica on node, if its set names it.
+func (m Map) ReplicaOn(n int, node string) (Replica, bool) {
+	if n < 0 || n >= len(m.Sets) {
+		return Replica{}, false
+	}
+	for _, r := range m.Sets[n] {
+		if r.Node == node {
+			return r, true
+		}
+	}
+	return Replica{}, false
+}
+
+// ReplicaNode names the node running the replica of Raft ID id.
+func (m Map) ReplicaNode(id uint64) (string, bool) {
+	for _, set := range m.Sets {
+		for _, r := range set {
+			if r.ID == id {
+				return r.Node, true
+			}
+		}
+	}
+	return "", false
+}
+
+// Voters are shard n's replica IDs: its group's first voters.
+func (m Map) Voters(n int) []uint64 {
+	if n < 0 || n >= len(m.Sets) {
+		return nil
+	}
+	ids := make([]uint64, len(m.Sets[n]))
+	for i, r := range m.Sets[n] {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// validReplicas checks a replicated map read from etcd: a set per shard,
+// each of ReplicaCount distinct nodes, IDs non-zero and distinct, the
+// home the set's first node.
+func (m Map) validReplicas() bool {
+	if !m.Replicated() {
+		return len(m.Sets) == 0
+	}
+	if len(m.Sets) != m.Shards {
+		return false
+	}
+	seen := map[uint64]bool{}
+	for n, set := range m.Sets {
+		if len(set) != m.Replicas || set[0].Node != m.Homes[n] {
+			return false
+		}
+		var nodes []string
+		for _, r := range set {
+			if r.ID == 0 || seen[r.ID] || r.Node == "" || slices.Contains(nodes, r.Node) {
+				return false
+			}
+			seen[r.ID] = true
+			nodes = append(nodes, r.Node)
+		}
+	}
+	return true
+}
+
+// replicasFrom completes a new map with replicas per shard: sets placed
+// from the counter's value ids, the comparison that the counter is
+// unchanged added to cmps and its advance to ops. Nodes reporting shard
+// folders refuse it (ErrReplicatedHeld).
+func replicasFrom(m *Map, reports map[string]Held, replicas int, ids *clientv3.GetResponse, k Keys,
+	cmps *[]clientv3.Cmp, ops *[]clientv3.Op) error {
+	for _, id := range slices.Sorted(maps.Keys(reports)) {
+		if held := reports[id].Shards; len(held) > 0 {
+			return fmt.Errorf("%w: node %s holds shard %d", ErrReplicatedHeld, id, held[0].Shard)
+		}
+	}
+	first, cmp, err := replicaIDs(ids, k)
+	if err != nil {
+		return err
+	}
+	m.Replicas = replicas
+	m.Sets = placeReplicas(m.Shards, replicas, m.Nodes, first)
+	for n := range m.Homes {
+		m.Homes[n] = m.Sets[n][0].Node
+	}
+	*cmps = append(*cmps, cmp)
+	*ops = append(*ops, clientv3.OpPut(k.ReplicaIDs(), strconv.FormatUint(first+uint64(m.Shards*replicas), 10)))
+	return nil
+}
