@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -65,6 +66,7 @@ type proposal struct {
 	// workers stopped).
 	proposed bool
 	done     chan error // buffered: finishing never blocks
+	start    time.Time  // when it was handed to the host
 }
 
 // group is one replica of one shard's Raft group on this host.
@@ -108,6 +110,9 @@ type group struct {
 	// of that term, and with it every entry of earlier ones; 0 when it
 	// does not (store.Proposer.Lease). Written by the worker.
 	lease atomic.Uint64
+	// leaderChanges counts the leaders this replica saw elected.
+	leaderChanges atomic.Uint64
+	metrics       *metrics
 
 	// rnMu is held by the worker handling the group, for the whole of
 	// it: the RawNode is not safe for concurrent use. Lock order: rnMu,
@@ -155,6 +160,9 @@ func (g *group) finish(id uint64, err error) {
 	delete(g.waiting, id)
 	g.mu.Unlock()
 	if p != nil {
+		if err == nil {
+			g.metrics.applied(p)
+		}
 		p.done <- err
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -60,6 +61,8 @@ type Config struct {
 	// leader as this host's replica sees it (the leader record in etcd
 	// follows it). It is called by the group's worker: it must not block.
 	OnLeadership func(Leadership)
+	// Registerer, when set, registers the groups' metrics (metrics.go).
+	Registerer prometheus.Registerer
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -114,9 +117,10 @@ type GroupConfig struct {
 // Host runs the replicas one node has: a RawNode per group, one scheduler
 // with a few workers, one ticker.
 type Host struct {
-	cfg   Config
-	sched *scheduler
-	life  startstop.Base
+	cfg     Config
+	sched   *scheduler
+	life    startstop.Base
+	metrics *metrics
 	// bg runs the groups' erasers and snapshot senders; Stop waits.
 	bg sync.WaitGroup
 
@@ -131,7 +135,14 @@ func NewHost(cfg Config) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Host{cfg: cfg, sched: newScheduler(), groups: make(map[uint64]*group)}, nil
+	h := &Host{cfg: cfg, sched: newScheduler(), groups: make(map[uint64]*group)}
+	h.metrics = newMetrics(h)
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(h.metrics); err != nil {
+			return nil, fmt.Errorf("replica: register metrics: %w", err)
+		}
+	}
+	return h, nil
 }
 
 // Start runs the ticker and the workers until ctx ends or Stop.
@@ -224,7 +235,7 @@ func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
 	}
 	g := &group{id: gc.Group, replica: gc.Replica, log: log, storage: logStorage{log}, sm: sm, st: gc.Store,
 		waiting: make(map[uint64]*proposal), onLead: h.cfg.OnLeadership, folder: gc.Folder, keep: uint64(h.cfg.LogKeep),
-		logger: h.cfg.Logger}
+		logger: h.cfg.Logger, metrics: h.metrics}
 	if gc.Machine != nil {
 		g.folder = nil // a snapshot is a store's state
 	}
@@ -285,7 +296,7 @@ type groupProposer struct {
 func (p groupProposer) Lease() uint64 { return p.g.lease.Load() }
 
 func (p groupProposer) Propose(cmd store.Command) <-chan error {
-	pr := &proposal{id: cmd.ID, term: cmd.Term, cmd: cmd.Encode(), done: make(chan error, 1)}
+	pr := &proposal{id: cmd.ID, term: cmd.Term, cmd: cmd.Encode(), done: make(chan error, 1), start: time.Now()}
 	if !p.g.queue(pr) {
 		pr.done <- fmt.Errorf("%w: the replica host of group %d stopped", store.ErrNotLeader, p.g.id)
 		return pr.done
@@ -345,7 +356,7 @@ func (h *Host) Propose(ctx context.Context, groupID uint64, cmd []byte) error {
 	}
 	// Random: proposals of every replica share the log, and a collision
 	// of 64 random bits would only wake the wrong waiter early.
-	p := &proposal{id: rand.Uint64(), cmd: cmd, done: make(chan error, 1)}
+	p := &proposal{id: rand.Uint64(), cmd: cmd, done: make(chan error, 1), start: time.Now()}
 	if !g.queue(p) {
 		return fmt.Errorf("group %d: %w", groupID, ErrStopped)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/progressdb/progressdb/server/internal/replica"
 	"github.com/progressdb/progressdb/server/internal/replica/replicatest"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -19,6 +21,7 @@ import (
 type node struct {
 	host   *replica.Host
 	stores map[uint64]*store.Store
+	reg    *prometheus.Registry // the host's metrics
 }
 
 // testCluster runs three nodes over one Local network; replica (g, i) has
@@ -82,8 +85,9 @@ func (c *testCluster) start(i int) {
 		// timeout keeps a loaded machine's pauses from deposing leaders.
 		ticks = 50
 	}
+	reg := prometheus.NewRegistry()
 	cfg := replica.Config{Transport: c.net, Tick: 10 * time.Millisecond, ElectionTicks: ticks,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LogKeep: c.logKeep}
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LogKeep: c.logKeep, Registerer: reg}
 	if c.onLead != nil {
 		cfg.OnLeadership = func(l replica.Leadership) { c.onLead(i, l) }
 	}
@@ -91,7 +95,7 @@ func (c *testCluster) start(i int) {
 	if err != nil {
 		c.T.Fatal(err)
 	}
-	nd := &node{host: h, stores: make(map[uint64]*store.Store)}
+	nd := &node{host: h, stores: make(map[uint64]*store.Store), reg: reg}
 	for _, g := range c.groups {
 		s, err := store.Open(c.folder(i, g), store.Options{})
 		if err != nil {

@@ -14,11 +14,11 @@ type Leadership struct {
 // Leading reports whether the replica that sees it is the leader.
 func (l Leadership) Leading() bool { return l.Leader != 0 && l.Leader == l.Replica }
 
-// observe tells onLead when a Ready changed the term or the leader. It
-// runs after the Ready's hard state was saved: a leadership is told once
-// the term it belongs to is on disk.
+// observe counts a new leader and tells onLead when a Ready changed the
+// term or the leader. It runs after the Ready's hard state was saved: a
+// leadership is told once the term it belongs to is on disk.
 func (g *group) observe(rd raft.Ready) {
-	if g.onLead == nil || (rd.SoftState == nil && rd.HardState == nil) {
+	if rd.SoftState == nil && rd.HardState == nil {
 		return
 	}
 	now := g.seen
@@ -31,19 +31,26 @@ func (g *group) observe(rd raft.Ready) {
 	if now == g.seen {
 		return
 	}
+	if now.Leader != 0 && now.Leader != g.seen.Leader {
+		g.leaderChanges.Add(1)
+	}
 	g.seen = now
-	g.onLead(now)
+	if g.onLead != nil {
+		g.onLead(now)
+	}
 }
 
 // stopLeading tells onLead that a failed replica knows no leader: it
 // steps no more, so a leader among the others will come, and this one
 // must not be routed to meanwhile.
 func (g *group) stopLeading() {
-	if g.onLead == nil || g.seen.Leader == 0 {
+	if g.seen.Leader == 0 {
 		return
 	}
 	g.seen.Leader = 0
-	g.onLead(g.seen)
+	if g.onLead != nil {
+		g.onLead(g.seen)
+	}
 }
 
 // ReportUnreachable tells the group that a message to replica could not
