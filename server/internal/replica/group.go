@@ -108,8 +108,12 @@ type group struct {
 
 	// lease is the term this replica leads in once it applied an entry
 	// of that term, and with it every entry of earlier ones; 0 when it
-	// does not (store.Proposer.Lease). Written by the worker.
+	// does not (store.Proposer.Lease). Written by the worker (setLease),
+	// under mu with leaseEnd.
 	lease atomic.Uint64
+	// leaseEnd is closed when the lease of the current term ends; nil
+	// while there is none. Guarded by mu.
+	leaseEnd chan struct{}
 	// leaderChanges counts the leaders this replica saw elected.
 	leaderChanges atomic.Uint64
 	metrics       *metrics
@@ -251,11 +255,30 @@ func (g *group) renewLease() {
 	if st.RaftState == raft.StateLeader && g.appliedTerm == st.GetTerm() {
 		lease = st.GetTerm()
 	}
-	if old := g.lease.Swap(lease); old != 0 && old != lease {
+	if old := g.setLease(lease); old != 0 && old != lease {
 		g.drop(func(p *proposal) bool { return p.term == old && p.proposed },
 			fmt.Errorf("%w: replica %d stopped leading group %d in term %d", store.ErrAmbiguous, g.replica, g.id, old))
 		g.dropReads(old, fmt.Errorf("%w: replica %d stopped leading group %d in term %d", store.ErrNotLeader, g.replica, g.id, old))
 	}
+}
+
+// setLease sets the lease to term and returns the one before; the end
+// of a lease closes its leaseEnd.
+func (g *group) setLease(term uint64) uint64 {
+	if old := g.lease.Load(); old == term {
+		return old
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.lease.Swap(term)
+	if g.leaseEnd != nil {
+		close(g.leaseEnd)
+		g.leaseEnd = nil
+	}
+	if term != 0 {
+		g.leaseEnd = make(chan struct{})
+	}
+	return old
 }
 
 // drop finishes every waiting proposal that match selects with err.
@@ -391,7 +414,7 @@ func (g *group) close() {
 	waiting := g.waiting
 	g.props, g.waiting = nil, make(map[uint64]*proposal)
 	g.mu.Unlock()
-	g.lease.Store(0)
+	g.setLease(0)
 	g.dropReads(0, fmt.Errorf("%w: the replica host of group %d stopped", store.ErrNotLeader, g.id))
 	for _, p := range waiting {
 		if !p.proposed {
@@ -406,7 +429,7 @@ func (g *group) close() {
 func (g *group) fail(err error) {
 	g.failed = fmt.Errorf("%w: group %d replica %d: %w", ErrGroupFailed, g.id, g.replica, err)
 	g.stopLeading()
-	g.lease.Store(0)
+	g.setLease(0)
 	g.dropReads(0, fmt.Errorf("%w: %w", store.ErrNotLeader, g.failed))
 	g.mu.Lock()
 	waiting := g.waiting
