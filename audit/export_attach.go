@@ -20,6 +20,13 @@ import (
 // AttachmentMeta is an attachment's metadata as the store keeps it, in
 // the plain shape when the export could open it (Key and Sealed empty),
 // as stored when its key was gone (then its bytes are not exported).
+//
+// It repeats the fields of the store's record (store.Attachment) on
+// purpose: audit is read by backup tooling that must not pull in the
+// store and Pebble, and the export file is a contract of its own that a
+// new field of the store's record must not join unnoticed. Retention's
+// exportMeta converts one into the other, and a test there fails when
+// the two drift apart.
 type AttachmentMeta struct {
 	ID          string `json:"id"`
 	Thread      string `json:"thread"`

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -147,5 +150,60 @@ func TestExportedAttachmentSurvivesKill(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(root, "*", "*.inprogress"))
 	if len(files) != 0 {
 		t.Fatalf("exports left in progress: %v", files)
+	}
+}
+
+// exportMeta copies every field of the store's attachment record into
+// the export's, so that a field added to store.Attachment is exported
+// or named here as the store's own: the two types are kept apart on
+// purpose (audit.AttachmentMeta says why) and must not drift.
+func TestExportMetaCopiesEveryField(t *testing.T) {
+	var a store.Attachment
+	v := reflect.ValueOf(&a).Elem()
+	for i := range v.NumField() { // a distinct non-zero value in each
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(fmt.Sprintf("v%d", i))
+		case reflect.Int64:
+			f.SetInt(int64(100 + i))
+		case reflect.Uint32:
+			f.SetUint(uint64(100 + i))
+		case reflect.Bool:
+			f.SetBool(true)
+		default:
+			t.Fatalf("store.Attachment.%s: kind %s not handled by this test", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	asMap := func(x any) map[string]any {
+		b, err := json.Marshal(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]any{}
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	stored, exported := asMap(a), asMap(exportMeta(a))
+	// The store's bookkeeping, never exported; key and sealed are set by
+	// the caller only when the bytes stay sealed (the plain shape has none).
+	storeOnly := map[string]bool{"purge_run": true}
+	callerSets := map[string]bool{"key": true, "sealed": true}
+	for k, want := range stored {
+		got, ok := exported[k]
+		switch {
+		case storeOnly[k] || callerSets[k] && !ok:
+		case !ok:
+			t.Errorf("store field %q is not exported: copy it in exportMeta or name it store-only here", k)
+		case got != want:
+			t.Errorf("%q exported as %v, stored as %v", k, got, want)
+		}
+	}
+	for k := range exported {
+		if _, ok := stored[k]; !ok {
+			t.Errorf("exported field %q has no store field", k)
+		}
 	}
 }

@@ -130,8 +130,7 @@ var errNoBlobStore = errors.New("attachments store not open: an attachment's byt
 // sealed bodies are. Its bytes are left out (null) when no key opens
 // them any more, or when its blob is already gone (nothing to keep).
 func (d *deleter) exportAttachment(ctx context.Context, rec *audit.ExportItem, a store.Attachment) error {
-	meta := audit.AttachmentMeta{ID: a.ID, Thread: a.Thread, Message: a.Message, Size: a.Size, SHA256: a.SHA256,
-		ContentType: a.ContentType, Filename: a.Filename, CreatedTS: a.CreatedTS, Deleted: a.Deleted, DeletedTS: a.DeletedTS}
+	meta := exportMeta(a)
 	if a.Unreadable {
 		meta.Key, meta.Sealed = a.Key, a.Sealed // as stored
 		return rec.Attachment(meta, nil)
@@ -151,6 +150,15 @@ func (d *deleter) exportAttachment(ctx context.Context, rec *audit.ExportItem, a
 	}
 	defer body.Close()
 	return rec.Attachment(meta, body)
+}
+
+// exportMeta is the export file's copy of a's metadata, in the plain
+// shape (Key and Sealed empty): the export opened what it could. Every
+// field of store.Attachment but the store's own bookkeeping (PurgeRun,
+// Unreadable) is copied; TestExportMetaCopiesEveryField keeps it so.
+func exportMeta(a store.Attachment) audit.AttachmentMeta {
+	return audit.AttachmentMeta{ID: a.ID, Thread: a.Thread, Message: a.Message, Size: a.Size, SHA256: a.SHA256,
+		ContentType: a.ContentType, Filename: a.Filename, CreatedTS: a.CreatedTS, Deleted: a.Deleted, DeletedTS: a.DeletedTS}
 }
 
 // exportCause is the cause an export record gives for the purge: the
