@@ -111,17 +111,33 @@ func (rn *run) sweepOrphans(ctx context.Context) {
 	}
 }
 
-// oweOrphan owes the removal of o when it is an orphan: a name of the
-// product's, older than cutoff, no upload of this process writing it,
-// and no record naming its attachment.
-func (rn *run) oweOrphan(ctx context.Context, bs OrphanStore, o attachments.Object, cutoff time.Time) (bool, error) {
-	tid, mid, aid, _, ok := attachments.ObjectOf(o.Name)
-	if !ok || !o.ModTime.Before(cutoff) || bs.Writing(o.Name) {
-		return false, nil
+// orphanRef names the attachment an object of the blob store belongs
+// to; leftover: an upload's temporary file of it (attachments.ObjectOf).
+type orphanRef struct {
+	tid, mid, aid string
+	leftover      bool
+}
+
+// orphanOf says whether the object (or open upload) called name, last
+// written at written, is an orphan: a name of the product's, older than
+// cutoff, no upload of this process writing it, and no record naming
+// its attachment. Writing is asked before the record is looked for:
+// from then on no upload of this process can add the record.
+func (rn *run) orphanOf(ctx context.Context, bs OrphanStore, name string, written, cutoff time.Time) (orphanRef, bool, error) {
+	var ref orphanRef
+	var ok bool
+	ref.tid, ref.mid, ref.aid, ref.leftover, ok = attachments.ObjectOf(name)
+	if !ok || !written.Before(cutoff) || bs.Writing(name) {
+		return ref, false, nil
 	}
-	// Writing was asked first: from here on no upload of this process
-	// can add the record.
-	if has, err := rn.r.st.HasAttachmentRecord(ctx, tid, mid, aid); err != nil || has {
+	has, err := rn.r.st.HasAttachmentRecord(ctx, ref.tid, ref.mid, ref.aid)
+	return ref, err == nil && !has, err
+}
+
+// oweOrphan owes the removal of o when it is an orphan (orphanOf).
+func (rn *run) oweOrphan(ctx context.Context, bs OrphanStore, o attachments.Object, cutoff time.Time) (bool, error) {
+	ref, orphan, err := rn.orphanOf(ctx, bs, o.Name, o.ModTime, cutoff)
+	if !orphan {
 		return false, err
 	}
 	size, sum, err := bs.Digest(ctx, o.Name)
@@ -133,7 +149,7 @@ func (rn *run) oweOrphan(ctx context.Context, bs OrphanStore, o attachments.Obje
 		rn.r.log.Warn("retention_orphan_unreadable", "run_id", rn.id, "blob", o.Name, "err", err)
 		size, sum = o.Size, ""
 	}
-	return rn.r.st.OweOrphanBlob(ctx, store.OwedBlob{Name: o.Name, Thread: tid, Message: mid, ID: aid,
+	return rn.r.st.OweOrphanBlob(ctx, store.OwedBlob{Name: o.Name, Thread: ref.tid, Message: ref.mid, ID: ref.aid,
 		Size: size, SHA256: sum, RunID: rn.id, Cause: audit.CauseDeleted, Orphan: true})
 }
 
@@ -152,16 +168,13 @@ func (rn *run) oweOpenUploads(ctx context.Context, bs OrphanStore, us uploadList
 	seen, owed := 0, 0
 	err := us.OpenUploads(ctx, func(u attachments.OpenUpload) (bool, error) {
 		seen++
-		tid, mid, aid, leftover, ok := attachments.ObjectOf(u.Name)
-		if !ok || leftover || !u.Initiated.Before(cutoff) || bs.Writing(u.Name) {
-			return seen < r.orphanCap, nil
-		}
-		if has, err := r.st.HasAttachmentRecord(ctx, tid, mid, aid); err != nil || has {
+		ref, orphan, err := rn.orphanOf(ctx, bs, u.Name, u.Initiated, cutoff)
+		if !orphan || ref.leftover {
 			return seen < r.orphanCap, err
 		}
 		digest := sha256.Sum256([]byte(u.ID))
 		ok, err := r.st.OweOrphanBlob(ctx, store.OwedBlob{Name: u.Name + ".upload-" + hex.EncodeToString(digest[:8]),
-			Thread: tid, Message: mid, ID: aid, RunID: rn.id, Cause: audit.CauseDeleted, Orphan: true, Upload: u.ID})
+			Thread: ref.tid, Message: ref.mid, ID: ref.aid, RunID: rn.id, Cause: audit.CauseDeleted, Orphan: true, Upload: u.ID})
 		if ok {
 			owed++
 		}
