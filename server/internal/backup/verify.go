@@ -251,11 +251,13 @@ func unpack(ctx context.Context, name string, src io.Reader, dir string, keyDir 
 // drops it), at most want.Size bytes of it, checking its size and hash;
 // why says what did not match. The error is for the local disk.
 func extractFile(r io.Reader, path string, want File) (why string, err error) {
-	var out writeSyncCloser = discard{}
+	out := io.Discard
+	var f *os.File
 	if path != "" {
-		if out, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
 			return "", fmt.Errorf("backup: %w", err)
 		}
+		out = f
 	}
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(out, h), io.LimitReader(r, want.Size))
@@ -265,11 +267,13 @@ func extractFile(r io.Reader, path string, want File) (why string, err error) {
 			n++
 		}
 	}
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
+	if f != nil {
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if err != nil {
 		var pe *os.PathError
@@ -288,18 +292,6 @@ func extractFile(r io.Reader, path string, want File) (why string, err error) {
 	}
 	return "", nil
 }
-
-type writeSyncCloser interface {
-	io.WriteCloser
-	Sync() error
-}
-
-// discard is a writeSyncCloser that keeps nothing.
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
-func (discard) Sync() error                 { return nil }
-func (discard) Close() error                { return nil }
 
 // decompress recognises a zstd stream by its magic number.
 func decompress(br *bufio.Reader) (io.Reader, func(), error) {
