@@ -56,7 +56,6 @@ func (nd *Node) ReceiveTrail(ctx context.Context, n int, r io.Reader) error {
 		nd.o.Logger.Info("cluster_shard_trail_set_aside", "shard", n, "folder", aside)
 	}
 	nd.incoming(n).trail = true
-	dirs := map[string]bool{root: true}
 	if err := os.MkdirAll(root, 0o750); err != nil {
 		return err
 	}
@@ -80,15 +79,20 @@ func (nd *Node) ReceiveTrail(ctx context.Context, n int, r io.Reader) error {
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			return err
 		}
-		dirs[filepath.Dir(path)] = true
-		if err := writeFileSync(path, io.LimitReader(tr, hdr.Size), 0o640); err != nil {
+		// Written aside and linked into place (its folder synced): a
+		// crash leaves a temporary file, never a part of an audit file
+		// under its sealed name.
+		err = durable.WriteNew(path, 0o640, func(w io.Writer) error {
+			_, err := io.Copy(w, tr)
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("shard %d: audit trail: %w", n, err)
 		}
 	}
-	for d := range dirs {
-		if err := durable.SyncDir(d); err != nil {
-			return err
-		}
+	// The month folders made in root, and root in its parent.
+	if err := durable.SyncDir(root); err != nil {
+		return err
 	}
 	return durable.SyncDir(filepath.Dir(root))
 }
@@ -221,20 +225,4 @@ func (nd *Node) Discard(_ context.Context, n int) error {
 		errs = append(errs, os.Rename(in.aside, nd.auditPath(n)))
 	}
 	return errors.Join(errs...)
-}
-
-func writeFileSync(path string, r io.Reader, mode os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, r); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }
