@@ -209,13 +209,13 @@ func (c *Creator) copyBlob(ctx context.Context, tw *tar.Writer, want File, mod t
 	return nil
 }
 
-// CheckRemoteBlobs checks, for a backup of a remote store, that blobs
-// (the store PROGRESSDB_ATTACHMENTS_URL names; nil when it could not be
-// opened, whose reason is why) holds every blob the manifest names, at
-// its size: each one missing is a problem, and a store that cannot be
-// reached is one, never a pass. A backup of a file:// store, or of none,
-// is left as it is.
-func CheckRemoteBlobs(ctx context.Context, rep *Report, blobs *attachments.Blobs, why error) {
+// CheckRemoteBlobs checks, for a valid backup of a remote store, that
+// the store open opens (the one PROGRESSDB_ATTACHMENTS_URL names) holds
+// every blob the manifest names, at its size: each one missing is a
+// problem, and a store that cannot be opened or reached is one, never a
+// pass. A backup of a file:// store, or of none, is left as it is, and
+// open is not called.
+func CheckRemoteBlobs(ctx context.Context, rep *Report, open func(context.Context) (*attachments.Blobs, error)) {
 	a := rep.Manifest.Attachments
 	if a == nil || a.Store == "file" || !rep.Valid {
 		return
@@ -224,10 +224,13 @@ func CheckRemoteBlobs(ctx context.Context, rep *Report, blobs *attachments.Blobs
 		rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...))
 		rep.Valid = false
 	}
-	switch {
-	case blobs == nil:
-		problem("attachments: the backup's %d blobs are in a %s:// store, which could not be opened to check them: %v", len(a.Blobs), a.Store, why)
+	blobs, err := open(ctx)
+	if err != nil {
+		problem("attachments: the backup's %d blobs are in a %s:// store, which could not be opened to check them: %v", len(a.Blobs), a.Store, err)
 		return
+	}
+	defer blobs.Close()
+	switch {
 	case blobs.Scheme() != a.Store:
 		problem("attachments: the backup's blobs are in a %s:// store, and the attachments store configured is %s://: set PROGRESSDB_ATTACHMENTS_URL to the store the backup was taken of", a.Store, blobs.Scheme())
 		return

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -278,5 +279,41 @@ func TestBackupOfAMissingBlob(t *testing.T) {
 	}
 	if _, err := rb.OpenRange(ctx, st, a, 0, a.Size); !errors.Is(err, attachments.ErrBlobMissing) {
 		t.Fatalf("download of the missing blob: %v, want ErrBlobMissing", err)
+	}
+}
+
+// CheckRemoteBlobs opens the store only for a valid backup of a remote
+// one, and a store that cannot be opened is a problem, never a pass.
+func TestCheckRemoteBlobsOpensOnlyWhenNeeded(t *testing.T) {
+	remote := &Attachments{Store: "s3", Count: 1, Blobs: []Blob{{Name: "t1/m1/a1", Size: 3}}}
+	down := errors.New("no route to the bucket")
+	for _, tc := range []struct {
+		name     string
+		att      *Attachments
+		valid    bool
+		wantOpen bool
+	}{
+		{"no attachments", nil, true, false},
+		{"file store", &Attachments{Store: "file"}, true, false},
+		{"invalid already", remote, false, false},
+		{"remote", remote, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Report{Valid: tc.valid, Manifest: Manifest{Attachments: tc.att}}
+			opened := false
+			CheckRemoteBlobs(context.Background(), &rep, func(context.Context) (*attachments.Blobs, error) {
+				opened = true
+				return nil, down
+			})
+			if opened != tc.wantOpen {
+				t.Fatalf("opened %t, want %t", opened, tc.wantOpen)
+			}
+			if tc.wantOpen && (rep.Valid || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], down.Error())) {
+				t.Fatalf("a store that cannot be opened: valid %t, problems %q", rep.Valid, rep.Problems)
+			}
+			if !tc.wantOpen && rep.Valid != tc.valid {
+				t.Fatalf("valid changed to %t", rep.Valid)
+			}
+		})
 	}
 }

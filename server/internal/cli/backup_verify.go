@@ -11,6 +11,7 @@ import (
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/app"
 	"github.com/progressdb/progressdb/server/internal/backup"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
 )
 
@@ -39,7 +40,7 @@ func (e env) backupVerify(ctx context.Context, args []string) int {
 		rep, err = backup.Verify(ctx, fs.Arg(0), pub, "")
 	}
 	if err == nil {
-		e.checkRemoteBlobs(ctx, &rep)
+		backup.CheckRemoteBlobs(ctx, &rep, e.configuredBlobs)
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "progressdb backup verify: %v\n", err)
@@ -60,25 +61,14 @@ func (e env) backupVerify(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-// checkRemoteBlobs checks that the remote attachments store the
-// environment names (PROGRESSDB_ATTACHMENTS_URL) holds the blobs a backup
-// of such a store names (backup.CheckRemoteBlobs).
-func (e env) checkRemoteBlobs(ctx context.Context, rep *backup.Report) {
-	if a := rep.Manifest.Attachments; a == nil || a.Store == "file" || !rep.Valid {
-		return
-	}
+// configuredBlobs opens the attachments store the environment names
+// for PROGRESSDB_DB_PATH, for backup.CheckRemoteBlobs.
+func (e env) configuredBlobs(ctx context.Context) (*attachments.Blobs, error) {
 	cfg, err := config.Load(e.environ)
 	if err != nil {
-		backup.CheckRemoteBlobs(ctx, rep, nil, err)
-		return
+		return nil, err
 	}
-	blobs, err := app.OpenBlobs(ctx, cfg, cfg.DBPath)
-	if err != nil {
-		backup.CheckRemoteBlobs(ctx, rep, nil, err)
-		return
-	}
-	defer blobs.Close()
-	backup.CheckRemoteBlobs(ctx, rep, blobs, nil)
+	return app.OpenBlobs(ctx, cfg, cfg.DBPath)
 }
 
 // stdinName is how reports name an archive read from standard input
