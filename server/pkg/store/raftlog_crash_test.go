@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -92,39 +91,21 @@ func TestRaftLogCrash(t *testing.T) {
 // and returns the last acknowledged index and term.
 func runRaftHelper(t *testing.T, dir string, n int) (last, term uint64) {
 	t.Helper()
-	cmd, stdout := testtools.StartChild(t, "TestRaftLogCrashHelper", envRaftHelper+"="+dir)
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	deadline := time.After(60 * time.Second)
+	c := testtools.StartChild(t, "TestRaftLogCrashHelper", envRaftHelper+"="+dir)
 	for seen := 0; seen < n; {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("helper ended after %d saves", seen)
-			}
-			if !strings.HasPrefix(line, "saved ") {
-				continue // the test framework's own lines
-			}
-			f := strings.Fields(line)
-			last, _ = strconv.ParseUint(f[1], 10, 64)
-			term, _ = strconv.ParseUint(f[2], 10, 64)
-			seen++
-		case <-deadline:
-			t.Fatal("helper did not save in time")
+		line, ok := c.Line()
+		if !ok {
+			t.Fatalf("helper ended after %d saves", seen)
 		}
+		if !strings.HasPrefix(line, "saved ") {
+			continue // the test framework's own lines
+		}
+		f := strings.Fields(line)
+		last, _ = strconv.ParseUint(f[1], 10, 64)
+		term, _ = strconv.ParseUint(f[2], 10, 64)
+		seen++
 	}
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL, while it is saving the next update
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	for range lines { // drain; later saves were not acknowledged to us
-	}
+	c.Kill() // SIGKILL, while it is saving the next update; later saves were not acknowledged to us
 	return last, term
 }
 
