@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/internal/testtools"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -142,19 +142,9 @@ func TestRetentionRunWhileAServerHoldsTheDatabase(t *testing.T) {
 	}
 	h := newHarness(t)
 	h.seedDue()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRetentionRunWhileAServerHoldsTheDatabase$")
-	cmd.Env = append(os.Environ(), "PROGRESSDB_CLI_HOLD_DB="+h.dbPath)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	buf := make([]byte, 5)
-	if _, err := stdout.Read(buf); err != nil || string(buf) != "open\n" {
-		t.Fatalf("child did not open the store: %q %v", buf, err)
+	child := testtools.StartChild(t, "TestRetentionRunWhileAServerHoldsTheDatabase", "PROGRESSDB_CLI_HOLD_DB="+h.dbPath)
+	if line, _ := child.Line(); line != "open" {
+		t.Fatalf("child did not open the store: %q", line)
 	}
 
 	start := time.Now()

@@ -1,13 +1,11 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/internal/testtools"
 )
 
 // Environment of the helper process TestEtcdLeaseHolderKilled starts.
@@ -59,50 +58,20 @@ func TestEtcdLeaseHelperProcess(t *testing.T) {
 // epoch. Before that, the lease stays taken.
 func TestEtcdLeaseHolderKilled(t *testing.T) {
 	srv := etcdtest.Start(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestEtcdLeaseHelperProcess$")
-	cmd.Env = append(os.Environ(), envEtcdHelper+"=1", envEtcdEndpoints+"="+strings.Join(srv.Endpoints(), ","))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	line := make(chan string, 1)
-	go func() {
-		s := bufio.NewScanner(stdout)
-		s.Scan()
-		line <- s.Text()
-	}()
-	var childEpoch int64
-	select {
-	case got := <-line:
-		e, ok := strings.CutPrefix(got, "acquired ")
-		if childEpoch, err = strconv.ParseInt(e, 10, 64); !ok || err != nil {
-			t.Fatalf("child said %q", got)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("child did not acquire the lease")
+	child := testtools.StartChild(t, "TestEtcdLeaseHelperProcess",
+		envEtcdHelper+"=1", envEtcdEndpoints+"="+strings.Join(srv.Endpoints(), ","))
+	got, _ := child.Line()
+	e, ok := strings.CutPrefix(got, "acquired ")
+	childEpoch, err := strconv.ParseInt(e, 10, 64)
+	if !ok || err != nil {
+		t.Fatalf("child said %q", got)
 	}
 
 	c := EtcdCoordinator{Client: srv.Client(t), Key: killedKey, TTL: 3 * time.Second, Owner: "parent"}
 	if _, err := c.Acquire(context.Background()); !errors.Is(err, retention.ErrLeaseHeld) {
 		t.Fatalf("Acquire while the child holds = %v, want ErrLeaseHeld", err)
 	}
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no release
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	child.Kill() // SIGKILL: no release
 
 	var l retention.HeldLease
 	waitFor(t, "take-over after the TTL", func() bool {

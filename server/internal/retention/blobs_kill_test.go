@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/testtools"
 	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -110,15 +111,19 @@ func (e *env) killedAtBlobDelete(export bool) {
 	if err := e.st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBlobKillHelperProcess$")
-	cmd.Env = append(os.Environ(), envBlobHelper+"="+e.dir)
+	env := []string{envBlobHelper + "=" + e.dir}
 	if export {
-		cmd.Env = append(cmd.Env, envBlobHelperExport+"=1")
+		env = append(env, envBlobHelperExport+"=1")
 	}
-	out, err := cmd.CombinedOutput()
+	c := testtools.StartChild(t, "TestBlobKillHelperProcess", env...)
+	var out []string
+	for line, ok := c.Line(); ok; line, ok = c.Line() {
+		out = append(out, line)
+	}
+	err := c.Wait()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child: %v, want killed by SIGKILL; output:\n%s", err, out)
+		t.Fatalf("child: %v, want killed by SIGKILL; output:\n%s", err, strings.Join(out, "\n"))
 	}
 	e.at(31 * day)
 	st, err := store.Open(filepath.Join(e.dir, "db"), store.Options{Now: e.clock.Now})

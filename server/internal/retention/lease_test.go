@@ -1,7 +1,6 @@
 package retention
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -11,7 +10,6 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/server/internal/testtools"
 	"github.com/progressdb/progressdb/server/internal/testtools/testclock"
 	"github.com/progressdb/progressdb/server/internal/wire"
 )
@@ -639,61 +638,23 @@ func leaseHelperContend(cfg LeaseConfig, out string) error {
 	return nil
 }
 
-func leaseHelperCommand(t *testing.T, mode, path, host string, extraEnv ...string) *exec.Cmd {
+// startLeaseHelper starts a child in mode (hold or contend) on the lease
+// file at path, as host.
+func startLeaseHelper(t *testing.T, mode, path, host string, extraEnv ...string) *testtools.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLeaseHelperProcess$")
-	cmd.Env = append(os.Environ(),
-		envHelperMode+"="+mode, envHelperPath+"="+path, envHelperHost+"="+host)
-	cmd.Env = append(cmd.Env, extraEnv...)
-	cmd.Stderr = os.Stderr
-	return cmd
+	env := append([]string{envHelperMode + "=" + mode, envHelperPath + "=" + path, envHelperHost + "=" + host}, extraEnv...)
+	return testtools.StartChild(t, "TestLeaseHelperProcess", env...)
 }
 
-// startLeaseHolder starts a child that acquires the lease and holds it; it
-// returns once the child reports success.
-func startLeaseHolder(t *testing.T, path, host string) *exec.Cmd {
+// startLeaseHolder starts a child that acquires the lease and holds it
+// (until its stdin closes); it returns once the child reports success.
+func startLeaseHolder(t *testing.T, path, host string) *testtools.Child {
 	t.Helper()
-	cmd := leaseHelperCommand(t, "hold", path, host)
-	stdin, err := cmd.StdinPipe() // kept open: the child holds until it closes
-	if err != nil {
-		t.Fatal(err)
+	c := startLeaseHelper(t, "hold", path, host)
+	if got, _ := c.Line(); got != "acquired 1" {
+		t.Fatalf("child said %q, want %q", got, "acquired 1")
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-
-	line := make(chan string, 1)
-	go func() {
-		s := bufio.NewScanner(stdout)
-		s.Scan()
-		line <- s.Text()
-	}()
-	select {
-	case got := <-line:
-		if got != "acquired 1" {
-			t.Fatalf("child said %q, want %q", got, "acquired 1")
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("child did not acquire the lease")
-	}
-	return cmd
-}
-
-func killLeaseHolder(t *testing.T, cmd *exec.Cmd) {
-	t.Helper()
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no chance to release
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	return c
 }
 
 func TestLeaseSubprocessCrashSameHost(t *testing.T) {
@@ -702,12 +663,12 @@ func TestLeaseSubprocessCrashSameHost(t *testing.T) {
 
 	cfg := LeaseConfig{Path: path, TTL: time.Minute, Owner: "parent", Host: "host-a"}
 	_, err := AcquireLease(context.Background(), cfg)
-	held := requireHeldBy(t, err, fmt.Sprintf("child-%d", child.Process.Pid))
-	if held.Holder.PID != child.Process.Pid || held.Holder.Epoch != 1 {
-		t.Fatalf("holder = %+v, want pid %d epoch 1", held.Holder, child.Process.Pid)
+	held := requireHeldBy(t, err, fmt.Sprintf("child-%d", child.Cmd.Process.Pid))
+	if held.Holder.PID != child.Cmd.Process.Pid || held.Holder.Epoch != 1 {
+		t.Fatalf("holder = %+v, want pid %d epoch 1", held.Holder, child.Cmd.Process.Pid)
 	}
 
-	killLeaseHolder(t, child)
+	child.Kill() // SIGKILL: no chance to release
 
 	// Same host: the free flock proves the holder gone, no waiting.
 	l := mustAcquireLease(t, cfg)
@@ -722,13 +683,13 @@ func TestLeaseSubprocessCrashSameHost(t *testing.T) {
 func TestLeaseSubprocessCrashOtherHost(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "retention.lock")
 	child := startLeaseHolder(t, path, "host-a")
-	killLeaseHolder(t, child)
+	child.Kill() // SIGKILL: no chance to release
 
 	clk := newLeaseClock()
 	clk.Set(time.Now())
 	cfg := LeaseConfig{Path: path, TTL: time.Minute, Owner: "parent", Host: "host-b", Now: clk.Now}
 	_, err := AcquireLease(context.Background(), cfg)
-	held := requireHeldBy(t, err, fmt.Sprintf("child-%d", child.Process.Pid))
+	held := requireHeldBy(t, err, fmt.Sprintf("child-%d", child.Cmd.Process.Pid))
 
 	clk.Set(held.Holder.Expires.Add(-time.Millisecond))
 	_, err = AcquireLease(context.Background(), cfg)
@@ -752,18 +713,15 @@ func TestLeaseSubprocessContention(t *testing.T) {
 	path := filepath.Join(dir, "retention.lock")
 
 	const children = 3
-	cmds := make([]*exec.Cmd, children)
+	cmds := make([]*testtools.Child, children)
 	for i := range children {
 		// Two children share a host, where only the flock keeps them apart;
 		// the third must rely on releases expiring the file.
 		out := filepath.Join(dir, fmt.Sprintf("tenures-%d", i))
-		cmds[i] = leaseHelperCommand(t, "contend", path, fmt.Sprintf("host-%d", i/2), envHelperOut+"="+out)
-		if err := cmds[i].Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmds[i] = startLeaseHelper(t, "contend", path, fmt.Sprintf("host-%d", i/2), envHelperOut+"="+out)
 	}
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
+	for i, c := range cmds {
+		if err := c.Wait(); err != nil {
 			t.Fatalf("child %d: %v", i, err)
 		}
 	}

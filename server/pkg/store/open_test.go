@@ -1,17 +1,16 @@
 package store_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/progressdb/progressdb/server/internal/testtools"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -42,27 +41,12 @@ func TestHelperHoldDatabase(t *testing.T) {
 
 func TestOpenLockedByAnotherProcess(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldDatabase$", "-test.count=1")
-	cmd.Env = append(os.Environ(), holdEnv+"="+dir)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "ready" {
-		t.Fatalf("helper said %q, %v", line, err)
+	child := testtools.StartChild(t, "TestHelperHoldDatabase", holdEnv+"="+dir)
+	if line, _ := child.Line(); line != "ready" {
+		t.Fatalf("helper said %q", line)
 	}
 
-	_, err = store.Open(dir, store.Options{})
+	_, err := store.Open(dir, store.Options{})
 	if !errors.Is(err, store.ErrDatabaseLocked) {
 		t.Fatalf("Open of a database held by another process = %v, want ErrDatabaseLocked", err)
 	}
@@ -71,8 +55,8 @@ func TestOpenLockedByAnotherProcess(t *testing.T) {
 	}
 
 	// Once the other process lets go, the database opens.
-	_ = stdin.Close()
-	if err := cmd.Wait(); err != nil {
+	_ = child.CloseStdin()
+	if err := child.Wait(); err != nil {
 		t.Fatalf("helper: %v", err)
 	}
 	s := openAt(t, dir, newClock())
