@@ -60,6 +60,13 @@ func Extract(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Repo
 	return extract(ctx, path, f, into{db: dir, blobs: config.DefaultAttachmentsDir(dir)}, pub, nil)
 }
 
+// ExtractReader is Extract of the archive read from r, which name
+// names (a replica's snapshot: its leader's stream). A backup's blobs
+// are checked and dropped, and one holding a key store does not verify.
+func ExtractReader(ctx context.Context, name string, r io.Reader, dir string, pub ed25519.PublicKey) (Report, error) {
+	return extract(ctx, name, r, into{db: dir}, pub, nil)
+}
+
 // ExtractPending is Extract for a restore whose replay is still to come
 // (spec §10.1): once every file is in place, dir's marker moves to state
 // replaying with then's fields (and the backup's ID), so that nothing

@@ -64,7 +64,7 @@ func (c *testCluster) caughtUp(g uint64, l int) {
 
 func (c *testCluster) raftLog(i int, g uint64) *store.RaftLog {
 	c.T.Helper()
-	l, err := c.nodes[i].stores[g].RaftLog(context.Background())
+	l, err := c.nodes[i].store(g).RaftLog(context.Background())
 	if err != nil {
 		c.T.Fatal(err)
 	}
@@ -99,12 +99,12 @@ func keySpace(t *testing.T, s *store.Store) []string {
 func (c *testCluster) sameEverywhere(g uint64, l int) {
 	c.T.Helper()
 	c.caughtUp(g, l)
-	want := keySpace(c.T, c.nodes[l].stores[g])
+	want := keySpace(c.T, c.nodes[l].store(g))
 	for i, nd := range c.nodes {
 		if nd == nil || i == l {
 			continue
 		}
-		if got := keySpace(c.T, nd.stores[g]); !reflect.DeepEqual(got, want) {
+		if got := keySpace(c.T, nd.store(g)); !reflect.DeepEqual(got, want) {
 			c.T.Fatalf("replica %d's keys differ from the leader's:\n%q\n%q", i, got, want)
 		}
 	}
@@ -136,7 +136,7 @@ func TestStoreWritesReadTheSameOnEveryReplica(t *testing.T) {
 	const g = 7
 	ctx := context.Background()
 	l := c.servingLeader(g)
-	s := c.nodes[l].stores[g]
+	s := c.nodes[l].store(g)
 	th := must(s.CreateThread(ctx, store.Thread{Title: "plans", Author: "ann"}))
 	held := must(s.CreateThread(ctx, store.Thread{ID: "held", Title: "kept", Author: "bob"}))
 	gone := must(s.CreateThread(ctx, store.Thread{ID: "gone", Title: "old", Author: "bob"}))
@@ -163,7 +163,7 @@ func TestStoreWritesReadTheSameOnEveryReplica(t *testing.T) {
 	want := page(s.ListMessages(ctx, th.ID, store.ListOptions{IncludeDeleted: true}))
 	wantThreads := page(s.ListThreads(ctx, store.ListOptions{IncludeDeleted: true}))
 	for i, nd := range c.nodes {
-		f := nd.stores[g]
+		f := nd.store(g)
 		if got := page(f.ListMessages(ctx, th.ID, store.ListOptions{IncludeDeleted: true})); !reflect.DeepEqual(got, want) {
 			t.Errorf("replica %d lists %+v, the leader %+v", i, got, want)
 		}
@@ -188,14 +188,14 @@ func TestFollowerRefusesWrites(t *testing.T) {
 	ctx := context.Background()
 	l := c.servingLeader(g)
 	f := (l + 1) % 3
-	_, err := c.nodes[f].stores[g].CreateThread(ctx, store.Thread{ID: "refused", Title: "t", Author: "a"})
+	_, err := c.nodes[f].store(g).CreateThread(ctx, store.Thread{ID: "refused", Title: "t", Author: "a"})
 	if !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("a follower's write: %v, want ErrNotLeader", err)
 	}
-	must(c.nodes[l].stores[g].CreateThread(ctx, store.Thread{ID: "accepted", Title: "t", Author: "a"}))
+	must(c.nodes[l].store(g).CreateThread(ctx, store.Thread{ID: "accepted", Title: "t", Author: "a"}))
 	c.sameEverywhere(g, l)
 	for i, nd := range c.nodes {
-		if _, err := nd.stores[g].GetThread(ctx, "refused"); !errors.Is(err, store.ErrNotFound) {
+		if _, err := nd.store(g).GetThread(ctx, "refused"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("replica %d reads the refused thread: %v", i, err)
 		}
 	}
@@ -227,7 +227,7 @@ func TestCutOffLeaderWriteAppliesAtMostOnce(t *testing.T) {
 			const g = 9
 			ctx := context.Background()
 			l := c.servingLeader(g)
-			th := must(c.nodes[l].stores[g].CreateThread(ctx, store.Thread{ID: "t", Title: "t", Author: "a"}))
+			th := must(c.nodes[l].store(g).CreateThread(ctx, store.Thread{ID: "t", Title: "t", Author: "a"}))
 			c.caughtUp(g, l)
 			if deaf {
 				c.net.Deafen(replicatest.ID(g, l))
@@ -236,13 +236,13 @@ func TestCutOffLeaderWriteAppliesAtMostOnce(t *testing.T) {
 			}
 			idem := &store.Idempotent{Scope: "c1", Key: "d2", Fingerprint: "f", Status: 201}
 			wctx, cancel := context.WithTimeout(store.WithIdempotent(ctx, idem), 30*time.Second)
-			_, err := c.nodes[l].stores[g].AppendMessage(wctx, th.ID, store.Message{Author: "a", Body: body("in flight")})
+			_, err := c.nodes[l].store(g).AppendMessage(wctx, th.ID, store.Message{Author: "a", Body: body("in flight")})
 			cancel()
 			if err == nil {
 				t.Fatal("a leader cut off from its peers acknowledged a write")
 			}
 			next := c.servingLeader(g, l)
-			must(c.nodes[next].stores[g].AppendMessage(ctx, th.ID, store.Message{Author: "a", Body: body("after")}))
+			must(c.nodes[next].store(g).AppendMessage(ctx, th.ID, store.Message{Author: "a", Body: body("after")}))
 			c.net.Heal(replicatest.ID(g, l))
 			c.sameEverywhere(g, next)
 			t.Logf("the cut-off leader's write: %v", err)
@@ -251,14 +251,14 @@ func TestCutOffLeaderWriteAppliesAtMostOnce(t *testing.T) {
 				want = 1
 			}
 			for i, nd := range c.nodes {
-				if n := countBodies(t, nd.stores[g], th.ID, body("in flight")); n != want {
+				if n := countBodies(t, nd.store(g), th.ID, body("in flight")); n != want {
 					t.Errorf("replica %d holds the write %d times, want %d (its proposer answered %v)", i, n, want, err)
 				}
-				if n := countBodies(t, nd.stores[g], th.ID, body("after")); n != 1 {
+				if n := countBodies(t, nd.store(g), th.ID, body("after")); n != 1 {
 					t.Errorf("replica %d holds the new leader's write %d times", i, n)
 				}
 			}
-			_, found, rerr := c.nodes[next].stores[g].Remember(ctx, idem.Scope, idem.Key, 0)
+			_, found, rerr := c.nodes[next].store(g).Remember(ctx, idem.Scope, idem.Key, 0)
 			if rerr != nil || found != (want == 1) {
 				t.Errorf("the new leader remembers the key: %v, %v (applied %d times)", found, rerr, want)
 			}
@@ -274,7 +274,7 @@ func TestConcurrentWritersKeepReadCheckWrite(t *testing.T) {
 	const g = 11
 	ctx := context.Background()
 	l := c.servingLeader(g)
-	s := c.nodes[l].stores[g]
+	s := c.nodes[l].store(g)
 	one := must(s.CreateThread(ctx, store.Thread{ID: "one", Title: "t", Author: "a"}))
 	m0 := must(s.AppendMessage(ctx, one.ID, store.Message{Author: "a", Body: body("v1")}))
 	const writers, each = 4, 8
@@ -306,7 +306,7 @@ func TestConcurrentWritersKeepReadCheckWrite(t *testing.T) {
 	wg.Wait()
 	c.sameEverywhere(g, l)
 	for i, nd := range c.nodes {
-		vs := must(nd.stores[g].ListVersions(ctx, one.ID, m0.ID))
+		vs := must(nd.store(g).ListVersions(ctx, one.ID, m0.ID))
 		if len(vs) != 1+writers*each {
 			t.Fatalf("replica %d: %d versions, want %d", i, len(vs), 1+writers*each)
 		}
@@ -315,11 +315,11 @@ func TestConcurrentWritersKeepReadCheckWrite(t *testing.T) {
 				t.Fatalf("replica %d: version %d at position %d", i, v.Version, k)
 			}
 		}
-		if n := len(page(nd.stores[g].ListMessages(ctx, one.ID, store.ListOptions{Limit: store.MaxListLimit}))); n != 1+writers*each {
+		if n := len(page(nd.store(g).ListMessages(ctx, one.ID, store.ListOptions{Limit: store.MaxListLimit}))); n != 1+writers*each {
 			t.Fatalf("replica %d: %d messages in the shared thread, want %d", i, n, 1+writers*each)
 		}
 		for w := range writers {
-			if n := len(page(nd.stores[g].ListMessages(ctx, fmt.Sprint("own", w), store.ListOptions{}))); n != each {
+			if n := len(page(nd.store(g).ListMessages(ctx, fmt.Sprint("own", w), store.ListOptions{}))); n != each {
 				t.Fatalf("replica %d: %d messages in thread own%d", i, n, w)
 			}
 		}

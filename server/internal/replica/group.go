@@ -45,11 +45,6 @@ func (m storeMachine) Apply(ctx context.Context, index, term uint64, cmd []byte)
 // its log or state machine; the error it stopped on is wrapped.
 var ErrGroupFailed = errors.New("replica group failed")
 
-// ErrSnapshotNotBuilt stops a group that was sent a snapshot: catching up
-// by snapshot comes with the backup stream (docs/replication-design.md
-// §7). Until then logs are never truncated, so no leader sends one.
-var ErrSnapshotNotBuilt = errors.New("catching up by snapshot is not built")
-
 // idSize is the proposal ID in front of every command in the log, by
 // which the replica that proposed it knows its command was applied.
 const idSize = 8
@@ -80,6 +75,15 @@ type group struct {
 	log     *store.RaftLog
 	storage logStorage
 	sm      StateMachine
+	host    *Host
+	// Snapshots (snapshot.go): sending holds the followers a snapshot
+	// is being sent to and snapIn one received (both guarded by mu);
+	// staged is the one stepped into raft (the worker's); receiving is
+	// held while one arrives.
+	sending   map[uint64]bool
+	snapIn    *staged
+	staged    *staged
+	receiving sync.Mutex
 	// folder is where the store lives, for snapshots; nil: this replica
 	// neither sends nor receives them, and keeps its log until a purge.
 	folder *Folder
@@ -189,6 +193,7 @@ func (g *group) process(ctx context.Context, tr Transport) {
 			g.finish(p.id, g.failedFor(p))
 		}
 		g.dropReads(0, fmt.Errorf("%w: %w", store.ErrNotLeader, g.failed))
+		g.dropSnapshot()
 		return
 	}
 	for _, r := range g.takeReports() {
@@ -197,11 +202,16 @@ func (g *group) process(ctx context.Context, tr Transport) {
 	for range ticks {
 		g.rn.Tick()
 	}
+	defer g.endStaged(nil) // a snapshot raft did not need
 	for _, m := range msgs {
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			continue // it comes with its state (ReceiveSnapshot)
+		}
 		// A message of a removed peer or a stale local one is refused;
 		// raft copes with lost messages, so there is nothing to do.
 		_ = g.rn.Step(m)
 	}
+	g.stepSnapshot()
 	// The messages may have ended the lease: proposals see the current one.
 	g.renewLease()
 	for _, p := range props {
@@ -303,17 +313,19 @@ func (g *group) drop(match func(*proposal) bool, err error) {
 func (g *group) handleReady(ctx context.Context, tr Transport) error {
 	rd := g.rn.Ready()
 	if !raft.IsEmptySnap(rd.Snapshot) {
-		return ErrSnapshotNotBuilt
-	}
-	if len(rd.Entries) > 0 || rd.HardState != nil {
+		// The snapshot's install saves the Ready's log and hard state.
+		if err := g.install(ctx, rd); err != nil {
+			return fmt.Errorf("install snapshot: %w", err)
+		}
+	} else if len(rd.Entries) > 0 || rd.HardState != nil {
 		u := store.RaftUpdate{Entries: rd.Entries, HardState: rd.HardState, Sync: rd.MustSync}
 		if err := g.log.Save(ctx, u); err != nil {
 			return fmt.Errorf("save log: %w", err)
 		}
 	}
 	g.observe(rd)
-	if len(rd.Messages) > 0 {
-		tr.Send(g.id, rd.Messages)
+	if msgs := g.sendSnapshots(ctx, tr, rd.Messages); len(msgs) > 0 {
+		tr.Send(g.id, msgs)
 	}
 	g.readIndexes(rd)
 	if err := g.apply(ctx, rd.CommittedEntries); err != nil {
@@ -369,6 +381,12 @@ func (g *group) applyEntry(ctx context.Context, e *raftpb.Entry) error {
 			return nil
 		}
 		id := binary.BigEndian.Uint64(e.GetData())
+		if e.GetIndex() <= g.log.Applied() {
+			// In the state a snapshot brought, which was taken at or
+			// after the snapshot point raft goes on from.
+			g.finish(id, nil)
+			return nil
+		}
 		err := g.sm.Apply(ctx, e.GetIndex(), e.GetTerm(), e.GetData()[idSize:])
 		g.finish(id, err)
 		if err != nil && !errors.Is(err, store.ErrProposalDropped) {
@@ -391,7 +409,9 @@ func (g *group) applyEntry(ctx context.Context, e *raftpb.Entry) error {
 		return nil
 	}
 	cs := g.rn.ApplyConfChange(cc)
-	if err := g.log.Save(ctx, store.RaftUpdate{Applied: e.GetIndex(), ConfState: cs}); err != nil {
+	// Never below a snapshot's state, which may be ahead of raft.
+	applied := max(e.GetIndex(), g.log.Applied())
+	if err := g.log.Save(ctx, store.RaftUpdate{Applied: applied, ConfState: cs}); err != nil {
 		return fmt.Errorf("save membership at %d: %w", e.GetIndex(), err)
 	}
 	return nil

@@ -235,7 +235,7 @@ func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
 	}
 	g := &group{id: gc.Group, replica: gc.Replica, log: log, storage: logStorage{log}, sm: sm, st: gc.Store,
 		waiting: make(map[uint64]*proposal), onLead: h.cfg.OnLeadership, folder: gc.Folder, keep: uint64(h.cfg.LogKeep),
-		logger: h.cfg.Logger, metrics: h.metrics}
+		logger: h.cfg.Logger, metrics: h.metrics, host: h, sending: make(map[uint64]bool)}
 	if gc.Machine != nil {
 		g.folder = nil // a snapshot is a store's state
 	}

@@ -19,10 +19,13 @@ import (
 
 // node is one process's host with a replica of each group.
 type node struct {
-	host   *replica.Host
-	stores map[uint64]*store.Store
-	reg    *prometheus.Registry // the host's metrics
+	host *replica.Host
+	reg  *prometheus.Registry // the host's metrics
 }
+
+// store is the node's store of group g: the one its host runs, which a
+// snapshot may have replaced.
+func (nd *node) store(g uint64) *store.Store { return nd.host.Store(g) }
 
 // testCluster runs three nodes over one Local network; replica (g, i) has
 // the Raft ID g*10+i+1.
@@ -95,13 +98,15 @@ func (c *testCluster) start(i int) {
 	if err != nil {
 		c.T.Fatal(err)
 	}
-	nd := &node{host: h, stores: make(map[uint64]*store.Store), reg: reg}
+	nd := &node{host: h, reg: reg}
 	for _, g := range c.groups {
+		if err := replica.RecoverFolder(c.folder(i, g)); err != nil {
+			c.T.Fatal(err)
+		}
 		s, err := store.Open(c.folder(i, g), store.Options{})
 		if err != nil {
 			c.T.Fatal(err)
 		}
-		nd.stores[g] = s
 		id := replicatest.ID(g, i)
 		gc := replica.GroupConfig{Group: g, Replica: id, Peers: replicatest.Peers(g), Store: s,
 			Folder: &replica.Folder{Dir: c.folder(i, g), Open: func(dir string) (*store.Store, error) {
@@ -202,7 +207,7 @@ func TestRestartedReplicaCatchesUpFromTheLog(t *testing.T) {
 	if got[9] != "before 09" || got[29] != "while down 19" {
 		t.Fatalf("applied %q", got)
 	}
-	last, err := c.nodes[old].stores[g].RaftLog(context.Background())
+	last, err := c.nodes[old].store(g).RaftLog(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

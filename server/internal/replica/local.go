@@ -1,6 +1,10 @@
 package replica
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
 	"sync"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -17,6 +21,10 @@ type Local struct {
 	hosts map[uint64]*Host // by replica ID; guarded by mu
 	cut   map[uint64]bool  // replicas whose messages are dropped both ways; guarded by mu
 	deaf  map[uint64]bool  // replicas whose incoming messages are dropped; guarded by mu
+	// cutAfter breaks every snapshot stream after so many bytes (0:
+	// never); broken counts the streams it broke. Guarded by mu.
+	cutAfter int64
+	broken   int
 }
 
 // NewLocal returns a network with no hosts.
@@ -67,4 +75,75 @@ func (l *Local) Send(group uint64, msgs []*raftpb.Message) {
 		}
 		h.Deliver(group, proto.Clone(m).(*raftpb.Message))
 	}
+}
+
+// errUnreachable: a snapshot's recipient is not attached or cut off.
+var errUnreachable = errors.New("replica unreachable")
+
+// errStreamCut: BreakSnapshots ended the stream.
+var errStreamCut = errors.New("snapshot stream cut")
+
+// BreakSnapshots makes every snapshot stream stop after n bytes, as a
+// sender that died half way (0: streams go through again).
+func (l *Local) BreakSnapshots(n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cutAfter = n
+}
+
+// SnapshotsBroken is the number of snapshot streams BreakSnapshots broke.
+func (l *Local) SnapshotsBroken() int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.broken
+}
+
+// SendSnapshot implements SnapshotSender: the stream goes through a pipe
+// to the recipient's host.
+func (l *Local) SendSnapshot(ctx context.Context, group uint64, m *raftpb.Message, write func(io.Writer) error) error {
+	l.mu.RLock()
+	h := l.hosts[m.GetTo()]
+	off := h == nil || l.cut[m.GetTo()] || l.cut[m.GetFrom()] || l.deaf[m.GetTo()]
+	cutAfter := l.cutAfter
+	l.mu.RUnlock()
+	if off {
+		return fmt.Errorf("replica %d: %w", m.GetTo(), errUnreachable)
+	}
+	pr, pw := io.Pipe()
+	wrote := make(chan error, 1)
+	go func() {
+		var w io.Writer = pw
+		if cutAfter > 0 {
+			w = &cutWriter{w: pw, left: cutAfter}
+		}
+		err := write(w)
+		pw.CloseWithError(err)
+		wrote <- err
+	}()
+	err := h.ReceiveSnapshot(ctx, group, proto.Clone(m).(*raftpb.Message), pr)
+	_ = pr.CloseWithError(errors.New("the receiver stopped reading"))
+	werr := <-wrote
+	if errors.Is(werr, errStreamCut) {
+		l.mu.Lock()
+		l.broken++
+		l.mu.Unlock()
+	}
+	return errors.Join(err, werr)
+}
+
+// cutWriter fails once left bytes went through.
+type cutWriter struct {
+	w    io.Writer
+	left int64
+}
+
+func (c *cutWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		n, _ := c.w.Write(p[:c.left])
+		c.left = 0
+		return n, errStreamCut
+	}
+	n, err := c.w.Write(p)
+	c.left -= int64(n)
+	return n, err
 }

@@ -48,7 +48,7 @@ func TestMetricsFollowLeadership(t *testing.T) {
 	const g = 16
 	ctx := context.Background()
 	l := c.servingLeader(g)
-	s := c.nodes[l].stores[g]
+	s := c.nodes[l].store(g)
 	th := must(s.CreateThread(ctx, store.Thread{ID: "t", Title: "t", Author: "a"}))
 	const writes = 4
 	for k := range writes - 1 {

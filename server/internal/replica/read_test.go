@@ -30,7 +30,7 @@ func TestReadIndexSeesAcknowledgedWrites(t *testing.T) {
 	const g = 12
 	ctx := context.Background()
 	l := c.servingLeader(g)
-	s := c.nodes[l].stores[g]
+	s := c.nodes[l].store(g)
 	th := must(s.CreateThread(ctx, store.Thread{ID: "t", Title: "t", Author: "a"}))
 	const n = 20
 	for k := range n {
@@ -70,7 +70,7 @@ func TestReadIndexSeesAcknowledgedWrites(t *testing.T) {
 						t.Errorf("node %d's read: %v", i, err)
 						return
 					}
-					if got := countMessages(t, nd.stores[g], th.ID); got != n {
+					if got := countMessages(t, nd.store(g), th.ID); got != n {
 						t.Errorf("node %d read %d messages after ReadIndex, want %d", i, got, n)
 					}
 					served.Add(1)
@@ -95,7 +95,7 @@ func TestCutOffLeaderServesNoRead(t *testing.T) {
 	const g = 13
 	ctx := context.Background()
 	l := c.servingLeader(g)
-	must(c.nodes[l].stores[g].CreateThread(ctx, store.Thread{ID: "before", Title: "t", Author: "a"}))
+	must(c.nodes[l].store(g).CreateThread(ctx, store.Thread{ID: "before", Title: "t", Author: "a"}))
 	c.caughtUp(g, l)
 	c.net.Cut(replicatest.ID(g, l))
 	read := make(chan error, 1)
@@ -105,11 +105,11 @@ func TestCutOffLeaderServesNoRead(t *testing.T) {
 		read <- c.nodes[l].host.ReadIndex(rctx, g)
 	}()
 	next := c.servingLeader(g, l)
-	must(c.nodes[next].stores[g].CreateThread(ctx, store.Thread{ID: "after", Title: "t", Author: "a"}))
+	must(c.nodes[next].store(g).CreateThread(ctx, store.Thread{ID: "after", Title: "t", Author: "a"}))
 	if err := <-read; !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("the cut-off leader's read: %v, want ErrNotLeader", err)
 	}
-	if _, err := c.nodes[l].stores[g].GetThread(ctx, "after"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := c.nodes[l].store(g).GetThread(ctx, "after"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the cut-off replica reads the majority's write: %v", err)
 	}
 	if err := c.nodes[l].host.ReadIndex(ctx, g); !errors.Is(err, store.ErrNotLeader) {
@@ -119,7 +119,7 @@ func TestCutOffLeaderServesNoRead(t *testing.T) {
 	if err := c.nodes[next].host.ReadIndex(ctx, g); err != nil {
 		t.Fatalf("the new leader's read: %v", err)
 	}
-	must(c.nodes[next].stores[g].GetThread(ctx, "after"))
+	must(c.nodes[next].store(g).GetThread(ctx, "after"))
 }
 
 // A read whose context ends first answers the context's error; a read of

@@ -1,13 +1,362 @@
 package replica
 
-import "github.com/progressdb/progressdb/server/pkg/store"
+// Catching up by snapshot through the backup stream
+// (docs/replication-design.md §7). A leader whose follower needs entries
+// the log dropped gets a MsgSnap from raft holding only the snapshot
+// point's metadata and descriptor; instead of sending it with the other
+// messages it streams its store's backup (a checkpoint taken while the
+// group's apply is held) with the message to the follower through the
+// transport (SnapshotSender), and reports the outcome to raft. The
+// follower unpacks the stream beside its folder, verified, and only then
+// steps the message into raft; when raft takes the snapshot the worker
+// adopts it into the unpacked state (this replica's hard state, the
+// snapshot's log) and swaps the folders.
 
-// Folder is where a replica's store lives, for catching up by snapshot
-// (docs/replication-design.md §7).
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/backup"
+	"github.com/progressdb/progressdb/server/pkg/durable"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// Folder is where a replica's store lives, for catching up by snapshot.
 type Folder struct {
 	// Dir is the store's database folder.
 	Dir string
-	// Open opens the store in dir as the node opens its shards (the
-	// restored state, then the folder it is moved to).
+	// Open opens the store in dir as the node opens its shards: the
+	// unpacked state beside Dir, then Dir once it replaced the old one.
 	Open func(dir string) (*store.Store, error)
+}
+
+// Beside Dir: a snapshot being received, and the old folder while the
+// new one takes its place (RecoverFolder).
+const (
+	stagedSuffix   = ".snapshot"
+	replacedSuffix = ".replaced"
+)
+
+// SnapshotSender is a Transport that carries snapshots: the message and,
+// out of band, the state it stands for.
+type SnapshotSender interface {
+	// SendSnapshot hands m (a MsgSnap) and the stream write produces to
+	// the host of m.To (Host.ReceiveSnapshot) and returns once that
+	// host took it or failed to.
+	SendSnapshot(ctx context.Context, group uint64, m *raftpb.Message, write func(io.Writer) error) error
+}
+
+// Errors of snapshots.
+var (
+	// ErrSnapshotRefused: this replica cannot take a snapshot now (no
+	// folder, another one arriving, a sealed shard's); the leader tries
+	// again later.
+	ErrSnapshotRefused = errors.New("snapshot refused")
+	// ErrNoSnapshotState: raft took a snapshot whose state never arrived.
+	ErrNoSnapshotState = errors.New("a snapshot came without its state")
+)
+
+// staged is a snapshot's state unpacked beside the folder, waiting for
+// raft to take its message.
+type staged struct {
+	m    *raftpb.Message
+	dir  string
+	done chan error // buffered
+}
+
+// sendSnapshots takes the MsgSnaps out of msgs and sends each with the
+// state on its own goroutine (one per follower at a time); raft hears
+// how it went through ReportSnapshot.
+func (g *group) sendSnapshots(ctx context.Context, tr Transport, msgs []*raftpb.Message) []*raftpb.Message {
+	rest := msgs[:0:0]
+	for _, m := range msgs {
+		if m.GetType() != raftpb.MessageType_MsgSnap {
+			rest = append(rest, m)
+			continue
+		}
+		to := m.GetTo()
+		ss, ok := tr.(SnapshotSender)
+		g.mu.Lock()
+		busy, bg := g.sending[to], g.bg
+		if ok && g.folder != nil && !busy && bg != nil {
+			g.sending[to] = true
+		}
+		g.mu.Unlock()
+		switch {
+		case busy:
+			continue // raft sends it again once told of the one under way
+		case !ok || g.folder == nil || bg == nil:
+			g.host.ReportSnapshot(g.id, to, raft.SnapshotFailure)
+			continue
+		}
+		bg.Go(func() {
+			err := ss.SendSnapshot(ctx, g.id, m, func(w io.Writer) error { return g.writeState(ctx, w) })
+			g.mu.Lock()
+			delete(g.sending, to)
+			g.mu.Unlock()
+			status := raft.SnapshotFinish
+			if err != nil {
+				status = raft.SnapshotFailure
+				g.logger.Warn("replica_snapshot_not_sent", slog.Uint64("group", g.id), slog.Uint64("to", to), slog.Any("err", err))
+			}
+			g.host.ReportSnapshot(g.id, to, status)
+		})
+	}
+	return rest
+}
+
+// writeState streams the store's backup: a checkpoint taken while the
+// group applies nothing, so that it stands at one applied index (at or
+// after the snapshot point raft names, which the follower's log skips).
+func (g *group) writeState(ctx context.Context, w io.Writer) error {
+	st := g.store()
+	if backup.KeyStoreOf(st) != nil {
+		// A follower restores no key store yet (docs/replication-design.md).
+		return fmt.Errorf("%w: the snapshot of a sealed shard", ErrSnapshotRefused)
+	}
+	c, err := backup.NewCreator(backup.Options{Store: st, Hold: applyHold{g: g, st: st}})
+	if err != nil {
+		return err
+	}
+	_, err = c.Write(ctx, w, false)
+	return err
+}
+
+// applyHold holds the group's worker while the checkpoint is taken.
+type applyHold struct {
+	g  *group
+	st *store.Store
+}
+
+func (h applyHold) Hold(ctx context.Context) (audit.Head, func(), error) {
+	h.g.rnMu.Lock()
+	if h.g.store() != h.st {
+		h.g.rnMu.Unlock()
+		return audit.Head{}, nil, fmt.Errorf("%w: the store was replaced", ErrSnapshotRefused)
+	}
+	return audit.Head{}, h.g.rnMu.Unlock, ctx.Err()
+}
+
+// ReceiveSnapshot takes a snapshot sent to one of this host's replicas:
+// the state read from r is unpacked and verified beside the replica's
+// folder, which stays as it is, and m is then stepped into raft; once
+// raft took it, the unpacked state replaces the folder. A stream that
+// breaks or does not verify leaves the replica as it was, and the
+// leader sends again.
+func (h *Host) ReceiveSnapshot(ctx context.Context, groupID uint64, m *raftpb.Message, r io.Reader) error {
+	g := h.group(groupID)
+	if g == nil {
+		return fmt.Errorf("group %d: %w", groupID, ErrNoGroup)
+	}
+	if g.folder == nil || m.GetType() != raftpb.MessageType_MsgSnap {
+		return fmt.Errorf("group %d: %w: no folder to restore into, or not a snapshot", groupID, ErrSnapshotRefused)
+	}
+	if !g.receiving.TryLock() {
+		return fmt.Errorf("group %d: %w: another snapshot is arriving", groupID, ErrSnapshotRefused)
+	}
+	defer g.receiving.Unlock()
+	dir := g.folder.Dir + stagedSuffix
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("group %d: %w", groupID, err)
+	}
+	rep, err := backup.ExtractReader(ctx, "snapshot", r, dir, nil)
+	if err == nil && !rep.Valid {
+		err = fmt.Errorf("%w: the stream does not verify: %s", ErrSnapshotRefused, strings.Join(rep.Problems, "; "))
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("group %d: receive snapshot: %w", groupID, err)
+	}
+	in := &staged{m: m, dir: dir, done: make(chan error, 1)}
+	g.mu.Lock()
+	g.snapIn = in
+	g.mu.Unlock()
+	h.sched.enqueue(groupID)
+	select {
+	case err = <-in.done:
+		return err
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-h.life.Stopped():
+		err = fmt.Errorf("group %d: %w", groupID, ErrStopped)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.snapIn == in { // else the worker took it, and ends it
+		g.snapIn = nil
+		_ = os.RemoveAll(dir)
+	}
+	return err
+}
+
+// dropSnapshot ends a received snapshot a failed group will not take.
+func (g *group) dropSnapshot() {
+	g.mu.Lock()
+	in := g.snapIn
+	g.snapIn = nil
+	g.mu.Unlock()
+	if in != nil {
+		_ = os.RemoveAll(in.dir)
+		in.done <- g.failed
+	}
+}
+
+// stepSnapshot steps a staged snapshot's message (the worker's). Until
+// the Ready loop is over, g.staged holds it for install.
+func (g *group) stepSnapshot() {
+	g.mu.Lock()
+	in := g.snapIn
+	g.snapIn = nil
+	g.mu.Unlock()
+	if in == nil {
+		return
+	}
+	g.staged = in
+	if err := g.rn.Step(in.m); err != nil {
+		g.endStaged(fmt.Errorf("%w: %w", ErrSnapshotRefused, err))
+	}
+}
+
+// endStaged tells the receiver how its snapshot ended and removes what
+// is left of the state (nothing once installed).
+func (g *group) endStaged(err error) {
+	if in := g.staged; in != nil {
+		g.staged = nil
+		_ = os.RemoveAll(in.dir)
+		in.done <- err
+	}
+}
+
+// install makes the Ready's snapshot this replica's state: the staged
+// store adopts the snapshot's log with this replica's hard state and the
+// Ready's entries, synced, and then takes the folder's place; the group
+// goes on with the new store and log. The old folder, which may hold
+// content purged since, is removed, and the new store's erase owed by
+// the leader's (its files are copies of the leader's tables) runs next.
+func (g *group) install(ctx context.Context, rd raft.Ready) (err error) {
+	in := g.staged
+	if in == nil {
+		return ErrNoSnapshotState
+	}
+	g.staged = nil
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(in.dir)
+		}
+		in.done <- err
+	}()
+	hard, _, err := g.log.InitialState()
+	if err != nil {
+		return err
+	}
+	if rd.HardState != nil {
+		hard = rd.HardState
+	}
+	snap := rd.Snapshot
+	if err := adopt(ctx, g.folder, in.dir, store.RaftUpdate{Restored: true, Install: snap, Entries: rd.Entries, HardState: hard,
+		ConfState: snap.GetMetadata().GetConfState(), Sync: true}); err != nil {
+		return fmt.Errorf("adopt snapshot %d: %w", snap.GetMetadata().GetIndex(), err)
+	}
+	g.eraseMu.Lock() // no erase of the old store under way
+	defer g.eraseMu.Unlock()
+	old := g.store()
+	old.Replicate(nil)
+	if err := old.Close(); err != nil {
+		g.logger.Warn("replica_close_replaced_store", slog.Uint64("group", g.id), slog.Any("err", err))
+	}
+	if err := swapFolders(g.folder.Dir, in.dir); err != nil {
+		return err
+	}
+	st, err := g.folder.Open(g.folder.Dir)
+	if err != nil {
+		return fmt.Errorf("open the restored store: %w", err)
+	}
+	l, err := st.RaftLog(ctx)
+	if err != nil {
+		_ = st.Close()
+		return err
+	}
+	g.mu.Lock()
+	g.st = st
+	g.mu.Unlock()
+	g.log, g.storage.RaftLog = l, l
+	if _, ok := g.sm.(storeMachine); ok {
+		g.sm = storeMachine{st}
+		st.Replicate(groupProposer{h: g.host, g: g})
+	}
+	// The leader's checkpoint may owe an erase: its files are copies.
+	g.eraseChecked = true
+	g.kickErase(ctx, false)
+	g.logger.Info("replica_snapshot_installed", slog.Uint64("group", g.id), slog.Uint64("replica", g.replica),
+		slog.Uint64("index", snap.GetMetadata().GetIndex()), slog.Uint64("applied", l.Applied()))
+	return nil
+}
+
+// adopt writes u into the log of the store unpacked in dir and checks
+// that its state covers the snapshot.
+func adopt(ctx context.Context, f *Folder, dir string, u store.RaftUpdate) error {
+	st, err := f.Open(dir)
+	if err != nil {
+		return err
+	}
+	l, err := st.RaftLog(ctx)
+	if err == nil {
+		err = l.Save(ctx, u)
+	}
+	if idx := u.Install.GetMetadata().GetIndex(); err == nil && l.Applied() < idx {
+		err = fmt.Errorf("%w: the state was applied up to %d, the snapshot is at %d", store.ErrMalformed, l.Applied(), idx)
+	}
+	return errors.Join(err, st.Close())
+}
+
+// swapFolders puts the unpacked state at dir and removes the old folder.
+// A crash at any point leaves a folder RecoverFolder completes.
+func swapFolders(dir, staged string) error {
+	aside := dir + replacedSuffix
+	if err := os.RemoveAll(aside); err != nil {
+		return err
+	}
+	if err := os.Rename(dir, aside); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.Rename(staged, dir); err != nil {
+		return err
+	}
+	if err := durable.SyncDir(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	return os.RemoveAll(aside)
+}
+
+// RecoverFolder finishes or undoes, before the store at dir is opened, a
+// snapshot's install that a crash cut short: with dir in place, what is
+// beside it is left over and goes; without it, the adopted state takes
+// its place if the swap had begun, else the old folder comes back.
+func RecoverFolder(dir string) error {
+	aside, staged := dir+replacedSuffix, dir+stagedSuffix
+	if _, err := os.Stat(dir); err == nil {
+		return errors.Join(os.RemoveAll(staged), os.RemoveAll(aside))
+	}
+	if _, err := os.Stat(aside); err != nil {
+		return os.RemoveAll(staged) // no swap began: nothing was installed
+	}
+	// The old folder is set aside only once the staged one adopted the
+	// snapshot: it is complete.
+	if err := os.Rename(staged, dir); err != nil {
+		return fmt.Errorf("recover %s: %w", dir, err)
+	}
+	if err := durable.SyncDir(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	return os.RemoveAll(aside)
 }

@@ -30,7 +30,7 @@ func TestGroupStatusShowsLag(t *testing.T) {
 	const g = 15
 	ctx := context.Background()
 	l := c.servingLeader(g)
-	s := c.nodes[l].stores[g]
+	s := c.nodes[l].store(g)
 	th := must(s.CreateThread(ctx, store.Thread{ID: "t", Title: "t", Author: "a"}))
 	c.caughtUp(g, l)
 	f := (l + 1) % 3

@@ -15,6 +15,12 @@ import (
 // a crash leaves all of it or none. Zero fields change nothing. The parts
 // apply in the order of the fields.
 type RaftUpdate struct {
+	// Restored says the database under the log was replaced by a
+	// snapshot's state (a leader's checkpoint, design §7): the log and
+	// state keys it came with are the leader's and are dropped first,
+	// all but the applied index (the state's) and the commands' dedupe
+	// keys. Install, HardState and ConfState then give this replica's.
+	Restored bool
 	// Install replaces the log with a received snapshot: every entry is
 	// dropped and the log continues after the snapshot's index (as
 	// raft.MemoryStorage.ApplySnapshot). The database state the snapshot
@@ -89,6 +95,13 @@ func (l *RaftLog) Save(ctx context.Context, u RaftUpdate) error {
 
 // build writes u's parts into b, in order, and tracks them in st.
 func (l *RaftLog) build(b *pebble.Batch, st *raftState, u RaftUpdate) error {
+	if u.Restored {
+		*st = raftState{snap: raftpb.EnsureSnapshot(&raftpb.Snapshot{}), applied: st.applied}
+		_ = b.DeleteRange(raftLogKey(0), upperBound([]byte(raftLogNS)), nil)
+		for _, k := range []string{raftHardKey, raftTruncKey, raftSnapKey, raftConfKey} {
+			_ = b.Delete([]byte(k), nil)
+		}
+	}
 	if u.Install != nil {
 		if err := l.install(b, st, u.Install); err != nil {
 			return err

@@ -1,0 +1,176 @@
+package replica_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/progressdb/progressdb/server/internal/replica"
+	"github.com/progressdb/progressdb/server/pkg/store"
+	"github.com/progressdb/progressdb/server/pkg/store/storetest"
+)
+
+// databaseID is replica (g, i)'s database identity: each folder's own
+// until a snapshot makes it a copy of the leader's.
+func (c *testCluster) databaseID(i int, g uint64) string {
+	c.T.Helper()
+	return must(c.nodes[i].store(g).DatabaseID(context.Background(), false))
+}
+
+// writeMessages appends n messages to thread tid through the leader's
+// store, each its own log entry.
+func (c *testCluster) writeMessages(l int, g uint64, tid string, n int) {
+	c.T.Helper()
+	s := c.nodes[l].store(g)
+	for k := range n {
+		must(s.AppendMessage(context.Background(), tid, store.Message{Author: "ann", Body: body(fmt.Sprintf("%s %d", tid, k))}))
+	}
+}
+
+// stopBehind stops follower f of g's leader l and writes past it until
+// the leader's log no longer holds the entries f needs.
+func (c *testCluster) stopBehind(g uint64, l, f int) {
+	c.T.Helper()
+	had := c.raftLog(f, g).Applied()
+	c.stop(f)
+	c.writeMessages(l, g, "t", 40)
+	if first := must(c.raftLog(l, g).FirstIndex()); first <= had+1 {
+		c.T.Fatalf("the leader's log starts at %d: the stopped replica, at %d, can catch up from it", first, had)
+	}
+}
+
+// A replica stopped while the others write and truncate their logs past
+// it catches up, once started again, by a snapshot sent through the
+// backup stream: it then holds exactly the leader's keys, its database
+// is a copy of the leader's, and later writes reach it through the log.
+func TestStoppedReplicaCatchesUpBySnapshot(t *testing.T) {
+	c := newKeepingCluster(t, 5, 6)
+	const g = 6
+	l := c.servingLeader(g)
+	must(c.nodes[l].store(g).CreateThread(context.Background(), store.Thread{ID: "t", Title: "t", Author: "ann"}))
+	c.sameEverywhere(g, l)
+	f := (l + 1) % 3
+	before := c.databaseID(f, g)
+	c.stopBehind(g, l, f)
+	c.start(f)
+	c.sameEverywhere(g, l)
+	if got, want := c.databaseID(f, g), c.databaseID(l, g); got != want || got == before {
+		t.Fatalf("the restarted replica's database is %s (before %s), the leader's %s: not caught up by snapshot", got, before, want)
+	}
+	c.writeMessages(c.servingLeader(g), g, "t", 3)
+	c.sameEverywhere(g, c.servingLeader(g))
+	for _, leftover := range []string{".snapshot", ".replaced"} {
+		if _, err := os.Stat(c.folder(f, g) + leftover); !os.IsNotExist(err) {
+			t.Errorf("%s left beside the folder: %v", leftover, err)
+		}
+	}
+}
+
+// A snapshot whose stream stops half way (its sender died) changes
+// nothing on the follower: its folder holds its own state, readable, and
+// nothing is left beside it; once streams go through again it catches up.
+func TestInterruptedSnapshotLeavesTheFollowerAsItWas(t *testing.T) {
+	c := newKeepingCluster(t, 5, 2)
+	const g = 2
+	l := c.servingLeader(g)
+	must(c.nodes[l].store(g).CreateThread(context.Background(), store.Thread{ID: "t", Title: "t", Author: "ann"}))
+	c.sameEverywhere(g, l)
+	f := (l + 1) % 3
+	c.stopBehind(g, l, f)
+	c.net.BreakSnapshots(2048)
+	c.start(f)
+	c.WaitFor("two broken snapshot streams", func() bool { return c.net.SnapshotsBroken() >= 2 })
+	c.stop(f) // the folder is looked at closed, between two tries
+	// A try under way when it stopped ends at the break, and cleans up.
+	c.WaitFor("the staged state of the last broken stream to go", func() bool {
+		_, err := os.Stat(c.folder(f, g) + ".snapshot")
+		return os.IsNotExist(err)
+	})
+	s, err := store.Open(c.folder(f, g), store.Options{})
+	if err != nil {
+		t.Fatalf("the follower's folder after broken snapshots: %v", err)
+	}
+	msgs := page(s.ListMessages(context.Background(), "t", store.ListOptions{}))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 0 {
+		t.Fatalf("the follower holds %d messages written while it was stopped", len(msgs))
+	}
+	c.net.BreakSnapshots(0)
+	c.start(f)
+	c.sameEverywhere(g, l)
+}
+
+// A replica down while a thread is purged still holds the thread's
+// content; once it returns (by snapshot, the leader's log dropped up to
+// the purge) no file under its node's folder holds it, and every replica
+// holds the same keys.
+func TestReplicaDownDuringPurgeErasesOnReturn(t *testing.T) {
+	c := newStoreCluster(t, 9)
+	const g = 9
+	marker, kept := "DownPurgeMarkerK4p", "DownKeptMarkerJ8s"
+	l := c.servingLeader(g)
+	s := c.nodes[l].store(g)
+	writeMarked(t, s, "gone", marker)
+	must(s.CreateThread(context.Background(), store.Thread{ID: "kept", Title: kept, Author: "bob"}))
+	c.sameEverywhere(g, l)
+	f := (l + 1) % 3
+	c.stop(f)
+	purge(t, s, "gone")
+	c.erasedEverywhere(g, l)
+	storetest.RequireAll(t, c.folder(f, g), marker)
+	c.start(f)
+	c.erasedEverywhere(g, l)
+	c.sameEverywhere(g, l)
+	for i := range c.nodes {
+		storetest.RequireNone(t, filepath.Dir(c.folder(i, g)), marker)
+		storetest.RequireAll(t, c.folder(i, g), kept)
+	}
+}
+
+// A crash during a snapshot's install leaves one of four states beside
+// the replica's folder; RecoverFolder leaves exactly one whole folder:
+// the old one until the swap began, the adopted one once it had.
+func TestRecoverFolderAfterACrash(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		have  []string // of "", ".snapshot", ".replaced"
+		after string   // the folder's content afterwards ("" for none)
+	}{
+		{"received, not swapped", []string{"", ".snapshot"}, "old"},
+		{"old set aside", []string{".replaced", ".snapshot"}, "new"},
+		{"swapped, old not removed", []string{"", ".replaced"}, "new"},
+		{"new replica, stream cut", []string{".snapshot"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "shard")
+			content := map[string]string{"": "old", ".snapshot": "new", ".replaced": "old"}
+			if tc.name == "swapped, old not removed" {
+				content[""] = "new"
+			}
+			for _, suffix := range tc.have {
+				if err := os.MkdirAll(dir+suffix, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir+suffix, "state"), []byte(content[suffix]), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := replica.RecoverFolder(dir); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(filepath.Join(dir, "state"))
+			if tc.after == "" && !os.IsNotExist(err) || tc.after != "" && string(got) != tc.after {
+				t.Fatalf("the folder holds %q (%v), want %q", got, err, tc.after)
+			}
+			for _, suffix := range []string{".snapshot", ".replaced"} {
+				if _, err := os.Stat(dir + suffix); !os.IsNotExist(err) {
+					t.Errorf("%s left: %v", suffix, err)
+				}
+			}
+		})
+	}
+}
