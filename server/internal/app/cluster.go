@@ -25,6 +25,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/buildinfo"
 	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/replica/raftnet"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/router"
 	"github.com/progressdb/progressdb/server/pkg/config"
@@ -125,24 +126,11 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 	if err != nil {
 		return err
 	}
-	m, err := cluster.WaitMap(ctx, client, keys, func() {
-		logger.Warn("cluster_not_created", "cluster", keys.Name, "held", onDisk,
-			"hint", "run progressdb cluster create --nodes ID,ID,... once every node has started")
-	})
+	m, err := awaitMap(ctx, cfg, client, keys, logger, onDisk)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting
 		}
-		return fmt.Errorf("cluster %q: %w", keys.Name, err)
-	}
-	// The folders are checked (and made) once the cluster is known.
-	if err := Validate(cfg); err != nil {
-		return err
-	}
-	// Never an empty database for a shard another node holds.
-	checkCtx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
-	defer cancel()
-	if err := cluster.CheckHomes(checkCtx, client, keys, m, cfg.NodeID, onDisk); err != nil {
 		return err
 	}
 	// Each shard replays at start what its trail records after its head.
@@ -174,6 +162,16 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 	if err != nil {
 		return err
 	}
+	// Replicated shards are served by their groups' leaders: the groups
+	// run before any request, and stop when the node is told to (their
+	// streams would hold the HTTP shutdown).
+	replicas, err := startReplicas(nodeCtx, replicaOptions{cfg: cfg, client: client, keys: keys, m: m, shards: shards,
+		view: view, tls: tr.nodeTLS(), reg: reg, logger: logger, onError: cmetrics.EtcdError})
+	if err != nil {
+		return err
+	}
+	defer replicas.stop()
+	defer context.AfterFunc(ctx, replicas.stop)()
 
 	key, err := SigningKey(cfg)
 	if err != nil {
@@ -191,8 +189,10 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 	backups := newShardBackups(nodeCtx, cfg, key, logger)
 	defer backups.close()
 	per := &shardRuntime{ctx: ctx, cfg: cfg, logger: logger, key: key, shards: shards, owner: owner, pause: pause,
-		cmetrics: cmetrics, smetrics: smetrics, services: services, backups: backups, receiptKey: receiptKey}
-	for _, n := range held {
+		cmetrics: cmetrics, smetrics: smetrics, services: services, backups: backups, receiptKey: receiptKey,
+		replicas: replicas}
+	for _, n := range m.OwnedBy(cfg.NodeID) {
+		// Replicated shards have no retention service or backups yet.
 		if err := per.start(n); err != nil {
 			return err
 		}
@@ -222,6 +222,30 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 		err = nil
 	}
 	return err
+}
+
+// awaitMap waits for the cluster's shard map, then checks the node's
+// folders and settings against it: never an empty database for a shard
+// another node holds (onDisk: the shards this node's disk holds).
+func awaitMap(ctx context.Context, cfg config.Config, client *clientv3.Client, keys cluster.Keys, logger *slog.Logger,
+	onDisk []int) (cluster.Map, error) {
+	m, err := cluster.WaitMap(ctx, client, keys, func() {
+		logger.Warn("cluster_not_created", "cluster", keys.Name, "held", onDisk,
+			"hint", "run progressdb cluster create --nodes ID,ID,... once every node has started")
+	})
+	if err != nil {
+		return m, fmt.Errorf("cluster %q: %w", keys.Name, err)
+	}
+	// The folders are checked (and made) once the cluster is known.
+	if err := Validate(cfg); err != nil {
+		return m, err
+	}
+	if err := checkReplicated(cfg, m); err != nil {
+		return m, err
+	}
+	checkCtx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
+	defer cancel()
+	return m, cluster.CheckHomes(checkCtx, client, keys, m, cfg.NodeID, onDisk)
 }
 
 // recordShards records the cluster's shard count in etcd, or checks it
@@ -289,6 +313,9 @@ type shardRuntime struct {
 	receiptKey []byte
 	// erasures records the cluster's subject erasures; nil unsealed.
 	erasures *cluster.Erasures
+	// replicas runs the node's replicas; nil when the shards have one
+	// copy each.
+	replicas *replicaRuntime
 }
 
 // ReceiptKey is the cluster's receipt key (spec §11.1); nil when the
@@ -347,9 +374,13 @@ func (p *shardRuntime) handler(nodeCtx context.Context, tr *transport, view *rou
 		Name: "progressdb_cluster_shards_unowned",
 		Help: "Shards that no node owns, as etcd shows them to this node: their requests answer 503.",
 	}, func() float64 { return float64(view.Unowned()) }))
-	rt, err := router.New(router.Options{Node: p.cfg.NodeID, Secret: p.cfg.Cluster.Secret, View: view, Shards: p.shards,
+	o := router.Options{Node: p.cfg.NodeID, Secret: p.cfg.Cluster.Secret, View: view, Shards: p.shards,
 		Owner: p.owner, Retention: p.services.service, Erasures: p.erasures, Mover: mover, Logger: p.logger,
-		Metrics: p.cmetrics, TLS: tr.nodeTLS()})
+		Metrics: p.cmetrics, TLS: tr.nodeTLS()}
+	if p.replicas != nil {
+		o.Replicas = p.replicas
+	}
+	rt, err := router.New(o)
 	if err != nil {
 		return nil, err
 	}
@@ -364,6 +395,9 @@ func (p *shardRuntime) handler(nodeCtx context.Context, tr *transport, view *rou
 	// The nodes' own move steps are served beside the API, not in it.
 	mux := http.NewServeMux()
 	mux.Handle(router.MoveStepsPath, rt.MoveSteps())
+	if p.replicas != nil {
+		mux.Handle(raftnet.Path, p.replicas.net.Handler())
+	}
 	mux.Handle("/", h)
 	// Node calls are checked against the cluster CA, and admin calls
 	// against the client CA, before any handler (spec §14).

@@ -5,6 +5,6 @@
 // (store.RaftLog) and its messages sent through a Transport. A group
 // applies its store's commands (store.ApplyCommand) and is the store's
 // Proposer, so the store's writes become proposals evaluated on the
-// leader (§5). It is not wired into serving yet: nothing outside its
-// tests starts a Host.
+// leader (§5). `progressdb serve` runs one Host per node of a cluster
+// created with replicas (server/internal/app).
 package replica

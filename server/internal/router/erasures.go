@@ -149,7 +149,7 @@ func (c *clusterErasures) shardStatus(ctx context.Context, n int, id string) (re
 
 // local is held shard n's own erasure, when this node serves it.
 func (c *clusterErasures) local(n int) (retention.Erasures, bool) {
-	if _, held := c.rt.o.Shards.Store(n); !held {
+	if _, ok := c.rt.here(n); !ok {
 		return nil, false
 	}
 	es, ok := c.rt.retentionOf(n).(retention.Erasures)

@@ -105,6 +105,9 @@ func (rt *Router) shardCall(r *http.Request) (int, bool, error) {
 	if call.shard < 0 {
 		return 0, true, &routeError{http.StatusBadRequest, api.CodeInvalidParameter, HeaderShard + " is required on this route", ErrNotNode}
 	}
+	if rt.replicated() {
+		return call.shard, true, rt.checkLeader(r.Context(), call.shard, isRead(r))
+	}
 	return call.shard, true, rt.checkCall(call.shard, call, isRead(r))
 }
 
@@ -150,7 +153,10 @@ func (rt *Router) ListThreads(r *http.Request, o store.ListOptions) ([]wire.Thre
 	}
 	pages := make([]threadPage, rt.o.View.Shards())
 	err := rt.eachShard(func(n int) error {
-		if st, held := rt.o.Shards.Store(n); held {
+		if st, ok := rt.here(n); ok {
+			if err := rt.readHere(ctx, n); err != nil {
+				return err
+			}
 			ts, next, err := st.ListThreads(ctx, o)
 			pages[n] = threadPage{Threads: wire.Threads(ts), NextCursor: next}
 			if err != nil {
@@ -199,7 +205,10 @@ func (rt *Router) LegalHolds(r *http.Request) ([]wire.Thread, error) {
 		Threads []wire.Thread `json:"threads"`
 	}, rt.o.View.Shards())
 	err := rt.eachShard(func(n int) error {
-		if st, held := rt.o.Shards.Store(n); held {
+		if st, ok := rt.here(n); ok {
+			if err := rt.readHere(ctx, n); err != nil {
+				return err
+			}
 			ts, err := st.LegalHolds(ctx)
 			lists[n].Threads = wire.Threads(ts)
 			if err != nil {

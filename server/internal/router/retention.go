@@ -52,7 +52,7 @@ func (rt *Router) RetentionStatus(r *http.Request) (any, error) {
 	_ = rt.eachShard(func(n int) error {
 		e := &out.Shards[n]
 		e.Shard, e.Node = n, homes[n]
-		if _, held := rt.o.Shards.Store(n); held {
+		if _, ok := rt.here(n); ok {
 			svc := rt.retentionOf(n)
 			if svc == nil {
 				e.Code, e.Error = http.StatusServiceUnavailable, errNoShardRetention.Error()
@@ -122,7 +122,7 @@ func (rt *Router) RetentionRun(r *http.Request, req retention.RunRequest, wait b
 	homes := rt.o.View.state().m.Homes
 	_ = rt.eachShard(func(n int) error {
 		e := &out.Shards[n]
-		if _, held := rt.o.Shards.Store(n); held {
+		if _, here := rt.here(n); here {
 			*e = rt.runLocal(r, n, req, wait)
 		} else {
 			var res retention.Result

@@ -52,6 +52,9 @@ type Options struct {
 	Erasures *cluster.Erasures
 	// Mover is this node's part in moving shards (nil: it takes none).
 	Mover *cluster.Node
+	// Replicas is this node's part in replicated shards (leaders.go);
+	// nil when the cluster's shards have one copy each.
+	Replicas Replicas
 	// Client calls the other nodes (a client with timeouts when nil,
 	// over TLS with TLS when set).
 	Client       *http.Client
@@ -258,6 +261,10 @@ func (rt *Router) thread(w http.ResponseWriter, r *http.Request, tid string) (*h
 	n := cluster.ShardOf(tid, rt.o.View.Shards())
 	if call, ok := nodeCallOf(r.Context()); ok {
 		// Forwarded by a node: served here or refused, never forwarded on.
+		if rt.replicated() {
+			r, sh, err := rt.leaderLocal(r, n)
+			return r, sh, err != nil, err
+		}
 		if err := rt.checkCall(n, call, isRead(r)); err != nil {
 			return r, api.Shard{}, true, err
 		}
@@ -265,7 +272,11 @@ func (rt *Router) thread(w http.ResponseWriter, r *http.Request, tid string) (*h
 		r, sh, err := rt.local(r, n, st)
 		return r, sh, err != nil, err
 	}
-	if st, held := rt.o.Shards.Store(n); held {
+	if st, ok := rt.here(n); ok {
+		if rt.replicated() {
+			r, sh, err := rt.leaderLocal(r, n)
+			return r, sh, err != nil, err
+		}
 		r, sh, err := rt.local(r, n, st)
 		return r, sh, err != nil, err
 	}
@@ -302,6 +313,9 @@ func (rt *Router) target(n int) (url string, epoch int64, err error) {
 	st := rt.o.View.state()
 	if n >= st.m.Shards {
 		return "", 0, unavailable(n, "not in the shard map")
+	}
+	if st.m.Replicated() {
+		return rt.leaderTarget(st, n)
 	}
 	o, owned := st.owners[n]
 	switch {

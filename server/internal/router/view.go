@@ -163,12 +163,17 @@ func (v *View) Leader(n int) (cluster.Leader, bool) {
 func (v *View) Shards() int { return v.state().m.Shards }
 
 // Unowned is the number of shards no node owns in this node's view: their
-// requests answer 503 until their home node takes them again.
+// requests answer 503 until their home node takes them again. A
+// replicated shard counts while no leader record names its leader.
 func (v *View) Unowned() int {
 	st := v.state()
 	n := 0
 	for i := range st.m.Shards {
-		if _, ok := st.owners[i]; !ok {
+		_, owned := st.owners[i]
+		if st.m.Replicated() {
+			_, owned = st.leaders[i]
+		}
+		if !owned {
 			n++
 		}
 	}

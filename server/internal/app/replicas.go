@@ -1,0 +1,140 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/replica"
+	"github.com/progressdb/progressdb/server/internal/replica/raftnet"
+	"github.com/progressdb/progressdb/server/internal/router"
+	"github.com/progressdb/progressdb/server/pkg/config"
+)
+
+// replicaRuntime runs a node's replicas of a replicated cluster's shards
+// (spec §15, docs/replication-design.md §3, §6, §9): one replica.Host
+// holding a group per shard the map names the node for, its messages
+// carried by the raftnet transport over the node listener, and the
+// groups' leaderships published in etcd for routing. It is the router's
+// Replicas.
+type replicaRuntime struct {
+	host    *replica.Host
+	net     *raftnet.Transport
+	leaders *cluster.Leaders
+	logger  *slog.Logger
+	stopped sync.Once
+}
+
+var _ router.Replicas = (*replicaRuntime)(nil)
+
+// replicaOptions are what startReplicas needs of the node.
+type replicaOptions struct {
+	cfg     config.Config
+	client  *clientv3.Client
+	keys    cluster.Keys
+	m       cluster.Map
+	shards  *cluster.Shards
+	view    *router.View
+	tls     *tls.Config // the node's client side of mutual TLS; nil: plain
+	reg     prometheus.Registerer
+	logger  *slog.Logger
+	onError func(error) // etcd errors, counted
+}
+
+// checkReplicated refuses what replicated shards do not do yet: sealing
+// (each replica's key store would hold other data keys than the
+// leader's, whose sealed values it applies).
+func checkReplicated(cfg config.Config, m cluster.Map) error {
+	if m.Replicated() && cfg.KEK != "" {
+		return &StartupError{Var: config.VarKEK, Value: "<redacted>",
+			Rule: "must be unset on a cluster of replicated shards (cluster create --replicas): sealing them is not built yet"}
+	}
+	return nil
+}
+
+// startReplicas starts a group for every shard the map names this node
+// a replica of, over the shard's open store: a new store is bootstrapped
+// with the shard's replica set as its first voters, an existing one goes
+// on from its log. From then on the stores' writes are proposals. nil
+// when the shards are not replicated.
+func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, error) {
+	if !o.m.Replicated() {
+		return nil, nil
+	}
+	leaders, err := cluster.NewLeaders(cluster.LeadersOptions{Client: o.client, Keys: o.keys, Node: o.cfg.NodeID,
+		TTL: o.cfg.Cluster.OwnerTTL, Logger: o.logger, OnEtcdError: o.onError})
+	if err != nil {
+		return nil, err
+	}
+	m, view := o.m, o.view
+	net, err := raftnet.New(raftnet.Options{Node: o.cfg.NodeID, Secret: o.cfg.Cluster.Secret, TLS: o.tls,
+		Logger: o.logger, Metrics: raftnet.NewMetrics(o.reg),
+		// A replica is found on its node, at the URL it registered.
+		Resolve: func(id uint64) (raftnet.Peer, bool) {
+			node, ok := m.ReplicaNode(id)
+			if !ok {
+				return raftnet.Peer{}, false
+			}
+			url, ok := view.NodeURL(node)
+			return raftnet.Peer{Node: node, URL: url}, ok
+		}})
+	if err != nil {
+		return nil, err
+	}
+	host, err := replica.NewHost(replica.Config{Transport: net, Logger: o.logger,
+		OnLeadership: func(l replica.Leadership) {
+			if l.Leading() {
+				leaders.Lead(int(l.Group), l.Term, l.Replica)
+			} else {
+				leaders.StepDown(int(l.Group))
+			}
+		}})
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range o.shards.Numbers() {
+		r, ok := m.ReplicaOn(n, o.cfg.NodeID)
+		st, held := o.shards.Store(n)
+		if !ok || !held {
+			continue
+		}
+		if err := host.AddGroup(ctx, replica.GroupConfig{Group: uint64(n), Replica: r.ID, Peers: m.Voters(n), Store: st}); err != nil {
+			return nil, fmt.Errorf("shard %d: %w", n, err)
+		}
+	}
+	rr := &replicaRuntime{host: host, net: net, leaders: leaders, logger: o.logger}
+	leaders.Start(ctx)
+	net.Start(ctx, host)
+	host.Start(ctx)
+	return rr, nil
+}
+
+// stop stops the groups, then the streams, then ends the leader records'
+// session, which deletes them at once so that the other nodes route to
+// the next leaders. The stores stay open: the node closes them after.
+// A nil runtime has nothing to stop.
+func (r *replicaRuntime) stop() {
+	if r == nil {
+		return
+	}
+	r.stopped.Do(func() {
+		r.host.Stop()
+		r.net.Stop()
+		r.leaders.Stop()
+		r.logger.Info("replicas_stopped")
+	})
+}
+
+// Lease implements router.Replicas.
+func (r *replicaRuntime) Lease(n int) uint64 { return r.host.Lease(uint64(n)) }
+
+// ReadIndex implements router.Replicas.
+func (r *replicaRuntime) ReadIndex(ctx context.Context, n int) error {
+	return r.host.ReadIndex(ctx, uint64(n))
+}

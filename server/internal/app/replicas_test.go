@@ -1,0 +1,116 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// startReplicated creates a cluster of testShards shards with three
+// replicas each over the nodes named, starts them and waits until every
+// shard's group has a leader record.
+func startReplicated(t *testing.T, ids ...string) (*etcdtest.Server, []*testNode) {
+	t.Helper()
+	etcd := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, _, err := cluster.EnsureReplicated(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, testShards, 3, ids); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*testNode
+	for _, id := range ids {
+		nodes = append(nodes, startNode(t, etcd, id, t.TempDir()))
+	}
+	for n := range testShards {
+		waitLeader(t, etcd, n, 0)
+	}
+	return etcd, nodes
+}
+
+// waitLeader waits for shard n's leader record of a term after term.
+func waitLeader(t *testing.T, etcd *etcdtest.Server, n int, after uint64) cluster.Leader {
+	t.Helper()
+	c := etcd.Client(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := c.Get(context.Background(), cluster.Keys{Name: "chat"}.ShardLeader(n))
+		if err == nil && len(resp.Kvs) == 1 {
+			if l, err := cluster.ParseLeader(resp.Kvs[0].Value); err == nil && l.Term > after {
+				return l
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader record of shard %d after term %d: %v", n, after, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestReplicatedClusterServes: on a cluster created with three replicas
+// per shard, every node runs a replica of every shard; writes through
+// any node reach the shard's leader and are on every replica's disk;
+// reads through any node see them; a replicated shard takes no ownership
+// lease.
+func TestReplicatedClusterServes(t *testing.T) {
+	etcd, nodes := startReplicated(t, "node-a", "node-b", "node-c")
+	var ids []string
+	for i := range 8 {
+		via := nodes[i%len(nodes)]
+		id := fmt.Sprintf("t%02d", i)
+		code, body := call(t, http.MethodPost, via.url()+"/v1/threads", fmt.Sprintf(`{"id":%q,"title":"x","author":"u"}`, id), nil)
+		if code != http.StatusCreated {
+			t.Fatalf("create %s through %s: %d %s", id, via.id, code, body)
+		}
+		code, body = call(t, http.MethodPost, via.url()+"/v1/threads/"+id+"/messages", `{"author":"u","body":{"text":"hi"}}`, nil)
+		if code != http.StatusCreated {
+			t.Fatalf("append to %s through %s: %d %s", id, via.id, code, body)
+		}
+		ids = append(ids, id)
+	}
+	for _, n := range nodes {
+		for _, id := range ids {
+			if code, body := call(t, http.MethodGet, n.url()+"/v1/threads/"+id+"/messages", "", nil); code != http.StatusOK ||
+				!bytes.Contains(body, []byte(`"hi"`)) {
+				t.Fatalf("read %s through %s: %d %s", id, n.id, code, body)
+			}
+		}
+		code, body := call(t, http.MethodGet, n.url()+"/v1/threads?limit=100", "", nil)
+		if code != http.StatusOK || bytes.Count(body, []byte(`"id":"t0`)) != len(ids) {
+			t.Fatalf("list through %s: %d %s", n.id, code, body)
+		}
+	}
+	st, err := cluster.ReadStatus(context.Background(), etcd.Client(t), cluster.Keys{Name: "chat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st.Shards {
+		if s.State == cluster.ShardOwned {
+			t.Errorf("replicated shard %d has an owner: %+v", s.N, s)
+		}
+	}
+	// Every node holds every shard's data once applied: each replica's
+	// store, opened after the nodes stopped, has every thread of its
+	// shard with its message.
+	for _, n := range nodes {
+		n.shutdown()
+	}
+	for _, n := range nodes {
+		opened := map[int]*store.Store{}
+		for _, id := range ids {
+			shard := cluster.ShardOf(id, testShards)
+			if opened[shard] == nil {
+				opened[shard] = openShard(t, n, shard)
+			}
+			if _, err := opened[shard].GetThread(context.Background(), id); err != nil {
+				t.Errorf("thread %s not on %s's replica: %v", id, n.id, err)
+			}
+		}
+	}
+}
