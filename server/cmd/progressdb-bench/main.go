@@ -243,7 +243,7 @@ func commandLine(args []string) string {
 	return strings.Join(parts, " ")
 }
 
-// scenario is one benchmark of the issues (B1..B15).
+// scenario is one benchmark of the issues (B1..B16).
 type scenario struct {
 	id, title string
 	run       func(ctx context.Context, b *bench) (*section, error)
@@ -266,4 +266,5 @@ var scenarios = []scenario{
 	{"B13E", "subject erasure: the author's threads, not the database", runB13E},
 	{"B14", "CPU per request: HTTP, store and raw Pebble", runB14},
 	{"B15", "attachments: streamed throughput, sealed CPU, purge", runB15},
+	{"B16", "replicated shards: writes with 3 replicas vs 1, failover", runB16},
 }
