@@ -287,6 +287,33 @@ func (e RunResultStatus) Valid() bool {
 	}
 }
 
+// Defines values for ShardReplicaRole.
+const (
+	ShardReplicaRoleCandidate    ShardReplicaRole = "candidate"
+	ShardReplicaRoleFollower     ShardReplicaRole = "follower"
+	ShardReplicaRoleLeader       ShardReplicaRole = "leader"
+	ShardReplicaRolePreCandidate ShardReplicaRole = "pre_candidate"
+	ShardReplicaRoleUnknown      ShardReplicaRole = "unknown"
+)
+
+// Valid indicates whether the value is a known member of the ShardReplicaRole enum.
+func (e ShardReplicaRole) Valid() bool {
+	switch e {
+	case ShardReplicaRoleCandidate:
+		return true
+	case ShardReplicaRoleFollower:
+		return true
+	case ShardReplicaRoleLeader:
+		return true
+	case ShardReplicaRolePreCandidate:
+		return true
+	case ShardReplicaRoleUnknown:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StreamBackupParamsCompress.
 const (
 	StreamBackupParamsCompressNone StreamBackupParamsCompress = "none"
@@ -505,8 +532,22 @@ type ClusterStatus struct {
 		N    int    `json:"n"`
 
 		// Owner The node that owns it now; empty when none.
-		Owner string                   `json:"owner"`
-		State ClusterStatusShardsState `json:"state"`
+		Owner string `json:"owner"`
+
+		// Replicas A replicated shard's replicas (`cluster create --replicas 3`),
+		// in the order of its replica set; absent with one replica per
+		// shard. Its owner is its leader's node and its epoch the
+		// leader's Raft term. Roles and applied indexes are what each
+		// node last reported, lags what the leader last reported, every
+		// few seconds.
+		Replicas *[]ShardReplica          `json:"replicas,omitempty"`
+		State    ClusterStatusShardsState `json:"state"`
+
+		// UnderReplicated Fewer of its replicas are healthy (their node runs and the
+		// leader heard from them recently, as voters) than the cluster
+		// asks for; a shard without a leader has none. Absent when
+		// false.
+		UnderReplicated *bool `json:"under_replicated,omitempty"`
 	} `json:"shards"`
 }
 
@@ -1028,6 +1069,28 @@ type RunResult struct {
 
 // RunResultStatus A footer's status; running while the run's file is in progress and its run holds the lease; aborted (error says so) for an in-progress file whose lease has expired; damaged when the newest audit file cannot be read (error names file, line and reason).
 type RunResultStatus string
+
+// ShardReplica defines model for ShardReplica.
+type ShardReplica struct {
+	// Active The leader heard from it within its last election timeout.
+	Active bool `json:"active"`
+
+	// Applied The highest log index its node applied.
+	Applied int `json:"applied"`
+
+	// Id Its Raft replica ID, never reused.
+	Id int `json:"id"`
+
+	// Lag Entries of the leader's log it lacks.
+	Lag  int    `json:"lag"`
+	Node string `json:"node"`
+
+	// Role `unknown` while its node reports nothing of it (down, or not running it yet).
+	Role ShardReplicaRole `json:"role"`
+}
+
+// ShardReplicaRole `unknown` while its node reports nothing of it (down, or not running it yet).
+type ShardReplicaRole string
 
 // Thread defines model for Thread.
 type Thread struct {
@@ -1725,7 +1788,9 @@ type ClientInterface interface {
 	// Every node (named by the shard map or registered) with whether a
 	// process of it runs, and every shard with its home, its owner now and
 	// the owner's epoch (fencing token); a shard without an owner is
-	// `unavailable` and its requests answer 503.
+	// `unavailable` and its requests answer 503. A replicated shard's
+	// owner is its leader, its epoch the leader's term, and it lists its
+	// replicas with their role, applied index and lag.
 	//
 	// Corresponds with GET /admin/cluster (the `ClusterStatus` operationId).
 	ClusterStatus(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2220,7 +2285,9 @@ func (c *Raw) StreamBackup(ctx context.Context, params *StreamBackupParams, reqE
 // Every node (named by the shard map or registered) with whether a
 // process of it runs, and every shard with its home, its owner now and
 // the owner's epoch (fencing token); a shard without an owner is
-// `unavailable` and its requests answer 503.
+// `unavailable` and its requests answer 503. A replicated shard's
+// owner is its leader, its epoch the leader's term, and it lists its
+// replicas with their role, applied index and lag.
 //
 // Corresponds with GET /admin/cluster (the `ClusterStatus` operationId).
 func (c *Raw) ClusterStatus(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5173,7 +5240,9 @@ type ClientWithResponsesInterface interface {
 	// Every node (named by the shard map or registered) with whether a
 	// process of it runs, and every shard with its home, its owner now and
 	// the owner's epoch (fencing token); a shard without an owner is
-	// `unavailable` and its requests answer 503.
+	// `unavailable` and its requests answer 503. A replicated shard's
+	// owner is its leader, its epoch the leader's term, and it lists its
+	// replicas with their role, applied index and lag.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9310,7 +9379,9 @@ func (c *ClientWithResponses) StreamBackupWithResponse(ctx context.Context, para
 // Every node (named by the shard map or registered) with whether a
 // process of it runs, and every shard with its home, its owner now and
 // the owner's epoch (fencing token); a shard without an owner is
-// `unavailable` and its requests answer 503.
+// `unavailable` and its requests answer 503. A replicated shard's
+// owner is its leader, its epoch the leader's term, and it lists its
+// replicas with their role, applied index and lag.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -629,7 +629,9 @@ export interface paths {
          * @description Every node (named by the shard map or registered) with whether a
          *     process of it runs, and every shard with its home, its owner now and
          *     the owner's epoch (fencing token); a shard without an owner is
-         *     `unavailable` and its requests answer 503.
+         *     `unavailable` and its requests answer 503. A replicated shard's
+         *     owner is its leader, its epoch the leader's term, and it lists its
+         *     replicas with their role, applied index and lag.
          */
         get: operations["clusterStatus"];
         put?: never;
@@ -785,7 +787,39 @@ export interface components {
                 epoch: number;
                 /** @enum {string} */
                 state: "owned" | "unavailable";
+                /**
+                 * @description A replicated shard's replicas (`cluster create --replicas 3`),
+                 *     in the order of its replica set; absent with one replica per
+                 *     shard. Its owner is its leader's node and its epoch the
+                 *     leader's Raft term. Roles and applied indexes are what each
+                 *     node last reported, lags what the leader last reported, every
+                 *     few seconds.
+                 */
+                replicas?: components["schemas"]["ShardReplica"][];
+                /**
+                 * @description Fewer of its replicas are healthy (their node runs and the
+                 *     leader heard from them recently, as voters) than the cluster
+                 *     asks for; a shard without a leader has none. Absent when
+                 *     false.
+                 */
+                under_replicated?: boolean;
             }[];
+        };
+        ShardReplica: {
+            /** @description Its Raft replica ID, never reused. */
+            id: number;
+            node: string;
+            /**
+             * @description `unknown` while its node reports nothing of it (down, or not running it yet).
+             * @enum {string}
+             */
+            role: "leader" | "follower" | "candidate" | "pre_candidate" | "unknown";
+            /** @description The highest log index its node applied. */
+            applied: number;
+            /** @description Entries of the leader's log it lacks. */
+            lag: number;
+            /** @description The leader heard from it within its last election timeout. */
+            active: boolean;
         };
         /**
          * @description Cluster mode: the retention admin routes of any node answer for every

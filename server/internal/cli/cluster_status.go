@@ -22,7 +22,8 @@ type clusterStatusReport struct {
 }
 
 // clusterStatus prints the cluster's nodes (alive, URL, shards held) and
-// shards (home, owner, epoch, state) as etcd has them now.
+// shards (home, owner, epoch, state), and a replicated cluster's replicas
+// (role, applied index, lag), as etcd has them now.
 func (e env) clusterStatus(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("cluster status", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the status as JSON")
@@ -60,13 +61,21 @@ func (e env) clusterStatus(ctx context.Context, args []string) int {
 }
 
 func printClusterStatus(w io.Writer, rep clusterStatusReport) {
-	owned := 0
+	owned, under, replicated := 0, 0, false
 	for _, s := range rep.Shards {
 		if s.State == cluster.ShardOwned {
 			owned++
 		}
+		if s.UnderReplicated {
+			under++
+		}
+		replicated = replicated || len(s.Replicas) > 0
 	}
-	fmt.Fprintf(w, "cluster %q: %d shards, %d owned, %d unavailable\n", rep.Cluster, len(rep.Shards), owned, len(rep.Shards)-owned)
+	fmt.Fprintf(w, "cluster %q: %d shards, %d owned, %d unavailable", rep.Cluster, len(rep.Shards), owned, len(rep.Shards)-owned)
+	if replicated {
+		fmt.Fprintf(w, ", %d under-replicated", under)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tALIVE\tURL\tSHARDS")
 	for _, n := range rep.Nodes {
@@ -86,6 +95,30 @@ func printClusterStatus(w io.Writer, rep clusterStatusReport) {
 			owner, epoch = "-", "-"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", s.N, s.Home, owner, epoch, s.State)
+	}
+	tw.Flush()
+	if replicated {
+		printReplicas(w, rep.Shards)
+	}
+}
+
+// printReplicas lists the replicated shards' replicas: the owner above is
+// a shard's leader and the epoch its term.
+func printReplicas(w io.Writer, shards []cluster.ShardStatus) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tREPLICA\tNODE\tROLE\tAPPLIED\tLAG\tACTIVE")
+	for _, s := range shards {
+		for _, r := range s.Replicas {
+			applied, lag := strconv.FormatUint(r.Applied, 10), strconv.FormatUint(r.Lag, 10)
+			if r.Role == cluster.RoleUnknown {
+				applied = "-"
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\n", s.N, r.ID, r.Node, r.Role, applied, lag, yesNo(r.Active))
+		}
+		if s.UnderReplicated {
+			fmt.Fprintf(tw, "%d\t-\t-\tunder-replicated\t\t\t\n", s.N)
+		}
 	}
 	tw.Flush()
 }

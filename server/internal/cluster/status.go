@@ -35,6 +35,12 @@ type ShardStatus struct {
 	// State: "owned", or "unavailable" while no node owns it (its home
 	// is down or has not taken it yet): its requests answer 503.
 	State string `json:"state"`
+	// Replicas of a replicated shard (spec §15), whose owner is its
+	// leader's node and whose epoch is the leader's term.
+	Replicas []ReplicaStatus `json:"replicas,omitempty"`
+	// UnderReplicated: fewer of its replicas are healthy than the
+	// cluster asks for (ReplicaState.Replicas).
+	UnderReplicated bool `json:"under_replicated,omitempty"`
 }
 
 // Shard states.
@@ -60,6 +66,12 @@ func ReadStatus(ctx context.Context, c *clientv3.Client, k Keys) (Status, error)
 	if err != nil {
 		return Status{}, fmt.Errorf("read shard owners: %w", err)
 	}
+	rs := ReplicaState{Alive: map[string]bool{}, Leaders: map[int]Leader{}, Reports: map[string]ProgressReport{}}
+	if m.Replicated() {
+		if rs.Reports, err = readProgress(ctx, c, k, at); err != nil {
+			return Status{}, err
+		}
+	}
 
 	byID := make(map[string]*NodeStatus)
 	node := func(id string) *NodeStatus {
@@ -75,14 +87,26 @@ func ReadStatus(ctx context.Context, c *clientv3.Client, k Keys) (Status, error)
 		}
 		n := node(strings.TrimPrefix(string(kv.Key), k.Node("")))
 		n.URL, n.Alive = v.URL, true
+		rs.Alive[n.ID] = true
 	}
 	st := Status{Shards: make([]ShardStatus, m.Shards)}
 	for n, home := range m.Homes {
-		node(home).Shards = append(node(home).Shards, n)
+		if !m.Replicated() {
+			node(home).Shards = append(node(home).Shards, n)
+		}
 		st.Shards[n] = ShardStatus{N: n, Home: home, State: ShardUnavailable}
 	}
 	for _, kv := range owners.Kvs {
-		rest, ok := strings.CutSuffix(strings.TrimPrefix(string(kv.Key), shardPrefix), "/owner")
+		rest := strings.TrimPrefix(string(kv.Key), shardPrefix)
+		if s, ok := strings.CutSuffix(rest, "/leader"); ok {
+			if n, err := strconv.Atoi(s); err == nil {
+				if l, err := ParseLeader(kv.Value); err == nil {
+					rs.Leaders[n] = l
+				}
+			}
+			continue
+		}
+		rest, ok := strings.CutSuffix(rest, "/owner")
 		n, err := strconv.Atoi(rest)
 		if !ok || err != nil || n < 0 || n >= m.Shards {
 			continue
@@ -91,9 +115,42 @@ func ReadStatus(ctx context.Context, c *clientv3.Client, k Keys) (Status, error)
 		_ = json.Unmarshal(kv.Value, &v)
 		st.Shards[n].Owner, st.Shards[n].Epoch, st.Shards[n].State = v.Node, kv.CreateRevision, ShardOwned
 	}
+	if m.Replicated() {
+		for n := range st.Shards {
+			replicatedShard(&st.Shards[n], m, rs, node)
+		}
+	}
 	for _, n := range byID {
 		st.Nodes = append(st.Nodes, *n)
 	}
 	slices.SortFunc(st.Nodes, func(a, b NodeStatus) int { return strings.Compare(a.ID, b.ID) })
 	return st, nil
+}
+
+// replicatedShard fills a replicated shard's status: its leader as the
+// owner, with the term as the epoch, and its replicas, each of whose
+// nodes holds it.
+func replicatedShard(s *ShardStatus, m Map, rs ReplicaState, node func(string) *NodeStatus) {
+	if l, ok := rs.Leaders[s.N]; ok {
+		s.Owner, s.Epoch, s.State = l.Node, int64(l.Term), ShardOwned
+	}
+	s.Replicas, s.UnderReplicated = rs.Replicas(m, s.N)
+	for _, r := range s.Replicas {
+		node(r.Node).Shards = append(node(r.Node).Shards, s.N)
+	}
+}
+
+// readProgress reads every node's progress report, by node.
+func readProgress(ctx context.Context, c *clientv3.Client, k Keys, opts ...clientv3.OpOption) (map[string]ProgressReport, error) {
+	resp, err := c.Get(ctx, k.Progress(""), append([]clientv3.OpOption{clientv3.WithPrefix()}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("read progress reports: %w", err)
+	}
+	out := make(map[string]ProgressReport, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if r, err := ParseProgress(kv.Value); err == nil {
+			out[r.Node] = r
+		}
+	}
+	return out, nil
 }
