@@ -28,6 +28,8 @@ type state struct {
 	nodes  map[string]string // the running nodes' advertise URLs, by ID
 	// leaders are the replicated shards' leader records (advisory).
 	leaders map[int]cluster.Leader
+	// progress are the nodes' reports of their replicas, by node.
+	progress map[string]cluster.ProgressReport
 }
 
 // owner is a shard's owner as its ownership key says: the node, where it
@@ -71,7 +73,8 @@ func (v *View) Refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read cluster state: %w", err)
 	}
-	st := state{rev: resp.Header.Revision, owners: map[int]owner{}, nodes: map[string]string{}, leaders: map[int]cluster.Leader{}}
+	st := state{rev: resp.Header.Revision, owners: map[int]owner{}, nodes: map[string]string{}, leaders: map[int]cluster.Leader{},
+		progress: map[string]cluster.ProgressReport{}}
 	var haveMap bool
 	for _, kv := range resp.Kvs {
 		rest := strings.TrimPrefix(string(kv.Key), v.prefix())
@@ -94,6 +97,10 @@ func (v *View) Refresh(ctx context.Context) error {
 			if err == nil && json.Unmarshal(kv.Value, &o) == nil {
 				o.epoch = kv.CreateRevision
 				st.owners[n] = o
+			}
+		case strings.HasPrefix(rest, "progress/"):
+			if r, err := cluster.ParseProgress(kv.Value); err == nil {
+				st.progress[r.Node] = r
 			}
 		case strings.HasPrefix(rest, "shards/") && strings.HasSuffix(rest, "/leader"):
 			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(rest, "shards/"), "/leader"))
@@ -122,6 +129,9 @@ func (v *View) watch(ctx context.Context) {
 			if err := resp.Err(); err != nil {
 				v.log.Warn("cluster_watch_failed", "err", err)
 				break
+			}
+			if v.progressOnly(resp.Events) {
+				continue
 			}
 			if err := v.Refresh(ctx); err != nil && ctx.Err() == nil {
 				v.log.Warn("cluster_state_unreadable", "err", err)
