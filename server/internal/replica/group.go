@@ -71,7 +71,8 @@ type group struct {
 	logger  *slog.Logger
 	// log is the store's Raft log, and storage the same log as the
 	// RawNode reads it: both change only when a snapshot replaces the
-	// store (snapshot.go), by the worker holding rnMu.
+	// store (snapshot.go), by the worker holding rnMu, log also under
+	// mu, so that other goroutines read it with raftLog.
 	log     *store.RaftLog
 	storage logStorage
 	sm      StateMachine
@@ -137,6 +138,14 @@ type group struct {
 	heldReads   []chan error
 	readBatches []*readBatch
 	readSeq     uint64
+}
+
+// raftLog is log for goroutines other than the worker's (status,
+// metrics), which a snapshot's install may replace meanwhile.
+func (g *group) raftLog() *store.RaftLog {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.log
 }
 
 // take empties the inbox.

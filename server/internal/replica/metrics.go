@@ -69,7 +69,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			leading = 1
 		}
 		ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, leading, shard)
-		ch <- prometheus.MustNewConstMetric(appliedDesc, prometheus.GaugeValue, float64(g.log.Applied()), shard)
+		ch <- prometheus.MustNewConstMetric(appliedDesc, prometheus.GaugeValue, float64(g.raftLog().Applied()), shard)
 		ch <- prometheus.MustNewConstMetric(leaderChangesDesc, prometheus.CounterValue, float64(g.leaderChanges.Load()), shard)
 	}
 	m.proposed.Collect(ch)

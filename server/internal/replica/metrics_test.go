@@ -90,3 +90,53 @@ func TestMetricsFollowLeadership(t *testing.T) {
 		t.Errorf("the new leader's gauge: %v", got)
 	}
 }
+
+// A replica's status and metrics are read while a snapshot replaces its
+// store and log: a scrape never reads the log being swapped, and after
+// the install both show the new log's applied index.
+func TestStatusReadsDuringASnapshot(t *testing.T) {
+	c := newKeepingCluster(t, 5, 18)
+	const g = 18
+	l := c.servingLeader(g)
+	must(c.nodes[l].store(g).CreateThread(context.Background(), store.Thread{ID: "t", Title: "t", Author: "ann"}))
+	c.sameEverywhere(g, l)
+	f := (l + 1) % 3
+	c.stopBehind(g, l, f)
+	c.start(f)
+	h, reg := c.nodes[f].host, c.nodes[f].reg
+	// Two readers: one scrapes, one asks for the status, each in a loop
+	// until the snapshot is in.
+	stop := make(chan struct{})
+	errs := make(chan error, 2)
+	for _, read := range []func() error{
+		func() error { _, err := reg.Gather(); return err },
+		func() error { _, err := h.GroupStatus(g); return err },
+	} {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				if err := read(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	c.sameEverywhere(g, l)
+	close(stop)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := c.raftLog(f, g).Applied()
+	c.WaitFor("the status and the gauge at the new log's applied index", func() bool {
+		st := must(h.GroupStatus(g))
+		return st.Applied >= want && c.metric(f, "progressdb_replica_applied_index", g).GetGauge().GetValue() >= float64(want)
+	})
+}

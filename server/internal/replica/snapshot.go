@@ -287,9 +287,9 @@ func (g *group) install(ctx context.Context, rd raft.Ready) (err error) {
 		return err
 	}
 	g.mu.Lock()
-	g.st = st
+	g.st, g.log = st, l
 	g.mu.Unlock()
-	g.log, g.storage.RaftLog = l, l
+	g.storage.RaftLog = l
 	if _, ok := g.sm.(storeMachine); ok {
 		g.sm = storeMachine{st}
 		st.Replicate(groupProposer{h: g.host, g: g})

@@ -87,7 +87,7 @@ func (g *group) status() GroupStatus {
 	failed := g.failed
 	g.rnMu.Unlock()
 	out := GroupStatus{Group: g.id, Replica: g.replica, Role: roleName(st.RaftState), Leader: st.Lead,
-		Term: st.GetTerm(), Commit: st.GetCommit(), Applied: g.log.Applied(), Serving: g.lease.Load() != 0}
+		Term: st.GetTerm(), Commit: st.GetCommit(), Applied: g.raftLog().Applied(), Serving: g.lease.Load() != 0}
 	if failed != nil {
 		out.Failed = failed.Error()
 	}
