@@ -374,6 +374,12 @@ func (p *shardRuntime) handler(nodeCtx context.Context, tr *transport, view *rou
 		Name: "progressdb_cluster_shards_unowned",
 		Help: "Shards that no node owns, as etcd shows them to this node: their requests answer 503.",
 	}, func() float64 { return float64(view.Unowned()) }))
+	// And the replicated shards with fewer healthy replicas than asked
+	// for, so that the alert fires while a replica's node is down.
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "progressdb_cluster_under_replicated_shards",
+		Help: "Replicated shards with fewer healthy replicas (node running, heard from by the leader as a voter) than the cluster asks for, as etcd shows them to this node; 0 with one replica per shard.",
+	}, func() float64 { return float64(view.UnderReplicated()) }))
 	o := router.Options{Node: p.cfg.NodeID, Secret: p.cfg.Cluster.Secret, View: view, Shards: p.shards,
 		Owner: p.owner, Retention: p.services.service, Erasures: p.erasures, Mover: mover, Logger: p.logger,
 		Metrics: p.cmetrics, TLS: tr.nodeTLS()}

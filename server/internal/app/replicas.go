@@ -27,8 +27,10 @@ type replicaRuntime struct {
 	host    *replica.Host
 	net     *raftnet.Transport
 	leaders *cluster.Leaders
-	logger  *slog.Logger
-	stopped sync.Once
+	// progress reports the groups' statuses in etcd, for cluster status.
+	progress *cluster.ProgressReporter
+	logger   *slog.Logger
+	stopped  sync.Once
 }
 
 var _ router.Replicas = (*replicaRuntime)(nil)
@@ -87,13 +89,21 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 	if err != nil {
 		return nil, err
 	}
-	host, err := replica.NewHost(replica.Config{Transport: net, Logger: o.logger,
+	var host *replica.Host
+	progress, err := cluster.NewProgressReporter(cluster.ProgressOptions{Client: o.client, Keys: o.keys, Node: o.cfg.NodeID,
+		TTL: o.cfg.Cluster.OwnerTTL, Statuses: func() []replica.GroupStatus { return host.Statuses() },
+		Logger: o.logger, OnEtcdError: o.onError})
+	if err != nil {
+		return nil, err
+	}
+	host, err = replica.NewHost(replica.Config{Transport: net, Logger: o.logger, Registerer: o.reg,
 		OnLeadership: func(l replica.Leadership) {
 			if l.Leading() {
 				leaders.Lead(int(l.Group), l.Term, l.Replica)
 			} else {
 				leaders.StepDown(int(l.Group))
 			}
+			progress.Kick() // cluster status shows the new roles soon
 		}})
 	if err != nil {
 		return nil, err
@@ -108,10 +118,11 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 			return nil, fmt.Errorf("shard %d: %w", n, err)
 		}
 	}
-	rr := &replicaRuntime{host: host, net: net, leaders: leaders, logger: o.logger}
+	rr := &replicaRuntime{host: host, net: net, leaders: leaders, progress: progress, logger: o.logger}
 	leaders.Start(ctx)
 	net.Start(ctx, host)
 	host.Start(ctx)
+	progress.Start(ctx)
 	return rr, nil
 }
 
@@ -124,6 +135,7 @@ func (r *replicaRuntime) stop() {
 		return
 	}
 	r.stopped.Do(func() {
+		r.progress.Stop()
 		r.host.Stop()
 		r.net.Stop()
 		r.leaders.Stop()

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -86,13 +88,25 @@ func TestReplicatedClusterServes(t *testing.T) {
 			t.Fatalf("list through %s: %d %s", n.id, code, body)
 		}
 	}
-	st, err := cluster.ReadStatus(context.Background(), etcd.Client(t), cluster.Keys{Name: "chat"})
+	// No ownership lease: cluster status names the leader's node as
+	// the owner, with its term as the epoch.
+	k := cluster.Keys{Name: "chat"}
+	if owners, err := etcd.Client(t).Get(context.Background(), "/chat/shards/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, kv := range owners.Kvs {
+			if bytes.HasSuffix(kv.Key, []byte("/owner")) {
+				t.Errorf("a replicated shard's ownership lease: %s", kv.Key)
+			}
+		}
+	}
+	st, err := cluster.ReadStatus(context.Background(), etcd.Client(t), k)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range st.Shards {
-		if s.State == cluster.ShardOwned {
-			t.Errorf("replicated shard %d has an owner: %+v", s.N, s)
+		if l := waitLeader(t, etcd, s.N, 0); s.State != cluster.ShardOwned || s.Owner != l.Node || s.Epoch != int64(l.Term) || len(s.Replicas) != 3 {
+			t.Errorf("replicated shard %d: %+v, its leader record %+v", s.N, s, l)
 		}
 	}
 	// Every node holds every shard's data once applied: each replica's

@@ -69,6 +69,7 @@ type ProgressOptions struct {
 type ProgressReporter struct {
 	o    ProgressOptions
 	life startstop.Base
+	kick chan struct{} // one token: report now
 }
 
 // NewProgressReporter returns a node's reporter; Start runs it.
@@ -85,7 +86,17 @@ func NewProgressReporter(o ProgressOptions) (*ProgressReporter, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &ProgressReporter{o: o}, nil
+	return &ProgressReporter{o: o, kick: make(chan struct{}, 1)}, nil
+}
+
+// Kick asks for a report now rather than at the next period: a group's
+// leadership changed. It never blocks; kicks close together make one
+// report.
+func (p *ProgressReporter) Kick() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Start reports until ctx ends or Stop.
@@ -140,6 +151,7 @@ func (p *ProgressReporter) serve(ctx context.Context, sess *concurrency.Session)
 			p.o.Logger.Warn("cluster_progress_session_lost", "node", p.o.Node)
 			return
 		case <-t.C:
+		case <-p.kick:
 		}
 	}
 }
