@@ -103,14 +103,14 @@ func (c *testCluster) start(i int) {
 		if err := replica.RecoverFolder(c.folder(i, g)); err != nil {
 			c.T.Fatal(err)
 		}
-		s, err := store.Open(c.folder(i, g), store.Options{})
+		s, err := store.Open(c.folder(i, g), storeOptions)
 		if err != nil {
 			c.T.Fatal(err)
 		}
 		id := replicatest.ID(g, i)
 		gc := replica.GroupConfig{Group: g, Replica: id, Peers: replicatest.Peers(g), Store: s,
 			Folder: &replica.Folder{Dir: c.folder(i, g), Open: func(dir string) (*store.Store, error) {
-				return store.Open(dir, store.Options{})
+				return store.Open(dir, storeOptions)
 			}}}
 		if c.SM != nil { // else the store's own commands
 			if c.SM[id] == nil {
@@ -147,6 +147,10 @@ func (c *testCluster) stop(i int) {
 		}
 	}
 }
+
+// storeOptions open the replicas' stores: an erase held up by a reader
+// gives up soon.
+var storeOptions = store.Options{EraseWait: 200 * time.Millisecond}
 
 // folder is replica (g, i)'s database folder.
 func (c *testCluster) folder(i int, g uint64) string {

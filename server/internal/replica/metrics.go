@@ -20,6 +20,11 @@ var (
 	leaderChangesDesc = prometheus.NewDesc("progressdb_replica_leader_changes_seen_total",
 		"Leaders this node's replica of the shard saw elected since the process started (a new leader after another or after none).",
 		[]string{"shard"}, nil)
+	// Named for the cluster: summed over the nodes it counts the replicas
+	// owing an erase (design §11).
+	erasePendingDesc = prometheus.NewDesc("progressdb_cluster_erase_pending_replicas",
+		"1 while this node's replica of the shard has applied a purge not yet erased from its files (its log included), else 0; summed over the nodes, the replicas owing an erase.",
+		[]string{"shard"}, nil)
 )
 
 // metrics are a host's: the groups' series and the proposals' latency.
@@ -49,6 +54,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- leaderDesc
 	ch <- appliedDesc
 	ch <- leaderChangesDesc
+	ch <- erasePendingDesc
 	m.proposed.Describe(ch)
 }
 
@@ -71,6 +77,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, leading, shard)
 		ch <- prometheus.MustNewConstMetric(appliedDesc, prometheus.GaugeValue, float64(g.raftLog().Applied()), shard)
 		ch <- prometheus.MustNewConstMetric(leaderChangesDesc, prometheus.CounterValue, float64(g.leaderChanges.Load()), shard)
+		pending := 0.0
+		if g.owesErase() {
+			pending = 1
+		}
+		ch <- prometheus.MustNewConstMetric(erasePendingDesc, prometheus.GaugeValue, pending, shard)
 	}
 	m.proposed.Collect(ch)
 }

@@ -69,8 +69,8 @@ func (c *testCluster) erasedEverywhere(g uint64, l int) {
 // A thread purged through the leader leaves no file of any replica
 // holding its content: each replica applies the purge, drops its log up
 // to it (the entries that wrote the thread) and erases both; the other
-// thread's content stays. The metric of replicas owing an erase goes
-// back to zero.
+// thread's content stays. A replica whose erase cannot complete yet
+// counts in the metric of replicas owing one until it erased.
 func TestPurgeReachesEveryReplicasFiles(t *testing.T) {
 	c := newStoreCluster(t, 4)
 	const g = 4
@@ -83,9 +83,27 @@ func TestPurgeReachesEveryReplicasFiles(t *testing.T) {
 	for i := range c.nodes {
 		storetest.RequireAll(t, c.folder(i, g), marker, kept)
 	}
+	// A follower's erase is held up by a staging checkpoint in its
+	// folder (a backup opening its files): it owes the erase, and says
+	// so, until the checkpoint goes.
+	f := (l + 1) % 3
+	staging := must(c.nodes[f].store(g).Checkpoint(context.Background(), "held"))
+	const pending = "progressdb_cluster_erase_pending_replicas"
 	purge(t, s, "gone")
+	c.WaitFor("the follower's erase to fail", func() bool { return c.nodes[f].host.ErasePending() == 1 })
+	if v := c.metric(f, pending, g).GetGauge().GetValue(); v != 1 {
+		t.Fatalf("%s = %v on the follower owing its erase", pending, v)
+	}
+	if err := c.nodes[f].store(g).RemoveCheckpoint(staging); err != nil {
+		t.Fatal(err)
+	}
 	c.erasedEverywhere(g, l)
 	c.sameEverywhere(g, l)
+	for i := range c.nodes {
+		if v := c.metric(i, pending, g).GetGauge().GetValue(); v != 0 {
+			t.Errorf("%s = %v on node %d after its erase", pending, v, i)
+		}
+	}
 	purgedAt, _ := c.raftLog(l, g).Purges()
 	for i := range c.nodes {
 		if first, _ := c.raftLog(i, g).FirstIndex(); first <= purgedAt {

@@ -73,12 +73,21 @@ type netCluster struct {
 	proxy  [3][3]*tcpproxy.Proxy
 	nodes  [3]*netNode
 	logs   *logBuffer
+	// keep > 0: the groups apply their stores' commands, send and take
+	// snapshots, and keep so many applied entries (Config.LogKeep).
+	keep int
 }
 
 func nodeName(i int) string { return "node" + strconv.Itoa(i) }
 
 func newNetCluster(t *testing.T, groups ...uint64) *netCluster {
-	c := &netCluster{dir: t.TempDir(), groups: groups, ca: testcerts.NewCA(t, "cluster CA"), logs: &logBuffer{}}
+	return newNetClusterKeeping(t, 0, groups...)
+}
+
+// newNetClusterKeeping is newNetCluster whose groups apply their stores'
+// commands and keep keep entries, when keep > 0.
+func newNetClusterKeeping(t *testing.T, keep int, groups ...uint64) *netCluster {
+	c := &netCluster{dir: t.TempDir(), groups: groups, ca: testcerts.NewCA(t, "cluster CA"), logs: &logBuffer{}, keep: keep}
 	c.Nodes = replicatest.Nodes{T: t, SM: make(map[uint64]*replicatest.Recorder), Host: func(i int) *replica.Host {
 		if nd := c.nodes[i]; nd != nil {
 			return nd.host
@@ -167,7 +176,7 @@ func (c *netCluster) start(i int, ln net.Listener) {
 		c.T.Fatal(err)
 	}
 	h, err := replica.NewHost(replica.Config{Transport: tr, Tick: 10 * time.Millisecond, ElectionTicks: 30,
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: slog.New(slog.DiscardHandler), LogKeep: c.keep})
 	if err != nil {
 		c.T.Fatal(err)
 	}
@@ -175,7 +184,11 @@ func (c *netCluster) start(i int, ln net.Listener) {
 	ctx, stop := context.WithCancel(context.Background())
 	nd.stop = stop
 	for _, g := range c.groups {
-		s, err := store.Open(filepath.Join(c.dir, nodeName(i), fmt.Sprintf("shard%d", g)), store.Options{})
+		dir := filepath.Join(c.dir, nodeName(i), fmt.Sprintf("shard%d", g))
+		if err := replica.RecoverFolder(dir); err != nil {
+			c.T.Fatal(err)
+		}
+		s, err := store.Open(dir, store.Options{})
 		if err != nil {
 			c.T.Fatal(err)
 		}
@@ -185,12 +198,17 @@ func (c *netCluster) start(i int, ln net.Listener) {
 			c.SM[id] = &replicatest.Recorder{SkipRepeats: true}
 		}
 		gc := replica.GroupConfig{Group: g, Replica: id, Peers: replicatest.Peers(g), Store: s, Machine: c.SM[id]}
+		if c.keep > 0 {
+			gc.Machine = nil
+			gc.Folder = &replica.Folder{Dir: dir, Open: func(dir string) (*store.Store, error) { return store.Open(dir, store.Options{}) }}
+		}
 		if err := h.AddGroup(ctx, gc); err != nil {
 			c.T.Fatal(err)
 		}
 	}
 	mux := http.NewServeMux()
 	mux.Handle(raftnet.Path, tr.Handler())
+	mux.Handle(raftnet.SnapshotPath, tr.SnapshotHandler())
 	go func() { nd.served <- api.Serve(ctx, tls.NewListener(ln, c.serverTLS(i)), c.guard().Handler(mux), nil) }()
 	tr.Start(ctx, h)
 	h.Start(ctx)
@@ -211,8 +229,9 @@ func (c *netCluster) stop(i int) {
 	if err := <-nd.served; err != nil {
 		c.T.Errorf("node %d's server: %v", i, err)
 	}
-	for _, s := range nd.stores {
-		if err := s.Close(); err != nil {
+	for g := range nd.stores {
+		// The host's: a snapshot may have replaced the store opened.
+		if err := nd.host.Store(g).Close(); err != nil {
 			c.T.Error(err)
 		}
 	}
