@@ -54,7 +54,7 @@ func (c *testCluster) caughtUp(g uint64, l int) {
 	want := c.raftLog(l, g).Applied()
 	c.WaitFor(fmt.Sprintf("group %d's replicas to apply up to %d", g, want), func() bool {
 		for i, nd := range c.nodes {
-			if nd != nil && c.raftLog(i, g).Applied() < want {
+			if nd != nil && nd.store(g) != nil && c.raftLog(i, g).Applied() < want {
 				return false
 			}
 		}
@@ -101,7 +101,7 @@ func (c *testCluster) sameEverywhere(g uint64, l int) {
 	c.caughtUp(g, l)
 	want := keySpace(c.T, c.nodes[l].store(g))
 	for i, nd := range c.nodes {
-		if nd == nil || i == l {
+		if nd == nil || i == l || nd.store(g) == nil { // stopped, or removed from g
 			continue
 		}
 		if got := keySpace(c.T, nd.store(g)); !reflect.DeepEqual(got, want) {

@@ -57,6 +57,9 @@ type proposal struct {
 	// proposed only while this replica still leads in it. 0: a command
 	// of Host.Propose, forwarded to the leader from any replica.
 	term uint64
+	// conf, when set, is a membership change (membership.go) rather
+	// than a command.
+	conf *raftpb.ConfChangeV2
 	// proposed: handed to raft (worker only; close reads it once the
 	// workers stopped).
 	proposed bool
@@ -133,6 +136,11 @@ type group struct {
 	onLead func(Leadership) // nil: nobody listens
 	// appliedTerm is the term of the last entry applied; guarded by rnMu.
 	appliedTerm uint64
+	// confID is the membership change this replica proposed and has not
+	// applied (0: none); removed: it applied its own removal. Both
+	// guarded by rnMu (membership.go).
+	confID  uint64
+	removed bool
 	// Reads (read.go), guarded by rnMu: those waiting for a lease, those
 	// asked of raft, and the last request context used.
 	heldReads   []chan error
@@ -232,6 +240,14 @@ func (g *group) process(ctx context.Context, tr Transport) {
 			g.fail(err)
 			return
 		}
+		if g.removed {
+			g.fail(ErrRemoved)
+			g.mu.Lock()
+			bg := g.bg
+			g.mu.Unlock()
+			bg.Go(func() { g.host.retire(g) })
+			return
+		}
 		// An applied entry of a new term starts the lease, which reads
 		// held for it wait for.
 		g.renewLease()
@@ -247,6 +263,10 @@ func (g *group) propose(p *proposal) {
 	if p.term != 0 && g.lease.Load() != p.term {
 		g.finish(p.id, fmt.Errorf("%w: group %d, replica %d, leader replica %d",
 			store.ErrNotLeader, g.id, g.replica, g.rn.BasicStatus().Lead))
+		return
+	}
+	if p.conf != nil {
+		g.proposeConf(p)
 		return
 	}
 	cmd := binary.BigEndian.AppendUint64(make([]byte, 0, idSize+len(p.cmd)), p.id)
@@ -275,6 +295,7 @@ func (g *group) renewLease() {
 		lease = st.GetTerm()
 	}
 	if old := g.setLease(lease); old != 0 && old != lease {
+		g.confID = 0 // a change of that term is dropped with the rest
 		g.drop(func(p *proposal) bool { return p.term == old && p.proposed },
 			fmt.Errorf("%w: replica %d stopped leading group %d in term %d", store.ErrAmbiguous, g.replica, g.id, old))
 		g.dropReads(old, fmt.Errorf("%w: replica %d stopped leading group %d in term %d", store.ErrNotLeader, g.replica, g.id, old))
@@ -423,7 +444,7 @@ func (g *group) applyEntry(ctx context.Context, e *raftpb.Entry) error {
 	if err := g.log.Save(ctx, store.RaftUpdate{Applied: applied, ConfState: cs}); err != nil {
 		return fmt.Errorf("save membership at %d: %w", e.GetIndex(), err)
 	}
-	return nil
+	return g.appliedConf(ctx, cc)
 }
 
 // failedFor is the error a proposal meets on a failed group: a store

@@ -63,6 +63,11 @@ type Config struct {
 	OnLeadership func(Leadership)
 	// Registerer, when set, registers the groups' metrics (metrics.go).
 	Registerer prometheus.Registerer
+	// OnRemoved, when set, is told that a replica of this host applied
+	// its own removal, before its store is closed and its folder deleted
+	// (membership.go): the caller stops using the store. It runs on its
+	// own goroutine.
+	OnRemoved func(group, replica uint64)
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -102,6 +107,11 @@ type GroupConfig struct {
 	// Peers are the group's first voters, this replica among them: used
 	// only when the replica's log is new, ignored on a restart.
 	Peers []uint64
+	// Join: the replica was added to a running group (Host.AddLearner):
+	// a new log stays empty until the leader's snapshot gives it the
+	// group's state and membership, which needs a Folder. Only the first
+	// voters bootstrap.
+	Join bool
 	// Store is the shard's database, which holds the log.
 	Store *store.Store
 	// Machine applies the group's commands. Nil: the store's own
@@ -230,8 +240,13 @@ func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
 	if err != nil {
 		return fmt.Errorf("group %d: %w", gc.Group, err)
 	}
-	if err := bootstrap(ctx, log, gc.Peers); err != nil {
-		return fmt.Errorf("group %d: %w", gc.Group, err)
+	switch {
+	case gc.Join && (gc.Folder == nil || gc.Machine != nil):
+		return fmt.Errorf("replica: group %d: a joining replica needs a folder and its store's commands, for its first snapshot", gc.Group)
+	case !gc.Join:
+		if err := bootstrap(ctx, log, gc.Peers); err != nil {
+			return fmt.Errorf("group %d: %w", gc.Group, err)
+		}
 	}
 	g := &group{id: gc.Group, replica: gc.Replica, log: log, storage: logStorage{log}, sm: sm, st: gc.Store,
 		waiting: make(map[uint64]*proposal), onLead: h.cfg.OnLeadership, folder: gc.Folder, keep: uint64(h.cfg.LogKeep),
@@ -242,7 +257,7 @@ func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID: gc.Replica, ElectionTick: h.cfg.ElectionTicks, HeartbeatTick: h.cfg.HeartbeatTicks,
 		Storage: &g.storage, Applied: log.Applied(), MaxSizePerMsg: maxSizePerMsg, MaxInflightMsgs: maxInflightMsgs,
-		MaxUncommittedEntriesSize: maxUncommitted, CheckQuorum: true, PreVote: true,
+		MaxUncommittedEntriesSize: maxUncommitted, CheckQuorum: true, PreVote: true, StepDownOnRemoval: true,
 		Logger: raftLogger{h.cfg.Logger.With(slog.Uint64("group", gc.Group), slog.Uint64("replica", gc.Replica))},
 	})
 	if err != nil {

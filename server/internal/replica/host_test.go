@@ -38,6 +38,9 @@ type testCluster struct {
 	onLead func(node int, l replica.Leadership) // nil: none
 	// logKeep is the hosts' Config.LogKeep (0: the default).
 	logKeep int
+	// joining are the nodes whose replicas join running groups
+	// (GroupConfig.Join) rather than bootstrap them.
+	joining map[int]bool
 }
 
 func newTestCluster(t *testing.T, groups ...uint64) *testCluster {
@@ -108,7 +111,7 @@ func (c *testCluster) start(i int) {
 			c.T.Fatal(err)
 		}
 		id := replicatest.ID(g, i)
-		gc := replica.GroupConfig{Group: g, Replica: id, Peers: replicatest.Peers(g), Store: s,
+		gc := replica.GroupConfig{Group: g, Replica: id, Peers: replicatest.Peers(g), Join: c.joining[i], Store: s,
 			Folder: &replica.Folder{Dir: c.folder(i, g), Open: func(dir string) (*store.Store, error) {
 				return store.Open(dir, storeOptions)
 			}}}
@@ -141,9 +144,12 @@ func (c *testCluster) stop(i int) {
 	}
 	nd.host.Stop()
 	for _, g := range c.groups {
-		// The host's: a snapshot may have replaced the store opened.
-		if err := nd.host.Store(g).Close(); err != nil {
-			c.T.Error(err)
+		// The host's: a snapshot may have replaced the store opened. A
+		// replica removed from its group has none: the host closed it.
+		if s := nd.host.Store(g); s != nil {
+			if err := s.Close(); err != nil {
+				c.T.Error(err)
+			}
 		}
 	}
 }
