@@ -57,6 +57,7 @@ func TestEtcdLeaseHelperProcess(t *testing.T) {
 // etcd expires its lease after the TTL, and the next holder gets a larger
 // epoch. Before that, the lease stays taken.
 func TestEtcdLeaseHolderKilled(t *testing.T) {
+	t.Parallel() // waits out real lease TTLs, on an etcd of its own
 	srv := etcdtest.Start(t)
 	child := testtools.StartChild(t, "TestEtcdLeaseHelperProcess",
 		envEtcdHelper+"=1", envEtcdEndpoints+"="+strings.Join(srv.Endpoints(), ","))

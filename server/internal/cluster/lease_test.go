@@ -15,6 +15,7 @@ import (
 // TestEtcdLeaseContract runs the lease contract on the etcd lease against
 // a real etcd embedded in the test, one per case (Partition cuts it off).
 func TestEtcdLeaseContract(t *testing.T) {
+	t.Parallel() // waits out real lease TTLs, on an etcd of its own
 	leasetest.Run(t, func(t *testing.T) leasetest.Backend {
 		srv := etcdtest.Start(t)
 		client := srv.Client(t)
@@ -45,6 +46,7 @@ func TestEtcdLeaseContract(t *testing.T) {
 // the lost signal comes by itself, with nobody calling Check; another
 // client takes the lease over once etcd has expired it.
 func TestEtcdLeaseRealTime(t *testing.T) {
+	t.Parallel() // waits out real lease TTLs, on an etcd of its own
 	srv := etcdtest.Start(t)
 	client := srv.Client(t)
 	const ttl = 5 * time.Second // slack for a loaded machine: the deadline is 2/3 TTL after a renewal

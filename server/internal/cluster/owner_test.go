@@ -169,6 +169,7 @@ func TestOwnerFencesADeposedEpoch(t *testing.T) {
 // the ownerships and of the registration that fail are reported
 // (progressdb_cluster_etcd_errors_total), and the shard is lost.
 func TestOwnerReportsEtcdErrors(t *testing.T) {
+	t.Parallel() // waits out real lease TTLs, on an etcd of its own
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 // and every shard with its home, its owner and epoch, or unavailable while
 // nobody owns it. A second process with a running node's ID is refused.
 func TestClusterStatus(t *testing.T) {
+	t.Parallel() // waits out real lease TTLs, on an etcd of its own
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
