@@ -164,17 +164,20 @@ func plainDatabase(t *testing.T, n int) []string {
 
 // Off a terminal, `keys encrypt-existing` says where it stands in a few
 // summaries (done and total threads, rate), not one line per thread: a
-// pass over 2,000 threads logs a handful of lines. Before, it logged one
-// line per batch (2,003 lines for 2,001 threads) and no total.
+// pass over 300 threads logs a handful of lines. Before, it logged one
+// line per batch (2,003 lines for 2,001 threads) and no total; 300
+// threads are enough to tell the two apart.
 func TestKeysEncryptExistingSummaries(t *testing.T) {
-	environ := withEnv(plainDatabase(t, 2000), "PROGRESSDB_LOG_LEVEL", "info")
+	const threads = 300
+	environ := withEnv(plainDatabase(t, threads), "PROGRESSDB_LOG_LEVEL", "info")
 	code, out, errOut := runBinary(t, environ, "keys", "encrypt-existing")
-	if code != exitOK || !strings.Contains(out, " records in 2000 threads") || !strings.Contains(out, "(2000 threads were plain)") {
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf(" records in %d threads", threads)) ||
+		!strings.Contains(out, fmt.Sprintf("(%d threads were plain)", threads)) {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(errOut), "\n")
 	if len(lines) > 20 {
-		t.Fatalf("%d log lines for 2,000 threads, want a few summaries:\n%s", len(lines), strings.Join(lines[:20], "\n"))
+		t.Fatalf("%d log lines for %d threads, want a few summaries:\n%s", len(lines), threads, strings.Join(lines[:20], "\n"))
 	}
 	var started, summary, erased bool
 	for _, l := range lines {
@@ -184,9 +187,10 @@ func TestKeysEncryptExistingSummaries(t *testing.T) {
 		}
 		switch rec["msg"] {
 		case "keys_encrypt_started":
-			started = rec["threads"] == 2000.0 && rec["threads_plain"] == 2000.0
+			started = rec["threads"] == float64(threads) && rec["threads_plain"] == float64(threads)
 		case "keys_encrypt_progress":
-			summary = summary || (rec["done"] == 2000.0 && rec["total"] == 2000.0 && rec["records_sealed"].(float64) >= 4000 && rec["rate_per_sec"] != nil)
+			summary = summary || (rec["done"] == float64(threads) && rec["total"] == float64(threads) &&
+				rec["records_sealed"].(float64) >= 2*threads && rec["rate_per_sec"] != nil)
 		case "keys_encrypt_erased":
 			erased = rec["erase_ms"] != nil
 		}
