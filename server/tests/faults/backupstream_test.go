@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,9 +23,9 @@ import (
 )
 
 // fillForStream writes n messages of 768 KiB that do not compress into
-// thread "filler": a streamed backup of the database is then far larger
-// than what the sockets between server and client buffer, so a client
-// that stops reading stalls the server's writes. The first exchange is
+// thread "filler": a streamed backup of the database is then larger than
+// what the sockets between server and client buffer, so a client that
+// stops reading stalls the server's writes. The first exchange is
 // checked against api/openapi.yaml like every call of the suite; the
 // others, the same request with another body, are sent as they are:
 // checking a 768 KiB body takes seconds under the race detector, and the
@@ -49,6 +51,22 @@ func fillForStream(t *testing.T, srv *server, n int) {
 			t.Fatalf("POST /v1/threads/filler/messages: status %d, want %d: %s", resp.StatusCode, http.StatusCreated, answer)
 		}
 	}
+}
+
+// smallReceiveClient is an HTTP client whose connections receive into a
+// 64 KiB socket buffer: set before connecting, it keeps the kernel from
+// growing the buffer (up to tcp_rmem's 32 MiB on some hosts), so a
+// stream the client stops reading stalls after a few MiB, whatever the
+// host's settings.
+func smallReceiveClient() *http.Client {
+	d := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 64<<10)
+		})
+		return errors.Join(err, serr)
+	}}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
 }
 
 // backupCount reads progressdb_backup_total{result} from /metrics (-1
@@ -84,7 +102,9 @@ func TestFaultStalledBackupStreamDuringPurge(t *testing.T) {
 		"PROGRESSDB_BACKUP_STREAM_TIMEOUT", "3s",
 	)
 	srv := startServer(t, env)
-	fillForStream(t, srv, 48)
+	// 12 MiB: three times the most Linux's default send buffer grows to
+	// (tcp_wmem), with the client's receive buffer held small below.
+	fillForStream(t, srv, 16)
 	secrets := []string{"title-of-secret"}
 	srv.mustCall(t, "POST", "/v1/threads", map[string]string{"id": "secret", "title": secrets[0], "author": "a"}, "", http.StatusCreated, nil)
 	for i := range 30 {
@@ -100,7 +120,7 @@ func TestFaultStalledBackupStreamDuringPurge(t *testing.T) {
 	req, err := http.NewRequest("POST", srv.url+"/admin/backups/stream?compress=none", nil)
 	must(t, err)
 	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := smallReceiveClient().Do(req)
 	must(t, err)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
