@@ -34,7 +34,8 @@ demo: build
 # progressdb binary) and three nodes on loopback, writes through one node
 # and reads back through the others (docs/cluster.md); CLUSTER_DEMO_TLS=1
 # runs them with mutual TLS (docs/tls.md), CLUSTER_DEMO_SEALED=1 sealed
-# (docs/encryption.md).
+# (docs/encryption.md), CLUSTER_DEMO_REPLICAS=3 with three replicas of
+# each shard (docs/cluster.md).
 cluster-demo: build
 	$(GO) build -o bin/progressdb-dev-etcd ./server/cmd/progressdb-dev-etcd
 	./scripts/cluster-demo.sh ./$(BIN) ./bin/progressdb-dev-etcd

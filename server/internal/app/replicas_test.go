@@ -59,7 +59,7 @@ func waitLeader(t *testing.T, etcd *etcdtest.Server, n int, after uint64) cluste
 // per shard, every node runs a replica of every shard; writes through
 // any node reach the shard's leader and are on every replica's disk;
 // reads through any node see them; a replicated shard takes no ownership
-// lease.
+// lease; a shard without a majority of its replicas asks to retry.
 func TestReplicatedClusterServes(t *testing.T) {
 	etcd, nodes := startReplicated(t, "node-a", "node-b", "node-c")
 	var ids []string
@@ -109,12 +109,35 @@ func TestReplicatedClusterServes(t *testing.T) {
 			t.Errorf("replicated shard %d: %+v, its leader record %+v", s.N, s, l)
 		}
 	}
+	// With two of three nodes stopped no shard has a majority: the node
+	// left answers 503 shard_unavailable with Retry-After, for reads and
+	// writes, once its replicas know they lead no more (a leader without
+	// a quorum steps down after an election timeout).
+	nodes[1].shutdown()
+	nodes[2].shutdown()
+	tid := ids[0]
+	var body []byte
+	code := 0
+	for deadline := time.Now().Add(30 * time.Second); code != http.StatusServiceUnavailable; {
+		var resp *http.Response
+		code, body, resp = sendTLS(t, http.DefaultClient, http.MethodGet, nodes[0].url()+"/v1/threads/"+tid+"/messages", "", nil)
+		if code == http.StatusServiceUnavailable && (resp.Header.Get("Retry-After") != "1" || codeOf(body) != "shard_unavailable") {
+			t.Fatalf("a read without a quorum: %d %v %s", code, resp.Header, body)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a read without a quorum still answers %d %s", code, body)
+		}
+	}
+	code, body, resp := sendTLS(t, http.DefaultClient, http.MethodPost, nodes[0].url()+"/v1/threads/"+tid+"/messages",
+		`{"author":"u","body":{"text":"no quorum"}}`, nil)
+	if code != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || codeOf(body) != "shard_unavailable" {
+		t.Fatalf("a write without a quorum: %d %v %s", code, resp.Header, body)
+	}
+
 	// Every node holds every shard's data once applied: each replica's
 	// store, opened after the nodes stopped, has every thread of its
 	// shard with its message.
-	for _, n := range nodes {
-		n.shutdown()
-	}
+	nodes[0].shutdown()
 	for _, n := range nodes {
 		opened := map[int]*store.Store{}
 		for _, id := range ids {

@@ -198,6 +198,9 @@ func (p *Leaders) sync(ctx context.Context, sess *concurrency.Session, done map[
 		}
 		if err := p.publish(ctx, sess, n, l); err != nil {
 			p.failed(err)
+			if ctx.Err() != nil {
+				return true
+			}
 			p.o.Logger.Warn("cluster_leader_publish_failed", "shard", n, "term", l.Term, "err", err)
 			behind = true
 			continue
@@ -207,6 +210,9 @@ func (p *Leaders) sync(ctx context.Context, sess *concurrency.Session, done map[
 	for n, l := range gone {
 		if err := p.clear(ctx, n, l); err != nil {
 			p.failed(err)
+			if ctx.Err() != nil {
+				return true // stopping: the session's end deletes the records
+			}
 			p.o.Logger.Warn("cluster_leader_clear_failed", "shard", n, "term", l.Term, "err", err)
 			behind = true
 			continue

@@ -144,7 +144,7 @@ func freePorts(t *testing.T, n int) int {
 // scripts/cluster-demo.sh (make cluster-demo) starts etcd and three nodes,
 // writes through one node and reads back through the others, and stops
 // and removes everything it started; with CLUSTER_DEMO_TLS=1 and
-// CLUSTER_DEMO_SEALED=1 too.
+// CLUSTER_DEMO_SEALED=1 too, and with CLUSTER_DEMO_REPLICAS=3.
 func TestClusterDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds two binaries and runs three nodes")
@@ -158,20 +158,24 @@ func TestClusterDemo(t *testing.T) {
 	}
 	// Plain, then with mutual TLS (CLUSTER_DEMO_TLS=1), whose run also
 	// shows a call without a node certificate refused, and sealed
-	// (CLUSTER_DEMO_SEALED=1): no content in clear in any node's files.
-	for _, mode := range []string{"", "1"} {
-		if mode != "" {
+	// (CLUSTER_DEMO_SEALED=1): no content in clear in any node's files;
+	// then plain with three replicas per shard, whose threads stay
+	// writable and readable with a node stopped.
+	for _, mode := range []struct{ tls, replicas string }{{"", ""}, {"1", ""}, {"", "3"}} {
+		if mode.tls != "" {
 			testtools.Need(t, "openssl", "Debian package openssl")
 		}
 		cmd := exec.Command(filepath.Join(root, "scripts", "cluster-demo.sh"), bins["progressdb"], bins["progressdb-dev-etcd"])
-		cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "CLUSTER_DEMO_TLS="+mode, "CLUSTER_DEMO_SEALED="+mode,
+		cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "CLUSTER_DEMO_TLS="+mode.tls, "CLUSTER_DEMO_SEALED="+mode.tls,
+			"CLUSTER_DEMO_REPLICAS="+mode.replicas,
 			"CLUSTER_DEMO_PORT="+strconv.Itoa(freePorts(t, 4)), "CLUSTER_DEMO_ETCD_PORT="+strconv.Itoa(freePorts(t, 2)))
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "cluster-demo: ok") ||
 			!strings.Contains(string(out), "node-3: all six messages read back") ||
-			(mode != "") != strings.Contains(string(out), "without a certificate: 403") ||
-			(mode != "") != strings.Contains(string(out), "no 'hello from' or 'thread alpha' in any file") {
-			t.Fatalf("CLUSTER_DEMO_TLS=%q cluster-demo.sh: %v\n%s", mode, err, out)
+			(mode.tls != "") != strings.Contains(string(out), "without a certificate: 403") ||
+			(mode.tls != "") != strings.Contains(string(out), "no 'hello from' or 'thread alpha' in any file") ||
+			(mode.replicas != "") != strings.Contains(string(out), "with node-3 down: a message written to each of the six threads") {
+			t.Fatalf("CLUSTER_DEMO_TLS=%q CLUSTER_DEMO_REPLICAS=%q cluster-demo.sh: %v\n%s", mode.tls, mode.replicas, err, out)
 		}
 		left, err := filepath.Glob(filepath.Join(tmp, "progressdb-cluster-demo.*"))
 		if err != nil || len(left) > 0 {
