@@ -403,6 +403,7 @@ func (p *shardRuntime) handler(nodeCtx context.Context, tr *transport, view *rou
 	mux.Handle(router.MoveStepsPath, rt.MoveSteps())
 	if p.replicas != nil {
 		mux.Handle(raftnet.Path, p.replicas.net.Handler())
+		mux.Handle(raftnet.SnapshotPath, p.replicas.net.SnapshotHandler())
 	}
 	mux.Handle("/", h)
 	// Node calls are checked against the cluster CA, and admin calls

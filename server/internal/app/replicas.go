@@ -15,6 +15,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/replica/raftnet"
 	"github.com/progressdb/progressdb/server/internal/router"
 	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // replicaRuntime runs a node's replicas of a replicated cluster's shards
@@ -114,7 +115,8 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 		if !ok || !held {
 			continue
 		}
-		if err := host.AddGroup(ctx, replica.GroupConfig{Group: uint64(n), Replica: r.ID, Peers: m.Voters(n), Store: st}); err != nil {
+		gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Peers: m.Voters(n), Store: st, Folder: shardFolder(o.shards, n)}
+		if err := host.AddGroup(ctx, gc); err != nil {
 			return nil, fmt.Errorf("shard %d: %w", n, err)
 		}
 	}
@@ -149,4 +151,23 @@ func (r *replicaRuntime) Lease(n int) uint64 { return r.host.Lease(uint64(n)) }
 // ReadIndex implements router.Replicas.
 func (r *replicaRuntime) ReadIndex(ctx context.Context, n int) error {
 	return r.host.ReadIndex(ctx, uint64(n))
+}
+
+// shardFolder is shard n's folder as its replica's snapshots see it
+// (docs/replication-design.md §7): the store a snapshot replaces leaves
+// the node's shards, and the restored one takes its place there.
+func shardFolder(shards *cluster.Shards, n int) *replica.Folder {
+	dir := cluster.ShardDBPath(shards.DBPath(), n)
+	return &replica.Folder{Dir: dir,
+		Open: func(d string) (*store.Store, error) {
+			if d == dir {
+				return shards.Open(n)
+			}
+			// The unpacked state, opened only to adopt the snapshot's log.
+			return store.Open(d, store.Options{})
+		},
+		Close: func(*store.Store) error {
+			_, err := shards.Detach(n)
+			return err
+		}}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/progressdb/progressdb/server/internal/replica"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -105,7 +106,13 @@ func (s *Shards) open(n int) error {
 			return &ShardError{Shard: n, Err: err}
 		}
 	}
-	st, err := store.Open(ShardDBPath(s.dbPath, n), s.options(n))
+	// A replica's snapshot install cut short leaves its folder beside
+	// it: finished or undone before the store opens.
+	err := replica.RecoverFolder(ShardDBPath(s.dbPath, n))
+	var st *store.Store
+	if err == nil {
+		st, err = store.Open(ShardDBPath(s.dbPath, n), s.options(n))
+	}
 	if err != nil {
 		if b != nil {
 			_ = b.Close()

@@ -38,6 +38,9 @@ type Folder struct {
 	// Open opens the store in dir as the node opens its shards: the
 	// unpacked state beside Dir, then Dir once it replaced the old one.
 	Open func(dir string) (*store.Store, error)
+	// Close closes the store a snapshot replaces, before its folder is
+	// set aside (nil: its Close): the node stops serving it there.
+	Close func(*store.Store) error
 }
 
 // Beside Dir: a snapshot being received, and the old folder while the
@@ -271,7 +274,11 @@ func (g *group) install(ctx context.Context, rd raft.Ready) (err error) {
 	defer g.eraseMu.Unlock()
 	old := g.store()
 	old.Replicate(nil)
-	if err := old.Close(); err != nil {
+	closeOld := old.Close
+	if g.folder.Close != nil {
+		closeOld = func() error { return g.folder.Close(old) }
+	}
+	if err := closeOld(); err != nil {
 		g.logger.Warn("replica_close_replaced_store", slog.Uint64("group", g.id), slog.Any("err", err))
 	}
 	if err := swapFolders(g.folder.Dir, in.dir); err != nil {
