@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,4 +151,78 @@ func TestReplicatedClusterServes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestReplicatedStatusAndMetrics: a node of a replicated cluster reports
+// its replicas in etcd and serves their metrics. Once every leader hears
+// from its followers, cluster status shows each shard led, its replicas
+// caught up and none under-replicated; when a node stops, the others
+// count every shard under-replicated (each has a replica there) and
+// status shows its replicas unknown.
+func TestReplicatedStatusAndMetrics(t *testing.T) {
+	etcd, nodes := startReplicated(t, "node-a", "node-b", "node-c")
+	k := cluster.Keys{Name: "chat"}
+	status := func(what string, ok func(cluster.ShardStatus) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			st, err := cluster.ReadStatus(context.Background(), etcd.Client(t), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := true
+			for _, s := range st.Shards {
+				all = all && ok(s)
+			}
+			if all {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %+v", what, st.Shards)
+			}
+		}
+	}
+	status("every shard led and fully replicated", func(s cluster.ShardStatus) bool {
+		leaders := 0
+		for _, r := range s.Replicas {
+			if r.Role == "leader" {
+				leaders++
+			}
+			if !r.Active || r.Lag != 0 {
+				return false
+			}
+		}
+		return leaders == 1 && !s.UnderReplicated
+	})
+	metrics := func(n *testNode) string {
+		code, body := call(t, http.MethodGet, n.url()+"/metrics", "", nil)
+		if code != http.StatusOK {
+			t.Fatalf("%s's metrics: %d", n.id, code)
+		}
+		return string(body)
+	}
+	waitMetric := func(n *testNode, line string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(metrics(n), "\n"+line+"\n"); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never served %q", n.id, line)
+			}
+		}
+	}
+	waitMetric(nodes[0], "progressdb_cluster_under_replicated_shards 0")
+	for _, want := range []string{`progressdb_replica_leader{shard="0"}`, `progressdb_replica_applied_index{shard="0"}`,
+		`progressdb_replica_leader_changes_seen_total{shard="0"}`, "progressdb_replica_proposal_duration_seconds_count"} {
+		if !strings.Contains(metrics(nodes[0]), want) {
+			t.Errorf("node-a's metrics lack %s", want)
+		}
+	}
+	nodes[2].shutdown()
+	status("every shard under-replicated, node-c's replicas unknown", func(s cluster.ShardStatus) bool {
+		for _, r := range s.Replicas {
+			if r.Node == "node-c" && (r.Role != cluster.RoleUnknown || r.Active) {
+				return false
+			}
+		}
+		return s.UnderReplicated
+	})
+	waitMetric(nodes[0], fmt.Sprintf("progressdb_cluster_under_replicated_shards %d", testShards))
 }
