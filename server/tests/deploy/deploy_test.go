@@ -342,6 +342,7 @@ func TestAlertRules(t *testing.T) {
 		"ProgressDBDown", "ProgressDBHealthzFailing", "ProgressDBDiskFillingUp", "ProgressDBDiskAlmostFull",
 		"ProgressDBBackupNoRecentSuccess",
 		"ProgressDBClusterShardWithoutOwner", "ProgressDBClusterFencingRejections", "ProgressDBClusterEtcdErrors",
+		"ProgressDBClusterUnderReplicated",
 		"ProgressDBCertificateExpiresSoon",
 	} {
 		if !alerts[want] {
