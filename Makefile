@@ -58,10 +58,13 @@ test: testbins
 	  if [ -s $(SKIPLOG) ]; then sort -u $(SKIPLOG); fi; exit $$status
 
 # The commands tests run as processes, linked once for the whole run
-# instead of once per package (internal/testbin).
+# instead of once per package (internal/testbin), stamped with
+# testbin.LDFlags' version and commit (a test of the CLI checks them).
 TESTBIN := $(CURDIR)/bin/test
+TESTLDFLAGS := -X github.com/progressdb/progressdb/server/internal/buildinfo.version=v0.0.0-test \
+               -X github.com/progressdb/progressdb/server/internal/buildinfo.commit=7e57b1d5c0de
 testbins:
-	$(GO) build -o $(TESTBIN)/ ./server/cmd/progressdb ./server/cmd/progressdb-dev-etcd
+	$(GO) build -ldflags '$(TESTLDFLAGS)' -o $(TESTBIN)/ ./server/cmd/progressdb ./server/cmd/progressdb-dev-etcd
 
 test-short:
 	$(GO) test -count=1 -short ./...

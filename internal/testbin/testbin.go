@@ -31,6 +31,18 @@ const DirEnv = "PROGRESSDB_TEST_BIN_DIR"
 // server/cmd.
 const module = "github.com/progressdb/progressdb/server/cmd/"
 
+// Version and Commit are the stamps test binaries are linked with, as
+// the Makefile stamps a release (`make testbins` passes the same), so a
+// test reads a stamped build's version without linking one of its own.
+const (
+	Version = "v0.0.0-test"
+	Commit  = "7e57b1d5c0de"
+)
+
+// LDFlags are the linker flags that set Version and Commit.
+const LDFlags = "-X github.com/progressdb/progressdb/server/internal/buildinfo.version=" + Version +
+	" -X github.com/progressdb/progressdb/server/internal/buildinfo.commit=" + Commit
+
 // built holds what this test process built, and the folder it is in.
 var built struct {
 	mu    sync.Mutex
@@ -76,7 +88,7 @@ func build(name string) (string, error) {
 	}
 	out := filepath.Join(built.dir, name)
 	built.mu.Unlock()
-	cmd := exec.Command("go", "build", "-o", out, module+name)
+	cmd := exec.Command("go", "build", "-ldflags", LDFlags, "-o", out, module+name)
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return "", errors.New("go build " + module + name + ": " + err.Error() + "\n" + string(msg))
 	}

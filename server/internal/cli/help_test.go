@@ -5,11 +5,11 @@ import (
 	"flag"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/progressdb/progressdb/internal/testbin"
 	"github.com/progressdb/progressdb/server/internal/buildinfo"
 )
 
@@ -130,24 +130,16 @@ func TestVersion(t *testing.T) {
 }
 
 // A test binary records no dependencies, so the Pebble version and the
-// Makefile's stamps are checked on a real build with the same -ldflags.
+// stamps are checked on a built binary: the one the package's tests
+// share, stamped with -ldflags as the Makefile stamps a release
+// (testbin.LDFlags), rather than one more linked here.
 func TestVersionOfABuiltBinary(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "progressdb")
-	const pkg = "github.com/progressdb/progressdb/server/internal/buildinfo"
-	build := exec.Command("go", "build", "-ldflags", "-X "+pkg+".version=v9.8.7 -X "+pkg+".commit=abc123def456",
-		"-o", bin, "github.com/progressdb/progressdb/server/cmd/progressdb")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin, "--version").Output()
+	out, err := exec.Command(binary(t), "--version").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "progressdb v9.8.7 (commit abc123def456)\ngo:     " + runtime.Version() + "\npebble: v2."
+	want := "progressdb " + testbin.Version + " (commit " + testbin.Commit + ")\ngo:     " + runtime.Version() + "\npebble: v2."
 	if !strings.HasPrefix(string(out), want) {
 		t.Fatalf("--version:\n%s\nwant prefix:\n%s", out, want)
 	}
