@@ -22,6 +22,26 @@ func runsEvery(t testing.TB, root string, n int, step time.Duration) []string {
 	return paths
 }
 
+// copyTrail copies the trail at root, written once for cases that each
+// attack a copy of their own, and returns the copy's root and the paths
+// of runs within it.
+func copyTrail(t testing.TB, root string, runs []string) (string, []string) {
+	t.Helper()
+	dst := t.TempDir()
+	if err := os.CopyFS(dst, os.DirFS(root)); err != nil {
+		t.Fatal(err)
+	}
+	copied := make([]string, len(runs))
+	for i, r := range runs {
+		rel, err := filepath.Rel(root, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copied[i] = filepath.Join(dst, rel)
+	}
+	return dst, copied
+}
+
 // headAt is the Head naming the sealed file at path.
 func headAt(t testing.TB, root, path string) Head {
 	t.Helper()
@@ -136,10 +156,11 @@ func TestAnchoredReaderCatchesBreaksAfterTheHead(t *testing.T) {
 			return runs[19], ErrHeadNotFound.Error()
 		}, false},
 	}
+	trail := t.TempDir()
+	trailRuns := runsEvery(t, trail, 30, 36*time.Hour) // March and April
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			root := t.TempDir()
-			runs := runsEvery(t, root, 30, 36*time.Hour) // March and April
+			root, runs := copyTrail(t, trail, trailRuns)
 			head := headAt(t, root, runs[19])
 			if tr, err := After(root, head, nil); err != nil || len(tr.Problems) != 0 || len(tr.Files) != 10 {
 				t.Fatalf("before the attack: %d files, problems %v, %v", len(tr.Files), tr.Problems, err)
@@ -280,12 +301,12 @@ func TestVerifySince(t *testing.T) {
 			return link, "not a regular file"
 		}},
 	}
-	setup := func(t *testing.T) (string, []string) {
-		root := t.TempDir()
-		runs := runsEvery(t, root, 20, time.Hour)
-		putUnreadable(t, root)
-		return root, runs
-	}
+	// The trail is written once (20 runs of synced files) and each case
+	// attacks a copy of its own.
+	trail := t.TempDir()
+	trailRuns := runsEvery(t, trail, 20, time.Hour)
+	putUnreadable(t, trail)
+	setup := func(t *testing.T) (string, []string) { return copyTrail(t, trail, trailRuns) }
 	t.Run("clean", func(t *testing.T) {
 		root, runs := setup(t)
 		rep := verifyClean(t, root, VerifyOptions{Since: "r017"})
