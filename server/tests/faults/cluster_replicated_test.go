@@ -18,6 +18,7 @@ import (
 
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+	"github.com/progressdb/progressdb/server/internal/testtools/tcpproxy"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -194,32 +195,7 @@ func TestFaultReplicatedLeaderKilled(t *testing.T) {
 			t.Fatalf("node exit status %d after SIGTERM\n%s", code, n.output())
 		}
 	}
-	for _, id := range clusterIDs {
-		st, err := store.Open(cluster.ShardDBPath(envs[id]["PROGRESSDB_DB_PATH"], 0), store.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for tid, as := range written {
-			msgs, _, err := st.ListMessages(context.Background(), tid, store.ListOptions{Limit: 1000})
-			if err != nil {
-				t.Fatalf("%s's replica of shard 0: %v", id, err)
-			}
-			var got []string
-			for _, m := range msgs {
-				var b string
-				_ = json.Unmarshal(m.Body, &b)
-				got = append(got, b)
-			}
-			for _, a := range as {
-				if c := countOf(got, a.body); c != 1 {
-					t.Errorf("acknowledged write %s is %d times in %s's replica of shard 0", a.body, c, id)
-				}
-			}
-		}
-		if err := st.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	checkFolders(t, envs, written)
 }
 
 // killLeaderUnderLoad kills the node leading shard 0 with SIGKILL while
@@ -313,6 +289,38 @@ func killLeaderUnderLoad(t *testing.T, trial int, nodes []*server, envs map[stri
 	return map[string][]ack{tids[0]: acks[0], tids[1]: acks[1]}
 }
 
+// checkFolders opens every node's folder of shard 0, the nodes stopped,
+// and checks that each acknowledged write of each thread is there once.
+func checkFolders(t *testing.T, envs map[string]envVars, written map[string][]ack) {
+	t.Helper()
+	for _, id := range clusterIDs {
+		st, err := store.Open(cluster.ShardDBPath(envs[id]["PROGRESSDB_DB_PATH"], 0), store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for tid, as := range written {
+			msgs, _, err := st.ListMessages(context.Background(), tid, store.ListOptions{Limit: 1000})
+			if err != nil {
+				t.Fatalf("%s's replica of shard 0: %v", id, err)
+			}
+			var got []string
+			for _, m := range msgs {
+				var b string
+				_ = json.Unmarshal(m.Body, &b)
+				got = append(got, b)
+			}
+			for _, a := range as {
+				if c := countOf(got, a.body); c != 1 {
+					t.Errorf("acknowledged write %s is %d times in %s's replica of shard 0", a.body, c, id)
+				}
+			}
+		}
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func countOf(list []string, s string) int {
 	n := 0
 	for _, x := range list {
@@ -321,4 +329,110 @@ func countOf(list []string, s string) int {
 		}
 	}
 	return n
+}
+
+// TestFaultReplicatedLeaderCutOff runs three node processes created with
+// three replicas per shard, each advertised (to the other nodes) through
+// a TCP proxy the test controls. The proxy of the node leading shard 0
+// is cut under a steady write load through that node and another: the
+// other nodes' messages and calls no longer reach it, while its own
+// still reach them. The cut-off leader acknowledges nothing it cannot
+// commit; it steps down, the majority elects a leader of a later term,
+// and writes through the cut-off node are forwarded to it and
+// acknowledged again. After the cut heals every acknowledged write is
+// there exactly once, through every node and in every replica's folder.
+func TestFaultReplicatedLeaderCutOff(t *testing.T) {
+	t.Parallel()
+	etcd := etcdtest.Start(t)
+	direct := etcd.DirectClient(t)
+	envs := clusterEnvs(t, strings.Join(etcd.Endpoints(), ","))
+	nodes := make([]*server, len(clusterIDs))
+	proxies := make([]*tcpproxy.Proxy, len(clusterIDs))
+	for i, id := range clusterIDs {
+		addr := freeAddr(t)
+		p, err := tcpproxy.New(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		proxies[i] = p
+		// The others reach it through its proxy; the test, directly.
+		nodes[i] = &server{proc: start(t, envs[id].with("PROGRESSDB_ADDR", addr, "PROGRESSDB_ADVERTISE_URL", "https://"+p.Addr()), "serve"),
+			url: "https://" + addr}
+	}
+	if p := runCLI(t, envs["node-1"].with("PROGRESSDB_ADVERTISE_URL", "https://127.0.0.1:1"), "cluster", "create",
+		"--replicas", "3", "--nodes", strings.Join(clusterIDs, ",")); p.code != 0 {
+		t.Fatalf("cluster create --replicas 3: %d\n%s", p.code, p.output())
+	}
+	for _, n := range nodes {
+		waitNodeUp(t, n)
+	}
+	old := waitLeaderRecord(t, direct, 0, func(cluster.Leader) bool { return true })
+	cut := slices.Index(clusterIDs, old.Node)
+	otherID := clusterIDs[(cut+1)%len(nodes)]
+	other := nodes[(cut+1)%len(nodes)]
+	via := []*server{nodes[cut], other}
+	tids := []string{threadInShard(0, 1), threadInShard(0, 2)}
+	for i, tid := range tids {
+		via[i].mustCall(t, "POST", "/v1/threads", map[string]string{"id": tid, "title": "load", "author": "a"}, "", http.StatusCreated, nil)
+	}
+	var (
+		mu      sync.Mutex
+		acks    [2][]ack
+		refused [2]int
+		wg      sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	for i := range via {
+		wg.Go(func() { writer(via[i], tids[i], fmt.Sprintf("w%d", i), stop, &mu, &acks[i], &refused[i]) })
+	}
+	ackedSince := func(i int, at time.Time) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, a := range acks[i] {
+			if a.sent.After(at) {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, time.Minute, "writes acknowledged before the cut", func() bool { return ackedSince(0, time.Time{}) >= 20 })
+	proxies[cut].Cut()
+	next := waitLeaderRecord(t, direct, 0, func(l cluster.Leader) bool { return l.Term > old.Term && l.Node != old.Node })
+	elected := time.Now()
+	// The cut-off node forwards to the new leader: both writers are
+	// acknowledged again.
+	waitFor(t, time.Minute, "writes acknowledged through both nodes after the election", func() bool {
+		return ackedSince(0, elected) >= 20 && ackedSince(1, elected) >= 20
+	})
+	proxies[cut].Heal()
+	close(stop)
+	wg.Wait()
+	t.Logf("leader %s of shard 0 (term %d) cut off; %s leads in term %d; %d and %d writes acknowledged through %s and %s, %d refused or failed",
+		old.Node, old.Term, next.Node, next.Term, len(acks[0]), len(acks[1]), old.Node, otherID, refused[0]+refused[1])
+
+	waitFor(t, time.Minute, "every replica of shard 0 to apply as far as the others", func() bool {
+		var idx []int64
+		for _, n := range nodes {
+			idx = append(idx, appliedIndex(n, 0))
+		}
+		return idx[0] > 0 && idx[0] == idx[1] && idx[1] == idx[2]
+	})
+	for i, tid := range tids {
+		for _, n := range nodes {
+			got := messageBodies(t, n, tid)
+			for _, a := range acks[i] {
+				if c := countOf(got, a.body); c != 1 {
+					t.Fatalf("acknowledged write %s is %d times in %s through %s", a.body, c, tid, n.url)
+				}
+			}
+		}
+	}
+	for _, n := range nodes {
+		if code := n.stop(t); code != 0 {
+			t.Fatalf("node exit status %d after SIGTERM\n%s", code, n.output())
+		}
+	}
+	checkFolders(t, envs, map[string][]ack{tids[0]: acks[0], tids[1]: acks[1]})
 }
