@@ -41,6 +41,33 @@ type testCluster struct {
 	// joining are the nodes whose replicas join running groups
 	// (GroupConfig.Join) rather than bootstrap them.
 	joining map[int]bool
+	// hook, when set before a node starts, is told by its folder where a
+	// snapshot's install is: "adopt" (the unpacked state opened),
+	// "close" (the old store closing), "reopen" (the swapped folder).
+	hook func(node int, point string)
+}
+
+// folderOf is replica (g, i)'s Folder, telling c.hook.
+func (c *testCluster) folderOf(i int, g uint64) *replica.Folder {
+	dir, hook := c.folder(i, g), c.hook
+	tell := func(point string) {
+		if hook != nil {
+			hook(i, point)
+		}
+	}
+	return &replica.Folder{Dir: dir,
+		Open: func(d string) (*store.Store, error) {
+			if d == dir {
+				tell("reopen")
+			} else {
+				tell("adopt")
+			}
+			return store.Open(d, storeOptions)
+		},
+		Close: func(st *store.Store) error {
+			tell("close")
+			return st.Close()
+		}}
 }
 
 func newTestCluster(t *testing.T, groups ...uint64) *testCluster {
@@ -112,9 +139,7 @@ func (c *testCluster) start(i int) {
 		}
 		id := replicatest.ID(g, i)
 		gc := replica.GroupConfig{Group: g, Replica: id, Peers: replicatest.Peers(g), Join: c.joining[i], Store: s,
-			Folder: &replica.Folder{Dir: c.folder(i, g), Open: func(dir string) (*store.Store, error) {
-				return store.Open(dir, storeOptions)
-			}}}
+			Folder: c.folderOf(i, g)}
 		if c.SM != nil { // else the store's own commands
 			if c.SM[id] == nil {
 				c.SM[id] = &replicatest.Recorder{}

@@ -39,6 +39,11 @@ func (c *testCluster) stopBehind(g uint64, l, f int) {
 	if first := must(c.raftLog(l, g).FirstIndex()); first <= had+1 {
 		c.T.Fatalf("the leader's log starts at %d: the stopped replica, at %d, can catch up from it", first, had)
 	}
+	// Bounded: at most twice LogKeep applied entries once truncated.
+	c.WaitFor("the leader's log to keep at most twice LogKeep entries", func() bool {
+		l := c.raftLog(l, g)
+		return l.Applied()-(must(l.FirstIndex())-1) <= 2*uint64(c.logKeep)
+	})
 }
 
 // A replica stopped while the others write and truncate their logs past
