@@ -161,7 +161,9 @@ func TestClusterStatusReplicas(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("--json: %v\n%s", err, out)
 		}
-		if s := rep.Shards[0]; s.Owner == "node-1" && len(s.Replicas) == 3 && s.Replicas[1].Role == replica.RoleFollower {
+		// Both nodes' reports, which land in etcd one after the other.
+		if s := rep.Shards[0]; s.Owner == "node-1" && len(s.Replicas) == 3 &&
+			s.Replicas[0].Role == replica.RoleLeader && s.Replicas[1].Role == replica.RoleFollower {
 			break
 		}
 		if time.Now().After(deadline) {
