@@ -13,7 +13,8 @@
 // The package holds tests only. `make test` runs it in its short mode (one
 // trial of each kill scenario, small fixtures); `make faults` runs the long
 // mode, where PROGRESSDB_FAULT_TRIALS sets the number of crash trials. The
-// tests run in parallel: each has its own folders, ports and processes. Each randomised
+// tests run in parallel, two per core unless -parallel says otherwise:
+// each has its own folders, ports and processes. Each randomised
 // trial logs its seed; PROGRESSDB_FAULT_SEED replays it. docs/reliability.md
 // lists every fault, how it is produced and what is checked.
 package faults
