@@ -108,6 +108,7 @@ func wantOffered(t *testing.T, words []string, got []string) {
 // whole command. zsh's completion builtins only run inside a completion
 // widget, so _describe, compadd and _files print what they are given.
 func TestZshCompletion(t *testing.T) {
+	t.Parallel()
 	zsh := testtools.Need(t, "zsh", "Debian package zsh; .ci/run installs it")
 	script, bin := completionScript(t, "zsh")
 	out, err := exec.Command(zsh, "-f", "-c", `autoload -U compinit && compinit -u -D && source "$1" && print -r -- $_comps[progressdb]`, "zsh", script).CombinedOutput()
@@ -156,6 +157,7 @@ _progressdb`, "zsh", script, bin)
 
 // fish completes for real: complete -C prints what fish would offer.
 func TestFishCompletion(t *testing.T) {
+	t.Parallel()
 	fish := testtools.Need(t, "fish", "Debian package fish; .ci/run installs it")
 	script, bin := completionScript(t, "fish")
 	complete := func(line string) []string {
