@@ -101,7 +101,11 @@ type group struct {
 	erasePending bool
 	eraseChecked bool
 	bg           *sync.WaitGroup
-	st           *store.Store // guarded by mu
+	// behindPurge is, on the leader, the replicas whose log has not
+	// reached the last purge this replica applied (down or behind): they
+	// owe its erase and cannot say so themselves. 0 on a follower.
+	behindPurge atomic.Int64
+	st          *store.Store // guarded by mu
 
 	// mu guards what any goroutine hands the group: messages, ticks,
 	// proposals, and the proposals waiting to be applied.
@@ -254,6 +258,7 @@ func (g *group) process(ctx context.Context, tr Transport) {
 		g.startReads()
 	}
 	g.renewLease()
+	g.countBehindPurge()
 }
 
 // propose hands p to raft. A store command goes in only while the lease

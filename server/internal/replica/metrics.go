@@ -23,7 +23,7 @@ var (
 	// Named for the cluster: summed over the nodes it counts the replicas
 	// owing an erase (design §11).
 	erasePendingDesc = prometheus.NewDesc("progressdb_cluster_erase_pending_replicas",
-		"1 while this node's replica of the shard has applied a purge not yet erased from its files (its log included), else 0; summed over the nodes, the replicas owing an erase.",
+		"Replicas of the shard owing an erase as this node sees them: its own while it has applied a purge not yet erased from its files (its log included), and on the leader the replicas that have not yet received the last purge; summed over the nodes, the replicas owing an erase.",
 		[]string{"shard"}, nil)
 )
 
@@ -77,9 +77,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, leading, shard)
 		ch <- prometheus.MustNewConstMetric(appliedDesc, prometheus.GaugeValue, float64(g.raftLog().Applied()), shard)
 		ch <- prometheus.MustNewConstMetric(leaderChangesDesc, prometheus.CounterValue, float64(g.leaderChanges.Load()), shard)
-		pending := 0.0
+		pending := float64(g.behindPurge.Load())
 		if g.owesErase() {
-			pending = 1
+			pending++
 		}
 		ch <- prometheus.MustNewConstMetric(erasePendingDesc, prometheus.GaugeValue, pending, shard)
 	}

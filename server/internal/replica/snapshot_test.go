@@ -112,9 +112,10 @@ func TestInterruptedSnapshotLeavesTheFollowerAsItWas(t *testing.T) {
 }
 
 // A replica down while a thread is purged still holds the thread's
-// content; once it returns (by snapshot, the leader's log dropped up to
-// the purge) no file under its node's folder holds it, and every replica
-// holds the same keys.
+// content, and its leader counts it as owing an erase; once it returns
+// (by snapshot, the leader's log dropped up to the purge) no file under
+// its node's folder holds it, every replica holds the same keys, and no
+// node counts a replica owing an erase.
 func TestReplicaDownDuringPurgeErasesOnReturn(t *testing.T) {
 	c := newStoreCluster(t, 9)
 	const g = 9
@@ -129,9 +130,21 @@ func TestReplicaDownDuringPurgeErasesOnReturn(t *testing.T) {
 	purge(t, s, "gone")
 	c.erasedEverywhere(g, l)
 	storetest.RequireAll(t, c.folder(f, g), marker)
+	// The stopped replica owes the erase, and its leader counts it.
+	const pending = "progressdb_cluster_erase_pending_replicas"
+	c.WaitFor("the leader to count the stopped replica", func() bool {
+		return c.metric(l, pending, g).GetGauge().GetValue() == 1
+	})
 	c.start(f)
 	c.erasedEverywhere(g, l)
 	c.sameEverywhere(g, l)
+	c.WaitFor("no replica counted as owing an erase", func() bool {
+		sum := 0.0
+		for i := range c.nodes {
+			sum += c.metric(i, pending, g).GetGauge().GetValue()
+		}
+		return sum == 0
+	})
 	for i := range c.nodes {
 		storetest.RequireNone(t, filepath.Dir(c.folder(i, g)), marker)
 		storetest.RequireAll(t, c.folder(i, g), kept)

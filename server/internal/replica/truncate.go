@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.etcd.io/raft/v3"
+
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -130,6 +132,23 @@ func (g *group) eraseOnce(ctx context.Context) error {
 		g.mu.Unlock()
 	}
 	return nil
+}
+
+// countBehindPurge sets behindPurge from the leader's view of its
+// followers (the worker's, at the end of each pass).
+func (g *group) countBehindPurge() {
+	purged, _ := g.log.Purges()
+	if purged == 0 || g.rn.BasicStatus().RaftState != raft.StateLeader {
+		g.behindPurge.Store(0)
+		return
+	}
+	n := int64(0)
+	for id, pr := range g.rn.Status().Progress {
+		if id != g.replica && pr.Match < purged {
+			n++
+		}
+	}
+	g.behindPurge.Store(n)
 }
 
 // owesErase reports whether the replica has applied a purge whose erase
