@@ -45,7 +45,9 @@ func StartChild(t testing.TB, test string, env ...string) *Child {
 	t.Helper()
 	c := &Child{Cmd: exec.Command(os.Args[0], "-test.run=^"+test+"$"), Timeout: ChildTimeout, t: t,
 		more: make(chan struct{}, 1), exited: make(chan struct{})}
-	c.Cmd.Env = append(os.Environ(), env...)
+	// The child's temporary folders go inside one of ours: a child killed
+	// with SIGKILL never removes its own, and they would pile up.
+	c.Cmd.Env = append(append(os.Environ(), "TMPDIR="+t.TempDir()), env...)
 	c.Cmd.Stderr = os.Stderr
 	// Pipes of our own rather than Cmd's: Wait closes those, and would
 	// drop what the child wrote and Line has not read yet.
