@@ -246,7 +246,8 @@ func (s *Store) BeginReplayPurge(ctx context.Context, m PurgeMarker) (PurgeMarke
 	if err != nil {
 		return m, fmt.Errorf("replay purge of %s %s: %w", m.Kind, m.ID, err)
 	}
-	defer s.locks.lock(m.ThreadID)()
+	h := s.hold(m.ThreadID)
+	defer h.release()
 	if m.StartedAt == 0 {
 		m.StartedAt = s.now().UnixNano()
 	}
@@ -255,7 +256,7 @@ func (s *Store) BeginReplayPurge(ctx context.Context, m PurgeMarker) (PurgeMarke
 		return m, err
 	}
 	// Not synced on its own, as BeginPurge: the deletes follow it in the log.
-	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, false); err != nil {
+	if err := s.setUnder(ctx, h, purgeKey(m.Kind, m.ID), v, false); err != nil {
 		return m, fmt.Errorf("replay purge of %s %s: %w", m.Kind, m.ID, err)
 	}
 	return m, nil
@@ -266,7 +267,8 @@ func (s *Store) BeginReplayPurge(ctx context.Context, m PurgeMarker) (PurgeMarke
 // author's key): no tombstone can be sealed for it, so it is taken as a
 // subject claim takes a message, marker and live indexes in one batch.
 func (s *Store) claimUnreadable(ctx context.Context, m PurgeMarker) (PurgeMarker, error) {
-	defer s.locks.lock(m.ThreadID)()
+	h := s.hold(m.ThreadID)
+	defer h.release()
 	msg, err := s.readMessage(m.ThreadID, m.ID)
 	if err != nil {
 		return m, fmt.Errorf("replay purge of %s %s: %w", m.Kind, m.ID, err)
@@ -275,7 +277,7 @@ func (s *Store) claimUnreadable(ctx context.Context, m PurgeMarker) (PurgeMarker
 	if err != nil {
 		return m, err
 	}
-	m, err = s.writeClaim(ctx, m, msg, !msg.Deleted && !claimed)
+	m, err = s.writeClaim(ctx, h, m, msg, !msg.Deleted && !claimed)
 	if err != nil {
 		return m, fmt.Errorf("replay purge of %s %s: %w", m.Kind, m.ID, err)
 	}

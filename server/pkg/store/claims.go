@@ -59,7 +59,8 @@ func (s *Store) ConfirmPurge(ctx context.Context, m PurgeMarker, keep func(Claim
 	if err := validateIDs(m.ID, m.ThreadID); err != nil {
 		return m, err
 	}
-	defer s.locks.lock(m.ThreadID)()
+	h := s.hold(m.ThreadID)
+	defer h.release()
 
 	stored, err := s.readMarker(m.Kind, m.ID)
 	if err != nil {
@@ -73,7 +74,7 @@ func (s *Store) ConfirmPurge(ctx context.Context, m PurgeMarker, keep func(Claim
 		return m, fmt.Errorf("confirm purge of %s %s: %w", m.Kind, m.ID, err)
 	}
 	if why := keep(st); why != nil {
-		if err := s.releaseClaim(ctx, m); err != nil {
+		if err := s.releaseClaim(ctx, h, m); err != nil {
 			return m, fmt.Errorf("give back purge claim of %s %s: %w", m.Kind, m.ID, err)
 		}
 		return m, fmt.Errorf("%w: %w", ErrClaimReleased, why)
@@ -84,7 +85,7 @@ func (s *Store) ConfirmPurge(ctx context.Context, m PurgeMarker, keep func(Claim
 		return m, err
 	}
 	// Not synced on its own: the deletes that follow are later in the log.
-	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, false); err != nil {
+	if err := s.setUnder(ctx, h, purgeKey(m.Kind, m.ID), v, false); err != nil {
 		return m, fmt.Errorf("confirm purge of %s %s: %w", m.Kind, m.ID, err)
 	}
 	return m, nil
@@ -124,7 +125,8 @@ func (s *Store) claimState(m PurgeMarker) (ClaimState, error) {
 
 // releaseClaim removes a claim nothing was deleted under, in one batch:
 // the marker and, for a policy claim, the live-index change its claim made.
-func (s *Store) releaseClaim(ctx context.Context, m PurgeMarker) error {
+// The caller holds h, the thread's stripe.
+func (s *Store) releaseClaim(ctx context.Context, h *held, m PurgeMarker) error {
 	b := s.db.NewBatch()
 	_ = b.Delete(purgeKey(m.Kind, m.ID), nil)
 	live, err := s.liveClaim(m)
@@ -146,7 +148,7 @@ func (s *Store) releaseClaim(ctx context.Context, m PurgeMarker) error {
 		}
 	}
 	// Not synced: lost in a crash, the claim is back and re-checked again.
-	return s.apply(ctx, write{kind: writeState, batch: b})
+	return s.apply(ctx, write{kind: writeState, batch: b, under: h})
 }
 
 // refuseConfirmed answers ErrPurgeInProgress when a confirmed claim holds a

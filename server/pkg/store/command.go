@@ -134,13 +134,27 @@ func (k writeKind) proposed() bool {
 // must be seen by the next one of its thread.
 func (s *Store) propose(ctx context.Context, r *replication, w write) error {
 	term := r.p.Lease()
-	if w.held != nil {
+	var refuse error
+	switch {
+	case ctx.Err() != nil:
+		// Nothing proposed: a writer that gave up leaves nothing in
+		// flight.
+		refuse = ctx.Err()
+	case w.held != nil:
 		term = w.held.term
+	case w.under != nil && !w.under.locked:
+		// An earlier write under them was left in flight and took them.
+		refuse = fmt.Errorf("%w: an earlier write under the same stripes is in flight", ErrAmbiguous)
+	case w.under != nil:
+		term = w.under.term
 	}
-	if term == 0 {
+	if refuse == nil && term == 0 {
+		refuse = ErrNotLeader
+	}
+	if refuse != nil {
 		s.settle(w)
 		_ = w.batch.Close()
-		return ErrNotLeader
+		return refuse
 	}
 	cmd := Command{ID: rand.Uint64(), Term: term, Kind: uint8(w.kind), Repr: bytes.Clone(w.batch.Repr())}
 	_ = w.batch.Close()
@@ -150,8 +164,11 @@ func (s *Store) propose(ctx context.Context, r *replication, w write) error {
 		s.settle(w)
 		return err
 	case <-ctx.Done():
-		if w.held != nil {
+		switch {
+		case w.held != nil:
 			w.held = w.held.handOver()
+		case w.under != nil:
+			w.held = w.under.handOver()
 		}
 		go func() {
 			<-done

@@ -102,6 +102,13 @@ type write struct {
 	// held is the writer's stripes (grouped kinds), let go as soon as the
 	// batch is applied, after the live-thread memory forgot.
 	held *held
+	// under is the stripes a writer took for a read-check-write of
+	// several writes (Store.hold, released by the writer): it is not
+	// released with this write, but a replicated store proposes the
+	// write in their term, and if the outcome is still unknown when the
+	// writer gives up they go with the write (propose), so that the
+	// next writer of the thread sees it.
+	under *held
 	// answer is what the write answers: when the request carries an
 	// idempotency key (WithIdempotent), the key's records ride the batch.
 	answer answer
@@ -225,9 +232,14 @@ func (s *Store) settle(w write) {
 
 // set writes one key as server state.
 func (s *Store) set(ctx context.Context, key, value []byte, sync bool) error {
+	return s.setUnder(ctx, nil, key, value, sync)
+}
+
+// setUnder is set by a writer holding h (write.under).
+func (s *Store) setUnder(ctx context.Context, h *held, key, value []byte, sync bool) error {
 	b := s.db.NewBatch()
 	_ = b.Set(key, value, nil)
-	return s.apply(ctx, write{kind: writeState, batch: b, sync: sync})
+	return s.apply(ctx, write{kind: writeState, batch: b, sync: sync, under: h})
 }
 
 // logWrite applies a batch that writes no key (writeLog).

@@ -109,9 +109,11 @@ func deletionEntry(kind ItemKind, it *pebble.Iterator) (DeletionEntry, bool) {
 // the number of deletion index entries written. It holds every thread
 // lock, so it runs alone with respect to writes.
 func (s *Store) RebuildDeletionIndex(ctx context.Context) (int, error) {
-	defer s.locks.lockAll()()
+	h := s.holdAll()
+	defer h.release()
 
 	w := newIndexWriter(ctx, s)
+	w.under = h
 	defer w.close()
 	// The drop and the first entries may be in different batches: sys:schema
 	// is only written at the end, so a crash means a rebuild at next open.
@@ -264,6 +266,9 @@ type indexWriter struct {
 	b     *pebble.Batch
 	key   []byte
 	count int
+	// under is the stripes a rebuild holds (write.under); nil for one
+	// that holds none.
+	under *held
 }
 
 const indexBatchKeys = 10_000
@@ -312,7 +317,7 @@ func (w *indexWriter) flushFull() error {
 
 // commit applies the batch and starts the next.
 func (w *indexWriter) commit(sync bool) error {
-	err := w.s.apply(w.ctx, write{kind: writeIndex, batch: w.b, sync: sync})
+	err := w.s.apply(w.ctx, write{kind: writeIndex, batch: w.b, sync: sync, under: w.under})
 	w.b = w.s.db.NewBatch() // apply took the last one
 	if err != nil {
 		return fmt.Errorf("rebuild deletion index: %w", err)
@@ -342,7 +347,8 @@ func (s *Store) StampDeletion(ctx context.Context, e DeletionEntry, ts int64, ru
 	if err := validateIDs(e.ID, e.ThreadID); err != nil {
 		return err
 	}
-	defer s.locks.lock(e.ThreadID)()
+	h := s.hold(e.ThreadID)
+	defer h.release()
 
 	b := s.db.NewBatch()
 	var err error
@@ -361,7 +367,7 @@ func (s *Store) StampDeletion(ctx context.Context, e DeletionEntry, ts int64, ru
 		return err
 	}
 	_ = b.Set(stampKey(e.Kind, e.ID), v, nil)
-	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true}); err != nil {
+	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true, under: h}); err != nil {
 		return fmt.Errorf("stamp %s %s: %w", e.Kind, e.ID, err)
 	}
 	return nil

@@ -357,7 +357,8 @@ func (s *Store) BeginPolicyPurge(ctx context.Context, m PurgeMarker, check Polic
 	if err := validateIDs(m.ID, m.ThreadID); err != nil {
 		return err
 	}
-	defer s.locks.lock(m.ThreadID)()
+	h := s.hold(m.ThreadID)
+	defer h.release()
 
 	if err := s.livePolicyTarget(m, check); err != nil {
 		return fmt.Errorf("begin %s purge of message %s: %w", m.Cause, m.ID, err)
@@ -385,7 +386,7 @@ func (s *Store) BeginPolicyPurge(ctx context.Context, m PurgeMarker, check Polic
 	}
 	// Not synced on its own, as BeginPurge: the purge's deletes follow it
 	// in the log, and the group's Sync makes both durable.
-	if err := s.apply(ctx, write{kind: writeState, batch: b}); err != nil {
+	if err := s.apply(ctx, write{kind: writeState, batch: b, under: h}); err != nil {
 		return fmt.Errorf("begin %s purge of message %s: %w", m.Cause, m.ID, err)
 	}
 	return nil

@@ -19,43 +19,6 @@ func stripeOf(id string) int {
 	return int(h % stripeCount)
 }
 
-// lock takes the stripe of id and returns its unlock.
-func (s *stripes) lock(id string) func() {
-	m := &s[stripeOf(id)]
-	m.Lock()
-	return m.Unlock
-}
-
-// lockPair takes the stripes of two IDs in index order, so that two callers
-// locking pairs can never deadlock; an ID pair on one stripe locks it once.
-func (s *stripes) lockPair(a, b string) func() {
-	i, j := stripeOf(a), stripeOf(b)
-	if i == j {
-		return s.lock(a)
-	}
-	if i > j {
-		i, j = j, i
-	}
-	s[i].Lock()
-	s[j].Lock()
-	return func() {
-		s[j].Unlock()
-		s[i].Unlock()
-	}
-}
-
-// lockAll takes every stripe (index rebuild), in index order.
-func (s *stripes) lockAll() func() {
-	for i := range s {
-		s[i].Lock()
-	}
-	return func() {
-		for i := len(s) - 1; i >= 0; i-- {
-			s[i].Unlock()
-		}
-	}
-}
-
 // held is a taken stripe (or pair) that a writer releases as soon as its
 // batch is applied, before waiting for the batch to be durable: writers of
 // one thread then share fsyncs instead of queueing for one each. Releasing
@@ -63,7 +26,7 @@ func (s *stripes) lockAll() func() {
 // its stripes rather than holding an unlock closure: every write takes one.
 type held struct {
 	s      *stripes
-	i, j   int // j < 0: one stripe
+	i, j   int // j < 0: one stripe; i < 0: every stripe
 	locked bool
 	// term is the replicated store's lease when the stripes were taken
 	// (Proposer.Lease): the write evaluated under them is proposed in that
@@ -91,6 +54,19 @@ func (s *Store) holdPair(a, b string) *held {
 	return h
 }
 
+// holdAll is hold for every stripe (an index rebuild), taken in index
+// order.
+func (s *Store) holdAll() *held {
+	for i := range s.locks {
+		s.locks[i].Lock()
+	}
+	h := &held{s: &s.locks, i: -1, j: -1, locked: true}
+	if r := s.repl.Load(); r != nil {
+		h.term = r.p.Lease()
+	}
+	return h
+}
+
 // handOver moves the stripes h holds to a new held, which the caller
 // releases later: h's own release (a writer's defer) becomes a no-op.
 func (h *held) handOver() *held {
@@ -106,7 +82,9 @@ func (s *stripes) hold(id string) *held {
 	return &held{s: s, i: i, j: -1, locked: true}
 }
 
-// holdPair takes the stripes of two IDs, as lockPair.
+// holdPair takes the stripes of two IDs in index order, so that two
+// callers taking pairs can never deadlock; an ID pair on one stripe takes
+// it once.
 func (s *stripes) holdPair(a, b string) *held {
 	i, j := stripeOf(a), stripeOf(b)
 	if i == j {
@@ -126,6 +104,12 @@ func (h *held) release() {
 		return
 	}
 	h.locked = false
+	if h.i < 0 {
+		for i := len(h.s) - 1; i >= 0; i-- {
+			h.s[i].Unlock()
+		}
+		return
+	}
 	if h.j >= 0 {
 		h.s[h.j].Unlock()
 	}

@@ -36,8 +36,8 @@ func (s *Store) OweOrphanBlob(ctx context.Context, d OwedBlob) (bool, error) {
 	if !d.Orphan || !validOwedName(d) {
 		return false, fmt.Errorf("orphan blob %q: %w: not an orphan of attachment %s", d.Name, ErrInvalidArgument, d.ID)
 	}
-	unlock := s.locks.lock(d.Thread)
-	defer unlock()
+	h := s.hold(d.Thread)
+	defer h.release()
 	for _, k := range [][]byte{attachmentKey(d.Thread, d.Message, d.ID), owedBlobKey(d.Name)} {
 		if taken, err := s.has(k); err != nil || taken {
 			return false, err
@@ -50,7 +50,7 @@ func (s *Store) OweOrphanBlob(ctx context.Context, d OwedBlob) (bool, error) {
 	}
 	b := s.db.NewBatch()
 	_ = b.Set(owedBlobKey(d.Name), v, nil)
-	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true}); err != nil {
+	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true, under: h}); err != nil {
 		return false, fmt.Errorf("owe orphan blob %s: %w", d.Name, err)
 	}
 	return true, nil

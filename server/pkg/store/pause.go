@@ -54,7 +54,8 @@ func (s *Store) SetRetentionPause(ctx context.Context, paused bool, reason strin
 		return RetentionPause{}, fmt.Errorf("%w: pause reason is %d bytes, longer than %d", ErrInvalidArgument, len(reason), MaxPauseReason)
 	}
 	// Two switches at once must not interleave the read of paused_at.
-	defer s.locks.lock(pauseKey)()
+	h := s.hold(pauseKey)
+	defer h.release()
 	cur, err := s.RetentionPause(ctx)
 	if err != nil && !errors.Is(err, ErrMalformed) {
 		return RetentionPause{}, err
@@ -72,7 +73,7 @@ func (s *Store) SetRetentionPause(ctx context.Context, paused bool, reason strin
 	}
 	b := s.db.NewBatch()
 	_ = b.Set([]byte(pauseKey), v, nil)
-	if err := s.apply(ctx, write{kind: writePause, batch: b, sync: true}); err != nil {
+	if err := s.apply(ctx, write{kind: writePause, batch: b, sync: true, under: h}); err != nil {
 		return RetentionPause{}, fmt.Errorf("write retention pause: %w", err)
 	}
 	return next, nil

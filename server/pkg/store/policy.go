@@ -117,7 +117,8 @@ func (s *Store) writeOverride(ctx context.Context, tid string, o *RetentionOverr
 	if err := ValidateID(tid); err != nil {
 		return err
 	}
-	defer s.locks.lock(tid)()
+	h := s.hold(tid)
+	defer h.release()
 	for _, refuse := range []func(context.Context, string, string) error{s.refusePurging, s.refuseConfirmed} {
 		if err := refuse(ctx, tid, "retention override of thread"); err != nil {
 			return err
@@ -139,7 +140,7 @@ func (s *Store) writeOverride(ctx context.Context, tid string, o *RetentionOverr
 		_ = b.Set(policyKey(tid), v, nil)
 		_ = b.Set(policyIndexKey(tid), nil, nil)
 	}
-	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true}); err != nil {
+	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true, under: h}); err != nil {
 		return fmt.Errorf("retention override of thread %s: %w", tid, err)
 	}
 	return nil

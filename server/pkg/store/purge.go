@@ -470,7 +470,8 @@ func (s *Store) BeginPurgeChecked(ctx context.Context, m PurgeMarker, keep func(
 		// Never purge on sight what has no deletion time (spec §3).
 		return fmt.Errorf("begin purge of %s %s: %w: no deletion time", m.Kind, m.ID, ErrNotEligible)
 	}
-	defer s.locks.lock(m.ThreadID)()
+	h := s.hold(m.ThreadID)
+	defer h.release()
 
 	if err := s.stillEligible(m); err != nil {
 		return fmt.Errorf("begin purge of %s %s: %w", m.Kind, m.ID, err)
@@ -491,7 +492,7 @@ func (s *Store) BeginPurgeChecked(ctx context.Context, m PurgeMarker, keep func(
 	if err != nil {
 		return err
 	}
-	if err := s.set(ctx, purgeKey(m.Kind, m.ID), v, false); err != nil {
+	if err := s.setUnder(ctx, h, purgeKey(m.Kind, m.ID), v, false); err != nil {
 		return fmt.Errorf("begin purge of %s %s: %w", m.Kind, m.ID, err)
 	}
 	return nil

@@ -147,3 +147,63 @@ func TestReplicatedStoreProposes(t *testing.T) {
 	}
 	m.Unlock()
 }
+
+// The writes that read under a stripe and then write (a retention
+// override, a claim, the pause switch) are proposed in the lease read
+// when the stripe was taken, and a writer whose context ends with the
+// command in flight leaves the stripe to the outcome, as user writes do.
+func TestStripedStateWritesKeepTheStripeToTheOutcome(t *testing.T) {
+	ctx := context.Background()
+	s := openPlain(t)
+	if _, err := s.CreateThread(ctx, Thread{ID: "t", Title: "x", Author: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	days := 30 * 24 * time.Hour
+	writes := []struct {
+		name   string
+		stripe string
+		write  func(context.Context) error
+	}{
+		{"override", "t", func(ctx context.Context) error {
+			return s.SetRetentionOverride(ctx, "t", RetentionOverride{Period: &days})
+		}},
+		{"pause", pauseKey, func(ctx context.Context) error {
+			_, err := s.SetRetentionPause(ctx, true, "test")
+			return err
+		}},
+		{"index rebuild", "t", func(ctx context.Context) error {
+			_, err := s.RebuildDeletionIndex(ctx)
+			return err
+		}},
+	}
+	for _, w := range writes {
+		t.Run(w.name, func(t *testing.T) {
+			cctx, cancel := context.WithCancel(ctx)
+			late := make(chan error, 1)
+			var terms []uint64
+			s.Replicate(proposerFunc{propose: func(c Command) <-chan error {
+				terms = append(terms, c.Term)
+				cancel() // the writer gives up with the command in flight
+				return late
+			}, lease: 7})
+			defer s.Replicate(nil)
+			if err := w.write(cctx); !errors.Is(err, ErrAmbiguous) {
+				t.Fatalf("a write whose context ended: %v", err)
+			}
+			if len(terms) != 1 || terms[0] != 7 {
+				t.Fatalf("proposed in terms %v, want [7]", terms)
+			}
+			m := &s.locks[stripeOf(w.stripe)]
+			if m.TryLock() {
+				t.Fatal("the stripe was let go before the outcome")
+			}
+			late <- errors.New("the outcome")
+			for deadline := time.Now().Add(10 * time.Second); !m.TryLock(); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the stripe stayed held after the outcome")
+				}
+			}
+			m.Unlock()
+		})
+	}
+}

@@ -38,7 +38,8 @@ func (s *Store) BeginSubjectPurge(ctx context.Context, m PurgeMarker) (PurgeMark
 	if err := validateIDs(m.ID, m.ThreadID); err != nil {
 		return m, err
 	}
-	defer s.locks.lock(m.ThreadID)()
+	h := s.hold(m.ThreadID)
+	defer h.release()
 
 	t, err := s.readThread(m.ThreadID)
 	switch {
@@ -56,7 +57,7 @@ func (s *Store) BeginSubjectPurge(ctx context.Context, m PurgeMarker) (PurgeMark
 	} else if claimed {
 		return m, fmt.Errorf("begin subject purge of message %s: %w: already claimed", m.ID, ErrNotEligible)
 	}
-	m, err = s.writeClaim(ctx, m, msg, !msg.Deleted)
+	m, err = s.writeClaim(ctx, h, m, msg, !msg.Deleted)
 	if err != nil {
 		return m, fmt.Errorf("begin subject purge of message %s: %w", m.ID, err)
 	}
@@ -68,7 +69,7 @@ func (s *Store) BeginSubjectPurge(ctx context.Context, m PurgeMarker) (PurgeMark
 // when dropLive, the message out of the live indexes. Not synced on its
 // own: the group's Sync makes it durable before the erasure destroys the
 // key (retention).
-func (s *Store) writeClaim(ctx context.Context, m PurgeMarker, msg Message, dropLive bool) (PurgeMarker, error) {
+func (s *Store) writeClaim(ctx context.Context, h *held, m PurgeMarker, msg Message, dropLive bool) (PurgeMarker, error) {
 	m.Versions, m.DeletedTS = msg.Version, msg.DeletedTS
 	if m.StartedAt == 0 {
 		m.StartedAt = s.now().UnixNano()
@@ -85,7 +86,7 @@ func (s *Store) writeClaim(ctx context.Context, m PurgeMarker, msg Message, drop
 			return m, err
 		}
 	}
-	return m, s.apply(ctx, write{kind: writeState, batch: b})
+	return m, s.apply(ctx, write{kind: writeState, batch: b, under: h})
 }
 
 // KeySealer is the Sealer the store was opened with (nil: plain), for
