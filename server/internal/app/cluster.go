@@ -28,6 +28,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/replica/raftnet"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/router"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -192,11 +193,11 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 		cmetrics: cmetrics, smetrics: smetrics, services: services, backups: backups, receiptKey: receiptKey,
 		replicas: replicas}
 	for _, n := range m.OwnedBy(cfg.NodeID) {
-		// Replicated shards have no retention service or backups yet.
 		if err := per.start(n); err != nil {
 			return err
 		}
 	}
+	defer per.leadRetention(nodeCtx)() // replicated shards': stopped before the services and the host
 	defer per.startErasures(nodeCtx, client, keys, m.Shards)()
 	backups.startSweep()
 	defer context.AfterFunc(ctx, services.closeAll)()
@@ -326,8 +327,7 @@ func (p *shardRuntime) ReceiptKey() []byte { return p.receiptKey }
 func (p *shardRuntime) start(n int) error {
 	st, _ := p.shards.Store(n)
 	blobs, _ := p.shards.Blobs(n)
-	svc, err := shardRetention(p.ctx, st, n, p.owner, p.pause, p.cmetrics, p.cfg, p.logger, p.smetrics.add(n, st), p.key,
-		cluster.RetentionBlobs(blobs))
+	svc, err := p.retention(p.ctx, n, st, blobs, p.owner.Coordinator(n), true)
 	if err != nil {
 		return err
 	}
@@ -343,8 +343,7 @@ func (p *shardRuntime) attach(n int) {
 		return
 	}
 	blobs, _ := p.shards.Blobs(n)
-	svc, err := shardRetention(p.ctx, st, n, p.owner, p.pause, p.cmetrics, p.cfg, p.logger, p.smetrics.add(n, st), p.key,
-		cluster.RetentionBlobs(blobs))
+	svc, err := p.retention(p.ctx, n, st, blobs, p.owner.Coordinator(n), true)
 	if err != nil {
 		p.logger.Error("retention_start_failed", "shard", n, "err", err)
 		return
@@ -419,20 +418,21 @@ func (p *shardRuntime) holder(n int) (backup.Holder, bool) {
 	return svc, svc != nil
 }
 
-// shardRetention builds shard n's retention service: its runs hold the
-// shard's ownership as their lease and write under its epoch, with the
+// retention builds shard n's retention service over st: its runs hold
+// coord's lease and, when fenced, write under its epoch (an ownership's;
+// a replicated shard's writes carry their term instead), with the
 // shard's own audit folder and attachments store.
-func shardRetention(ctx context.Context, st *store.Store, n int, owner *cluster.Owner, pause retention.PauseSwitch,
-	cmetrics *router.Metrics, cfg config.Config,
-	logger *slog.Logger, metrics *retention.Metrics, key []byte, blobs retention.BlobStore) (*retention.Manager, error) {
-	rc := cfg.Retention
-	rc.AuditPath = cluster.ShardAuditPath(cfg.Retention.AuditPath, n)
+func (p *shardRuntime) retention(ctx context.Context, n int, st *store.Store, blobs *attachments.Blobs,
+	coord retention.Coordinator, fenced bool) (*retention.Manager, error) {
+	rc := p.cfg.Retention
+	rc.AuditPath = cluster.ShardAuditPath(p.cfg.Retention.AuditPath, n)
 	shard := n
+	logger := p.logger
 	svc, err := newRetention(retention.RunnerOptions{Store: st, Config: rc, Logger: logger.With("shard", n),
-		Metrics: metrics, SigningKey: key, Coordinator: owner.Coordinator(n), Fenced: true, Shard: &shard, Pause: pause,
-		Keys:     KeyStore(st), // a sealed shard's runs shred, and run its part of the cluster's erasures
-		Blobs:    blobs,        // and delete the blobs their purges owe
-		OnFenced: cmetrics.Fenced}, true)
+		Metrics: p.smetrics.add(n, st), SigningKey: p.key, Coordinator: coord, Fenced: fenced, Shard: &shard, Pause: p.pause,
+		Keys:     KeyStore(st),                  // a sealed shard's runs shred, and run its part of the cluster's erasures
+		Blobs:    cluster.RetentionBlobs(blobs), // and delete the blobs their purges owe
+		OnFenced: p.cmetrics.Fenced}, true)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", n, err)
 	}

@@ -32,6 +32,8 @@ type replicaRuntime struct {
 	progress *cluster.ProgressReporter
 	logger   *slog.Logger
 	stopped  sync.Once
+	// shards are the shards this node runs a replica of.
+	shards []int
 }
 
 var _ router.Replicas = (*replicaRuntime)(nil)
@@ -109,6 +111,7 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 	if err != nil {
 		return nil, err
 	}
+	var groups []int
 	for _, n := range o.shards.Numbers() {
 		r, ok := m.ReplicaOn(n, o.cfg.NodeID)
 		st, held := o.shards.Store(n)
@@ -119,8 +122,9 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 		if err := host.AddGroup(ctx, gc); err != nil {
 			return nil, fmt.Errorf("shard %d: %w", n, err)
 		}
+		groups = append(groups, n)
 	}
-	rr := &replicaRuntime{host: host, net: net, leaders: leaders, progress: progress, logger: o.logger}
+	rr := &replicaRuntime{host: host, net: net, leaders: leaders, progress: progress, logger: o.logger, shards: groups}
 	leaders.Start(ctx)
 	net.Start(ctx, host)
 	host.Start(ctx)

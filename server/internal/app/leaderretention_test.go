@@ -1,0 +1,153 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+	"github.com/progressdb/progressdb/server/internal/router"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// startReplicatedWith is startReplicated with more settings for every
+// node; each node's audit root is <its folder>/audit, outside its
+// database folder.
+func startReplicatedWith(t *testing.T, ids []string, extra ...string) (*etcdtest.Server, []*testNode) {
+	t.Helper()
+	etcd := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, _, err := cluster.EnsureReplicated(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, testShards, 3, ids); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*testNode
+	for _, id := range ids {
+		dir := t.TempDir()
+		env := append([]string{"PROGRESSDB_RETENTION_AUDIT_PATH=" + filepath.Join(dir, "audit")}, extra...)
+		nodes = append(nodes, startNodeWith(t, etcd, id, dir, env...))
+	}
+	for n := range testShards {
+		waitLeader(t, etcd, n, 0)
+	}
+	return etcd, nodes
+}
+
+// runShard runs the cluster's retention through node via until shard n's
+// part answers 200 (its leader's service starts a moment after it takes
+// the lead), and returns that part.
+func runShard(t *testing.T, via *testNode, n int) router.ShardRetention {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := call(t, http.MethodPost, via.url()+"/admin/retention/run?wait=true", `{}`, adminAuth)
+		var out router.ClusterRetention
+		if code == http.StatusOK && json.Unmarshal(body, &out) == nil && len(out.Shards) > n &&
+			out.Shards[n].Code == http.StatusOK && out.Shards[n].Result != nil {
+			return out.Shards[n]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("retention run of shard %d through %s: %d %s", n, via.id, code, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// shardTrail is shard n's audit folder on node.
+func shardTrail(node *testNode, n int) string {
+	return cluster.ShardAuditPath(filepath.Join(node.dir, "audit"), n)
+}
+
+// TestReplicatedShardRetentionRunsOnItsLeader: a replicated shard's
+// retention runs on the node whose replica leads it; its purge, made
+// of proposals, leaves the purged message readable through no node and
+// on no replica's disk, and the leader's shard trail verifies.
+func TestReplicatedShardRetentionRunsOnItsLeader(t *testing.T) {
+	etcd, nodes := startReplicatedWith(t, []string{"node-a", "node-b", "node-c"}, "PROGRESSDB_RETENTION_MAX_MESSAGES=1")
+	const shard = 2
+	tid := threadIn(t, shard)
+	if code, body := call(t, http.MethodPost, nodes[0].url()+"/v1/threads", fmt.Sprintf(`{"id":%q,"title":"x","author":"u"}`, tid), nil); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	for _, text := range []string{"old-ZQ7", "new-ZQ7"} {
+		if code, body := call(t, http.MethodPost, nodes[1].url()+"/v1/threads/"+tid+"/messages",
+			fmt.Sprintf(`{"author":"u","body":{"text":%q}}`, text), nil); code != http.StatusCreated {
+			t.Fatalf("append: %d %s", code, body)
+		}
+	}
+	part := runShard(t, nodes[2], shard)
+	if part.Result.Purged != 1 {
+		t.Fatalf("shard %d's run purged %d: %+v", shard, part.Result.Purged, part.Result)
+	}
+	leader := waitLeader(t, etcd, shard, 0)
+	for _, n := range nodes {
+		code, body := call(t, http.MethodGet, n.url()+"/v1/threads/"+tid+"/messages", "", nil)
+		if code != http.StatusOK || bytes.Contains(body, []byte("old-ZQ7")) || !bytes.Contains(body, []byte("new-ZQ7")) {
+			t.Fatalf("messages through %s after the purge: %d %s", n.id, code, body)
+		}
+	}
+	var lead *testNode
+	for _, n := range nodes {
+		if n.id == leader.Node {
+			lead = n
+		}
+	}
+	if !strings.HasPrefix(part.Result.AuditFile, shardTrail(lead, shard)) {
+		t.Fatalf("shard %d's run wrote %s, its leader is %s", shard, part.Result.AuditFile, lead.id)
+	}
+	rep, err := audit.VerifyDirWith(shardTrail(lead, shard), audit.VerifyOptions{})
+	if err != nil || len(rep.Problems) > 0 || rep.Files != 1 {
+		t.Fatalf("leader %s's shard trail: %+v %v", lead.id, rep, err)
+	}
+	// The leader's node stops: the next leader's replica runs the
+	// shard's retention.
+	lead.shutdown()
+	next := waitLeader(t, etcd, shard, leader.Term)
+	var via *testNode
+	for _, n := range nodes {
+		if n != lead {
+			via = n
+		}
+	}
+	// Until the next leader applied an entry of its term it answers 503
+	// with Retry-After, which a client retries (with an Idempotency-Key:
+	// an ambiguous outcome is a 503 too).
+	retry := http.Header{"Idempotency-Key": {"newer-ZQ7"}}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		code, body := call(t, http.MethodPost, via.url()+"/v1/threads/"+tid+"/messages", `{"author":"u","body":{"text":"newer-ZQ7"}}`, retry)
+		if code == http.StatusCreated {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("append after the leader stopped: %d %s", code, body)
+		}
+	}
+	part = runShard(t, via, shard)
+	var nextNode *testNode
+	for _, n := range nodes {
+		if n.id == next.Node {
+			nextNode = n
+		}
+	}
+	if part.Result.Purged != 1 || nextNode == nil || !strings.HasPrefix(part.Result.AuditFile, shardTrail(nextNode, shard)) {
+		t.Fatalf("shard %d's run after %s stopped (next leader %s): %+v", shard, lead.id, next.Node, part.Result)
+	}
+	for _, n := range nodes {
+		n.shutdown()
+	}
+	for _, n := range nodes {
+		st := openShard(t, n, shard)
+		msgs, _, err := st.ListMessages(context.Background(), tid, store.ListOptions{Limit: 10})
+		if err != nil || len(msgs) != 1 {
+			t.Errorf("%s's replica of %s: %d messages, %v", n.id, tid, len(msgs), err)
+		}
+	}
+}
