@@ -1,0 +1,163 @@
+package faults
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+)
+
+// TestFaultReplicatedAllKilled runs three node processes created with
+// three replicas per shard and kills all three with SIGKILL at once
+// while a writer per node appends to a thread of its own shard. The
+// nodes start again on their folders: every shard publishes a leader of
+// a later term, the writers are acknowledged again, and every
+// acknowledged write is there exactly once through every node, no write
+// is there twice, and every replica of every shard applies as far as
+// the others. `make faults` kills the whole cluster FAULT_TRIALS times.
+func TestFaultReplicatedAllKilled(t *testing.T) {
+	t.Parallel()
+	etcd := etcdtest.Start(t)
+	direct := etcd.DirectClient(t)
+	envs := clusterEnvs(t, strings.Join(etcd.Endpoints(), ","))
+	nodes := startReplicatedNodes(t, envs, direct)
+	for trial := range pick(1, suite.trials) {
+		restartAllUnderLoad(t, trial, nodes, envs, direct)
+	}
+	for _, n := range nodes {
+		if code := n.stop(t); code != 0 {
+			t.Fatalf("node exit status %d after SIGTERM\n%s", code, n.output())
+		}
+	}
+}
+
+// restartAllUnderLoad writes through every node, one thread of shard i
+// through node i, kills every node, starts them again on the same
+// folders and addresses, and checks what the cluster holds afterwards.
+func restartAllUnderLoad(t *testing.T, trial int, nodes []*server, envs map[string]envVars, direct *clientv3.Client) {
+	t.Helper()
+	before := make([]cluster.Leader, clusterShards)
+	for n := range clusterShards {
+		before[n] = waitLeaderRecord(t, direct, n, func(cluster.Leader) bool { return true })
+	}
+	tids := make([]string, len(nodes))
+	for i, s := range nodes {
+		tids[i] = threadInShard(i%clusterShards, 100+trial)
+		s.mustCall(t, "POST", "/v1/threads", map[string]string{"id": tids[i], "title": "load", "author": "a"}, "", http.StatusCreated, nil)
+	}
+	var (
+		mu      sync.Mutex
+		acks    = make([][]ack, len(nodes))
+		refused = make([]int, len(nodes))
+		wg      sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	// The writers keep the same URLs across the restart: a node comes
+	// back on its address.
+	for i := range nodes {
+		s := &server{url: nodes[i].url}
+		wg.Go(func() { writer(s, tids[i], fmt.Sprintf("t%d-w%d", trial, i), stop, &mu, &acks[i], &refused[i]) })
+	}
+	// ackedSince is the fewest writes acknowledged through one node
+	// among those sent after at, and when the first of them was.
+	ackedSince := func(at time.Time) (fewest int, first time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		fewest = -1
+		for _, as := range acks {
+			n := 0
+			for _, a := range as {
+				if a.sent.After(at) {
+					n++
+					if first.IsZero() || a.done.Before(first) {
+						first = a.done
+					}
+				}
+			}
+			if fewest < 0 || n < fewest {
+				fewest = n
+			}
+		}
+		return fewest, first
+	}
+	waitFor(t, time.Minute, "writes acknowledged through every node before the kill", func() bool {
+		n, _ := ackedSince(time.Time{})
+		return n >= 15
+	})
+	for _, s := range nodes {
+		s.kill()
+	}
+	// Every process is gone: a write sent from now on is answered by the
+	// restarted nodes or not at all.
+	killed := time.Now()
+	for i, id := range clusterIDs {
+		nodes[i] = launchClusterNode(t, envs[id], nodes[i].addr())
+	}
+	for _, s := range nodes {
+		waitNodeUp(t, s)
+	}
+	var leaders []string
+	for n := range clusterShards {
+		l := waitLeaderRecord(t, direct, n, func(l cluster.Leader) bool { return l.Term > before[n].Term })
+		leaders = append(leaders, fmt.Sprintf("shard %d: %s in term %d (was %d)", n, l.Node, l.Term, before[n].Term))
+	}
+	elected := time.Since(killed)
+	waitFor(t, time.Minute, "writes acknowledged through every node after the restart", func() bool {
+		n, _ := ackedSince(killed)
+		return n >= 15
+	})
+	close(stop)
+	wg.Wait()
+	_, first := ackedSince(killed)
+	total, failed := 0, 0
+	for i := range acks {
+		total += len(acks[i])
+		failed += refused[i]
+	}
+	t.Logf("trial %d: every node killed; leaders published %s after the kill (%s); the first write sent after the kill acknowledged %s after it; %d writes acknowledged, %d refused or failed",
+		trial, elected.Round(time.Millisecond), strings.Join(leaders, "; "), first.Sub(killed).Round(time.Millisecond), total, failed)
+
+	// Every acknowledged write is there once through every node. A write
+	// whose answer was lost may be there too, but never twice: each
+	// attempt has a body of its own.
+	for i, tid := range tids {
+		for _, s := range nodes {
+			got := messageBodies(t, s, tid)
+			for _, a := range acks[i] {
+				if c := countOf(got, a.body); c != 1 {
+					t.Fatalf("acknowledged write %s is %d times in %s through %s", a.body, c, tid, s.url)
+				}
+			}
+			for _, b := range got {
+				if c := countOf(got, b); c != 1 {
+					t.Fatalf("write %s is %d times in %s through %s", b, c, tid, s.url)
+				}
+			}
+		}
+	}
+	waitFor(t, time.Minute, "every replica of every shard to apply as far as the others", func() bool {
+		for n := range clusterShards {
+			if !sameApplied(nodes, n) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// sameApplied reports whether every node has applied shard n's log as
+// far as the others.
+func sameApplied(nodes []*server, n int) bool {
+	var idx []int64
+	for _, s := range nodes {
+		idx = append(idx, appliedIndex(s, n))
+	}
+	return idx[0] > 0 && idx[0] == idx[1] && idx[1] == idx[2]
+}
