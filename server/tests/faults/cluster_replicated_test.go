@@ -195,7 +195,7 @@ func TestFaultReplicatedLeaderKilled(t *testing.T) {
 			t.Fatalf("node exit status %d after SIGTERM\n%s", code, n.output())
 		}
 	}
-	checkFolders(t, envs, written)
+	checkFolders(t, envs, 0, written)
 }
 
 // killLeaderUnderLoad kills the node leading shard 0 with SIGKILL while
@@ -279,29 +279,23 @@ func killLeaderUnderLoad(t *testing.T, trial int, nodes []*server, envs map[stri
 	// The killed node comes back on its folder and catches up from the
 	// leader's log: every replica applies as far as the others.
 	nodes[dead] = startClusterNodeAt(t, envs[old.Node], nodes[dead].addr())
-	waitFor(t, time.Minute, "every replica of shard 0 to apply as far as the others", func() bool {
-		var idx []int64
-		for _, n := range nodes {
-			idx = append(idx, appliedIndex(n, 0))
-		}
-		return idx[0] > 0 && idx[0] == idx[1] && idx[1] == idx[2]
-	})
+	waitFor(t, time.Minute, "every replica of shard 0 to apply as far as the others", func() bool { return sameApplied(nodes, 0) })
 	return map[string][]ack{tids[0]: acks[0], tids[1]: acks[1]}
 }
 
-// checkFolders opens every node's folder of shard 0, the nodes stopped,
+// checkFolders opens every node's folder of shard n, the nodes stopped,
 // and checks that each acknowledged write of each thread is there once.
-func checkFolders(t *testing.T, envs map[string]envVars, written map[string][]ack) {
+func checkFolders(t *testing.T, envs map[string]envVars, n int, written map[string][]ack) {
 	t.Helper()
 	for _, id := range clusterIDs {
-		st, err := store.Open(cluster.ShardDBPath(envs[id]["PROGRESSDB_DB_PATH"], 0), store.Options{})
+		st, err := store.Open(cluster.ShardDBPath(envs[id]["PROGRESSDB_DB_PATH"], n), store.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for tid, as := range written {
 			msgs, _, err := st.ListMessages(context.Background(), tid, store.ListOptions{Limit: 1000})
 			if err != nil {
-				t.Fatalf("%s's replica of shard 0: %v", id, err)
+				t.Fatalf("%s's replica of shard %d: %v", id, n, err)
 			}
 			var got []string
 			for _, m := range msgs {
@@ -311,7 +305,7 @@ func checkFolders(t *testing.T, envs map[string]envVars, written map[string][]ac
 			}
 			for _, a := range as {
 				if c := countOf(got, a.body); c != 1 {
-					t.Errorf("acknowledged write %s is %d times in %s's replica of shard 0", a.body, c, id)
+					t.Errorf("acknowledged write %s is %d times in %s's replica of shard %d", a.body, c, id, n)
 				}
 			}
 		}
@@ -412,13 +406,7 @@ func TestFaultReplicatedLeaderCutOff(t *testing.T) {
 	t.Logf("leader %s of shard 0 (term %d) cut off; %s leads in term %d; %d and %d writes acknowledged through %s and %s, %d refused or failed",
 		old.Node, old.Term, next.Node, next.Term, len(acks[0]), len(acks[1]), old.Node, otherID, refused[0]+refused[1])
 
-	waitFor(t, time.Minute, "every replica of shard 0 to apply as far as the others", func() bool {
-		var idx []int64
-		for _, n := range nodes {
-			idx = append(idx, appliedIndex(n, 0))
-		}
-		return idx[0] > 0 && idx[0] == idx[1] && idx[1] == idx[2]
-	})
+	waitFor(t, time.Minute, "every replica of shard 0 to apply as far as the others", func() bool { return sameApplied(nodes, 0) })
 	for i, tid := range tids {
 		for _, n := range nodes {
 			got := messageBodies(t, n, tid)
@@ -434,5 +422,5 @@ func TestFaultReplicatedLeaderCutOff(t *testing.T) {
 			t.Fatalf("node exit status %d after SIGTERM\n%s", code, n.output())
 		}
 	}
-	checkFolders(t, envs, map[string][]ack{tids[0]: acks[0], tids[1]: acks[1]})
+	checkFolders(t, envs, 0, map[string][]ack{tids[0]: acks[0], tids[1]: acks[1]})
 }

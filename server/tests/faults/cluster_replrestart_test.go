@@ -18,30 +18,41 @@ import (
 // three replicas per shard and kills all three with SIGKILL at once
 // while a writer per node appends to a thread of its own shard. The
 // nodes start again on their folders: every shard publishes a leader of
-// a later term, the writers are acknowledged again, and every
-// acknowledged write is there exactly once through every node, no write
-// is there twice, and every replica of every shard applies as far as
-// the others. `make faults` kills the whole cluster FAULT_TRIALS times.
+// a later term, the writers are acknowledged again, every replica of
+// every shard applies as far as the others, and every acknowledged
+// write is there exactly once through every node and, once the nodes
+// stop, in every node's folder of its shard; no write is there twice.
+// `make faults` kills the whole cluster FAULT_TRIALS times.
 func TestFaultReplicatedAllKilled(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t)
 	direct := etcd.DirectClient(t)
 	envs := clusterEnvs(t, strings.Join(etcd.Endpoints(), ","))
 	nodes := startReplicatedNodes(t, envs, direct)
+	written := make([]map[string][]ack, clusterShards)
+	for n := range written {
+		written[n] = map[string][]ack{}
+	}
 	for trial := range pick(1, suite.trials) {
-		restartAllUnderLoad(t, trial, nodes, envs, direct)
+		for tid, as := range restartAllUnderLoad(t, trial, nodes, envs, direct) {
+			written[cluster.ShardOf(tid, clusterShards)][tid] = as
+		}
 	}
 	for _, n := range nodes {
 		if code := n.stop(t); code != 0 {
 			t.Fatalf("node exit status %d after SIGTERM\n%s", code, n.output())
 		}
 	}
+	for n := range clusterShards {
+		checkFolders(t, envs, n, written[n])
+	}
 }
 
 // restartAllUnderLoad writes through every node, one thread of shard i
 // through node i, kills every node, starts them again on the same
 // folders and addresses, and checks what the cluster holds afterwards.
-func restartAllUnderLoad(t *testing.T, trial int, nodes []*server, envs map[string]envVars, direct *clientv3.Client) {
+// It returns each thread's acknowledged writes.
+func restartAllUnderLoad(t *testing.T, trial int, nodes []*server, envs map[string]envVars, direct *clientv3.Client) map[string][]ack {
 	t.Helper()
 	before := make([]cluster.Leader, clusterShards)
 	for n := range clusterShards {
@@ -150,6 +161,11 @@ func restartAllUnderLoad(t *testing.T, trial int, nodes []*server, envs map[stri
 		}
 		return true
 	})
+	written := map[string][]ack{}
+	for i, tid := range tids {
+		written[tid] = acks[i]
+	}
+	return written
 }
 
 // sameApplied reports whether every node has applied shard n's log as
