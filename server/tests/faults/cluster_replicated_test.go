@@ -328,13 +328,15 @@ func countOf(list []string, s string) int {
 // TestFaultReplicatedLeaderCutOff runs three node processes created with
 // three replicas per shard, each advertised (to the other nodes) through
 // a TCP proxy the test controls. The proxy of the node leading shard 0
-// is cut under a steady write load through that node and another: the
-// other nodes' messages and calls no longer reach it, while its own
-// still reach them. The cut-off leader acknowledges nothing it cannot
-// commit; it steps down, the majority elects a leader of a later term,
-// and writes through the cut-off node are forwarded to it and
-// acknowledged again. After the cut heals every acknowledged write is
-// there exactly once, through every node and in every replica's folder.
+// is cut under a steady write load through every node: the other
+// nodes' messages and calls no longer reach it, while its own still
+// reach them. The cut-off leader acknowledges nothing it cannot commit;
+// it steps down, the majority elects a leader of a later term and
+// acknowledges writes through both its nodes, and writes through the
+// cut-off node are forwarded to it and acknowledged again. After the
+// cut heals every acknowledged write is there exactly once, through
+// every node and in every replica's folder, and no write is there twice
+// (a refused or failed one may be there once: its outcome was unknown).
 func TestFaultReplicatedLeaderCutOff(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.Start(t)
@@ -363,17 +365,20 @@ func TestFaultReplicatedLeaderCutOff(t *testing.T) {
 	}
 	old := waitLeaderRecord(t, direct, 0, func(cluster.Leader) bool { return true })
 	cut := slices.Index(clusterIDs, old.Node)
-	otherID := clusterIDs[(cut+1)%len(nodes)]
-	other := nodes[(cut+1)%len(nodes)]
-	via := []*server{nodes[cut], other}
-	tids := []string{threadInShard(0, 1), threadInShard(0, 2)}
+	// One writer through each node, the cut-off one first.
+	var via []*server
+	var tids []string
+	for i := range nodes {
+		via = append(via, nodes[(cut+i)%len(nodes)])
+		tids = append(tids, threadInShard(0, i+1))
+	}
 	for i, tid := range tids {
 		via[i].mustCall(t, "POST", "/v1/threads", map[string]string{"id": tid, "title": "load", "author": "a"}, "", http.StatusCreated, nil)
 	}
 	var (
 		mu      sync.Mutex
-		acks    [2][]ack
-		refused [2]int
+		acks    [3][]ack
+		refused [3]int
 		wg      sync.WaitGroup
 	)
 	stop := make(chan struct{})
@@ -393,18 +398,29 @@ func TestFaultReplicatedLeaderCutOff(t *testing.T) {
 	}
 	waitFor(t, time.Minute, "writes acknowledged before the cut", func() bool { return ackedSince(0, time.Time{}) >= 20 })
 	proxies[cut].Cut()
+	cutAt := time.Now()
 	next := waitLeaderRecord(t, direct, 0, func(l cluster.Leader) bool { return l.Term > old.Term && l.Node != old.Node })
 	elected := time.Now()
-	// The cut-off node forwards to the new leader: both writers are
-	// acknowledged again.
-	waitFor(t, time.Minute, "writes acknowledged through both nodes after the election", func() bool {
-		return ackedSince(0, elected) >= 20 && ackedSince(1, elected) >= 20
+	// The majority's nodes are acknowledged, and the cut-off node
+	// forwards to the new leader: every writer is acknowledged again.
+	waitFor(t, time.Minute, "writes acknowledged through every node after the election", func() bool {
+		return ackedSince(0, elected) >= 20 && ackedSince(1, elected) >= 20 && ackedSince(2, elected) >= 20
 	})
 	proxies[cut].Heal()
 	close(stop)
 	wg.Wait()
-	t.Logf("leader %s of shard 0 (term %d) cut off; %s leads in term %d; %d and %d writes acknowledged through %s and %s, %d refused or failed",
-		old.Node, old.Term, next.Node, next.Term, len(acks[0]), len(acks[1]), old.Node, otherID, refused[0]+refused[1])
+	// The partition figures: from the cut to the new leader's record,
+	// and to the first write through the cut-off node, among those sent
+	// after the cut, that was acknowledged.
+	var first time.Time
+	for _, a := range acks[0] {
+		if a.sent.After(cutAt) && (first.IsZero() || a.done.Before(first)) {
+			first = a.done
+		}
+	}
+	t.Logf("leader %s of shard 0 (term %d) cut off; %s leads in term %d, published %s after the cut; the first write through %s sent after the cut acknowledged %s after it; %d, %d and %d writes acknowledged through %s, %s and %s, %d refused or failed",
+		old.Node, old.Term, next.Node, next.Term, elected.Sub(cutAt).Round(time.Millisecond), old.Node, first.Sub(cutAt).Round(time.Millisecond),
+		len(acks[0]), len(acks[1]), len(acks[2]), old.Node, clusterIDs[(cut+1)%3], clusterIDs[(cut+2)%3], refused[0]+refused[1]+refused[2])
 
 	waitFor(t, time.Minute, "every replica of shard 0 to apply as far as the others", func() bool { return sameApplied(nodes, 0) })
 	for i, tid := range tids {
@@ -415,6 +431,11 @@ func TestFaultReplicatedLeaderCutOff(t *testing.T) {
 					t.Fatalf("acknowledged write %s is %d times in %s through %s", a.body, c, tid, n.url)
 				}
 			}
+			for _, b := range got {
+				if c := countOf(got, b); c != 1 {
+					t.Fatalf("write %s is %d times in %s through %s", b, c, tid, n.url)
+				}
+			}
 		}
 	}
 	for _, n := range nodes {
@@ -422,5 +443,5 @@ func TestFaultReplicatedLeaderCutOff(t *testing.T) {
 			t.Fatalf("node exit status %d after SIGTERM\n%s", code, n.output())
 		}
 	}
-	checkFolders(t, envs, 0, map[string][]ack{tids[0]: acks[0], tids[1]: acks[1]})
+	checkFolders(t, envs, 0, map[string][]ack{tids[0]: acks[0], tids[1]: acks[1], tids[2]: acks[2]})
 }
