@@ -19,6 +19,15 @@ import (
 type Replica struct {
 	ID   uint64 `json:"id"`
 	Node string `json:"node"`
+	// Added: the replica joined the running group (a move, set-replicas,
+	// a dead node's replacement) rather than being one of its first
+	// voters: its node starts it empty, waiting for the leader's
+	// snapshot, and never bootstraps it.
+	Added bool `json:"added,omitempty"`
+	// Leaving: the replica is to be removed from its group. It stays in
+	// the set, so that the others still reach its node, until the
+	// group's leader applied its removal (membership.go).
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // ReplicaIDs is the key of the next Raft replica ID to hand out: a
@@ -100,7 +109,8 @@ func (m Map) ReplicaCount() int { return max(m.Replicas, 1) }
 // 1): leadership, not an ownership lease, decides who serves them.
 func (m Map) Replicated() bool { return m.ReplicaCount() > 1 }
 
-// ReplicaOn returns shard n's replica on node, if its set names it.
+// ReplicaOn returns shard n's replica on node, if its set names it (a
+// leaving one included: it runs until its group removed it).
 func (m Map) ReplicaOn(n int, node string) (Replica, bool) {
 	if n < 0 || n >= len(m.Sets) {
 		return Replica{}, false
@@ -125,21 +135,39 @@ func (m Map) ReplicaNode(id uint64) (string, bool) {
 	return "", false
 }
 
-// Voters are shard n's replica IDs: its group's first voters.
+// Voters are shard n's first voters' replica IDs (those not Added):
+// what a new log of one of them is bootstrapped with.
 func (m Map) Voters(n int) []uint64 {
 	if n < 0 || n >= len(m.Sets) {
 		return nil
 	}
-	ids := make([]uint64, len(m.Sets[n]))
-	for i, r := range m.Sets[n] {
-		ids[i] = r.ID
+	var ids []uint64
+	for _, r := range m.Sets[n] {
+		if !r.Added {
+			ids = append(ids, r.ID)
+		}
 	}
 	return ids
 }
 
+// Desired is shard n's replicas that are to stay (not Leaving): the
+// membership its group's leader moves the group towards.
+func (m Map) Desired(n int) []Replica {
+	if n < 0 || n >= len(m.Sets) {
+		return nil
+	}
+	var out []Replica
+	for _, r := range m.Sets[n] {
+		if !r.Leaving {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // validReplicas checks a replicated map read from etcd: a set per shard,
-// each of ReplicaCount distinct nodes, IDs non-zero and distinct, the
-// home the set's first node.
+// each on distinct nodes, ReplicaCount of them staying, IDs non-zero and
+// distinct, the home the node of the set's first staying replica.
 func (m Map) validReplicas() bool {
 	if !m.Replicated() {
 		return len(m.Sets) == 0
@@ -149,7 +177,8 @@ func (m Map) validReplicas() bool {
 	}
 	seen := map[uint64]bool{}
 	for n, set := range m.Sets {
-		if len(set) != m.Replicas || set[0].Node != m.Homes[n] {
+		stay := m.Desired(n)
+		if len(stay) != m.Replicas || stay[0].Node != m.Homes[n] {
 			return false
 		}
 		var nodes []string

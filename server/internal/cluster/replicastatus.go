@@ -44,7 +44,8 @@ func (s ReplicaState) report(node string, n int) (replica.GroupStatus, bool) {
 // whether the shard is under-replicated: fewer of them are healthy than
 // the map asks for. A replica is healthy when its node runs and the
 // leader, as recorded in etcd and in its own report, heard from it
-// recently as a voter; without a leader none is.
+// recently as a voter, and it is not leaving its set; without a leader
+// none is.
 func (s ReplicaState) Replicas(m Map, n int) ([]ReplicaStatus, bool) {
 	if n < 0 || n >= len(m.Sets) {
 		return nil, false
@@ -65,7 +66,7 @@ func (s ReplicaState) Replicas(m Map, n int) ([]ReplicaStatus, bool) {
 		for _, p := range lead.Peers {
 			if p.Replica == r.ID {
 				rs.Lag, rs.Active = p.Lag, p.Active
-				if p.Active && !p.Learner && s.Alive[r.Node] {
+				if p.Active && !p.Learner && s.Alive[r.Node] && !r.Leaving {
 					healthy++
 				}
 			}

@@ -1,0 +1,248 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Membership of replicated shards (docs/replication-design.md §8): the
+// shard map's sets are the desired membership, changed here by
+// compare-and-swap; each group's leader moves its group towards its set
+// (Reconciler). A replica replaced is marked Leaving and stays in the
+// set until its group removed it; the one replacing it is Added, with a
+// new Raft ID from the counter, in the same transaction.
+
+// ErrMembershipChange refuses a change of a replica set that cannot be
+// made: the shard is not replicated, the node named holds no replica of
+// it or holds one already, a change of the shard is still under way.
+var ErrMembershipChange = errors.New("replica set change refused")
+
+// maxMapRetries bounds the compare-and-swap retries of a map change
+// racing others.
+const maxMapRetries = 10
+
+// changeMap applies change to the shard map and writes it back if
+// neither the map nor the replica ID counter changed meanwhile, reading
+// both again and retrying otherwise. change gets a copy it may edit and
+// newID, which hands out Raft IDs from the counter; changed false writes
+// nothing.
+func changeMap(ctx context.Context, c *clientv3.Client, k Keys,
+	change func(m *Map, newID func() uint64) (changed bool, err error)) (Map, error) {
+	for range maxMapRetries {
+		resp, err := c.Txn(ctx).Then(clientv3.OpGet(k.ShardMap()), clientv3.OpGet(k.ReplicaIDs())).Commit()
+		if err != nil {
+			return Map{}, err
+		}
+		mkvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(mkvs) == 0 {
+			return Map{}, ErrNoCluster
+		}
+		var m Map
+		if err := json.Unmarshal(mkvs[0].Value, &m); err != nil || !m.validReplicas() {
+			return Map{}, fmt.Errorf("%s is not a shard map: %q", k.ShardMap(), mkvs[0].Value)
+		}
+		first, idCmp, err := replicaIDs((*clientv3.GetResponse)(resp.Responses[1].GetResponseRange()), k)
+		if err != nil {
+			return Map{}, err
+		}
+		next := first
+		changed, err := change(&m, func() uint64 { next++; return next - 1 })
+		if err != nil || !changed {
+			return m, err
+		}
+		for n := range m.Sets {
+			m.Homes[n] = m.Desired(n)[0].Node
+		}
+		if !m.validReplicas() {
+			return Map{}, fmt.Errorf("%w: the change leaves an invalid map", ErrMembershipChange)
+		}
+		v, err := json.Marshal(m)
+		if err != nil {
+			return Map{}, err
+		}
+		ops := []clientv3.Op{clientv3.OpPut(k.ShardMap(), string(v))}
+		if next != first {
+			ops = append(ops, clientv3.OpPut(k.ReplicaIDs(), strconv.FormatUint(next, 10)))
+		}
+		tr, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k.ShardMap()), "=", mkvs[0].ModRevision), idCmp).
+			Then(ops...).Commit()
+		if err != nil {
+			return Map{}, err
+		}
+		if tr.Succeeded {
+			return m, nil
+		}
+	}
+	return Map{}, fmt.Errorf("%w: the shard map kept changing", ErrMembershipChange)
+}
+
+// checkShard checks that m's shard n is replicated and has no change
+// under way (a Leaving replica): one change of a shard at a time.
+func checkShard(m *Map, n int) error {
+	switch {
+	case !m.Replicated():
+		return fmt.Errorf("%w: shard %d has one replica", ErrMembershipChange, n)
+	case n < 0 || n >= m.Shards:
+		return fmt.Errorf("%w: the cluster has shards 0 to %d", ErrMembershipChange, m.Shards-1)
+	case len(m.Desired(n)) != len(m.Sets[n]):
+		return fmt.Errorf("shard %d: %w", n, ErrMoveInProgress)
+	}
+	return nil
+}
+
+// replace marks shard n's replica on node from Leaving and adds one on
+// node to with a new ID.
+func replace(m *Map, n int, from, to string, newID func() uint64) error {
+	i := slices.IndexFunc(m.Sets[n], func(r Replica) bool { return r.Node == from && !r.Leaving })
+	if i < 0 {
+		return fmt.Errorf("%w: node %s holds no replica of shard %d", ErrMembershipChange, from, n)
+	}
+	if _, ok := m.ReplicaOn(n, to); ok {
+		return fmt.Errorf("%w: node %s holds a replica of shard %d already", ErrMembershipChange, to, n)
+	}
+	m.Sets[n][i].Leaving = true
+	m.Sets[n] = append(m.Sets[n], Replica{ID: newID(), Node: to, Added: true})
+	return nil
+}
+
+// MoveReplica moves shard n's replica from node from to node to, which
+// must be registered (running): to's replica is added to the set, from's
+// marked leaving, and the group's leader adds, catches up and promotes
+// the new one and then removes the old (Reconciler).
+func MoveReplica(ctx context.Context, c *clientv3.Client, k Keys, n int, from, to string) (Map, error) {
+	if r, err := c.Get(ctx, k.Node(to), clientv3.WithCountOnly()); err != nil {
+		return Map{}, fmt.Errorf("move shard %d: %w", n, err)
+	} else if r.Count == 0 {
+		return Map{}, fmt.Errorf("move shard %d: node %s: %w", n, to, ErrNodeDown)
+	}
+	m, err := changeMap(ctx, c, k, func(m *Map, newID func() uint64) (bool, error) {
+		if err := checkShard(m, n); err != nil {
+			return false, err
+		}
+		return true, replace(m, n, from, to, newID)
+	})
+	if err != nil {
+		return Map{}, fmt.Errorf("move shard %d: %w", n, err)
+	}
+	return m, nil
+}
+
+// SetReplicas changes the replica count of every shard of a replicated
+// cluster to r (3 or 5) over the nodes live (registered): each shard
+// gets new replicas on the live nodes holding fewest replicas, or has
+// its last ones marked leaving. From or to one replica is not built: a
+// shard of one replica is no Raft group.
+func SetReplicas(ctx context.Context, c *clientv3.Client, k Keys, r int, live []string) (Map, error) {
+	m, err := changeMap(ctx, c, k, func(m *Map, newID func() uint64) (bool, error) {
+		if !m.Replicated() || r == 1 {
+			return false, fmt.Errorf("%w: from or to one replica per shard", ErrReplicated)
+		}
+		if err := CheckReplicas(r, len(live)); err != nil {
+			return false, err
+		}
+		if r == m.Replicas {
+			return false, nil
+		}
+		for n := range m.Sets {
+			if err := checkShard(m, n); err != nil {
+				return false, err
+			}
+		}
+		for n := range m.Sets {
+			for len(m.Sets[n]) < r {
+				to, ok := placeOne(m, n, live)
+				if !ok {
+					return false, fmt.Errorf("%w: no live node without a replica of shard %d", ErrReplicaCount, n)
+				}
+				m.Sets[n] = append(m.Sets[n], Replica{ID: newID(), Node: to, Added: true})
+			}
+			for i := len(m.Sets[n]) - 1; i >= r; i-- {
+				m.Sets[n][i].Leaving = true
+			}
+		}
+		m.Replicas = r
+		return true, nil
+	})
+	if err != nil {
+		return Map{}, fmt.Errorf("set replicas to %d: %w", r, err)
+	}
+	return m, nil
+}
+
+// ReplaceReplica replaces shard n's replica on node dead (down longer
+// than DEAD_AFTER) by one on a live node holding no replica of the
+// shard, the one holding fewest replicas; false when there is none (the
+// shard stays under-replicated) or the set changed already.
+func ReplaceReplica(ctx context.Context, c *clientv3.Client, k Keys, n int, dead string, live []string) (Map, bool, error) {
+	replaced := false
+	m, err := changeMap(ctx, c, k, func(m *Map, newID func() uint64) (bool, error) {
+		replaced = false
+		if checkShard(m, n) != nil {
+			return false, nil // a change is under way: the next look decides
+		}
+		if r, ok := m.ReplicaOn(n, dead); !ok || r.Leaving {
+			return false, nil
+		}
+		to, ok := placeOne(m, n, live)
+		if !ok {
+			return false, nil
+		}
+		replaced = true
+		return true, replace(m, n, dead, to, newID)
+	})
+	if err != nil {
+		return Map{}, false, fmt.Errorf("replace shard %d's replica on %s: %w", n, dead, err)
+	}
+	return m, replaced, nil
+}
+
+// DropRemoved takes shard n's replica id out of its set once its group
+// removed it: only a Leaving one.
+func DropRemoved(ctx context.Context, c *clientv3.Client, k Keys, n int, id uint64) error {
+	_, err := changeMap(ctx, c, k, func(m *Map, _ func() uint64) (bool, error) {
+		if n < 0 || n >= len(m.Sets) {
+			return false, nil
+		}
+		i := slices.IndexFunc(m.Sets[n], func(r Replica) bool { return r.ID == id && r.Leaving })
+		if i < 0 {
+			return false, nil
+		}
+		m.Sets[n] = slices.Delete(m.Sets[n], i, i+1)
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("drop shard %d's replica %d: %w", n, id, err)
+	}
+	return nil
+}
+
+// placeOne picks, for a new replica of shard n, the live node holding
+// no replica of it (a leaving one included: one folder per shard and
+// node) with the fewest replicas of any shard, the first in name order
+// among equals.
+func placeOne(m *Map, n int, live []string) (string, bool) {
+	load := map[string]int{}
+	for _, set := range m.Sets {
+		for _, r := range set {
+			load[r.Node]++
+		}
+	}
+	var best []string
+	for _, node := range live {
+		if _, ok := m.ReplicaOn(n, node); !ok && !slices.Contains(best, node) {
+			best = append(best, node)
+		}
+	}
+	if len(best) == 0 {
+		return "", false
+	}
+	slices.SortFunc(best, func(a, b string) int { return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(a, b)) })
+	return best[0], true
+}

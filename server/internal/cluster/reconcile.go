@@ -1,0 +1,331 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/progressdb/progressdb/server/internal/replica"
+	"github.com/progressdb/progressdb/server/internal/startstop"
+)
+
+// The reconciler (docs/replication-design.md §8) runs on every node of a
+// replicated cluster and acts for the shards whose group this node's
+// replica leads: it moves the group's membership towards the shard's set
+// one change at a time (add a learner, promote it once caught up, remove
+// a replica leaving, take a removed one out of the set), and replaces
+// the replicas of a node down longer than DeadAfter. It keeps no state
+// of its own but when it first saw a node down: every step is decided
+// again from the map in etcd and the group's applied membership, so a
+// new leader takes up where the old one stopped.
+
+// Defaults of the reconciler.
+const (
+	DefaultReconcileEvery = time.Second
+	// PromoteLag is how far (in entries) a learner's log may be behind
+	// its leader's for the learner to be promoted (design §8).
+	PromoteLag = 1000
+	// reconcileStep bounds one membership change.
+	reconcileStep = 30 * time.Second
+)
+
+// MembershipHost is the replica host as the reconciler drives it
+// (replica.Host).
+type MembershipHost interface {
+	Lease(group uint64) uint64
+	Members(group uint64) (voters, learners []uint64, err error)
+	GroupStatus(group uint64) (replica.GroupStatus, error)
+	AddLearner(ctx context.Context, group, id uint64) error
+	Promote(ctx context.Context, group, id uint64) error
+	RemoveReplica(ctx context.Context, group, id uint64) error
+	TransferLeadership(group, to uint64) error
+}
+
+// ReconcilerOptions configure a node's Reconciler.
+type ReconcilerOptions struct {
+	Client *clientv3.Client
+	Keys   Keys
+	Host   MembershipHost
+	// Node is this node's ID, and Join starts its replica r of shard n,
+	// added to the set, which its host does not run yet: an empty store
+	// whose group joins (replica.GroupConfig.Join).
+	Node string
+	Join func(ctx context.Context, n int, r Replica) error
+	// DeadAfter is how long a node stays unregistered before its
+	// replicas are replaced (PROGRESSDB_CLUSTER_DEAD_AFTER); 0: never.
+	DeadAfter time.Duration
+	// Every is the time between looks (DefaultReconcileEvery when 0).
+	Every  time.Duration
+	Logger *slog.Logger
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Reconciler moves the groups this node leads towards their sets.
+type Reconciler struct {
+	o    ReconcilerOptions
+	life startstop.Base
+
+	mu   sync.Mutex
+	down map[string]time.Time // guarded by mu: when each node was first seen down
+}
+
+// NewReconciler returns a reconciler; Start runs it.
+func NewReconciler(o ReconcilerOptions) *Reconciler {
+	if o.Every <= 0 {
+		o.Every = DefaultReconcileEvery
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Reconciler{o: o, down: map[string]time.Time{}}
+}
+
+// Start runs the reconciler until ctx ends or Stop.
+func (r *Reconciler) Start(ctx context.Context) {
+	r.life.Start(ctx, nil, func(ctx context.Context) {
+		t := time.NewTicker(r.o.Every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := r.Once(ctx); err != nil && ctx.Err() == nil {
+					r.o.Logger.Warn("cluster_reconcile_failed", slog.Any("err", err))
+				}
+			}
+		}
+	})
+}
+
+// Stop stops the reconciler and waits for it.
+func (r *Reconciler) Stop() { r.life.Stop() }
+
+// Once makes at most one step for every shard this node leads.
+func (r *Reconciler) Once(ctx context.Context) error {
+	m, err := ReadMap(ctx, r.o.Client, r.o.Keys)
+	if err != nil || !m.Replicated() {
+		return err
+	}
+	live, err := r.liveNodes(ctx)
+	if err != nil {
+		return err
+	}
+	dead := r.noteDown(m, live)
+	var errs []error
+	for n := range m.Sets {
+		if err := r.join(ctx, m, n); err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", n, err))
+		}
+		if r.o.Host.Lease(uint64(n)) == 0 {
+			continue
+		}
+		if err := r.step(ctx, m, n, live, dead); err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", n, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// join starts this node's replica of shard n when the set added one
+// that the host does not run.
+func (r *Reconciler) join(ctx context.Context, m Map, n int) error {
+	rp, ok := m.ReplicaOn(n, r.o.Node)
+	if !ok || rp.Leaving || !rp.Added || r.o.Join == nil {
+		return nil
+	}
+	if _, _, err := r.o.Host.Members(uint64(n)); !errors.Is(err, replica.ErrNoGroup) {
+		return nil
+	}
+	if err := r.o.Join(ctx, n, rp); err != nil {
+		return fmt.Errorf("join replica %d: %w", rp.ID, err)
+	}
+	r.o.Logger.Info("cluster_replica_joined", slog.Int("shard", n), slog.Uint64("replica", rp.ID))
+	return nil
+}
+
+// liveNodes lists the registered nodes.
+func (r *Reconciler) liveNodes(ctx context.Context) ([]string, error) {
+	resp, err := r.o.Client.Get(ctx, r.o.Keys.Node(""), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, err
+	}
+	prefix := r.o.Keys.Node("")
+	live := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		live = append(live, strings.TrimPrefix(string(kv.Key), prefix))
+	}
+	return live, nil
+}
+
+// noteDown records when each node of a set was first seen unregistered,
+// forgets those registered again, and returns those down longer than
+// DeadAfter.
+func (r *Reconciler) noteDown(m Map, live []string) map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.o.Now()
+	dead := map[string]bool{}
+	seen := map[string]bool{}
+	for _, set := range m.Sets {
+		for _, rp := range set {
+			if seen[rp.Node] {
+				continue
+			}
+			seen[rp.Node] = true
+			if slices.Contains(live, rp.Node) {
+				delete(r.down, rp.Node)
+				continue
+			}
+			since, ok := r.down[rp.Node]
+			if !ok {
+				r.down[rp.Node] = now
+				continue
+			}
+			if r.o.DeadAfter > 0 && now.Sub(since) >= r.o.DeadAfter {
+				dead[rp.Node] = true
+			}
+		}
+	}
+	return dead
+}
+
+// step replaces a replica of a dead node, or makes the group's next
+// membership change.
+func (r *Reconciler) step(ctx context.Context, m Map, n int, live []string, dead map[string]bool) error {
+	for _, rp := range m.Desired(n) {
+		if !dead[rp.Node] {
+			continue
+		}
+		nm, ok, err := ReplaceReplica(ctx, r.o.Client, r.o.Keys, n, rp.Node, live)
+		if err != nil || !ok {
+			return err
+		}
+		r.o.Logger.Warn("cluster_replica_replaced", slog.Int("shard", n), slog.String("dead_node", rp.Node),
+			slog.Uint64("replica", rp.ID), slog.Any("set", nm.Sets[n]))
+		return nil
+	}
+	g := uint64(n)
+	voters, learners, err := r.o.Host.Members(g)
+	if err != nil {
+		return err
+	}
+	st, err := r.o.Host.GroupStatus(g)
+	if err != nil {
+		return err
+	}
+	next := nextStep(st.Replica, m.Sets[n], voters, learners, st.Peers)
+	if next.kind == stepNone || next.kind == stepWait {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, reconcileStep)
+	defer cancel()
+	switch next.kind {
+	case stepAddLearner:
+		err = r.o.Host.AddLearner(sctx, g, next.replica)
+	case stepPromote:
+		err = r.o.Host.Promote(sctx, g, next.replica)
+	case stepRemove:
+		err = r.o.Host.RemoveReplica(sctx, g, next.replica)
+	case stepTransfer:
+		err = r.o.Host.TransferLeadership(g, next.replica)
+	case stepDrop:
+		err = DropRemoved(sctx, r.o.Client, r.o.Keys, n, next.replica)
+	}
+	if err != nil {
+		return fmt.Errorf("%s replica %d: %w", next.kind, next.replica, err)
+	}
+	r.o.Logger.Info("cluster_membership_step", slog.Int("shard", n), slog.String("step", next.kind.String()),
+		slog.Uint64("replica", next.replica))
+	return nil
+}
+
+// stepKind is what a group's leader does next about its membership.
+type stepKind int
+
+const (
+	stepNone       stepKind = iota // the group is its set
+	stepWait                       // a learner catches up
+	stepAddLearner                 // a replica of the set is no member yet
+	stepPromote                    // a learner of the set caught up
+	stepRemove                     // a member is not in the set
+	stepTransfer                   // the leader itself leaves: hand over first
+	stepDrop                       // a leaving replica is no member: out of the set
+)
+
+func (k stepKind) String() string {
+	return [...]string{"none", "wait", "add_learner", "promote", "remove", "transfer_leadership", "drop"}[k]
+}
+
+// memberStep is one step and the replica it concerns.
+type memberStep struct {
+	kind    stepKind
+	replica uint64
+}
+
+// nextStep decides the next membership change of the group that leader
+// self leads from its set and its applied membership, in an order that
+// never lowers the number of voters of the set: learners are promoted
+// (or removed, if not in the set) before anything else, replicas of the
+// set are added before any other is removed, and a leaving leader hands
+// the leadership to the voter of the set furthest along before it goes.
+func nextStep(self uint64, set []Replica, voters, learners []uint64, peers []replica.PeerStatus) memberStep {
+	desired, member := map[uint64]bool{}, map[uint64]bool{}
+	for _, r := range set {
+		desired[r.ID] = !r.Leaving
+	}
+	for _, id := range slices.Concat(voters, learners) {
+		member[id] = true
+	}
+	progress := map[uint64]replica.PeerStatus{}
+	for _, p := range peers {
+		progress[p.Replica] = p
+	}
+	for _, id := range learners {
+		if !desired[id] {
+			return memberStep{stepRemove, id}
+		}
+		if p, ok := progress[id]; ok && p.Active && p.Match > 0 && p.Lag <= PromoteLag {
+			return memberStep{stepPromote, id}
+		}
+		return memberStep{stepWait, id}
+	}
+	for _, r := range set {
+		if !r.Leaving && !member[r.ID] {
+			return memberStep{stepAddLearner, r.ID}
+		}
+	}
+	for _, id := range voters {
+		if desired[id] {
+			continue
+		}
+		if id != self {
+			return memberStep{stepRemove, id}
+		}
+		best := memberStep{kind: stepWait}
+		for _, v := range voters {
+			p, ok := progress[v]
+			if v != self && desired[v] && ok && p.Active && (best.replica == 0 || p.Match > progress[best.replica].Match) {
+				best = memberStep{stepTransfer, v}
+			}
+		}
+		return best
+	}
+	for _, r := range set {
+		if r.Leaving && !member[r.ID] {
+			return memberStep{stepDrop, r.ID}
+		}
+	}
+	return memberStep{kind: stepNone}
+}
