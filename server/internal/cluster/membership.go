@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -245,4 +246,42 @@ func placeOne(m *Map, n int, live []string) (string, bool) {
 	}
 	slices.SortFunc(best, func(a, b string) int { return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(a, b)) })
 	return best[0], true
+}
+
+// WaitSettled waits until shard n's set has no leaving replica: its
+// group's leader removed the replicas the last change replaced.
+func WaitSettled(ctx context.Context, c *clientv3.Client, k Keys, n int) (Map, error) {
+	for {
+		resp, err := c.Get(ctx, k.ShardMap())
+		if err != nil {
+			return Map{}, err
+		}
+		if len(resp.Kvs) == 0 {
+			return Map{}, ErrNoCluster
+		}
+		var m Map
+		if err := json.Unmarshal(resp.Kvs[0].Value, &m); err != nil || n < 0 || n >= len(m.Sets) {
+			return Map{}, fmt.Errorf("%s is not a replicated shard map with shard %d", k.ShardMap(), n)
+		}
+		if len(m.Desired(n)) == len(m.Sets[n]) {
+			return m, nil
+		}
+		if err := waitPut(ctx, c, k.ShardMap(), resp.Header.Revision+1); err != nil {
+			return Map{}, err
+		}
+	}
+}
+
+// LiveNodes lists the registered (running) nodes.
+func LiveNodes(ctx context.Context, c *clientv3.Client, k Keys) ([]string, error) {
+	prefix := k.Node("")
+	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, err
+	}
+	live := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		live = append(live, strings.TrimPrefix(string(kv.Key), prefix))
+	}
+	return live, nil
 }

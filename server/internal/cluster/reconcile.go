@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -32,7 +31,7 @@ const (
 	// PromoteLag is how far (in entries) a learner's log may be behind
 	// its leader's for the learner to be promoted (design §8).
 	PromoteLag = 1000
-	// reconcileStep bounds one membership change.
+	// reconcileStep bounds one look, and the membership change it makes.
 	reconcileStep = 30 * time.Second
 )
 
@@ -46,6 +45,8 @@ type MembershipHost interface {
 	Promote(ctx context.Context, group, id uint64) error
 	RemoveReplica(ctx context.Context, group, id uint64) error
 	TransferLeadership(group, to uint64) error
+	Statuses() []replica.GroupStatus
+	Retire(group, id uint64) error
 }
 
 // ReconcilerOptions configure a node's Reconciler.
@@ -114,16 +115,24 @@ func (r *Reconciler) Stop() { r.life.Stop() }
 
 // Once makes at most one step for every shard this node leads.
 func (r *Reconciler) Once(ctx context.Context) error {
+	// An etcd that does not answer delays the next look, never stops them.
+	ctx, cancel := context.WithTimeout(ctx, reconcileStep)
+	defer cancel()
 	m, err := ReadMap(ctx, r.o.Client, r.o.Keys)
 	if err != nil || !m.Replicated() {
 		return err
 	}
-	live, err := r.liveNodes(ctx)
+	live, err := LiveNodes(ctx, r.o.Client, r.o.Keys)
 	if err != nil {
 		return err
 	}
 	dead := r.noteDown(m, live)
 	var errs []error
+	for _, st := range r.o.Host.Statuses() {
+		if err := r.retire(m, st); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for n := range m.Sets {
 		if err := r.join(ctx, m, n); err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", n, err))
@@ -155,18 +164,21 @@ func (r *Reconciler) join(ctx context.Context, m Map, n int) error {
 	return nil
 }
 
-// liveNodes lists the registered nodes.
-func (r *Reconciler) liveNodes(ctx context.Context) ([]string, error) {
-	resp, err := r.o.Client.Get(ctx, r.o.Keys.Node(""), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		return nil, err
+// retire stops a replica this node runs that its shard's set no longer
+// names: its group removed it while the node was away, so it never
+// applied its removal. The map names a replica before any node starts
+// it, so one missing from it is gone for good.
+func (r *Reconciler) retire(m Map, st replica.GroupStatus) error {
+	n := int(st.Group)
+	if n >= len(m.Sets) || slices.ContainsFunc(m.Sets[n], func(rp Replica) bool { return rp.ID == st.Replica }) {
+		return nil
 	}
-	prefix := r.o.Keys.Node("")
-	live := make([]string, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		live = append(live, strings.TrimPrefix(string(kv.Key), prefix))
+	if err := r.o.Host.Retire(st.Group, st.Replica); err != nil {
+		return fmt.Errorf("shard %d: retire replica %d: %w", n, st.Replica, err)
 	}
-	return live, nil
+	r.o.Logger.Warn("cluster_replica_retired", slog.Int("shard", n), slog.Uint64("replica", st.Replica),
+		slog.String("reason", "not in the shard's set"))
+	return nil
 }
 
 // noteDown records when each node of a set was first seen unregistered,
@@ -184,7 +196,8 @@ func (r *Reconciler) noteDown(m Map, live []string) map[string]bool {
 				continue
 			}
 			seen[rp.Node] = true
-			if slices.Contains(live, rp.Node) {
+			// This node runs, whatever etcd says of its registration.
+			if rp.Node == r.o.Node || slices.Contains(live, rp.Node) {
 				delete(r.down, rp.Node)
 				continue
 			}

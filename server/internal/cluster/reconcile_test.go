@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -141,6 +142,25 @@ type testReplicated struct {
 	dir   string
 	mu    sync.Mutex
 	nodes map[string]*reconcileNode
+	logs  lockedBuffer
+}
+
+// lockedBuffer is a buffer many loggers write to.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func (tc *testReplicated) folder(node string, n int) string {
@@ -181,10 +201,8 @@ func (tc *testReplicated) start(name string, deadAfter time.Duration) {
 		t.Fatal(err)
 	}
 	pub := startLeaders(t, c, tc.k, name)
-	log := slog.New(slog.DiscardHandler)
-	if os.Getenv("RECONCILE_DEBUG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", name)
-	}
+	// The membership steps, shown when the test fails.
+	log := slog.New(slog.NewTextHandler(&tc.logs, nil)).With("node", name)
 	h, err := replica.NewHost(replica.Config{Transport: tc.net, Tick: 10 * time.Millisecond, ElectionTicks: 50, Logger: log,
 		OnLeadership: func(l replica.Leadership) {
 			if l.Leading() {
@@ -205,13 +223,13 @@ func (tc *testReplicated) start(name string, deadAfter time.Duration) {
 	}
 	h.Start(ctx)
 	rep, err := NewProgressReporter(ProgressOptions{Client: c, Keys: tc.k, Node: name, TTL: 2 * time.Second,
-		Every: 200 * time.Millisecond, Statuses: h.Statuses, Logger: log})
+		Every: time.Second, Statuses: h.Statuses, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rep.Start(ctx)
 	rec := NewReconciler(ReconcilerOptions{Client: c, Keys: tc.k, Host: h, Node: name, DeadAfter: deadAfter,
-		Every: 100 * time.Millisecond, Logger: log,
+		Every: 200 * time.Millisecond, Logger: log,
 		Join: func(ctx context.Context, n int, r Replica) error { return tc.open(ctx, h, name, n, r, nil) }})
 	rec.Start(ctx)
 	nd := &reconcileNode{replicaNode: &replicaNode{reg: reg, host: h, rep: rep, pub: pub}, rec: rec}
@@ -311,6 +329,11 @@ func (tc *testReplicated) settled(shards int, tid string) Map {
 func TestReconcilerMovesAndReplacesReplicas(t *testing.T) {
 	tc := &testReplicated{t: t, srv: etcdtest.Start(t), k: Keys{Name: "chat"}, net: replica.NewLocal(), dir: t.TempDir(),
 		nodes: map[string]*reconcileNode{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(tc.logs.String())
+		}
+	})
 	ctx := context.Background()
 	c := tc.srv.Client(t)
 	const shards = 2

@@ -145,6 +145,8 @@ type group struct {
 	// guarded by rnMu (membership.go).
 	confID  uint64
 	removed bool
+	// retired runs the replica's retirement once (membership.go).
+	retired sync.Once
 	// Reads (read.go), guarded by rnMu: those waiting for a lease, those
 	// asked of raft, and the last request context used.
 	heldReads   []chan error

@@ -191,7 +191,9 @@ func (g *group) appliedConf(ctx context.Context, cc raftpb.ConfChangeI) error {
 // the host, the caller is told (Config.OnRemoved) so that it stops using
 // the store, and the store is closed and its folder deleted. A group
 // without a folder leaves its store to the caller.
-func (h *Host) retire(g *group) {
+func (h *Host) retire(g *group) { g.retired.Do(func() { h.retireOnce(g) }) }
+
+func (h *Host) retireOnce(g *group) {
 	h.mu.Lock()
 	if h.groups[g.id] == g {
 		delete(h.groups, g.id)
@@ -215,7 +217,12 @@ func (h *Host) retire(g *group) {
 	defer g.eraseMu.Unlock()
 	st := g.store()
 	st.Replicate(nil)
-	err := st.Close()
+	var err error
+	if g.folder.Close != nil {
+		err = g.folder.Close(st) // the node stops serving it too
+	} else {
+		err = st.Close()
+	}
 	dir := g.folder.Dir
 	for _, d := range []string{dir, dir + stagedSuffix, dir + replacedSuffix} {
 		err = errors.Join(err, os.RemoveAll(d))
@@ -226,6 +233,24 @@ func (h *Host) retire(g *group) {
 		return
 	}
 	log.Info("replica_removed", slog.String("folder", dir))
+}
+
+// Retire stops this host's replica of the group and deletes its folder,
+// as when it applies its own removal: for a node that learns from the
+// shard map that its replica was removed while it was away (it never
+// applied the removal). replicaID must be the replica it runs.
+func (h *Host) Retire(groupID, replicaID uint64) error {
+	g := h.group(groupID)
+	if g == nil || g.replica != replicaID {
+		return fmt.Errorf("group %d replica %d: %w", groupID, replicaID, ErrNoGroup)
+	}
+	g.rnMu.Lock()
+	if g.failed == nil {
+		g.fail(ErrRemoved)
+	}
+	g.rnMu.Unlock()
+	h.retire(g)
+	return nil
 }
 
 // Members returns the group's voters and learners as this replica's
