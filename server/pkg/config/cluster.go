@@ -25,6 +25,9 @@ type Cluster struct {
 	Shards int `env:"SHARDS" envDefault:"16"`
 	// OwnerTTL is the shard-ownership lease's lifetime (renewed every TTL/3).
 	OwnerTTL time.Duration `env:"LEASE_TTL" envDefault:"10s"`
+	// DeadAfter is how long a node stays unregistered before its replicas
+	// of replicated shards are re-created on other nodes (spec §15).
+	DeadAfter time.Duration `env:"DEAD_AFTER" envDefault:"5m"`
 	// TLS files for etcd: a CA to check its certificate, and a client
 	// certificate and key when etcd asks for one.
 	EtcdCA   string `env:"ETCD_CA_FILE"`
@@ -39,19 +42,20 @@ type Cluster struct {
 
 // Cluster variables.
 const (
-	VarClusterEtcd     = "PROGRESSDB_CLUSTER_ETCD"
-	VarClusterName     = "PROGRESSDB_CLUSTER_NAME"
-	VarNodeID          = "PROGRESSDB_NODE_ID"
-	VarAdvertiseURL    = "PROGRESSDB_ADVERTISE_URL"
-	VarClusterSecret   = "PROGRESSDB_CLUSTER_SECRET"
-	VarClusterShards   = "PROGRESSDB_CLUSTER_SHARDS"
-	VarClusterLeaseTTL = "PROGRESSDB_CLUSTER_LEASE_TTL"
-	VarClusterEtcdCA   = "PROGRESSDB_CLUSTER_ETCD_CA_FILE"
-	VarClusterEtcdCert = "PROGRESSDB_CLUSTER_ETCD_CERT_FILE"
-	VarClusterEtcdKey  = "PROGRESSDB_CLUSTER_ETCD_KEY_FILE"
-	VarClusterTLSCA    = "PROGRESSDB_CLUSTER_TLS_CA_FILE"
-	VarClusterTLSCert  = "PROGRESSDB_CLUSTER_TLS_CERT_FILE"
-	VarClusterTLSKey   = "PROGRESSDB_CLUSTER_TLS_KEY_FILE"
+	VarClusterEtcd      = "PROGRESSDB_CLUSTER_ETCD"
+	VarClusterName      = "PROGRESSDB_CLUSTER_NAME"
+	VarNodeID           = "PROGRESSDB_NODE_ID"
+	VarAdvertiseURL     = "PROGRESSDB_ADVERTISE_URL"
+	VarClusterSecret    = "PROGRESSDB_CLUSTER_SECRET"
+	VarClusterShards    = "PROGRESSDB_CLUSTER_SHARDS"
+	VarClusterLeaseTTL  = "PROGRESSDB_CLUSTER_LEASE_TTL"
+	VarClusterDeadAfter = "PROGRESSDB_CLUSTER_DEAD_AFTER"
+	VarClusterEtcdCA    = "PROGRESSDB_CLUSTER_ETCD_CA_FILE"
+	VarClusterEtcdCert  = "PROGRESSDB_CLUSTER_ETCD_CERT_FILE"
+	VarClusterEtcdKey   = "PROGRESSDB_CLUSTER_ETCD_KEY_FILE"
+	VarClusterTLSCA     = "PROGRESSDB_CLUSTER_TLS_CA_FILE"
+	VarClusterTLSCert   = "PROGRESSDB_CLUSTER_TLS_CERT_FILE"
+	VarClusterTLSKey    = "PROGRESSDB_CLUSTER_TLS_KEY_FILE"
 )
 
 // Limits of the cluster settings.
@@ -62,6 +66,8 @@ const (
 	minClusterSecret  = 16
 	minOwnerTTL       = 3 * time.Second // etcd counts whole seconds; renewed every TTL/3
 	maxOwnerTTL       = 5 * time.Minute // a dead owner's shards wait this long
+	minDeadAfter      = time.Second     // tests; a node restarting takes longer
+	maxDeadAfter      = 7 * 24 * time.Hour
 	maxClusterNameLen = 64
 )
 
@@ -112,6 +118,10 @@ func (c Config) validateCluster(vars map[string]string, node bool) *Error {
 	if cl.OwnerTTL < minOwnerTTL || cl.OwnerTTL > maxOwnerTTL || cl.OwnerTTL%time.Second != 0 {
 		return &Error{VarClusterLeaseTTL, shown(vars, VarClusterLeaseTTL, FormatDuration(cl.OwnerTTL)),
 			"must be whole seconds from 3s to 5m (etcd counts leases in seconds; a dead node's shards wait this long)"}
+	}
+	if cl.DeadAfter < minDeadAfter || cl.DeadAfter > maxDeadAfter {
+		return &Error{VarClusterDeadAfter, shown(vars, VarClusterDeadAfter, FormatDuration(cl.DeadAfter)),
+			"must be from 1s to 168h (a node unregistered this long has its replicas re-created on other nodes)"}
 	}
 	if (cl.EtcdCert == "") != (cl.EtcdKey == "") {
 		name, value := VarClusterEtcdKey, cl.EtcdKey
@@ -172,6 +182,7 @@ func (c Config) redactedCluster() [][2]string {
 		{VarClusterSecretFile, unsetIfEmpty(cl.SecretFile)},
 		{VarClusterShards, strconv.Itoa(cl.Shards)},
 		{VarClusterLeaseTTL, FormatDuration(cl.OwnerTTL)},
+		{VarClusterDeadAfter, FormatDuration(cl.DeadAfter)},
 		{VarClusterEtcdCA, unsetIfEmpty(cl.EtcdCA)},
 		{VarClusterEtcdCert, unsetIfEmpty(cl.EtcdCert)},
 		{VarClusterEtcdKey, unsetIfEmpty(cl.EtcdKey)},

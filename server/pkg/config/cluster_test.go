@@ -74,6 +74,8 @@ func TestClusterInvalid(t *testing.T) {
 		{"PROGRESSDB_CLUSTER_LEASE_TTL=1h", "from 3s to 5m", ""},
 		{"PROGRESSDB_CLUSTER_LEASE_TTL=4500ms", "whole seconds", ""},
 		{"PROGRESSDB_CLUSTER_LEASE_TTL=soon", "duration", ""},
+		{"PROGRESSDB_CLUSTER_DEAD_AFTER=500ms", "from 1s to 168h", ""},
+		{"PROGRESSDB_CLUSTER_DEAD_AFTER=never", "duration", ""},
 		{"PROGRESSDB_CLUSTER_ETCD_CA_FILE=/nonexistent/ca.pem", "readable PEM file", ""},
 		{"PROGRESSDB_CLUSTER_ETCD_CERT_FILE=/nonexistent/cert.pem", "set both", "<key>"},
 	}

@@ -38,7 +38,7 @@ func TestLoadDefaults(t *testing.T) {
 			OrphanGrace:   day,
 		},
 		Backup:         Backup{Schedule: "0 3 * * *", Keep: 30 * day, StreamTimeout: 10 * time.Minute},
-		Cluster:        Cluster{ClusterName: "progressdb", Shards: 16, OwnerTTL: 10 * time.Second},
+		Cluster:        Cluster{ClusterName: "progressdb", Shards: 16, OwnerTTL: 10 * time.Second, DeadAfter: 5 * time.Minute},
 		IdempotencyTTL: day,
 	}
 	if c != want {
@@ -167,7 +167,7 @@ func TestLoadEveryVariable(t *testing.T) {
 		NodeID:       "node-1",
 		AdvertiseURL: "http://10.0.0.7:9090",
 		Cluster: Cluster{Etcd: "https://10.0.0.5:2379,https://10.0.0.6:2379", ClusterName: "chat-eu",
-			Secret: "0123456789abcdef", Shards: 32, OwnerTTL: 15 * time.Second, EtcdCA: pem, EtcdCert: pem, EtcdKey: pem},
+			Secret: "0123456789abcdef", Shards: 32, OwnerTTL: 15 * time.Second, DeadAfter: 5 * time.Minute, EtcdCA: pem, EtcdCert: pem, EtcdKey: pem},
 	}
 	if c != want {
 		t.Errorf("\n got %+v\nwant %+v", c, want)
@@ -284,8 +284,8 @@ func TestLoadInvalidCoversEveryVariable(t *testing.T) {
 		VarExportPath: true, VarAuditSigningKey: true, VarBackupPath: true, VarKEK: true, VarKeystorePath: true,
 		VarAdminTokenFile: true, VarAPIKeyFile: true, VarKEKFile: true, VarClusterSecretFile: true}
 	vars := fieldVars()
-	if len(vars) != 62 {
-		t.Fatalf("fieldVars has %d variables, want the 41 of the spec, ATTACHMENTS_URL and ATTACHMENT_MAX_BYTES of §16, ORPHAN_GRACE and IDEMPOTENCY_TTL of §7 (SERVER and BACKUP_STREAM_TIMEOUT of §10.1 among them), YIELD_TO_WRITES, ERASE_RATE, KEK and KEYSTORE_PATH of §12 (TestSealingInvalid), the four secrets' files of §12 (TestSecretFilesRefused), and the nine TLS files of §14 (TestTLSSettingsInvalid)", len(vars))
+	if len(vars) != 63 {
+		t.Fatalf("fieldVars has %d variables, want the 41 of the spec, CLUSTER_DEAD_AFTER of §15, ATTACHMENTS_URL and ATTACHMENT_MAX_BYTES of §16, ORPHAN_GRACE and IDEMPOTENCY_TTL of §7 (SERVER and BACKUP_STREAM_TIMEOUT of §10.1 among them), YIELD_TO_WRITES, ERASE_RATE, KEK and KEYSTORE_PATH of §12 (TestSealingInvalid), the four secrets' files of §12 (TestSecretFilesRefused), and the nine TLS files of §14 (TestTLSSettingsInvalid)", len(vars))
 	}
 	for _, pair := range (Config{}).Redacted() {
 		name := pair[0]
@@ -416,7 +416,7 @@ func TestRedacted(t *testing.T) {
 		VarYieldToWrites, VarMaxAge, VarMaxMessages, VarExportPath,
 		VarErase, VarEraseRate, VarOrphanGrace, VarAuditSigningKey, VarKEK, VarKEKFile, VarKeystorePath, VarAttachmentsURL, VarAttachmentMaxBytes,
 		VarBackupPath, VarBackupCron, VarBackupKeep, VarBackupStream, VarIdempotencyTTL, VarClusterEtcd, VarClusterName, VarNodeID, VarAdvertiseURL, VarClusterSecret, VarClusterSecretFile, VarClusterShards,
-		VarClusterLeaseTTL, VarClusterEtcdCA, VarClusterEtcdCert, VarClusterEtcdKey,
+		VarClusterLeaseTTL, VarClusterDeadAfter, VarClusterEtcdCA, VarClusterEtcdCert, VarClusterEtcdKey,
 		VarClusterTLSCA, VarClusterTLSCert, VarClusterTLSKey,
 		VarTLSCert, VarTLSKey, VarTLSClientCA, VarTLSCA, VarTLSClientCert, VarTLSClientKey,
 	}
