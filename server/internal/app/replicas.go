@@ -3,8 +3,10 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +32,7 @@ type replicaRuntime struct {
 	leaders *cluster.Leaders
 	// progress reports the groups' statuses in etcd, for cluster status.
 	progress *cluster.ProgressReporter
+	rec      *cluster.Reconciler
 	logger   *slog.Logger
 	stopped  sync.Once
 	// shards are the shards this node runs a replica of.
@@ -82,7 +85,7 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 		Logger: o.logger, Metrics: raftnet.NewMetrics(o.reg),
 		// A replica is found on its node, at the URL it registered.
 		Resolve: func(id uint64) (raftnet.Peer, bool) {
-			node, ok := m.ReplicaNode(id)
+			node, ok := view.ReplicaNode(id)
 			if !ok {
 				return raftnet.Peer{}, false
 			}
@@ -118,18 +121,52 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 		if !ok || !held {
 			continue
 		}
-		gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Peers: m.Voters(n), Store: st, Folder: shardFolder(o.shards, n)}
+		gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Peers: m.Voters(n), Join: r.Added, Store: st,
+			Folder: shardFolder(o.shards, n)}
 		if err := host.AddGroup(ctx, gc); err != nil {
 			return nil, fmt.Errorf("shard %d: %w", n, err)
 		}
 		groups = append(groups, n)
 	}
-	rr := &replicaRuntime{host: host, net: net, leaders: leaders, progress: progress, logger: o.logger, shards: groups}
+	// The groups this node leads follow the shard map's sets (moves,
+	// set-replicas, dead nodes' replicas), and replicas added here join.
+	rec := cluster.NewReconciler(cluster.ReconcilerOptions{Client: o.client, Keys: o.keys, Host: host, Node: o.cfg.NodeID,
+		DeadAfter: o.cfg.Cluster.DeadAfter, Logger: o.logger,
+		Join: func(ctx context.Context, n int, r cluster.Replica) error {
+			return joinReplica(ctx, host, o.shards, n, r)
+		}})
+	rr := &replicaRuntime{host: host, net: net, leaders: leaders, progress: progress, rec: rec, logger: o.logger, shards: groups}
 	leaders.Start(ctx)
 	net.Start(ctx, host)
 	host.Start(ctx)
 	progress.Start(ctx)
+	rec.Start(ctx)
 	return rr, nil
+}
+
+// joinReplica starts this node's replica r of shard n, added to the
+// shard's set while the node runs: an empty folder whose group waits for
+// its leader's snapshot. A folder an earlier replica of the shard left
+// here goes first: a replica comes back with a new ID and nothing of the
+// old one.
+func joinReplica(ctx context.Context, host *replica.Host, shards *cluster.Shards, n int, r cluster.Replica) error {
+	st, held := shards.Store(n)
+	if !held {
+		dir := cluster.ShardDBPath(shards.DBPath(), n)
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+		var err error
+		if st, err = shards.Open(n); err != nil {
+			return err
+		}
+	}
+	gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Join: true, Store: st, Folder: shardFolder(shards, n)}
+	if err := host.AddGroup(ctx, gc); err != nil {
+		_, derr := shards.Detach(n)
+		return errors.Join(err, derr)
+	}
+	return nil
 }
 
 // stop stops the groups, then the streams, then ends the leader records'
@@ -141,6 +178,7 @@ func (r *replicaRuntime) stop() {
 		return
 	}
 	r.stopped.Do(func() {
+		r.rec.Stop()
 		r.progress.Stop()
 		r.host.Stop()
 		r.net.Stop()

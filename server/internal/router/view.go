@@ -161,6 +161,10 @@ func (v *View) NodeURL(id string) (string, bool) {
 	return u, ok
 }
 
+// ReplicaNode names the node the shard map puts replica id on: the map
+// as it is now, since replicas are added and removed while nodes run.
+func (v *View) ReplicaNode(id uint64) (string, bool) { return v.state().m.ReplicaNode(id) }
+
 // Leader is the leader record of replicated shard n: the node whose
 // replica leads its group, and in which term. Advisory: the record may
 // lag an election, so a request sent by it may be forwarded or refused.

@@ -1,0 +1,140 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+)
+
+// A node of a four-node cluster with three replicas per shard stops for
+// good: once it stayed unregistered for PROGRESSDB_CLUSTER_DEAD_AFTER, each
+// of its replicas is re-created on the node that had none of the shard
+// (added as a learner, caught up by a snapshot over the node listener,
+// promoted, the dead one removed from its group and from the map), every
+// shard is back to three healthy replicas, and every thread written before
+// reads back through every node left and is on every replica's disk.
+func TestDeadNodesReplicasAreRecreated(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	ctx := context.Background()
+	c := etcd.Client(t)
+	k := cluster.Keys{Name: "chat"}
+	ids := []string{"node-a", "node-b", "node-c", "node-d"}
+	if _, _, err := cluster.EnsureReplicated(ctx, c, k, testShards, 3, ids); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*testNode
+	for _, id := range ids {
+		nodes = append(nodes, startNodeWith(t, etcd, id, t.TempDir(), "PROGRESSDB_CLUSTER_DEAD_AFTER=2s"))
+	}
+	for n := range testShards {
+		waitLeader(t, etcd, n, 0)
+	}
+	var threads []string
+	for n := range testShards {
+		tid := threadIn(t, n)
+		via := nodes[n%3]
+		if code, body := call(t, http.MethodPost, via.url()+"/v1/threads", fmt.Sprintf(`{"id":%q,"title":"x","author":"u"}`, tid), nil); code != http.StatusCreated {
+			t.Fatalf("create %s through %s: %d %s", tid, via.id, code, body)
+		}
+		if code, body := call(t, http.MethodPost, via.url()+"/v1/threads/"+tid+"/messages", `{"author":"u","body":{"text":"hi"}}`, nil); code != http.StatusCreated {
+			t.Fatalf("append to %s through %s: %d %s", tid, via.id, code, body)
+		}
+		threads = append(threads, tid)
+	}
+
+	// A move of shard 0's home replica (node-a: the set is node-a, -b, -c)
+	// to node-d, asked of node-b: node-a's folder of it goes, and node-a
+	// holds none of the shard until it gets a new replica below.
+	code, body := call(t, http.MethodPost, nodes[1].url()+"/admin/cluster/shards/0/move", `{"to":"node-d"}`, adminAuth)
+	if code != http.StatusOK || !bytes.Contains(body, []byte(`"removed":true`)) {
+		t.Fatalf("move shard 0 to node-d: %d %s", code, body)
+	}
+	if m, err := cluster.ReadMap(ctx, c, k); err != nil || fmt.Sprint(nodesOf(m.Sets[0])) != "[node-b node-c node-d]" {
+		t.Fatalf("shard 0's set after the move: %+v %v", m.Sets, err)
+	}
+	waitFor(t, func() bool {
+		_, err := os.Stat(cluster.ShardDBPath(filepath.Join(nodes[0].dir, "data"), 0))
+		return os.IsNotExist(err)
+	}, "node-a to delete its folder of shard 0")
+
+	dead := nodes[3]
+	dead.shutdown()
+	nodes = nodes[:3]
+	var m cluster.Map
+	why := ""
+	defer func() {
+		if t.Failed() {
+			t.Logf("last seen: %s", why)
+		}
+	}()
+	waitFor(t, func() bool {
+		var err error
+		if m, err = cluster.ReadMap(ctx, c, k); err != nil {
+			t.Fatal(err)
+		}
+		for n := range testShards {
+			if _, on := m.ReplicaOn(n, dead.id); on || len(m.Sets[n]) != 3 {
+				why = fmt.Sprintf("shard %d's set: %+v", n, m.Sets[n])
+				return false
+			}
+		}
+		st, err := cluster.ReadStatus(ctx, c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st.Shards {
+			if s.UnderReplicated {
+				why = fmt.Sprintf("shard %d under-replicated: %+v", s.N, s.Replicas)
+				return false
+			}
+		}
+		return true
+	}, "every shard back to three replicas on the nodes left")
+	for _, n := range nodes {
+		for _, tid := range threads {
+			if code, body := call(t, http.MethodGet, n.url()+"/v1/threads/"+tid+"/messages", "", nil); code != http.StatusOK ||
+				!bytes.Contains(body, []byte(`"hi"`)) {
+				t.Fatalf("read %s through %s: %d %s", tid, n.id, code, body)
+			}
+		}
+	}
+	// The node view's gauge agrees.
+	waitFor(t, func() bool {
+		code, body := call(t, http.MethodGet, nodes[0].url()+"/metrics", "", nil)
+		return code == http.StatusOK && bytes.Contains(body, []byte("\nprogressdb_cluster_under_replicated_shards 0\n"))
+	}, "progressdb_cluster_under_replicated_shards 0")
+
+	// Each replica's disk holds its shard's thread once the nodes stop.
+	time.Sleep(200 * time.Millisecond) // the last applies of the followers
+	for _, n := range nodes {
+		n.shutdown()
+	}
+	byID := map[string]*testNode{}
+	for _, n := range nodes {
+		byID[n.id] = n
+	}
+	for s, tid := range threads {
+		for _, r := range m.Sets[s] {
+			if _, err := openShard(t, byID[r.Node], s).GetThread(ctx, tid); err != nil {
+				t.Errorf("thread %s not on %s's replica of shard %d: %v", tid, r.Node, s, err)
+			}
+		}
+	}
+}
+
+// nodesOf lists the nodes of a replica set, in order.
+func nodesOf(set []cluster.Replica) []string {
+	var out []string
+	for _, r := range set {
+		out = append(out, r.Node)
+	}
+	return out
+}
