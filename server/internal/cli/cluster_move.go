@@ -61,6 +61,13 @@ func (e env) clusterMoveShard(ctx context.Context, args []string) int {
 }
 
 func printMove(w io.Writer, r cluster.MoveResult) {
+	if r.Epoch == 0 { // a replicated shard's: no ownership, nothing restored
+		fmt.Fprintf(w, "moved:     shard %d's replica from %s to %s (added as a learner, caught up, promoted)\n", r.Shard, r.From, r.To)
+		if r.Removed {
+			fmt.Fprintf(w, "old copy:  removed from the group; %s deletes its folder\n", r.From)
+		}
+		return
+	}
 	fmt.Fprintf(w, "moved:     shard %d from %s to %s\n", r.Shard, r.From, r.To)
 	fmt.Fprintf(w, "epoch:     %d (the old copy was fenced at %d)\n", r.Epoch, r.OldEpoch)
 	fmt.Fprintf(w, "contents:  %d threads, %d messages (backup %s)\n", r.Threads, r.Messages, r.BackupID)

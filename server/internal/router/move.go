@@ -67,8 +67,7 @@ func (rt *Router) Move(w http.ResponseWriter, r *http.Request, n int, to string,
 		return false, nil, &routeError{http.StatusServiceUnavailable, api.CodeClusterUnavailable, "the shard map cannot be read: " + err.Error(), err}
 	}
 	if m.Replicated() {
-		return false, nil, &routeError{http.StatusBadRequest, api.CodeInvalidField,
-			fmt.Sprintf("shard %d is replicated: moving a replica is not built yet", n), cluster.ErrReplicated}
+		return rt.moveReplica(r.Context(), m, n, to)
 	}
 	if n >= m.Shards || m.Homes[n] == to {
 		return false, nil, &routeError{http.StatusBadRequest, api.CodeInvalidField, fmt.Sprintf("shard %d: node %s holds it already", n, to), cluster.ErrMoveTarget}
