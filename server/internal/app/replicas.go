@@ -150,16 +150,16 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 // here goes first: a replica comes back with a new ID and nothing of the
 // old one.
 func joinReplica(ctx context.Context, host *replica.Host, shards *cluster.Shards, n int, r cluster.Replica) error {
-	st, held := shards.Store(n)
-	if !held {
-		dir := cluster.ShardDBPath(shards.DBPath(), n)
-		if err := os.RemoveAll(dir); err != nil {
-			return err
-		}
-		var err error
-		if st, err = shards.Open(n); err != nil {
-			return err
-		}
+	// Held but run by no group: a store no replica of this node uses.
+	if _, err := shards.Detach(n); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(cluster.ShardDBPath(shards.DBPath(), n)); err != nil {
+		return err
+	}
+	st, err := shards.Open(n)
+	if err != nil {
+		return err
 	}
 	gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Join: true, Store: st, Folder: shardFolder(shards, n)}
 	if err := host.AddGroup(ctx, gc); err != nil {
