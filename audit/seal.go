@@ -44,6 +44,9 @@ func SealAbandoned(root string, now time.Time, skip ...string) ([]string, error)
 func SealAbandonedWith(root string, now time.Time, o Options, skip ...string) ([]string, error) {
 	paths, err := InProgress(root)
 	return sealEach(paths, err, skip, func(path string) (string, error) {
+		if o.Replicate != nil {
+			return sealReplicated(path, now, o)
+		}
 		return sealFile(path, now, o.SigningKey)
 	})
 }

@@ -30,6 +30,14 @@ type Writer struct {
 	err    error // sticky write error
 	closed bool
 	key    ed25519.PrivateKey // signs the footer when set
+	// replicate, when set, takes the lines instead of the file
+	// (Options.Replicate): pending holds those not handed over yet, the
+	// first of them numbered pendingSeq, and name is the file's sealed
+	// name under the root.
+	replicate  func(FileOp) error
+	pending    [][]byte
+	pendingSeq int64
+	name       string
 }
 
 // Create makes the month folder (0750) and the file (0640), writes the
@@ -48,20 +56,27 @@ type Options struct {
 	// SigningKey, when set, makes every footer carry a signature (see
 	// SignatureMessage).
 	SigningKey ed25519.PrivateKey
+	// Replicate, when set, is a replicated shard's group: the writer
+	// touches no file, and hands its lines to Replicate where it would
+	// have written and synced them (the header in Create, the records
+	// in Sync, the footer and the seal in Close). Replicate returns once
+	// this replica applied them (ApplyFileOp): the file then holds them,
+	// synced. SealAbandonedWith seals through it too.
+	Replicate func(FileOp) error
 }
 
 // CreateWith is Create with options.
 func CreateWith(root, runID string, h Header, o Options) (*Writer, error) {
-	w, err := newWriter(root, runID, h, time.Now)
-	if err != nil {
-		return nil, err
-	}
-	w.key = o.SigningKey
-	return w, nil
+	return newWriterWith(root, runID, h, time.Now, o)
 }
 
 // newWriter is Create with the clock that stamps each line's time.
 func newWriter(root, runID string, h Header, now func() time.Time) (*Writer, error) {
+	return newWriterWith(root, runID, h, now, Options{})
+}
+
+// newWriterWith is CreateWith with the clock that stamps each line's time.
+func newWriterWith(root, runID string, h Header, now func() time.Time, o Options) (*Writer, error) {
 	if !validRunID(runID) {
 		return nil, fmt.Errorf("audit: %w: %q", ErrInvalidRunID, runID)
 	}
@@ -85,10 +100,21 @@ func newWriter(root, runID string, h Header, now func() time.Time) (*Writer, err
 
 	dir := filepath.Join(root, h.StartedAt.Format(monthLayout))
 	final := filepath.Join(dir, sealedName(h.StartedAt, runID))
-	w := &Writer{now: now, runID: runID, dir: dir, path: final + suffixInProgress}
+	w := &Writer{now: now, runID: runID, dir: dir, path: final + suffixInProgress, key: o.SigningKey,
+		replicate: o.Replicate, name: h.StartedAt.Format(monthLayout) + "/" + sealedName(h.StartedAt, runID)}
 	header, err := w.encode(MsgHeader, h)
 	if err != nil {
 		return nil, err
+	}
+	if w.replicate != nil {
+		if _, err := os.Lstat(final); err == nil {
+			return nil, fmt.Errorf("audit: %w: %s already exists", ErrUnwritable, final)
+		}
+		_ = w.write(header)
+		if err := w.flushSync(); err != nil {
+			return nil, fmt.Errorf("audit: %w: %w", ErrUnwritable, err)
+		}
+		return w, nil
 	}
 
 	created, err := makeDirs(dir)
@@ -224,6 +250,9 @@ func (w *Writer) Close(f Footer) (string, error) {
 
 	w.closed = true
 	err = w.write(line)
+	if w.replicate != nil {
+		return w.sealReplicated(err)
+	}
 	if err == nil {
 		err = w.flushSync()
 	}
@@ -288,6 +317,15 @@ func (w *Writer) encode(msg string, body any) ([]byte, error) {
 
 // write buffers line and advances the chain; a failure is sticky.
 func (w *Writer) write(line []byte) error {
+	if w.replicate != nil {
+		if len(w.pending) == 0 {
+			w.pendingSeq = w.seq
+		}
+		w.pending = append(w.pending, line)
+		w.seq++
+		w.prev = lineHash(line)
+		return nil
+	}
 	_, err := w.bw.Write(line)
 	if err == nil {
 		err = w.bw.WriteByte('\n')
@@ -301,6 +339,9 @@ func (w *Writer) write(line []byte) error {
 }
 
 func (w *Writer) flushSync() error {
+	if w.replicate != nil {
+		return w.handOver(false)
+	}
 	if err := w.bw.Flush(); err != nil {
 		return w.fail(fmt.Errorf("audit: write %s: %w", w.path, err))
 	}
@@ -308,4 +349,30 @@ func (w *Writer) flushSync() error {
 		return w.fail(fmt.Errorf("audit: sync %s: %w", w.path, err))
 	}
 	return nil
+}
+
+// handOver gives the pending lines to the group; seal: with the seal.
+func (w *Writer) handOver(seal bool) error {
+	if len(w.pending) == 0 && !seal {
+		return nil
+	}
+	op := FileOp{Name: w.name, Seq: w.pendingSeq, Lines: w.pending, Seal: seal}
+	if err := w.replicate(op); err != nil {
+		return w.fail(fmt.Errorf("audit: replicate %s: %w", w.path, err))
+	}
+	w.pending = nil
+	return nil
+}
+
+// sealReplicated ends Close for a replicated file: the footer and the
+// seal go to the group in one operation.
+func (w *Writer) sealReplicated(err error) (string, error) {
+	if err == nil {
+		err = w.handOver(true)
+	}
+	if err != nil {
+		return "", err
+	}
+	w.path = strings.TrimSuffix(w.path, suffixInProgress)
+	return w.path, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/replica"
 	"github.com/progressdb/progressdb/server/internal/replica/raftnet"
+	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/router"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -114,6 +115,9 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 	if err != nil {
 		return nil, err
 	}
+	fxOf := func(n int) store.Effects {
+		return retention.TrailEffects(cluster.ShardAuditPath(o.cfg.Retention.AuditPath, n), o.logger.With("shard", n))
+	}
 	var groups []int
 	for _, n := range o.shards.Numbers() {
 		r, ok := m.ReplicaOn(n, o.cfg.NodeID)
@@ -121,8 +125,12 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 		if !ok || !held {
 			continue
 		}
+		// Every replica writes the shard's audit trail from the log,
+		// from the first command it applies.
+		fx := fxOf(n)
+		st.SetEffects(fx)
 		gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Peers: m.Voters(n), Join: r.Added, Store: st,
-			Folder: shardFolder(o.shards, n)}
+			Folder: shardFolder(o.shards, n, fx)}
 		if err := host.AddGroup(ctx, gc); err != nil {
 			return nil, fmt.Errorf("shard %d: %w", n, err)
 		}
@@ -133,7 +141,7 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 	rec := cluster.NewReconciler(cluster.ReconcilerOptions{Client: o.client, Keys: o.keys, Host: host, Node: o.cfg.NodeID,
 		DeadAfter: o.cfg.Cluster.DeadAfter, Logger: o.logger,
 		Join: func(ctx context.Context, n int, r cluster.Replica) error {
-			return joinReplica(ctx, host, o.shards, n, r)
+			return joinReplica(ctx, host, o.shards, n, r, fxOf(n))
 		}})
 	rr := &replicaRuntime{host: host, net: net, leaders: leaders, progress: progress, rec: rec, logger: o.logger, shards: groups}
 	leaders.Start(ctx)
@@ -149,7 +157,7 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 // its leader's snapshot. A folder an earlier replica of the shard left
 // here goes first: a replica comes back with a new ID and nothing of the
 // old one.
-func joinReplica(ctx context.Context, host *replica.Host, shards *cluster.Shards, n int, r cluster.Replica) error {
+func joinReplica(ctx context.Context, host *replica.Host, shards *cluster.Shards, n int, r cluster.Replica, fx store.Effects) error {
 	// Held but run by no group: a store no replica of this node uses.
 	if _, err := shards.Detach(n); err != nil {
 		return err
@@ -161,7 +169,8 @@ func joinReplica(ctx context.Context, host *replica.Host, shards *cluster.Shards
 	if err != nil {
 		return err
 	}
-	gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Join: true, Store: st, Folder: shardFolder(shards, n)}
+	st.SetEffects(fx)
+	gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Join: true, Store: st, Folder: shardFolder(shards, n, fx)}
 	if err := host.AddGroup(ctx, gc); err != nil {
 		_, derr := shards.Detach(n)
 		return errors.Join(err, derr)
@@ -198,12 +207,16 @@ func (r *replicaRuntime) ReadIndex(ctx context.Context, n int) error {
 // shardFolder is shard n's folder as its replica's snapshots see it
 // (docs/replication-design.md §7): the store a snapshot replaces leaves
 // the node's shards, and the restored one takes its place there.
-func shardFolder(shards *cluster.Shards, n int) *replica.Folder {
+func shardFolder(shards *cluster.Shards, n int, fx store.Effects) *replica.Folder {
 	dir := cluster.ShardDBPath(shards.DBPath(), n)
 	return &replica.Folder{Dir: dir,
 		Open: func(d string) (*store.Store, error) {
 			if d == dir {
-				return shards.Open(n)
+				st, err := shards.Open(n)
+				if err == nil {
+					st.SetEffects(fx) // the restored store applies the next commands
+				}
+				return st, err
 			}
 			// The unpacked state, opened only to adopt the snapshot's log.
 			return store.Open(d, store.Options{})

@@ -171,6 +171,10 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 		slot:      make(chan struct{}, 1),
 		ended:     make(chan struct{}),
 	}
+	if o.Store != nil && o.Store.Replicated() {
+		// Every replica writes the run's file from the group's log.
+		r.auditOpts.Replicate = replicateTrail(o.Store)
+	}
 	if r.log == nil {
 		r.log = slog.Default()
 	}

@@ -32,6 +32,8 @@ var (
 	// waiting for it (its context ended, it lost the leadership, it
 	// stopped) before it knew the outcome: it may yet be applied, once.
 	ErrAmbiguous = errors.New("outcome of the proposal unknown")
+	// ErrNotReplicated: what was asked is for a replicated store only.
+	ErrNotReplicated = errors.New("the store is not replicated")
 )
 
 // Command is a write of a replicated store as its group's log carries it:
@@ -48,20 +50,32 @@ type Command struct {
 	Kind uint8
 	// Repr is the batch (pebble.Batch.Repr).
 	Repr []byte
+	// Effect is a change of the replica's folder outside its database
+	// that the command makes before its batch (a retention run's audit
+	// lines): every replica applies it with its store's Effects.
+	Effect []byte
 }
 
-// commandVersion leads an encoded command, so that its layout can change.
-const commandVersion = 1
+// Versions of an encoded command's layout: 2 adds the effect, and is
+// written only for a command that has one.
+const (
+	commandVersion       = 1
+	commandVersionEffect = 2
+)
 
 // commandHeader is the version, the kind, the ID and the term.
 const commandHeader = 1 + 1 + 8 + 8
 
 // Encode returns the command as its log entry carries it.
 func (c Command) Encode() []byte {
-	b := make([]byte, commandHeader, commandHeader+len(c.Repr))
+	b := make([]byte, commandHeader, commandHeader+binary.MaxVarintLen64+len(c.Effect)+len(c.Repr))
 	b[0], b[1] = commandVersion, c.Kind
 	binary.BigEndian.PutUint64(b[2:], c.ID)
 	binary.BigEndian.PutUint64(b[10:], c.Term)
+	if len(c.Effect) > 0 {
+		b[0] = commandVersionEffect
+		b = append(binary.AppendUvarint(b, uint64(len(c.Effect))), c.Effect...)
+	}
 	return append(b, c.Repr...)
 }
 
@@ -70,15 +84,58 @@ func DecodeCommand(data []byte) (Command, error) {
 	if len(data) < commandHeader {
 		return Command{}, fmt.Errorf("command: %w: %d bytes", ErrMalformed, len(data))
 	}
-	if data[0] != commandVersion {
-		return Command{}, fmt.Errorf("command: %w: version %d", ErrMalformed, data[0])
-	}
-	return Command{
+	c := Command{
 		Kind: data[1],
 		ID:   binary.BigEndian.Uint64(data[2:]),
 		Term: binary.BigEndian.Uint64(data[10:]),
 		Repr: data[commandHeader:],
-	}, nil
+	}
+	switch data[0] {
+	case commandVersion:
+	case commandVersionEffect:
+		n, w := binary.Uvarint(c.Repr)
+		if w <= 0 || n == 0 || n > uint64(len(c.Repr)-w) {
+			return Command{}, fmt.Errorf("command: %w: effect of %d bytes", ErrMalformed, n)
+		}
+		c.Effect, c.Repr = c.Repr[w:w+int(n)], c.Repr[w+int(n):]
+	default:
+		return Command{}, fmt.Errorf("command: %w: version %d", ErrMalformed, data[0])
+	}
+	return c, nil
+}
+
+// Effects applies a command's effect (Command.Effect) on this replica,
+// before the command's batch. It must be idempotent: a replica that
+// crashed after the effect and before the batch applies the command
+// again. An error stops the replica's group (it neither skips the
+// command nor goes on).
+type Effects func(ctx context.Context, effect []byte) error
+
+// SetEffects sets what applies the commands' effects on this replica.
+// Call it before the group runs: a command with an effect and no Effects
+// stops the group.
+func (s *Store) SetEffects(fx Effects) {
+	if fx == nil {
+		s.effects.Store(nil)
+		return
+	}
+	s.effects.Store(&fx)
+}
+
+// ProposeEffect proposes a command that makes effect on every replica
+// (its store's Effects) and writes nothing in the database but its
+// applied index, and returns once this replica applied it. Only a
+// replicated store has effects: another answers ErrNotReplicated.
+func (s *Store) ProposeEffect(ctx context.Context, effect []byte) error {
+	if !s.Replicated() {
+		return ErrNotReplicated
+	}
+	if len(effect) == 0 {
+		return fmt.Errorf("%w: empty effect", ErrInvalidArgument)
+	}
+	b := s.db.NewBatch()
+	_ = b.LogData(nil, nil) // a batch of no key
+	return s.apply(ctx, write{kind: writeState, batch: b, effect: effect})
 }
 
 // Proposer is a replicated store's Raft group, as the store sees it
@@ -156,7 +213,7 @@ func (s *Store) propose(ctx context.Context, r *replication, w write) error {
 		_ = w.batch.Close()
 		return refuse
 	}
-	cmd := Command{ID: rand.Uint64(), Term: term, Kind: uint8(w.kind), Repr: bytes.Clone(w.batch.Repr())}
+	cmd := Command{ID: rand.Uint64(), Term: term, Kind: uint8(w.kind), Repr: bytes.Clone(w.batch.Repr()), Effect: w.effect}
 	_ = w.batch.Close()
 	done := r.p.Propose(cmd)
 	select {

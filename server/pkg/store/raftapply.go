@@ -69,6 +69,14 @@ func (s *Store) ApplyCommand(ctx context.Context, index, term uint64, data []byt
 			_ = b.Close()
 			return fmt.Errorf("entry %d: command: %w: %w", index, ErrMalformed, err)
 		}
+		if len(cmd.Effect) > 0 {
+			// Before the batch, so that its applied index is saved only
+			// once the effect is made (a crash between makes it again).
+			if err := s.applyEffect(ctx, cmd.Effect); err != nil {
+				_ = b.Close()
+				return fmt.Errorf("entry %d: %w", index, err)
+			}
+		}
 		if kind == writePurge {
 			// This replica's files now hold purged content: the erase
 			// is owed here (sys:erased) until the group erased it
@@ -113,4 +121,16 @@ func (l *RaftLog) noteApplied(index, term uint64) {
 	defer l.mu.Unlock()
 	l.applied = max(l.applied, index)
 	l.dedupe = max(l.dedupe, term)
+}
+
+// applyEffect makes a command's effect with the store's Effects.
+func (s *Store) applyEffect(ctx context.Context, effect []byte) error {
+	fx := s.effects.Load()
+	if fx == nil {
+		return fmt.Errorf("command effect: %w: no effects are set on this replica", ErrNotReplicated)
+	}
+	if err := (*fx)(ctx, effect); err != nil {
+		return fmt.Errorf("command effect: %w", err)
+	}
+	return nil
 }
