@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/progressdb/progressdb/server/internal/replica"
 	"github.com/progressdb/progressdb/server/internal/retention"
 )
 
@@ -19,16 +20,19 @@ const leaseRetry = 250 * time.Millisecond
 // group (docs/replication-design.md §9): the service starts once the
 // replica holds the group's lease (its leadership, with the term as the
 // epoch) and stops when that term's lease ends, and starts again at the
-// next leadership. Its writes are proposals in the term. The returned
-// function stops every service and waits; call it before the host stops.
-// Without replicas there is nothing to run.
+// next leadership. Its writes are proposals in the term. Every shard is
+// followed, not only those with a replica here at start: a move or a
+// dead node's replacement adds replicas to a running node, and their
+// leaderships must run retention too. The returned function stops every
+// service and waits; call it before the host stops. Without replicas
+// there is nothing to run.
 func (p *shardRuntime) leadRetention(ctx context.Context) (stop func()) {
-	if p.replicas == nil || len(p.replicas.shards) == 0 {
+	if p.replicas == nil {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	for _, n := range p.replicas.shards {
+	for n := range p.cfg.Cluster.Shards {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -48,8 +52,10 @@ func (p *shardRuntime) followLease(ctx context.Context, n int) {
 	for ctx.Err() == nil {
 		l, err := coord.Acquire(ctx)
 		if err != nil {
+			// Another replica leads, or this node has no replica of the
+			// shard (yet, or any more): both are waited out quietly.
 			var held *retention.LeaseHeldError
-			if !errors.As(err, &held) && ctx.Err() == nil {
+			if !errors.As(err, &held) && !errors.Is(err, replica.ErrNoGroup) && ctx.Err() == nil {
 				p.logger.Error("retention_lease_failed", "shard", n, "err", err)
 			}
 			select {
