@@ -78,17 +78,11 @@ func (c *b11Cluster) nonOwner(n int) string {
 
 func runB11(ctx context.Context, b *bench) (*section, error) {
 	sec := &section{}
-	etcd, err := b11StartEtcd(b.dir("b11", "etcd"))
+	ec, endpoint, closeEtcd, err := b11Etcd(b.dir("b11", "etcd"))
 	if err != nil {
 		return sec, fmt.Errorf("embedded etcd: %w", err)
 	}
-	defer etcd.Close()
-	endpoint := "http://" + etcd.Clients[0].Addr().String()
-	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return sec, err
-	}
-	defer ec.Close()
+	defer closeEtcd()
 
 	dur := max(time.Duration(float64(2*time.Second)*b.o.scale), 300*time.Millisecond)
 	maxOps := int64(b.scaled(200_000, 2_000))
@@ -562,6 +556,22 @@ func b11Do(cl *http.Client, method, u, body string, want int) error {
 		return fmt.Errorf("%s %s: %d %s", method, u, resp.StatusCode, bytes.TrimSpace(b))
 	}
 	return nil
+}
+
+// b11Etcd starts an etcd in dir (b11StartEtcd) and a client of it; close
+// stops both.
+func b11Etcd(dir string) (ec *clientv3.Client, endpoint string, close func(), err error) {
+	etcd, err := b11StartEtcd(dir)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	endpoint = "http://" + etcd.Clients[0].Addr().String()
+	ec, err = clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		etcd.Close()
+		return nil, "", nil, err
+	}
+	return ec, endpoint, func() { _ = ec.Close(); etcd.Close() }, nil
 }
 
 // b11StartEtcd starts a single-member etcd on free loopback ports in dir.

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"gocloud.dev/secrets/localsecrets"
 
 	"github.com/progressdb/progressdb/server/internal/cluster"
@@ -62,17 +60,11 @@ func b13SealedStore(ctx context.Context, b *bench, db, ks string, c *b13Case, ke
 
 // b13ClusterLine times c's erasure on one node and on three.
 func b13ClusterLine(ctx context.Context, b *bench, sec *section, c *b13Case) error {
-	etcd, err := b11StartEtcd(b.dir("b13e", "etcd"))
+	ec, endpoint, closeEtcd, err := b11Etcd(b.dir("b13e", "etcd"))
 	if err != nil {
 		return fmt.Errorf("embedded etcd: %w", err)
 	}
-	defer etcd.Close()
-	endpoint := "http://" + etcd.Clients[0].Addr().String()
-	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return err
-	}
-	defer ec.Close()
+	defer closeEtcd()
 	_, kekURL := b13KEK()
 	env := []string{"PROGRESSDB_KEK=" + kekURL, "PROGRESSDB_RETENTION_ENABLED=true", "PROGRESSDB_RETENTION_CRON=0 2 1 1 *",
 		"PROGRESSDB_RETENTION_RUN_MISSED=false"}

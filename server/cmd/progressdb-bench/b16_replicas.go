@@ -16,7 +16,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/progressdb/progressdb/server/internal/cluster"
 )
@@ -31,17 +30,11 @@ const b16Replicas = 3
 
 func runB16(ctx context.Context, b *bench) (*section, error) {
 	sec := &section{}
-	etcd, err := b11StartEtcd(b.dir("b16", "etcd"))
+	ec, endpoint, closeEtcd, err := b11Etcd(b.dir("b16", "etcd"))
 	if err != nil {
 		return sec, fmt.Errorf("embedded etcd: %w", err)
 	}
-	defer etcd.Close()
-	endpoint := "http://" + etcd.Clients[0].Addr().String()
-	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return sec, err
-	}
-	defer ec.Close()
+	defer closeEtcd()
 
 	dur := max(time.Duration(float64(2*time.Second)*b.o.scale), 300*time.Millisecond)
 	maxOps := int64(b.scaled(200_000, 2_000))

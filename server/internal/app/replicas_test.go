@@ -21,20 +21,7 @@ import (
 // shard's group has a leader record.
 func startReplicated(t *testing.T, ids ...string) (*etcdtest.Server, []*testNode) {
 	t.Helper()
-	etcd := etcdtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, _, err := cluster.EnsureReplicated(ctx, etcd.Client(t), cluster.Keys{Name: "chat"}, testShards, 3, ids); err != nil {
-		t.Fatal(err)
-	}
-	var nodes []*testNode
-	for _, id := range ids {
-		nodes = append(nodes, startNode(t, etcd, id, t.TempDir()))
-	}
-	for n := range testShards {
-		waitLeader(t, etcd, n, 0)
-	}
-	return etcd, nodes
+	return startReplicatedWith(t, ids)
 }
 
 // waitLeader waits for shard n's leader record of a term after term.

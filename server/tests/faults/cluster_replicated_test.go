@@ -315,6 +315,27 @@ func checkFolders(t *testing.T, envs map[string]envVars, n int, written map[stri
 	}
 }
 
+// checkOnce checks through every node that each write acknowledged on
+// tid is there exactly once and that no write is there twice: a write
+// whose answer was lost may be there, each attempt having a body of its
+// own, but never twice.
+func checkOnce(t testing.TB, nodes []*server, tid string, acks []ack) {
+	t.Helper()
+	for _, n := range nodes {
+		got := messageBodies(t, n, tid)
+		for _, a := range acks {
+			if c := countOf(got, a.body); c != 1 {
+				t.Fatalf("acknowledged write %s is %d times in %s through %s", a.body, c, tid, n.url)
+			}
+		}
+		for _, b := range got {
+			if c := countOf(got, b); c != 1 {
+				t.Fatalf("write %s is %d times in %s through %s", b, c, tid, n.url)
+			}
+		}
+	}
+}
+
 func countOf(list []string, s string) int {
 	n := 0
 	for _, x := range list {
@@ -424,19 +445,7 @@ func TestFaultReplicatedLeaderCutOff(t *testing.T) {
 
 	waitFor(t, time.Minute, "every replica of shard 0 to apply as far as the others", func() bool { return sameApplied(nodes, 0) })
 	for i, tid := range tids {
-		for _, n := range nodes {
-			got := messageBodies(t, n, tid)
-			for _, a := range acks[i] {
-				if c := countOf(got, a.body); c != 1 {
-					t.Fatalf("acknowledged write %s is %d times in %s through %s", a.body, c, tid, n.url)
-				}
-			}
-			for _, b := range got {
-				if c := countOf(got, b); c != 1 {
-					t.Fatalf("write %s is %d times in %s through %s", b, c, tid, n.url)
-				}
-			}
-		}
+		checkOnce(t, nodes, tid, acks[i])
 	}
 	for _, n := range nodes {
 		if code := n.stop(t); code != 0 {
