@@ -152,27 +152,11 @@ func TestClusterRoutesAndMergesListings(t *testing.T) {
 	_, nodes := startCluster(t, "node-a", "node-b", "node-c")
 	var ids []string
 	for i := range 12 {
-		via := nodes[i%len(nodes)]
 		id := fmt.Sprintf("t%02d", i)
-		code, body := call(t, http.MethodPost, via.url()+"/v1/threads",
-			fmt.Sprintf(`{"id":%q,"title":"x","author":"u"}`, id), nil)
-		if code != http.StatusCreated {
-			t.Fatalf("create %s through %s: %d %s", id, via.id, code, body)
-		}
-		code, body = call(t, http.MethodPost, via.url()+"/v1/threads/"+id+"/messages", `{"author":"u","body":{"text":"hi"}}`, nil)
-		if code != http.StatusCreated {
-			t.Fatalf("append to %s through %s: %d %s", id, via.id, code, body)
-		}
+		seedThread(t, nodes[i%len(nodes)], id)
 		ids = append(ids, id)
 	}
-	for _, n := range nodes {
-		for _, id := range ids {
-			if code, body := call(t, http.MethodGet, n.url()+"/v1/threads/"+id+"/messages", "", nil); code != http.StatusOK ||
-				!bytes.Contains(body, []byte(`"hi"`)) {
-				t.Fatalf("read %s through %s: %d %s", id, n.id, code, body)
-			}
-		}
-	}
+	checkThreads(t, nodes, ids)
 	for _, n := range nodes {
 		var got []string
 		cursor := ""
@@ -422,6 +406,32 @@ func TestClusterNodeWarnsOfAnAuditFolderInsideTheDatabase(t *testing.T) {
 		n.shutdown()
 		if got := strings.Contains(logs.String(), "audit_path_inside_db_path"); got != inside {
 			t.Errorf("audit folder inside: %v; warned: %v\n%s", inside, got, logs.String())
+		}
+	}
+}
+
+// seedThread creates thread id through via, with one message "hi".
+func seedThread(t *testing.T, via *testNode, id string) {
+	t.Helper()
+	code, body := call(t, http.MethodPost, via.url()+"/v1/threads", fmt.Sprintf(`{"id":%q,"title":"x","author":"u"}`, id), nil)
+	if code != http.StatusCreated {
+		t.Fatalf("create %s through %s: %d %s", id, via.id, code, body)
+	}
+	code, body = call(t, http.MethodPost, via.url()+"/v1/threads/"+id+"/messages", `{"author":"u","body":{"text":"hi"}}`, nil)
+	if code != http.StatusCreated {
+		t.Fatalf("append to %s through %s: %d %s", id, via.id, code, body)
+	}
+}
+
+// checkThreads reads each thread seedThread made through every node.
+func checkThreads(t *testing.T, nodes []*testNode, ids []string) {
+	t.Helper()
+	for _, n := range nodes {
+		for _, id := range ids {
+			if code, body := call(t, http.MethodGet, n.url()+"/v1/threads/"+id+"/messages", "", nil); code != http.StatusOK ||
+				!bytes.Contains(body, []byte(`"hi"`)) {
+				t.Fatalf("read %s through %s: %d %s", id, n.id, code, body)
+			}
 		}
 	}
 }

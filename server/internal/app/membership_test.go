@@ -40,13 +40,7 @@ func TestDeadNodesReplicasAreRecreated(t *testing.T) {
 	var threads []string
 	for n := range testShards {
 		tid := threadIn(t, n)
-		via := nodes[n%3]
-		if code, body := call(t, http.MethodPost, via.url()+"/v1/threads", fmt.Sprintf(`{"id":%q,"title":"x","author":"u"}`, tid), nil); code != http.StatusCreated {
-			t.Fatalf("create %s through %s: %d %s", tid, via.id, code, body)
-		}
-		if code, body := call(t, http.MethodPost, via.url()+"/v1/threads/"+tid+"/messages", `{"author":"u","body":{"text":"hi"}}`, nil); code != http.StatusCreated {
-			t.Fatalf("append to %s through %s: %d %s", tid, via.id, code, body)
-		}
+		seedThread(t, nodes[n%3], tid)
 		threads = append(threads, tid)
 	}
 
@@ -98,14 +92,7 @@ func TestDeadNodesReplicasAreRecreated(t *testing.T) {
 		}
 		return true
 	}, "every shard back to three replicas on the nodes left")
-	for _, n := range nodes {
-		for _, tid := range threads {
-			if code, body := call(t, http.MethodGet, n.url()+"/v1/threads/"+tid+"/messages", "", nil); code != http.StatusOK ||
-				!bytes.Contains(body, []byte(`"hi"`)) {
-				t.Fatalf("read %s through %s: %d %s", tid, n.id, code, body)
-			}
-		}
-	}
+	checkThreads(t, nodes, threads)
 	// The node view's gauge agrees.
 	waitFor(t, func() bool {
 		code, body := call(t, http.MethodGet, nodes[0].url()+"/metrics", "", nil)

@@ -52,25 +52,12 @@ func TestReplicatedClusterServes(t *testing.T) {
 	etcd, nodes := startReplicated(t, "node-a", "node-b", "node-c")
 	var ids []string
 	for i := range 8 {
-		via := nodes[i%len(nodes)]
 		id := fmt.Sprintf("t%02d", i)
-		code, body := call(t, http.MethodPost, via.url()+"/v1/threads", fmt.Sprintf(`{"id":%q,"title":"x","author":"u"}`, id), nil)
-		if code != http.StatusCreated {
-			t.Fatalf("create %s through %s: %d %s", id, via.id, code, body)
-		}
-		code, body = call(t, http.MethodPost, via.url()+"/v1/threads/"+id+"/messages", `{"author":"u","body":{"text":"hi"}}`, nil)
-		if code != http.StatusCreated {
-			t.Fatalf("append to %s through %s: %d %s", id, via.id, code, body)
-		}
+		seedThread(t, nodes[i%len(nodes)], id)
 		ids = append(ids, id)
 	}
+	checkThreads(t, nodes, ids)
 	for _, n := range nodes {
-		for _, id := range ids {
-			if code, body := call(t, http.MethodGet, n.url()+"/v1/threads/"+id+"/messages", "", nil); code != http.StatusOK ||
-				!bytes.Contains(body, []byte(`"hi"`)) {
-				t.Fatalf("read %s through %s: %d %s", id, n.id, code, body)
-			}
-		}
 		code, body := call(t, http.MethodGet, n.url()+"/v1/threads?limit=100", "", nil)
 		if code != http.StatusOK || bytes.Count(body, []byte(`"id":"t0`)) != len(ids) {
 			t.Fatalf("list through %s: %d %s", n.id, code, body)
