@@ -311,6 +311,26 @@ type b12Proc struct {
 // b12Start starts the binary on dir and waits for /healthz 200; it
 // returns the time from process start to then.
 func b12Start(ctx context.Context, bin, dir, keyFile string) (*b12Proc, time.Duration, error) {
+	return serveProc(ctx, bin, func(addr string) []string {
+		return []string{
+			"PROGRESSDB_DB_PATH=" + filepath.Join(dir, "db"),
+			"PROGRESSDB_RETENTION_AUDIT_PATH=" + filepath.Join(dir, "audit"),
+			"PROGRESSDB_ADDR=" + addr,
+			"PROGRESSDB_ADMIN_TOKEN=" + b12Admin,
+			"PROGRESSDB_AUDIT_SIGNING_KEY=" + keyFile,
+			"PROGRESSDB_RETENTION_ENABLED=true",
+			"PROGRESSDB_RETENTION_CRON=0 0 1 1 *", // no scheduled run meanwhile
+			"PROGRESSDB_RETENTION_RUN_MISSED=false",
+			"PROGRESSDB_RETENTION_MAX_ITEMS=1",
+			"PROGRESSDB_LOG_LEVEL=error",
+		}
+	})
+}
+
+// serveProc runs `bin serve` on a free loopback address with the
+// settings env gives for it, and waits for /healthz 200; it returns the
+// time from process start to then.
+func serveProc(ctx context.Context, bin string, env func(addr string) []string) (*b12Proc, time.Duration, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, 0, err
@@ -318,17 +338,7 @@ func b12Start(ctx context.Context, bin, dir, keyFile string) (*b12Proc, time.Dur
 	addr := ln.Addr().String()
 	ln.Close()
 	cmd := exec.CommandContext(ctx, bin, "serve")
-	cmd.Env = append(os.Environ(),
-		"PROGRESSDB_DB_PATH="+filepath.Join(dir, "db"),
-		"PROGRESSDB_RETENTION_AUDIT_PATH="+filepath.Join(dir, "audit"),
-		"PROGRESSDB_ADDR="+addr,
-		"PROGRESSDB_ADMIN_TOKEN="+b12Admin,
-		"PROGRESSDB_AUDIT_SIGNING_KEY="+keyFile,
-		"PROGRESSDB_RETENTION_ENABLED=true",
-		"PROGRESSDB_RETENTION_CRON=0 0 1 1 *", // no scheduled run meanwhile
-		"PROGRESSDB_RETENTION_RUN_MISSED=false",
-		"PROGRESSDB_RETENTION_MAX_ITEMS=1",
-		"PROGRESSDB_LOG_LEVEL=error")
+	cmd.Env = append(os.Environ(), env(addr)...)
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 	p := &b12Proc{cmd: cmd, url: "http://" + addr, done: make(chan error, 1), client: &http.Client{Timeout: 5 * time.Minute}}
 	cl := &http.Client{Timeout: 5 * time.Second}
@@ -425,6 +435,14 @@ func (p *b12Proc) cpu() time.Duration {
 		}
 	}
 	return total
+}
+
+// kill ends the process with SIGKILL and waits for it.
+func (p *b12Proc) kill() {
+	if !p.exited {
+		_ = p.cmd.Process.Kill()
+		p.err, p.exited = <-p.done, true
+	}
 }
 
 // stop sends SIGTERM and waits for the process to exit.

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -186,21 +184,6 @@ func b16Leader(ctx context.Context, ec *clientv3.Client, keys cluster.Keys, n in
 	return cluster.ParseLeader(resp.Kvs[0].Value)
 }
 
-// b16Proc is one node process of the failover cell.
-type b16Proc struct {
-	id, url string
-	cmd     *exec.Cmd
-	done    chan error
-}
-
-// kill ends the process with SIGKILL and waits for it.
-func (p *b16Proc) kill() {
-	if p.cmd.ProcessState == nil {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
 // b16Failover times, on three node processes with three replicas per
 // shard, the kill -9 of shard 0's leader to the next write on shard 0
 // acknowledged through another node, which is asked every 10 ms.
@@ -242,16 +225,27 @@ func b16FailoverOnce(ctx context.Context, b *bench, ec *clientv3.Client, endpoin
 	if _, _, err := cluster.EnsureReplicated(cctx, ec, keys, b11Shards, b16Replicas, ids); err != nil {
 		return 0, err
 	}
-	var procs []*b16Proc
+	var procs []*b12Proc
 	defer func() {
 		for _, p := range procs {
 			p.kill()
 		}
 	}()
 	for _, id := range ids {
-		p, err := b16StartProc(cctx, bin, b.dir("b16", name, id), b16NodeEnv(endpoint, keys.Name, id), id)
-		if err != nil {
+		dir := b.dir("b16", name, id)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return 0, err
+		}
+		p, _, err := serveProc(cctx, bin, func(addr string) []string {
+			return append(b16NodeEnv(endpoint, keys.Name, id),
+				"PROGRESSDB_DB_PATH="+filepath.Join(dir, "data"),
+				"PROGRESSDB_RETENTION_AUDIT_PATH="+filepath.Join(dir, "audit"),
+				"PROGRESSDB_ADDR="+addr,
+				"PROGRESSDB_ADVERTISE_URL=http://"+addr,
+				"PROGRESSDB_LOG_LEVEL=error")
+		})
+		if err != nil {
+			return 0, fmt.Errorf("node %s: %w", id, err)
 		}
 		procs = append(procs, p)
 	}
@@ -263,7 +257,7 @@ func b16FailoverOnce(ctx context.Context, b *bench, ec *clientv3.Client, endpoin
 	if err != nil {
 		return 0, err
 	}
-	i := slices.IndexFunc(procs, func(p *b16Proc) bool { return p.id == leader.Node })
+	i := slices.Index(ids, leader.Node) // procs[i] serves ids[i]
 	if i < 0 {
 		return 0, fmt.Errorf("leader %q is no node of the cluster", leader.Node)
 	}
@@ -309,50 +303,6 @@ func b16Retry(ctx context.Context, cl *http.Client, u, body string) error {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (last answer: %s)", ctx.Err(), last)
 		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
-// b16StartProc starts a node process on dir and waits for /healthz 200.
-func b16StartProc(ctx context.Context, bin, dir string, env []string, id string) (*b16Proc, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(append(os.Environ(), env...),
-		"PROGRESSDB_DB_PATH="+filepath.Join(dir, "data"),
-		"PROGRESSDB_RETENTION_AUDIT_PATH="+filepath.Join(dir, "audit"),
-		"PROGRESSDB_ADDR="+addr,
-		"PROGRESSDB_ADVERTISE_URL=http://"+addr,
-		"PROGRESSDB_LOG_LEVEL=error")
-	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
-	p := &b16Proc{id: id, url: "http://" + addr, cmd: cmd, done: make(chan error, 1)}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() { p.done <- cmd.Wait() }()
-	cl := &http.Client{Timeout: 5 * time.Second}
-	for {
-		resp, err := cl.Get(p.url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
-			}
-		}
-		select {
-		case err := <-p.done:
-			return nil, fmt.Errorf("node %s exited before /healthz answered: %v", id, err)
-		case <-ctx.Done():
-			p.kill()
-			return nil, fmt.Errorf("node %s: no /healthz: %w", id, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
