@@ -3,8 +3,6 @@ package router
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -209,8 +207,7 @@ func (rt *Router) MoveSteps() http.Handler {
 			w.WriteHeader(status)
 			_ = json.NewEncoder(w).Encode(map[string]string{"error": msg, "code": string(code)})
 		}
-		got := sha256.Sum256([]byte(r.Header.Get(HeaderSecret)))
-		if r.Header.Get(HeaderSecret) == "" || subtle.ConstantTimeCompare(got[:], rt.secret[:]) != 1 {
+		if !rt.secret.Matches(r.Header.Get(HeaderSecret)) {
 			fail(http.StatusForbidden, api.CodeNotANode, "move steps are for the cluster's nodes only")
 			return
 		}

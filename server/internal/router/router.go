@@ -74,7 +74,7 @@ const DefaultRequestTimeout = 30 * time.Second
 // Router is the api.Cluster of a node.
 type Router struct {
 	o      Options
-	secret [sha256.Size]byte
+	secret Secret
 }
 
 var _ api.Cluster = (*Router)(nil)
@@ -118,7 +118,7 @@ func New(o Options) (*Router, error) {
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
-	return &Router{o: o, secret: sha256.Sum256([]byte(o.Secret))}, nil
+	return &Router{o: o, secret: NewSecret(o.Secret)}, nil
 }
 
 // routeError is an answer of the router itself, with its status and code.
@@ -203,8 +203,7 @@ func (rt *Router) Admit(r *http.Request) (*http.Request, error) {
 	if vals == nil {
 		return r, nil
 	}
-	got := sha256.Sum256([]byte(vals[HeaderSecret]))
-	if vals[HeaderSecret] == "" || subtle.ConstantTimeCompare(got[:], rt.secret[:]) != 1 {
+	if !rt.secret.Matches(vals[HeaderSecret]) {
 		return nil, &routeError{http.StatusForbidden, api.CodeNotANode, "node headers (" + HeaderSecret + ", " + HeaderEpoch + ", " +
 			HeaderShard + ", " + HeaderNode + ") are for the cluster's nodes only", ErrNotNode}
 	}
@@ -495,4 +494,18 @@ func (rt *Router) Check(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Secret is the cluster secret as node calls are checked against it:
+// its hash, compared in constant time.
+type Secret [sha256.Size]byte
+
+// NewSecret keeps the cluster secret s for checks.
+func NewSecret(s string) Secret { return sha256.Sum256([]byte(s)) }
+
+// Matches reports whether v, a call's HeaderSecret, is the cluster
+// secret; an empty one never is.
+func (s Secret) Matches(v string) bool {
+	got := sha256.Sum256([]byte(v))
+	return v != "" && subtle.ConstantTimeCompare(got[:], s[:]) == 1
 }

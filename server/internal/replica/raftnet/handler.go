@@ -2,8 +2,6 @@ package raftnet
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,11 +22,10 @@ const contentType = "application/x-progressdb-raft"
 // routes (certs.Guard). A frame it refuses ends the stream with the
 // reason as the answer's body; the sender opens another.
 func (t *Transport) Handler() http.Handler {
-	secret := sha256.Sum256([]byte(t.o.Secret))
+	secret := router.NewSecret(t.o.Secret)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := sha256.Sum256([]byte(r.Header.Get(router.HeaderSecret)))
 		switch {
-		case r.Header.Get(router.HeaderSecret) == "" || subtle.ConstantTimeCompare(got[:], secret[:]) != 1:
+		case !secret.Matches(r.Header.Get(router.HeaderSecret)):
 			refuse(w, http.StatusForbidden, api.CodeNotANode, "raft streams are for the cluster's nodes only")
 			return
 		case r.Method != http.MethodPost:

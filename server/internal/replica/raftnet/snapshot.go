@@ -2,8 +2,6 @@ package raftnet
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -104,11 +102,10 @@ func (t *Transport) postSnapshot(ctx context.Context, to Peer, body io.Reader) e
 // this node's replicas. Like Handler it checks the cluster secret after
 // the node routes' guard checked the caller's certificate.
 func (t *Transport) SnapshotHandler() http.Handler {
-	secret := sha256.Sum256([]byte(t.o.Secret))
+	secret := router.NewSecret(t.o.Secret)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := sha256.Sum256([]byte(r.Header.Get(router.HeaderSecret)))
 		switch {
-		case r.Header.Get(router.HeaderSecret) == "" || subtle.ConstantTimeCompare(got[:], secret[:]) != 1:
+		case !secret.Matches(r.Header.Get(router.HeaderSecret)):
 			refuse(w, http.StatusForbidden, api.CodeNotANode, "raft snapshots are for the cluster's nodes only")
 			return
 		case r.Method != http.MethodPost:
