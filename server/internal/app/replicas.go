@@ -128,7 +128,7 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 		// Every replica writes the shard's audit trail from the log,
 		// from the first command it applies.
 		fx := fxOf(n)
-		st.SetEffects(fx)
+		st.SetEffects(store.EffectTrail, fx)
 		gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Peers: m.Voters(n), Join: r.Added, Store: st,
 			Folder: shardFolder(o.shards, n, fx)}
 		if err := host.AddGroup(ctx, gc); err != nil {
@@ -169,7 +169,7 @@ func joinReplica(ctx context.Context, host *replica.Host, shards *cluster.Shards
 	if err != nil {
 		return err
 	}
-	st.SetEffects(fx)
+	st.SetEffects(store.EffectTrail, fx)
 	gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Join: true, Store: st, Folder: shardFolder(shards, n, fx)}
 	if err := host.AddGroup(ctx, gc); err != nil {
 		_, derr := shards.Detach(n)
@@ -214,7 +214,7 @@ func shardFolder(shards *cluster.Shards, n int, fx store.Effects) *replica.Folde
 			if d == dir {
 				st, err := shards.Open(n)
 				if err == nil {
-					st.SetEffects(fx) // the restored store applies the next commands
+					st.SetEffects(store.EffectTrail, fx) // the restored store applies the next commands
 				}
 				return st, err
 			}

@@ -26,7 +26,7 @@ func replicateTrail(st *store.Store) func(audit.FileOp) error {
 		if err != nil {
 			return err
 		}
-		return st.ProposeEffect(context.Background(), data)
+		return st.ProposeEffect(context.Background(), store.EffectTrail, data)
 	}
 }
 

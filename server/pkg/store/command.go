@@ -52,15 +52,33 @@ type Command struct {
 	Repr []byte
 	// Effect is a change of the replica's folder outside its database
 	// that the command makes before its batch (a retention run's audit
-	// lines): every replica applies it with its store's Effects.
-	Effect []byte
+	// lines, a change of the shard's key store): every replica applies
+	// it with its store's Effects of the kind EffectKind.
+	Effect     []byte
+	EffectKind EffectKind
 }
 
-// Versions of an encoded command's layout: 2 adds the effect, and is
-// written only for a command that has one.
+// EffectKind says what a command's effect changes, and so which of the
+// replica's Effects applies it: one channel carries them all.
+type EffectKind uint8
+
+// The kinds of effects.
 const (
-	commandVersion       = 1
-	commandVersionEffect = 2
+	// EffectTrail is a step of a retention run's audit file.
+	EffectTrail EffectKind = 1
+	// EffectKeys is a change of the shard's key store.
+	EffectKeys EffectKind = 2
+
+	effectKinds = 3
+)
+
+// Versions of an encoded command's layout: 2 adds the effect (always
+// the audit trail's), 3 its kind; an effect's version is written only
+// for a command that has one.
+const (
+	commandVersion           = 1
+	commandVersionEffect     = 2
+	commandVersionEffectKind = 3
 )
 
 // commandHeader is the version, the kind, the ID and the term.
@@ -73,7 +91,8 @@ func (c Command) Encode() []byte {
 	binary.BigEndian.PutUint64(b[2:], c.ID)
 	binary.BigEndian.PutUint64(b[10:], c.Term)
 	if len(c.Effect) > 0 {
-		b[0] = commandVersionEffect
+		b[0] = commandVersionEffectKind
+		b = append(b, byte(c.EffectKind))
 		b = append(binary.AppendUvarint(b, uint64(len(c.Effect))), c.Effect...)
 	}
 	return append(b, c.Repr...)
@@ -92,7 +111,14 @@ func DecodeCommand(data []byte) (Command, error) {
 	}
 	switch data[0] {
 	case commandVersion:
-	case commandVersionEffect:
+	case commandVersionEffect, commandVersionEffectKind:
+		c.EffectKind = EffectTrail
+		if data[0] == commandVersionEffectKind {
+			if len(c.Repr) == 0 || c.Repr[0] == 0 || c.Repr[0] >= effectKinds {
+				return Command{}, fmt.Errorf("command: %w: effect kind", ErrMalformed)
+			}
+			c.EffectKind, c.Repr = EffectKind(c.Repr[0]), c.Repr[1:]
+		}
 		n, w := binary.Uvarint(c.Repr)
 		if w <= 0 || n == 0 || n > uint64(len(c.Repr)-w) {
 			return Command{}, fmt.Errorf("command: %w: effect of %d bytes", ErrMalformed, n)
@@ -111,31 +137,47 @@ func DecodeCommand(data []byte) (Command, error) {
 // command nor goes on).
 type Effects func(ctx context.Context, effect []byte) error
 
-// SetEffects sets what applies the commands' effects on this replica.
-// Call it before the group runs: a command with an effect and no Effects
-// stops the group.
-func (s *Store) SetEffects(fx Effects) {
+// SetEffects sets what applies the commands' effects of kind on this
+// replica. Call it before the group runs: a command with an effect whose
+// kind has no Effects stops the group.
+func (s *Store) SetEffects(kind EffectKind, fx Effects) {
+	if kind == 0 || kind >= effectKinds {
+		panic(fmt.Sprintf("store: effect kind %d", kind))
+	}
 	if fx == nil {
-		s.effects.Store(nil)
+		s.effects[kind].Store(nil)
 		return
 	}
-	s.effects.Store(&fx)
+	s.effects[kind].Store(&fx)
 }
 
-// ProposeEffect proposes a command that makes effect on every replica
-// (its store's Effects) and writes nothing in the database but its
-// applied index, and returns once this replica applied it. Only a
+// ProposeEffect proposes a command that makes effect (of kind) on every
+// replica (its store's Effects) and writes nothing in the database but
+// its applied index, and returns once this replica applied it. Only a
 // replicated store has effects: another answers ErrNotReplicated.
-func (s *Store) ProposeEffect(ctx context.Context, effect []byte) error {
+func (s *Store) ProposeEffect(ctx context.Context, kind EffectKind, effect []byte) error {
+	return s.proposeEffect(ctx, writeState, kind, effect)
+}
+
+// ProposeDestroy is ProposeEffect for an effect that destroys what
+// earlier entries of the log hold (a data key, a sealed author): the
+// command is a purge, so that every replica drops its log up to it and
+// erases the dropped entries from its files, as after a purge of
+// content (rafterase.go).
+func (s *Store) ProposeDestroy(ctx context.Context, kind EffectKind, effect []byte) error {
+	return s.proposeEffect(ctx, writePurge, kind, effect)
+}
+
+func (s *Store) proposeEffect(ctx context.Context, wk writeKind, kind EffectKind, effect []byte) error {
 	if !s.Replicated() {
 		return ErrNotReplicated
 	}
-	if len(effect) == 0 {
-		return fmt.Errorf("%w: empty effect", ErrInvalidArgument)
+	if len(effect) == 0 || kind == 0 || kind >= effectKinds {
+		return fmt.Errorf("%w: empty effect, or of kind %d", ErrInvalidArgument, kind)
 	}
 	b := s.db.NewBatch()
 	_ = b.LogData(nil, nil) // a batch of no key
-	return s.apply(ctx, write{kind: writeState, batch: b, effect: effect})
+	return s.apply(ctx, write{kind: wk, batch: b, effect: effect, effectKind: kind})
 }
 
 // Proposer is a replicated store's Raft group, as the store sees it
@@ -213,7 +255,8 @@ func (s *Store) propose(ctx context.Context, r *replication, w write) error {
 		_ = w.batch.Close()
 		return refuse
 	}
-	cmd := Command{ID: rand.Uint64(), Term: term, Kind: uint8(w.kind), Repr: bytes.Clone(w.batch.Repr()), Effect: w.effect}
+	cmd := Command{ID: rand.Uint64(), Term: term, Kind: uint8(w.kind), Repr: bytes.Clone(w.batch.Repr()), Effect: w.effect,
+		EffectKind: w.effectKind}
 	_ = w.batch.Close()
 	done := r.p.Propose(cmd)
 	select {

@@ -109,8 +109,10 @@ type write struct {
 	// writer gives up they go with the write (propose), so that the
 	// next writer of the thread sees it.
 	under *held
-	// effect is a replicated write's Command.Effect (ProposeEffect).
-	effect []byte
+	// effect is a replicated write's Command.Effect (ProposeEffect), of
+	// effectKind.
+	effect     []byte
+	effectKind EffectKind
 	// answer is what the write answers: when the request carries an
 	// idempotency key (WithIdempotent), the key's records ride the batch.
 	answer answer

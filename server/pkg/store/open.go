@@ -57,8 +57,9 @@ type Store struct {
 	// repl, when set, makes writes proposals to the shard's Raft group
 	// (command.go).
 	repl atomic.Pointer[replication]
-	// effects applies the commands' effects (SetEffects); nil: none.
-	effects atomic.Pointer[Effects]
+	// effects applies the commands' effects by kind (SetEffects); nil:
+	// none.
+	effects [effectKinds]atomic.Pointer[Effects]
 
 	// idemScopes counts each scope's idempotency keys (idempotency.go).
 	idemScopes idemScopes

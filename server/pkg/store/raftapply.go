@@ -72,7 +72,7 @@ func (s *Store) ApplyCommand(ctx context.Context, index, term uint64, data []byt
 		if len(cmd.Effect) > 0 {
 			// Before the batch, so that its applied index is saved only
 			// once the effect is made (a crash between makes it again).
-			if err := s.applyEffect(ctx, cmd.Effect); err != nil {
+			if err := s.applyEffect(ctx, cmd.EffectKind, cmd.Effect); err != nil {
 				_ = b.Close()
 				return fmt.Errorf("entry %d: %w", index, err)
 			}
@@ -84,6 +84,11 @@ func (s *Store) ApplyCommand(ctx context.Context, index, term uint64, data []byt
 			if purged, err = purgedSpans(b); err != nil {
 				_ = b.Close()
 				return fmt.Errorf("entry %d: command: %w", index, err)
+			}
+			if len(cmd.Effect) > 0 {
+				// A destroy (ProposeDestroy): what it destroyed is in
+				// the log's entries up to it, which the erase covers.
+				purged = append(purged, erase.Span{Start: raftLogKey(0), End: raftLogKey(index + 1)})
 			}
 			_ = b.Delete([]byte(eraseKey), nil)
 		}
@@ -123,11 +128,12 @@ func (l *RaftLog) noteApplied(index, term uint64) {
 	l.dedupe = max(l.dedupe, term)
 }
 
-// applyEffect makes a command's effect with the store's Effects.
-func (s *Store) applyEffect(ctx context.Context, effect []byte) error {
-	fx := s.effects.Load()
+// applyEffect makes a command's effect with the store's Effects of its
+// kind.
+func (s *Store) applyEffect(ctx context.Context, kind EffectKind, effect []byte) error {
+	fx := s.effects[kind].Load()
 	if fx == nil {
-		return fmt.Errorf("command effect: %w: no effects are set on this replica", ErrNotReplicated)
+		return fmt.Errorf("command effect: %w: no effects of kind %d are set on this replica", ErrNotReplicated, kind)
 	}
 	if err := (*fx)(ctx, effect); err != nil {
 		return fmt.Errorf("command effect: %w", err)
