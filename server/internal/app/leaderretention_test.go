@@ -105,8 +105,8 @@ func TestReplicatedShardRetentionRunsOnItsLeader(t *testing.T) {
 			lead = n
 		}
 	}
-	if !strings.HasPrefix(part.Result.AuditFile, shardTrail(lead, shard)) {
-		t.Fatalf("shard %d's run wrote %s, its leader is %s", shard, part.Result.AuditFile, lead.id)
+	if !strings.HasPrefix(part.Result.AuditFile, shardTrail(lead, shard)) || part.Node != lead.id {
+		t.Fatalf("shard %d's run on %s wrote %s, its leader is %s", shard, part.Node, part.Result.AuditFile, lead.id)
 	}
 	sameTrails(t, nodes, shard, 1)
 	// The leader's node stops: the next leader's replica runs the
@@ -139,8 +139,8 @@ func TestReplicatedShardRetentionRunsOnItsLeader(t *testing.T) {
 			nextNode = n
 		}
 	}
-	if part.Result.Purged != 1 || nextNode == nil || !strings.HasPrefix(part.Result.AuditFile, shardTrail(nextNode, shard)) {
-		t.Fatalf("shard %d's run after %s stopped (next leader %s): %+v", shard, lead.id, next.Node, part.Result)
+	if part.Result.Purged != 1 || nextNode == nil || !strings.HasPrefix(part.Result.AuditFile, shardTrail(nextNode, shard)) || part.Node != next.Node {
+		t.Fatalf("shard %d's run on %s after %s stopped (next leader %s): %+v", shard, part.Node, lead.id, next.Node, part.Result)
 	}
 	var running []*testNode
 	for _, n := range nodes {

@@ -48,10 +48,9 @@ func (rt *Router) RetentionStatus(r *http.Request) (any, error) {
 		return svc.Status(ctx)
 	}
 	out := ClusterRetention{Shards: make([]ShardRetention, rt.o.View.Shards())}
-	homes := rt.o.View.state().m.Homes
 	_ = rt.eachShard(func(n int) error {
 		e := &out.Shards[n]
-		e.Shard, e.Node = n, homes[n]
+		e.Shard, e.Node = n, rt.servingNode(n)
 		if _, ok := rt.here(n); ok {
 			svc := rt.retentionOf(n)
 			if svc == nil {
@@ -119,7 +118,6 @@ func (rt *Router) RetentionRun(r *http.Request, req retention.RunRequest, wait b
 		uri += "?wait=false"
 	}
 	out := ClusterRetention{Shards: make([]ShardRetention, rt.o.View.Shards())}
-	homes := rt.o.View.state().m.Homes
 	_ = rt.eachShard(func(n int) error {
 		e := &out.Shards[n]
 		if _, here := rt.here(n); here {
@@ -142,10 +140,23 @@ func (rt *Router) RetentionRun(r *http.Request, req retention.RunRequest, wait b
 				e.RunID = started.RunID
 			}
 		}
-		e.Shard, e.Node = n, homes[n]
+		e.Shard, e.Node = n, rt.servingNode(n)
 		return nil
 	})
 	return ok, out, nil
+}
+
+// servingNode is the node that serves shard n as this node knows it: its
+// leader's for a replicated shard (its home's while no leader is
+// known), its home's otherwise.
+func (rt *Router) servingNode(n int) string {
+	st := rt.o.View.state()
+	if st.m.Replicated() {
+		if l, ok := st.leaders[n]; ok {
+			return l.Node
+		}
+	}
+	return st.m.Homes[n]
 }
 
 // runLocal runs held shard n's retention.
