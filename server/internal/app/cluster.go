@@ -197,7 +197,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 			return err
 		}
 	}
-	defer per.leadRetention(nodeCtx)() // replicated shards': stopped before the services and the host
+	defer per.lead(nodeCtx)() // replicated shards': stopped before the services and the host
 	defer per.startErasures(nodeCtx, client, keys, m.Shards)()
 	backups.startSweep()
 	defer context.AfterFunc(ctx, services.closeAll)()

@@ -34,8 +34,10 @@ type replicaRuntime struct {
 	// progress reports the groups' statuses in etcd, for cluster status.
 	progress *cluster.ProgressReporter
 	rec      *cluster.Reconciler
-	logger   *slog.Logger
-	stopped  sync.Once
+	// leading runs the services of the shards whose replica here leads.
+	leading *leaderServices
+	logger  *slog.Logger
+	stopped sync.Once
 	// shards are the shards this node runs a replica of.
 	shards []int
 }
@@ -97,6 +99,9 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 		return nil, err
 	}
 	var host *replica.Host
+	// The leader services follow the leases from the host's start on;
+	// they run once the node's shards' runtime exists (shardRuntime.lead).
+	leading := newLeaderServices()
 	progress, err := cluster.NewProgressReporter(cluster.ProgressOptions{Client: o.client, Keys: o.keys, Node: o.cfg.NodeID,
 		TTL: o.cfg.Cluster.OwnerTTL, Statuses: func() []replica.GroupStatus { return host.Statuses() },
 		Logger: o.logger, OnEtcdError: o.onError})
@@ -111,7 +116,8 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 				leaders.StepDown(int(l.Group))
 			}
 			progress.Kick() // cluster status shows the new roles soon
-		}})
+		},
+		OnLease: leading.tell})
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +149,8 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 		Join: func(ctx context.Context, n int, r cluster.Replica) error {
 			return joinReplica(ctx, host, o.shards, n, r, fxOf(n))
 		}})
-	rr := &replicaRuntime{host: host, net: net, leaders: leaders, progress: progress, rec: rec, logger: o.logger, shards: groups}
+	rr := &replicaRuntime{host: host, net: net, leaders: leaders, progress: progress, rec: rec, leading: leading,
+		logger: o.logger, shards: groups}
 	leaders.Start(ctx)
 	net.Start(ctx, host)
 	host.Start(ctx)

@@ -138,6 +138,9 @@ type group struct {
 	failed error            // guarded by rnMu
 	seen   Leadership       // the last one told to onLead; guarded by rnMu
 	onLead func(Leadership) // nil: nobody listens
+	// onLease is told each start and end of the lease (setLease); nil:
+	// nobody listens.
+	onLease func(LeaseChange)
 	// appliedTerm is the term of the last entry applied; guarded by rnMu.
 	appliedTerm uint64
 	// confID is the membership change this replica proposed and has not
@@ -310,13 +313,13 @@ func (g *group) renewLease() {
 }
 
 // setLease sets the lease to term and returns the one before; the end
-// of a lease closes its leaseEnd.
+// of a lease closes its leaseEnd, and the change is told to onLease.
+// Its callers are the worker and the host's stop, one at a time.
 func (g *group) setLease(term uint64) uint64 {
 	if old := g.lease.Load(); old == term {
 		return old
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	old := g.lease.Swap(term)
 	if g.leaseEnd != nil {
 		close(g.leaseEnd)
@@ -324,6 +327,10 @@ func (g *group) setLease(term uint64) uint64 {
 	}
 	if term != 0 {
 		g.leaseEnd = make(chan struct{})
+	}
+	g.mu.Unlock()
+	if g.onLease != nil {
+		g.onLease(LeaseChange{Group: g.id, Replica: g.replica, Term: term})
 	}
 	return old
 }

@@ -61,6 +61,12 @@ type Config struct {
 	// leader as this host's replica sees it (the leader record in etcd
 	// follows it). It is called by the group's worker: it must not block.
 	OnLeadership func(Leadership)
+	// OnLease, when set, is told each start and end of a lease of this
+	// host's replicas (LeaseChange): the leader services of a node
+	// follow it. Per group the changes come in order, from the group's
+	// worker, or from Stop (every lease ends); it must neither block nor
+	// call the host.
+	OnLease func(LeaseChange)
 	// Registerer, when set, registers the groups' metrics (metrics.go).
 	Registerer prometheus.Registerer
 	// OnRemoved, when set, is told that a replica of this host applied
@@ -249,7 +255,7 @@ func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
 		}
 	}
 	g := &group{id: gc.Group, replica: gc.Replica, log: log, storage: logStorage{log}, sm: sm, st: gc.Store,
-		waiting: make(map[uint64]*proposal), onLead: h.cfg.OnLeadership, folder: gc.Folder, keep: uint64(h.cfg.LogKeep),
+		waiting: make(map[uint64]*proposal), onLead: h.cfg.OnLeadership, onLease: h.cfg.OnLease, folder: gc.Folder, keep: uint64(h.cfg.LogKeep),
 		logger: h.cfg.Logger, metrics: h.metrics, host: h, sending: make(map[uint64]bool)}
 	if gc.Machine != nil {
 		g.folder = nil // a snapshot is a store's state

@@ -36,6 +36,8 @@ type testCluster struct {
 	groups []uint64
 	nodes  []*node
 	onLead func(node int, l replica.Leadership) // nil: none
+	// onLease, when set before the nodes start, is told their leases.
+	onLease func(node int, l replica.LeaseChange)
 	// logKeep is the hosts' Config.LogKeep (0: the default).
 	logKeep int
 	// joining are the nodes whose replicas join running groups
@@ -123,6 +125,9 @@ func (c *testCluster) start(i int) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LogKeep: c.logKeep, Registerer: reg}
 	if c.onLead != nil {
 		cfg.OnLeadership = func(l replica.Leadership) { c.onLead(i, l) }
+	}
+	if c.onLease != nil {
+		cfg.OnLease = func(l replica.LeaseChange) { c.onLease(i, l) }
 	}
 	h, err := replica.NewHost(cfg)
 	if err != nil {

@@ -14,6 +14,21 @@ type Leadership struct {
 // Leading reports whether the replica that sees it is the leader.
 func (l Leadership) Leading() bool { return l.Leader != 0 && l.Leader == l.Replica }
 
+// LeaseChange is the start or the end of a replica's lease of its group:
+// the replica leads and has applied an entry of its term, so its writes
+// are proposed in that term and its retention runs under it
+// (RetentionCoordinator). Term is that term, 0 when the lease ended (the
+// replica stepped down, failed, was removed, or its host stopped). A
+// lease may also end by a change to a later term's.
+type LeaseChange struct {
+	Group   uint64
+	Replica uint64
+	Term    uint64
+}
+
+// Leading reports whether the change starts a lease.
+func (l LeaseChange) Leading() bool { return l.Term != 0 }
+
 // observe counts a new leader and tells onLead when a Ready changed the
 // term or the leader. It runs after the Ready's hard state was saved: a
 // leadership is told once the term it belongs to is on disk.

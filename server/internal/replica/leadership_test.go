@@ -76,3 +76,68 @@ func TestLeadershipIsToldToEveryReplica(t *testing.T) {
 		t.Fatal(l.backward)
 	}
 }
+
+// leases keeps the lease changes each node was told of, in order.
+type leases struct {
+	mu   sync.Mutex
+	told map[int][]replica.LeaseChange
+}
+
+func (l *leases) see(node int, got replica.LeaseChange) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.told[node] = append(l.told[node], got)
+}
+
+// last is the last change node was told of (zero: none).
+func (l *leases) last(node int) replica.LeaseChange {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if told := l.told[node]; len(told) > 0 {
+		return told[len(told)-1]
+	}
+	return replica.LeaseChange{}
+}
+
+// The host tells a lease's start once its replica may write in its term
+// (the term its Lease reports), and its end: a leader cut off is told
+// its lease ended once it stepped down, the next leader is told its own
+// in a later term, and a host that stops ends the lease of its replicas.
+// A node is never told the same change twice in a row, nor an older
+// term after a newer one.
+func TestLeaseStartsAndEndsAreTold(t *testing.T) {
+	const g = 19
+	l := &leases{told: make(map[int][]replica.LeaseChange)}
+	c := &testCluster{net: replica.NewLocal(), dir: t.TempDir(), groups: []uint64{g}, nodes: make([]*node, 3),
+		onLease: l.see}
+	c.run(t, nil)
+	first := c.servingLeader(g)
+	term := c.nodes[first].host.Lease(g)
+	// Told just after the lease is set.
+	c.WaitFor("the serving leader told its lease", func() bool {
+		return l.last(first) == replica.LeaseChange{Group: g, Replica: replicatest.ID(g, first), Term: term}
+	})
+	c.net.Cut(replicatest.ID(g, first))
+	c.WaitFor("the cut-off leader told its lease ended", func() bool { return !l.last(first).Leading() })
+	next := c.servingLeader(g, first)
+	c.WaitFor("the next leader told its lease", func() bool { return l.last(next).Term == c.nodes[next].host.Lease(g) })
+	if got := l.last(next).Term; got <= term {
+		t.Fatalf("the next leader's lease term %d is not after %d", got, term)
+	}
+	c.stop(next)
+	if got := l.last(next); got.Leading() {
+		t.Fatalf("a stopped host's replica still told leading: %+v", got)
+	}
+	c.net.Heal(replicatest.ID(g, first))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for node, told := range l.told {
+		var newest uint64
+		for i, ch := range told {
+			if ch.Group != g || ch.Replica != replicatest.ID(g, node) || (i > 0 && ch == told[i-1]) || (ch.Leading() && ch.Term <= newest) {
+				t.Fatalf("node %d was told %+v", node, told)
+			}
+			newest = max(newest, ch.Term)
+		}
+	}
+}

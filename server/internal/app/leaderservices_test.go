@@ -23,7 +23,7 @@ import (
 
 // startReplicatedWith is startReplicated with more settings for every
 // node; each node's audit root is <its folder>/audit, outside its
-// database folder.
+// database folder, and its backups go to <its folder>/backups.
 func startReplicatedWith(t *testing.T, ids []string, extra ...string) (*etcdtest.Server, []*testNode) {
 	t.Helper()
 	etcd := etcdtest.Start(t)
@@ -35,13 +35,19 @@ func startReplicatedWith(t *testing.T, ids []string, extra ...string) (*etcdtest
 	var nodes []*testNode
 	for _, id := range ids {
 		dir := t.TempDir()
-		env := append([]string{"PROGRESSDB_RETENTION_AUDIT_PATH=" + filepath.Join(dir, "audit")}, extra...)
-		nodes = append(nodes, startNodeWith(t, etcd, id, dir, env...))
+		nodes = append(nodes, startNodeWith(t, etcd, id, dir, replicatedEnv(dir, extra)...))
 	}
 	for n := range testShards {
 		waitLeader(t, etcd, n, 0)
 	}
 	return etcd, nodes
+}
+
+// replicatedEnv is the settings startReplicatedWith gives the node in
+// dir, for starting it again.
+func replicatedEnv(dir string, extra []string) []string {
+	return append([]string{"PROGRESSDB_RETENTION_AUDIT_PATH=" + filepath.Join(dir, "audit"),
+		"PROGRESSDB_BACKUP_PATH=" + filepath.Join(dir, "backups")}, extra...)
 }
 
 // runShard runs the cluster's retention through node via until shard n's
@@ -210,5 +216,66 @@ func sameTrails(t *testing.T, nodes []*testNode, n, want int) {
 				t.Fatalf("%s's %s: not a sealed, signed file", node.id, name)
 			}
 		}
+	}
+}
+
+// appendMessage appends text to thread tid through via, retrying while
+// the shard answers 503 (a leader change), under one Idempotency-Key.
+func appendMessage(t *testing.T, via *testNode, tid, text string) {
+	t.Helper()
+	h := http.Header{"Idempotency-Key": {"append-" + text}}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		code, body := call(t, http.MethodPost, via.url()+"/v1/threads/"+tid+"/messages",
+			fmt.Sprintf(`{"author":"u","body":{"text":%q}}`, text), h)
+		if code == http.StatusCreated {
+			return
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("append %q to %s through %s: %d %s", text, tid, via.id, code, body)
+		}
+	}
+}
+
+// A replica that joined its group while its node ran (a move to the
+// node) and then leads it runs the shard's retention: the node's leader
+// services follow the leases its host tells, not only the replicas it
+// started with. The joined replica is made to lead without a transfer:
+// with one other replica stopped, a write commits on the leader and the
+// joined one; the leader then stops and the other starts again, whose
+// log lacks the write, so only the joined replica can win the election.
+func TestJoinedReplicaLeadsAndRunsRetention(t *testing.T) {
+	extra := []string{"PROGRESSDB_RETENTION_MAX_MESSAGES=1"}
+	etcd, nodes := startReplicatedWith(t, []string{"node-a", "node-b", "node-c", "node-d"}, extra...)
+	const shard = 0 // its set: node-a, node-b, node-c
+	tid := threadIn(t, shard)
+	seedThread(t, nodes[1], tid)
+	if code, body := call(t, http.MethodPost, nodes[1].url()+"/admin/cluster/shards/0/move", `{"to":"node-d"}`, adminAuth); code != http.StatusOK {
+		t.Fatalf("move shard 0 to node-d: %d %s", code, body)
+	}
+	joined := nodes[3]
+	if l := waitLeader(t, etcd, shard, 0); l.Node != joined.id {
+		var lead, other int
+		for i, n := range nodes[1:3] {
+			if n.id == l.Node {
+				lead, other = i+1, 2-i
+			}
+		}
+		t.Logf("shard %d led by %s: %s stops, then %s", shard, l.Node, nodes[other].id, nodes[lead].id)
+		nodes[other].shutdown()
+		appendMessage(t, joined, tid, "without-"+nodes[other].id)
+		nodes[lead].shutdown()
+		nodes[other] = startNodeWith(t, etcd, nodes[other].id, nodes[other].dir, replicatedEnv(nodes[other].dir, extra)...)
+		if next := waitLeader(t, etcd, shard, l.Term); next.Node != joined.id {
+			t.Fatalf("shard %d's next leader is %s, not the joined replica's node", shard, next.Node)
+		}
+	}
+	appendMessage(t, joined, tid, "newest-JR4")
+	part := runShard(t, nodes[0], shard)
+	if part.Result.Purged == 0 || !strings.HasPrefix(part.Result.AuditFile, shardTrail(joined, shard)) {
+		t.Fatalf("shard %d's run, led by the joined replica: %+v", shard, part.Result)
+	}
+	code, body := call(t, http.MethodGet, joined.url()+"/v1/threads/"+tid+"/messages", "", nil)
+	if code != http.StatusOK || bytes.Contains(body, []byte(`"hi"`)) || !bytes.Contains(body, []byte("newest-JR4")) {
+		t.Fatalf("messages after the joined leader's purge: %d %s", code, body)
 	}
 }
