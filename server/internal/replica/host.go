@@ -246,6 +246,10 @@ func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
 	if err != nil {
 		return fmt.Errorf("group %d: %w", gc.Group, err)
 	}
+	// Never another replica's log under this ID (store.ErrOtherReplica).
+	if err := log.Claim(ctx, gc.Replica); err != nil {
+		return fmt.Errorf("group %d: %w", gc.Group, err)
+	}
 	switch {
 	case gc.Join && (gc.Folder == nil || gc.Machine != nil):
 		return fmt.Errorf("replica: group %d: a joining replica needs a folder and its store's commands, for its first snapshot", gc.Group)
@@ -351,10 +355,11 @@ func bootstrap(ctx context.Context, log *store.RaftLog, peers []uint64) error {
 }
 
 // Deliver hands a message from the transport to its group; a message for
-// a group this host does not run is dropped.
+// a group this host does not run, or for another replica of it (one this
+// node's replica replaced), is dropped.
 func (h *Host) Deliver(groupID uint64, m *raftpb.Message) {
 	g := h.group(groupID)
-	if g == nil {
+	if g == nil || m.GetTo() != g.replica {
 		return
 	}
 	g.mu.Lock()

@@ -224,15 +224,22 @@ func (h *Host) retireOnce(g *group) {
 		err = st.Close()
 	}
 	dir := g.folder.Dir
-	for _, d := range []string{dir, dir + stagedSuffix, dir + replacedSuffix} {
-		err = errors.Join(err, os.RemoveAll(d))
-	}
-	err = errors.Join(err, durable.SyncDir(filepath.Dir(dir)))
-	if err != nil {
+	if err = errors.Join(err, DeleteFolder(dir)); err != nil {
 		log.Error("replica_removed_folder_not_deleted", slog.String("folder", dir), slog.Any("err", err))
 		return
 	}
 	log.Info("replica_removed", slog.String("folder", dir))
+}
+
+// DeleteFolder deletes a replica's folder at dir with what a snapshot
+// may have left beside it, and syncs the parent, so that none of its
+// files (purged content included) stays.
+func DeleteFolder(dir string) error {
+	var err error
+	for _, d := range []string{dir, dir + stagedSuffix, dir + replacedSuffix} {
+		err = errors.Join(err, os.RemoveAll(d))
+	}
+	return errors.Join(err, durable.SyncDir(filepath.Dir(dir)))
 }
 
 // Retire stops this host's replica of the group and deletes its folder,

@@ -161,8 +161,8 @@ func (h *Host) ReceiveSnapshot(ctx context.Context, groupID uint64, m *raftpb.Me
 	if g == nil {
 		return fmt.Errorf("group %d: %w", groupID, ErrNoGroup)
 	}
-	if g.folder == nil || m.GetType() != raftpb.MessageType_MsgSnap {
-		return fmt.Errorf("group %d: %w: no folder to restore into, or not a snapshot", groupID, ErrSnapshotRefused)
+	if g.folder == nil || m.GetType() != raftpb.MessageType_MsgSnap || m.GetTo() != g.replica {
+		return fmt.Errorf("group %d: %w: no folder to restore into, not a snapshot, or for another replica", groupID, ErrSnapshotRefused)
 	}
 	if !g.receiving.TryLock() {
 		return fmt.Errorf("group %d: %w: another snapshot is arriving", groupID, ErrSnapshotRefused)
@@ -266,7 +266,7 @@ func (g *group) install(ctx context.Context, rd raft.Ready) (err error) {
 		hard = rd.HardState
 	}
 	snap := rd.Snapshot
-	if err := adopt(ctx, g.folder, in.dir, store.RaftUpdate{Restored: true, Install: snap, Entries: rd.Entries, HardState: hard,
+	if err := adopt(ctx, g.folder, in.dir, store.RaftUpdate{Restored: true, Replica: g.replica, Install: snap, Entries: rd.Entries, HardState: hard,
 		ConfState: snap.GetMetadata().GetConfState(), Sync: true}); err != nil {
 		return fmt.Errorf("adopt snapshot %d: %w", snap.GetMetadata().GetIndex(), err)
 	}

@@ -39,6 +39,9 @@ const (
 	raftAppliedKey = "raft:applied"
 	// raftConfKey: the raftpb.ConfState as of the applied index.
 	raftConfKey = "raft:conf"
+	// raftReplicaKey: the Raft ID of the replica this folder belongs to,
+	// in decimal (raftreplica.go).
+	raftReplicaKey = "raft:replica"
 	// raftDedupeNS: the applied commands' IDs (raftapply.go).
 )
 
@@ -69,6 +72,7 @@ type RaftLog struct {
 	truncTerm uint64
 	last      uint64 // index of the last entry; truncIdx when the log is empty
 	applied   uint64
+	replica   uint64 // the replica ID recorded (0: none)
 	// dedupe is the term below which this process dropped the commands'
 	// dedupe keys (raftapply.go).
 	dedupe uint64
@@ -135,6 +139,9 @@ func (l *RaftLog) load() error {
 			return fmt.Errorf("%s: %w: %q", raftAppliedKey, ErrMalformed, v)
 		}
 		l.applied = uint64(n)
+	}
+	if err := l.loadReplica(); err != nil {
+		return err
 	}
 	return l.loadLast()
 }

@@ -43,6 +43,9 @@ type RaftUpdate struct {
 	Applied uint64
 	// ConfState is the membership as of Applied.
 	ConfState *raftpb.ConfState
+	// Replica records the Raft ID of the replica this log belongs to
+	// (RaftLog.Claim); 0: unchanged. Restored drops the leader's.
+	Replica uint64
 	// Sync makes the batch durable before Save returns (raft's
 	// Ready.MustSync: before any message that depends on it is sent).
 	Sync bool
@@ -65,6 +68,7 @@ type raftState struct {
 	conf                *raftpb.ConfState
 	truncIdx, truncTerm uint64
 	last, applied       uint64
+	replica             uint64
 }
 
 // Save writes u in one batch through the store's commit path. A refused
@@ -77,7 +81,7 @@ func (l *RaftLog) Save(ctx context.Context, u RaftUpdate) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := raftState{hard: l.hard, snap: l.snap, conf: l.conf, truncIdx: l.truncIdx,
-		truncTerm: l.truncTerm, last: l.last, applied: l.applied}
+		truncTerm: l.truncTerm, last: l.last, applied: l.applied, replica: l.replica}
 	// Indexed: a snapshot point or compaction reads the term of an entry
 	// the same batch may have appended.
 	b := l.s.db.NewIndexedBatch()
@@ -90,6 +94,7 @@ func (l *RaftLog) Save(ctx context.Context, u RaftUpdate) error {
 	}
 	l.hard, l.snap, l.conf = st.hard, st.snap, st.conf
 	l.truncIdx, l.truncTerm, l.last, l.applied = st.truncIdx, st.truncTerm, st.last, st.applied
+	l.replica = st.replica
 	return nil
 }
 
@@ -98,9 +103,13 @@ func (l *RaftLog) build(b *pebble.Batch, st *raftState, u RaftUpdate) error {
 	if u.Restored {
 		*st = raftState{snap: raftpb.EnsureSnapshot(&raftpb.Snapshot{}), applied: st.applied}
 		_ = b.DeleteRange(raftLogKey(0), upperBound([]byte(raftLogNS)), nil)
-		for _, k := range []string{raftHardKey, raftTruncKey, raftSnapKey, raftConfKey} {
+		for _, k := range []string{raftHardKey, raftTruncKey, raftSnapKey, raftConfKey, raftReplicaKey} {
 			_ = b.Delete([]byte(k), nil)
 		}
+	}
+	if u.Replica != 0 {
+		st.replica = u.Replica
+		_ = b.Set([]byte(raftReplicaKey), strconv.AppendUint(nil, u.Replica, 10), nil)
 	}
 	if u.Install != nil {
 		if err := l.install(b, st, u.Install); err != nil {
