@@ -125,3 +125,92 @@ func nodesOf(set []cluster.Replica) []string {
 	}
 	return out
 }
+
+// A node of a three-node cluster with three replicas per shard loses its
+// data folder while it is stopped and starts again on an empty one. Its
+// replicas had started, so none of them runs again under its old ID (it
+// may have voted and acknowledged entries it no longer has): each is
+// replaced in its set by a replica with a new ID on the same node, which
+// the shard's leader adds as a learner, catches up by snapshot and
+// promotes, and the old ID is removed from the group and the set. Every
+// shard is back to three healthy replicas, every thread reads back
+// through every node, and the node's folders record the new IDs.
+func TestLostFolderComesBackUnderANewID(t *testing.T) {
+	etcd, nodes := startReplicated(t, "node-a", "node-b", "node-c")
+	ctx := context.Background()
+	c := etcd.Client(t)
+	k := cluster.Keys{Name: "chat"}
+	var threads []string
+	for n := range testShards {
+		tid := threadIn(t, n)
+		seedThread(t, nodes[n%2], tid)
+		threads = append(threads, tid)
+	}
+	before, err := cluster.ReadMap(ctx, c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := nodes[2]
+	lost.shutdown()
+	if err := os.RemoveAll(filepath.Join(lost.dir, "data")); err != nil {
+		t.Fatal(err)
+	}
+	nodes[2] = startNode(t, etcd, lost.id, lost.dir)
+
+	var m cluster.Map
+	why := ""
+	defer func() {
+		if t.Failed() {
+			t.Logf("last seen: %s", why)
+		}
+	}()
+	waitFor(t, func() bool {
+		if m, err = cluster.ReadMap(ctx, c, k); err != nil {
+			t.Fatal(err)
+		}
+		for n := range testShards {
+			old, _ := before.ReplicaOn(n, lost.id)
+			now, _ := m.ReplicaOn(n, lost.id)
+			if len(m.Sets[n]) != 3 || now.ID == old.ID {
+				why = fmt.Sprintf("shard %d's set: %+v", n, m.Sets[n])
+				return false
+			}
+		}
+		st, err := cluster.ReadStatus(ctx, c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st.Shards {
+			if s.UnderReplicated {
+				why = fmt.Sprintf("shard %d under-replicated: %+v", s.N, s.Replicas)
+				return false
+			}
+		}
+		return true
+	}, "every shard back to three healthy replicas, the lost ones under new IDs")
+	checkThreads(t, nodes, threads)
+	for n := range testShards {
+		old, _ := before.ReplicaOn(n, lost.id)
+		if resp, err := c.Get(ctx, k.ReplicaStarted(old.ID)); err != nil || len(resp.Kvs) != 0 {
+			t.Errorf("replica %d's start mark after it left: %v %v", old.ID, resp, err)
+		}
+	}
+
+	time.Sleep(200 * time.Millisecond) // the last applies of the followers
+	for _, n := range nodes {
+		n.shutdown()
+	}
+	for n, tid := range threads {
+		st := openShard(t, nodes[2], n)
+		log, err := st.RaftLog(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now, _ := m.ReplicaOn(n, lost.id); log.Replica() != now.ID {
+			t.Errorf("%s's folder of shard %d records replica %d, the set names %d", lost.id, n, log.Replica(), now.ID)
+		}
+		if _, err := st.GetThread(ctx, tid); err != nil {
+			t.Errorf("thread %s not on %s's new replica of shard %d: %v", tid, lost.id, n, err)
+		}
+	}
+}

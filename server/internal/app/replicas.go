@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -124,12 +123,21 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 	fxOf := func(n int) store.Effects {
 		return retention.TrailEffects(cluster.ShardAuditPath(o.cfg.Retention.AuditPath, n), o.logger.With("shard", n))
 	}
+	folders := cluster.ReplicaFolder{Client: o.client, Keys: o.keys, Node: o.cfg.NodeID, Shards: o.shards, Logger: o.logger}
 	var groups []int
 	for _, n := range o.shards.Numbers() {
 		r, ok := m.ReplicaOn(n, o.cfg.NodeID)
-		st, held := o.shards.Store(n)
-		if !ok || !held {
+		if !ok {
 			continue
+		}
+		// A lost folder's replica is replaced on this node: the new one
+		// joins through the reconciler.
+		st, err := folders.Prepare(ctx, n, r, false)
+		if errors.Is(err, cluster.ErrReplicaLost) {
+			continue
+		}
+		if err != nil {
+			return nil, err
 		}
 		// Every replica writes the shard's audit trail from the log,
 		// from the first command it applies.
@@ -147,7 +155,7 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 	rec := cluster.NewReconciler(cluster.ReconcilerOptions{Client: o.client, Keys: o.keys, Host: host, Node: o.cfg.NodeID,
 		DeadAfter: o.cfg.Cluster.DeadAfter, Logger: o.logger,
 		Join: func(ctx context.Context, n int, r cluster.Replica) error {
-			return joinReplica(ctx, host, o.shards, n, r, fxOf(n))
+			return joinReplica(ctx, host, folders, n, r, fxOf(n))
 		}})
 	rr := &replicaRuntime{host: host, net: net, leaders: leaders, progress: progress, rec: rec, leading: leading,
 		logger: o.logger, shards: groups}
@@ -164,22 +172,15 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 // its leader's snapshot. A folder an earlier replica of the shard left
 // here goes first: a replica comes back with a new ID and nothing of the
 // old one.
-func joinReplica(ctx context.Context, host *replica.Host, shards *cluster.Shards, n int, r cluster.Replica, fx store.Effects) error {
-	// Held but run by no group: a store no replica of this node uses.
-	if _, err := shards.Detach(n); err != nil {
-		return err
-	}
-	if err := os.RemoveAll(cluster.ShardDBPath(shards.DBPath(), n)); err != nil {
-		return err
-	}
-	st, err := shards.Open(n)
+func joinReplica(ctx context.Context, host *replica.Host, folders cluster.ReplicaFolder, n int, r cluster.Replica, fx store.Effects) error {
+	st, err := folders.Prepare(ctx, n, r, true)
 	if err != nil {
 		return err
 	}
 	st.SetEffects(store.EffectTrail, fx)
-	gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Join: true, Store: st, Folder: shardFolder(shards, n, fx)}
+	gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Join: true, Store: st, Folder: shardFolder(folders.Shards, n, fx)}
 	if err := host.AddGroup(ctx, gc); err != nil {
-		_, derr := shards.Detach(n)
+		_, derr := folders.Shards.Detach(n)
 		return errors.Join(err, derr)
 	}
 	return nil

@@ -25,6 +25,10 @@ import (
 // it or holds one already, a change of the shard is still under way.
 var ErrMembershipChange = errors.New("replica set change refused")
 
+// ErrMoveCancelled: a move's new replica lost its node before it became
+// a voter, and the move was cancelled (CancelAdded).
+var ErrMoveCancelled = errors.New("the move was cancelled")
+
 // maxMapRetries bounds the compare-and-swap retries of a map change
 // racing others.
 const maxMapRetries = 10
@@ -204,6 +208,35 @@ func ReplaceReplica(ctx context.Context, c *clientv3.Client, k Keys, n int, dead
 	return m, replaced, nil
 }
 
+// CancelAdded cancels the change that added shard n's replica id (a
+// move, a replacement) when its node died before the replica became a
+// voter: id is marked leaving, and a leaving replica that voters (the
+// group's applied voters) still holds stays instead, so that the shard
+// keeps the replicas it had. False when id is no staying added replica
+// or no leaving one is a voter (nothing to fall back on).
+func CancelAdded(ctx context.Context, c *clientv3.Client, k Keys, n int, id uint64, voters []uint64) (Map, bool, error) {
+	cancelled := false
+	m, err := changeMap(ctx, c, k, func(m *Map, _ func() uint64) (bool, error) {
+		cancelled = false
+		if n < 0 || n >= len(m.Sets) {
+			return false, nil
+		}
+		set := m.Sets[n]
+		i := slices.IndexFunc(set, func(r Replica) bool { return r.ID == id && r.Added && !r.Leaving })
+		j := slices.IndexFunc(set, func(r Replica) bool { return r.Leaving && slices.Contains(voters, r.ID) })
+		if i < 0 || j < 0 {
+			return false, nil
+		}
+		set[i].Leaving, set[j].Leaving = true, false
+		cancelled = true
+		return true, nil
+	})
+	if err != nil {
+		return Map{}, false, fmt.Errorf("cancel shard %d's replica %d: %w", n, id, err)
+	}
+	return m, cancelled, nil
+}
+
 // DropRemoved takes shard n's replica id out of its set once its group
 // removed it: only a Leaving one.
 func DropRemoved(ctx context.Context, c *clientv3.Client, k Keys, n int, id uint64) error {
@@ -219,6 +252,11 @@ func DropRemoved(ctx context.Context, c *clientv3.Client, k Keys, n int, id uint
 		return true, nil
 	})
 	if err != nil {
+		return fmt.Errorf("drop shard %d's replica %d: %w", n, id, err)
+	}
+	// The ID is never used again: its start mark goes (one left behind
+	// by a failed delete only costs a key).
+	if _, err := c.Delete(ctx, k.ReplicaStarted(id)); err != nil {
 		return fmt.Errorf("drop shard %d's replica %d: %w", n, id, err)
 	}
 	return nil

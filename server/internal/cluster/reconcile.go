@@ -147,17 +147,23 @@ func (r *Reconciler) Once(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// join starts this node's replica of shard n when the set added one
-// that the host does not run.
+// join starts this node's replica of shard n when the set names one
+// that the host does not run: added to the set while the node ran, or
+// one whose start found its folder lost (Join then replaces it again if
+// the first replacement failed).
 func (r *Reconciler) join(ctx context.Context, m Map, n int) error {
 	rp, ok := m.ReplicaOn(n, r.o.Node)
-	if !ok || rp.Leaving || !rp.Added || r.o.Join == nil {
+	if !ok || rp.Leaving || r.o.Join == nil {
 		return nil
 	}
 	if _, _, err := r.o.Host.Members(uint64(n)); !errors.Is(err, replica.ErrNoGroup) {
 		return nil
 	}
-	if err := r.o.Join(ctx, n, rp); err != nil {
+	err := r.o.Join(ctx, n, rp)
+	if errors.Is(err, ErrReplicaLost) {
+		return nil // replaced: the next look starts the new one
+	}
+	if err != nil {
 		return fmt.Errorf("join replica %d: %w", rp.ID, err)
 	}
 	r.o.Logger.Info("cluster_replica_joined", slog.Int("shard", n), slog.Uint64("replica", rp.ID))
@@ -217,22 +223,20 @@ func (r *Reconciler) noteDown(m Map, live []string) map[string]bool {
 // step replaces a replica of a dead node, or makes the group's next
 // membership change.
 func (r *Reconciler) step(ctx context.Context, m Map, n int, live []string, dead map[string]bool) error {
-	for _, rp := range m.Desired(n) {
-		if !dead[rp.Node] {
-			continue
-		}
-		nm, ok, err := ReplaceReplica(ctx, r.o.Client, r.o.Keys, n, rp.Node, live)
-		if err != nil || !ok {
-			return err
-		}
-		r.o.Logger.Warn("cluster_replica_replaced", slog.Int("shard", n), slog.String("dead_node", rp.Node),
-			slog.Uint64("replica", rp.ID), slog.Any("set", nm.Sets[n]))
-		return nil
-	}
 	g := uint64(n)
 	voters, learners, err := r.o.Host.Members(g)
 	if err != nil {
 		return err
+	}
+	for _, rp := range m.Desired(n) {
+		if !dead[rp.Node] {
+			continue
+		}
+		// A dead replica that cannot be replaced (no node for it) leaves
+		// the group's other changes to go on.
+		if changed, err := r.replaceDead(ctx, n, rp, live, voters); err != nil || changed {
+			return err
+		}
 	}
 	st, err := r.o.Host.GroupStatus(g)
 	if err != nil {
@@ -262,6 +266,35 @@ func (r *Reconciler) step(ctx context.Context, m Map, n int, live []string, dead
 	r.o.Logger.Info("cluster_membership_step", slog.Int("shard", n), slog.String("step", next.kind.String()),
 		slog.Uint64("replica", next.replica))
 	return nil
+}
+
+// replaceDead replaces shard n's replica rp, whose node is dead, by one
+// on a live node holding none of the shard. When a change of the shard
+// is under way and rp is the replica it added, not yet a voter (a move
+// whose target died before its learner caught up), the change is
+// cancelled instead: rp leaves, and the replica it was to replace, still
+// a voter, stays (CancelAdded); a dead source is then replaced by the
+// rule above on the next look. It reports whether the set changed.
+func (r *Reconciler) replaceDead(ctx context.Context, n int, rp Replica, live []string, voters []uint64) (bool, error) {
+	nm, ok, err := ReplaceReplica(ctx, r.o.Client, r.o.Keys, n, rp.Node, live)
+	if err != nil {
+		return false, err
+	}
+	if ok {
+		r.o.Logger.Warn("cluster_replica_replaced", slog.Int("shard", n), slog.String("dead_node", rp.Node),
+			slog.Uint64("replica", rp.ID), slog.Any("set", nm.Sets[n]))
+		return true, nil
+	}
+	if !rp.Added || slices.Contains(voters, rp.ID) {
+		return false, nil // promoted: the change ends without it, then it is replaced
+	}
+	nm, ok, err = CancelAdded(ctx, r.o.Client, r.o.Keys, n, rp.ID, voters)
+	if err != nil || !ok {
+		return false, err
+	}
+	r.o.Logger.Warn("cluster_replica_add_cancelled", slog.Int("shard", n), slog.String("dead_node", rp.Node),
+		slog.Uint64("replica", rp.ID), slog.Any("set", nm.Sets[n]))
+	return true, nil
 }
 
 // stepKind is what a group's leader does next about its membership.

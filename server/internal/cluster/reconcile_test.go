@@ -18,6 +18,8 @@ func TestNextStep(t *testing.T) {
 	}
 	behind := replica.PeerStatus{Replica: 4, Match: 10, Lag: PromoteLag + 1, Active: true}
 	move := []Replica{{ID: 1, Node: "a", Leaving: true}, {ID: 2, Node: "b"}, {ID: 3, Node: "c"}, {ID: 4, Node: "d", Added: true}}
+	lost := []Replica{{ID: 1, Node: "a"}, {ID: 2, Node: "b"}, {ID: 3, Node: "c", Leaving: true}, {ID: 8, Node: "c", Added: true}}
+	cancelled := []Replica{{ID: 1, Node: "a"}, {ID: 2, Node: "b"}, {ID: 3, Node: "c"}, {ID: 4, Node: "d", Added: true, Leaving: true}}
 	for _, tc := range []struct {
 		name             string
 		self             uint64
@@ -40,6 +42,13 @@ func TestNextStep(t *testing.T) {
 		{"a learner outside the set is removed", 2, move[1:3:3], []uint64{2, 3}, []uint64{9}, nil, memberStep{stepRemove, 9}},
 		{"fewer replicas: the leaving ones go", 2, []Replica{{ID: 2}, {ID: 3}, {ID: 5}, {ID: 6, Leaving: true}, {ID: 7, Leaving: true}},
 			[]uint64{2, 3, 5, 6, 7}, nil, nil, memberStep{stepRemove, 6}},
+		// A lost folder: replica 3 of node c replaced by 8 on node c.
+		{"a lost replica's replacement is added", 1, lost, []uint64{1, 2, 3}, nil, nil, memberStep{stepAddLearner, 8}},
+		{"then promoted once caught up", 1, lost, []uint64{1, 2, 3}, []uint64{8}, []replica.PeerStatus{caught(8)}, memberStep{stepPromote, 8}},
+		{"then the lost one is removed", 1, lost, []uint64{1, 2, 3, 8}, nil, nil, memberStep{stepRemove, 3}},
+		// A move to a node that died, cancelled: its learner goes.
+		{"a cancelled move's learner is removed", 2, cancelled, []uint64{1, 2, 3}, []uint64{4}, nil, memberStep{stepRemove, 4}},
+		{"then dropped from the set", 2, cancelled, []uint64{1, 2, 3}, nil, nil, memberStep{stepDrop, 4}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := nextStep(tc.self, tc.set, tc.voters, tc.learners, tc.peers); got != tc.want {
@@ -116,4 +125,60 @@ func TestReplicaSetChanges(t *testing.T) {
 		t.Fatalf("a replacement with no node free: %v %v", ok, err)
 	}
 	_ = m
+}
+
+// A move whose target died before its replica became a voter is
+// cancelled: the target's replica leaves and the source stays, only
+// while the source is still a voter of the group; the cancelled replica
+// is then dropped like any removed one, its start mark with it.
+func TestCancelledMove(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx := context.Background()
+	k := Keys{Name: "chat"}
+	c := srv.Client(t)
+	if _, _, err := EnsureReplicated(ctx, c, k, 1, 3, []string{"a", "b", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := Register(ctx, OwnerOptions{Client: c, Keys: k, Node: "d", URL: "http://d", Owner: "d/1", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Release() })
+	moved, err := MoveReplica(ctx, c, k, 0, "a", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, _ := moved.ReplicaOn(0, "a")
+	dst, _ := moved.ReplicaOn(0, "d")
+	if _, err := c.Put(ctx, k.ReplicaStarted(dst.ID), "d"); err != nil {
+		t.Fatal(err)
+	}
+	// The source was removed already: nothing to fall back on.
+	if _, ok, err := CancelAdded(ctx, c, k, 0, dst.ID, []uint64{moved.Sets[0][1].ID, moved.Sets[0][2].ID}); err != nil || ok {
+		t.Fatalf("a cancel with the source no voter: %v %v", ok, err)
+	}
+	if _, ok, err := CancelAdded(ctx, c, k, 0, src.ID, []uint64{src.ID}); err != nil || ok {
+		t.Fatalf("a cancel of a replica not added: %v %v", ok, err)
+	}
+	voters := []uint64{src.ID, moved.Sets[0][1].ID, moved.Sets[0][2].ID}
+	back, ok, err := CancelAdded(ctx, c, k, 0, dst.ID, voters)
+	if err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	if r, _ := back.ReplicaOn(0, "a"); r.ID != src.ID || r.Leaving || back.Homes[0] != "a" {
+		t.Fatalf("the source after the cancel: %+v, home %s", back.Sets[0], back.Homes[0])
+	}
+	if r, _ := back.ReplicaOn(0, "d"); r.ID != dst.ID || !r.Leaving {
+		t.Fatalf("the target after the cancel: %+v", back.Sets[0])
+	}
+	if err := DropRemoved(ctx, c, k, 0, dst.ID); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ReadMap(ctx, c, k)
+	if err != nil || fmt.Sprint(m.Sets[0]) != fmt.Sprint(back.Desired(0)) {
+		t.Fatalf("the set after the drop: %+v %v", m.Sets, err)
+	}
+	if resp, err := c.Get(ctx, k.ReplicaStarted(dst.ID)); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the dropped replica's start mark: %v %v", resp, err)
+	}
 }

@@ -110,17 +110,21 @@ func (m Map) ReplicaCount() int { return max(m.Replicas, 1) }
 func (m Map) Replicated() bool { return m.ReplicaCount() > 1 }
 
 // ReplicaOn returns shard n's replica on node, if its set names it (a
-// leaving one included: it runs until its group removed it).
+// leaving one included: it runs until its group removed it). A node may
+// hold a leaving replica and the one replacing it (a lost folder:
+// ReplaceLost): the staying one is returned.
 func (m Map) ReplicaOn(n int, node string) (Replica, bool) {
 	if n < 0 || n >= len(m.Sets) {
 		return Replica{}, false
 	}
+	var found Replica
+	ok := false
 	for _, r := range m.Sets[n] {
-		if r.Node == node {
-			return r, true
+		if r.Node == node && (!ok || found.Leaving) {
+			found, ok = r, true
 		}
 	}
-	return Replica{}, false
+	return found, ok
 }
 
 // ReplicaNode names the node running the replica of Raft ID id.
@@ -166,8 +170,10 @@ func (m Map) Desired(n int) []Replica {
 }
 
 // validReplicas checks a replicated map read from etcd: a set per shard,
-// each on distinct nodes, ReplicaCount of them staying, IDs non-zero and
-// distinct, the home the node of the set's first staying replica.
+// each on distinct nodes (but for a leaving replica whose node holds the
+// one replacing it: ReplaceLost), ReplicaCount of them staying, IDs
+// non-zero and distinct, the home the node of the set's first staying
+// replica.
 func (m Map) validReplicas() bool {
 	if !m.Replicated() {
 		return len(m.Sets) == 0
@@ -181,13 +187,17 @@ func (m Map) validReplicas() bool {
 		if len(stay) != m.Replicas || stay[0].Node != m.Homes[n] {
 			return false
 		}
-		var nodes []string
+		staying, leaving := map[string]bool{}, map[string]bool{}
 		for _, r := range set {
-			if r.ID == 0 || seen[r.ID] || r.Node == "" || slices.Contains(nodes, r.Node) {
+			on := staying
+			if r.Leaving {
+				on = leaving
+			}
+			if r.ID == 0 || seen[r.ID] || r.Node == "" || on[r.Node] {
 				return false
 			}
 			seen[r.ID] = true
-			nodes = append(nodes, r.Node)
+			on[r.Node] = true
 		}
 	}
 	return true

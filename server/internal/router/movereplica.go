@@ -35,7 +35,14 @@ func (rt *Router) moveReplica(ctx context.Context, m cluster.Map, n int, to stri
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
 	res := cluster.MoveResult{Shard: n, From: from, To: to}
-	if _, err := cluster.WaitSettled(wctx, c, k, n); err != nil {
+	settled, err := cluster.WaitSettled(wctx, c, k, n)
+	if r, ok := settled.ReplicaOn(n, to); err == nil && (!ok || r.Leaving) {
+		// Its node stayed down past DEAD_AFTER before the new replica
+		// caught up: the leader cancelled the move (cluster.CancelAdded).
+		msg := fmt.Sprintf("shard %d stays on %s: node %s went down before its replica caught up, and the move was cancelled", n, from, to)
+		return false, nil, &routeError{http.StatusServiceUnavailable, api.CodeMoveFailed, msg, cluster.ErrMoveCancelled}
+	}
+	if err != nil {
 		res.RemoveErr = fmt.Sprintf("the move is recorded and its group's leader goes on with it, but it did not end in time: %v", err)
 	} else {
 		res.Removed = true
