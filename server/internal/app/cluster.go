@@ -430,8 +430,8 @@ func (p *shardRuntime) retention(ctx context.Context, n int, st *store.Store, bl
 	logger := p.logger
 	svc, err := newRetention(retention.RunnerOptions{Store: st, Config: rc, Logger: logger.With("shard", n),
 		Metrics: p.smetrics.add(n, st), SigningKey: p.key, Coordinator: coord, Fenced: fenced, Shard: &shard, Pause: p.pause,
-		Keys:     KeyStore(st),                  // a sealed shard's runs shred, and run its part of the cluster's erasures
-		Blobs:    cluster.RetentionBlobs(blobs), // and delete the blobs their purges owe
+		Keys:     KeyStore(st),                      // a sealed shard's runs shred, and run its part of the cluster's erasures
+		Blobs:    cluster.RetentionBlobs(blobs, st), // and delete the blobs their purges owe
 		OnFenced: p.cmetrics.Fenced}, true)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", n, err)

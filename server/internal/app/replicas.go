@@ -14,7 +14,6 @@ import (
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/replica"
 	"github.com/progressdb/progressdb/server/internal/replica/raftnet"
-	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/internal/router"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -120,9 +119,7 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 	if err != nil {
 		return nil, err
 	}
-	fxOf := func(n int) store.Effects {
-		return retention.TrailEffects(cluster.ShardAuditPath(o.cfg.Retention.AuditPath, n), o.logger.With("shard", n))
-	}
+	fxOf := func(n int) func(*store.Store) { return shardEffects(o.cfg, n, o.logger) }
 	folders := cluster.ReplicaFolder{Client: o.client, Keys: o.keys, Node: o.cfg.NodeID, Shards: o.shards, Logger: o.logger}
 	var groups []int
 	for _, n := range o.shards.Numbers() {
@@ -139,10 +136,10 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 		if err != nil {
 			return nil, err
 		}
-		// Every replica writes the shard's audit trail from the log,
-		// from the first command it applies.
+		// Every replica writes the shard's audit trail and attachments'
+		// blob folder from the log, from the first command it applies.
 		fx := fxOf(n)
-		st.SetEffects(store.EffectTrail, fx)
+		fx(st)
 		gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Peers: m.Voters(n), Join: r.Added, Store: st,
 			Folder: shardFolder(o.shards, n, fx)}
 		if err := host.AddGroup(ctx, gc); err != nil {
@@ -172,12 +169,12 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 // its leader's snapshot. A folder an earlier replica of the shard left
 // here goes first: a replica comes back with a new ID and nothing of the
 // old one.
-func joinReplica(ctx context.Context, host *replica.Host, folders cluster.ReplicaFolder, n int, r cluster.Replica, fx store.Effects) error {
+func joinReplica(ctx context.Context, host *replica.Host, folders cluster.ReplicaFolder, n int, r cluster.Replica, fx func(*store.Store)) error {
 	st, err := folders.Prepare(ctx, n, r, true)
 	if err != nil {
 		return err
 	}
-	st.SetEffects(store.EffectTrail, fx)
+	fx(st)
 	gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Join: true, Store: st, Folder: shardFolder(folders.Shards, n, fx)}
 	if err := host.AddGroup(ctx, gc); err != nil {
 		_, derr := folders.Shards.Detach(n)
@@ -215,14 +212,14 @@ func (r *replicaRuntime) ReadIndex(ctx context.Context, n int) error {
 // shardFolder is shard n's folder as its replica's snapshots see it
 // (docs/replication-design.md §7): the store a snapshot replaces leaves
 // the node's shards, and the restored one takes its place there.
-func shardFolder(shards *cluster.Shards, n int, fx store.Effects) *replica.Folder {
+func shardFolder(shards *cluster.Shards, n int, fx func(*store.Store)) *replica.Folder {
 	dir := cluster.ShardDBPath(shards.DBPath(), n)
 	return &replica.Folder{Dir: dir,
 		Open: func(d string) (*store.Store, error) {
 			if d == dir {
 				st, err := shards.Open(n)
 				if err == nil {
-					st.SetEffects(store.EffectTrail, fx) // the restored store applies the next commands
+					fx(st) // the restored store applies the next commands
 				}
 				return st, err
 			}

@@ -148,7 +148,7 @@ func (nd *Node) Restore(ctx context.Context, n int, r io.Reader) (RestoreResult,
 			// The replay deletes the blobs of what was purged since the
 			// backup, in the shard's store opened with it.
 			b, _ := nd.o.Shards.Blobs(n)
-			blobs := RetentionBlobs(b)
+			blobs := RetentionBlobs(b, st)
 			runner, err := retention.NewRunner(retention.RunnerOptions{Store: st, Config: rc, Logger: nd.o.Logger.With("shard", n),
 				Version: nd.o.Version, SigningKey: nd.o.SigningKey, Coordinator: copyCoordinator{owner: nd.o.Node}, Shard: &shard,
 				Blobs: blobs})

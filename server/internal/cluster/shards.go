@@ -152,14 +152,16 @@ func (s *Shards) Blobs(n int) (*attachments.Blobs, bool) {
 	return b, ok
 }
 
-// RetentionBlobs is b as the blob store of a retention runner: nil when
-// b is, so that a shard without a blob store leaves its runner none
-// rather than a non-nil interface holding a nil pointer.
-func RetentionBlobs(b *attachments.Blobs) retention.BlobStore {
+// RetentionBlobs is b as the blob store of a retention runner over st:
+// nil when b is, so that a shard without a blob store leaves its runner
+// none rather than a non-nil interface holding a nil pointer. A
+// replicated shard's runner deletes a file:// store's blobs on every
+// replica (attachments.Blobs.Of).
+func RetentionBlobs(b *attachments.Blobs, st *store.Store) retention.BlobStore {
 	if b == nil {
 		return nil
 	}
-	return b
+	return b.Of(st)
 }
 
 // ErrShardHeld: the node holds the shard already.

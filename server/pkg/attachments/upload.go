@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"gocloud.dev/blob"
 
@@ -75,6 +76,9 @@ func (b *Blobs) Upload(ctx context.Context, st *store.Store, up Upload) (store.A
 	}
 	a := seal.Attachment
 	defer b.track(a.BlobName())()
+	if b.replicating(st) {
+		return b.uploadReplicated(ctx, st, up, seal)
+	}
 	size, sum, err := b.write(ctx, a.BlobName(), up, seal.AEAD, store.AttachmentBlobAD(a))
 	if err != nil {
 		return store.Attachment{}, err
@@ -91,6 +95,47 @@ func (b *Blobs) Upload(ctx context.Context, st *store.Store, up Upload) (store.A
 	}
 	return rec, nil
 }
+
+// uploadReplicated is Upload on a replicated shard's file:// store
+// (replicate.go): the bytes as stored go through the group's log in
+// chunks into a temporary file on every replica, and the record's
+// command moves it into place everywhere before its batch.
+func (b *Blobs) uploadReplicated(ctx context.Context, st *store.Store, up Upload, seal store.AttachmentSeal) (store.Attachment, error) {
+	a := seal.Attachment
+	temp := tempName(a.BlobName())
+	c := &chunker{ctx: ctx, st: st, name: temp, buf: make([]byte, 0, ChunkSize)}
+	size, sum, err := stream(c, up, seal.AEAD, store.AttachmentBlobAD(a), c.flush)
+	if err != nil {
+		// Whatever reached the replicas is an upload's leftover: gone
+		// now, or (leadership lost) taken by the orphan sweep later.
+		return store.Attachment{}, errors.Join(err, b.dropTemp(ctx, st, temp, c.off))
+	}
+	a.Size, a.SHA256, a.ContentType, a.Filename = size, sum, up.ContentType, up.Filename
+	commit := blobEffect{op: opCommit, name: temp, off: c.off, to: a.BlobName()}
+	rec, err := st.AddAttachmentWith(ctx, a, store.EffectBlobs, commit.encode())
+	if err != nil && !errors.Is(err, store.ErrAmbiguous) {
+		// Refused before it was proposed, or never applied.
+		return store.Attachment{}, errors.Join(err, b.dropTemp(ctx, st, temp, c.off))
+	}
+	return rec, err
+}
+
+// dropTemp deletes an upload's temporary file on every replica, if any
+// chunk of it was written.
+func (b *Blobs) dropTemp(ctx context.Context, st *store.Store, temp string, written int64) error {
+	if written == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropTimeout)
+	defer cancel()
+	if err := b.deleteReplicated(ctx, st, temp); err != nil && !errors.Is(err, store.ErrNotLeader) {
+		return err
+	}
+	return nil
+}
+
+// dropTimeout bounds the deletion of a failed upload's temporary file.
+const dropTimeout = 10 * time.Second
 
 // write streams the body into blob name (sealed under wrap when it is
 // set) and returns the plaintext's size and SHA-256. On any failure the
@@ -116,23 +161,9 @@ func (b *Blobs) write(ctx context.Context, name string, up Upload, wrap cipher.A
 		_ = w.Close()
 		return 0, "", err
 	}
-	var dst io.Writer = w
-	var sw *sealstream.Writer
-	if wrap != nil {
-		if sw, err = sealstream.NewWriter(w, wrap, ad); err != nil {
-			return fail(err)
-		}
-		dst = sw
-	}
-	h := sha256.New()
-	n, err := copyLimited(io.MultiWriter(dst, h), up.Body, up.MaxBytes)
+	n, sum, err := stream(w, up, wrap, ad, nil)
 	if err != nil {
 		return fail(err)
-	}
-	if sw != nil {
-		if err := sw.Close(); err != nil {
-			return fail(err)
-		}
 	}
 	if err := w.Close(); err != nil {
 		return 0, "", fmt.Errorf("%w: complete blob: %w", ErrUnavailable, err)
@@ -140,6 +171,37 @@ func (b *Blobs) write(ctx context.Context, name string, up Upload, wrap cipher.A
 	if err := b.syncFile(name); err != nil {
 		_ = b.Delete(context.WithoutCancel(ctx), name)
 		return 0, "", err
+	}
+	return n, sum, nil
+}
+
+// stream copies the body into w, sealed under wrap when it is set, then
+// calls end (when set) once every byte is in w, and returns the
+// plaintext's size and SHA-256.
+func stream(w io.Writer, up Upload, wrap cipher.AEAD, ad []byte, end func() error) (int64, string, error) {
+	dst := w
+	var sw *sealstream.Writer
+	if wrap != nil {
+		var err error
+		if sw, err = sealstream.NewWriter(w, wrap, ad); err != nil {
+			return 0, "", err
+		}
+		dst = sw
+	}
+	h := sha256.New()
+	n, err := copyLimited(io.MultiWriter(dst, h), up.Body, up.MaxBytes)
+	if err != nil {
+		return 0, "", err
+	}
+	if sw != nil {
+		if err := sw.Close(); err != nil {
+			return 0, "", err
+		}
+	}
+	if end != nil {
+		if err := end(); err != nil {
+			return 0, "", err
+		}
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
 }

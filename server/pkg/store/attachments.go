@@ -155,6 +155,31 @@ func (s *Store) attachableMessage(ctx context.Context, tid, mid string) (Message
 // the thread's lock: one deleted or claimed by a purge meanwhile refuses
 // it (ErrNotFound, ErrPurgeInProgress), and the caller deletes the blob.
 func (s *Store) AddAttachment(ctx context.Context, a Attachment) (Attachment, error) {
+	return s.addAttachment(ctx, a, nil)
+}
+
+// AddAttachmentWith is AddAttachment on a replicated store whose record's
+// command also makes effect (of kind) on every replica, before its batch
+// (the blob's move into place in each replica's folder:
+// server/pkg/attachments). ErrNotReplicated on a store that is not
+// replicated.
+func (s *Store) AddAttachmentWith(ctx context.Context, a Attachment, kind EffectKind, effect []byte) (Attachment, error) {
+	if !s.Replicated() {
+		return Attachment{}, ErrNotReplicated
+	}
+	if len(effect) == 0 || kind == 0 || kind >= effectKinds {
+		return Attachment{}, fmt.Errorf("%w: empty effect, or of kind %d", ErrInvalidArgument, kind)
+	}
+	return s.addAttachment(ctx, a, &fxw{kind, effect})
+}
+
+// fxw is a write's effect and its kind.
+type fxw struct {
+	kind   EffectKind
+	effect []byte
+}
+
+func (s *Store) addAttachment(ctx context.Context, a Attachment, fx *fxw) (Attachment, error) {
 	if err := ctx.Err(); err != nil {
 		return Attachment{}, err
 	}
@@ -198,7 +223,11 @@ func (s *Store) AddAttachment(ctx context.Context, a Attachment) (Attachment, er
 		_ = b.Close()
 		return Attachment{}, fmt.Errorf("add attachment %s: %w", a.ID, err)
 	}
-	if err := s.apply(ctx, write{kind: writeUser, batch: b, held: h}); err != nil {
+	w := write{kind: writeUser, batch: b, held: h}
+	if fx != nil {
+		w.effect, w.effectKind = fx.effect, fx.kind
+	}
+	if err := s.apply(ctx, w); err != nil {
 		return Attachment{}, fmt.Errorf("add attachment %s: %w", a.ID, err)
 	}
 	s.noteRaise(raise)

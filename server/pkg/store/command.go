@@ -68,8 +68,11 @@ const (
 	EffectTrail EffectKind = 1
 	// EffectKeys is a change of the shard's key store.
 	EffectKeys EffectKind = 2
+	// EffectBlobs is a change of the shard's file:// attachments folder
+	// (an upload's bytes, their move into place, a deletion).
+	EffectBlobs EffectKind = 3
 
-	effectKinds = 3
+	effectKinds = 4
 )
 
 // Versions of an encoded command's layout: 2 adds the effect (always

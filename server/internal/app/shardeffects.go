@@ -1,0 +1,37 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
+	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/store"
+)
+
+// shardEffects returns what gives a store of replicated shard n the
+// Effects of every kind its commands carry, applied to this node's
+// folders of the shard: the audit trail's steps to its trail
+// (retention.TrailEffects), an attachment's bytes, their move into place
+// and deletions to its file:// blob folder (attachments.ReplicaEffects).
+// Every store the node opens for the shard's replica gets them before
+// its group runs.
+func shardEffects(cfg config.Config, n int, logger *slog.Logger) func(*store.Store) {
+	logger = logger.With("shard", n)
+	trail := retention.TrailEffects(cluster.ShardAuditPath(cfg.Retention.AuditPath, n), logger)
+	blobs := store.Effects(func(context.Context, []byte) error {
+		// The leader replicates bytes only into a file:// folder: the
+		// nodes disagree on PROGRESSDB_ATTACHMENTS_URL.
+		return fmt.Errorf("an attachment's bytes arrived, and this node's %s is not a file:// folder", config.VarAttachmentsURL)
+	})
+	if dir := cluster.ShardAttachmentsDir(cfg.AttachmentsURL, n); dir != "" {
+		blobs = attachments.ReplicaEffects(dir, logger)
+	}
+	return func(st *store.Store) {
+		st.SetEffects(store.EffectTrail, trail)
+		st.SetEffects(store.EffectBlobs, blobs)
+	}
+}
