@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -12,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/johannesboyne/gofakes3"
+
 	"github.com/progressdb/progressdb/server/internal/cluster"
+	"github.com/progressdb/progressdb/server/internal/testtools/s3server"
 	"github.com/progressdb/progressdb/server/pkg/store"
 	"github.com/progressdb/progressdb/server/pkg/store/storetest"
 )
@@ -51,22 +55,6 @@ func retryCall(t *testing.T, method, url, body string, h http.Header) (int, []by
 	}
 }
 
-// waitFile waits until path holds want (nil: until it is gone).
-func waitFile(t *testing.T, path string, want []byte) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got, err := os.ReadFile(path)
-		if want == nil && os.IsNotExist(err) || want != nil && err == nil && bytes.Equal(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d bytes (want %d), %v", path, len(got), len(want), err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestReplicatedAttachmentsSurviveTheLeader: on a replicated cluster
 // with the default file:// store, an upload's bytes reach every
 // replica's folder through the log: a replica down during the upload
@@ -75,10 +63,65 @@ func waitFile(t *testing.T, path string, want []byte) {
 // own folder. A purge deletes the blob from every replica's folder, and
 // no file of any node (data, log, blobs) holds its bytes afterwards.
 func TestReplicatedAttachmentsSurviveTheLeader(t *testing.T) {
+	replicatedAttachments(t, nil, func(node *testNode, tid, aid string) ([]byte, bool) {
+		b, err := os.ReadFile(replicaBlob(node, replShard, tid, "m1", aid))
+		return b, err == nil
+	})
+}
+
+// TestReplicatedAttachmentsInABucket: with a shared bucket the replicas
+// share the one object: the next leader serves it after the leader's
+// node stops, the object is written once, and the purge deletes it once
+// (one version, one delete marker in the versioned bucket); no node's
+// folder holds its bytes.
+func TestReplicatedAttachmentsInABucket(t *testing.T) {
+	s3 := s3server.Start(t)
+	key := func(tid, aid string) string {
+		return fmt.Sprintf("shards/%d/%s", replShard, store.BlobName(tid, "m1", aid))
+	}
+	var tid, aid string
+	replicatedAttachments(t, []string{"PROGRESSDB_ATTACHMENTS_URL=" + s3.URL}, func(_ *testNode, t2, a2 string) ([]byte, bool) {
+		tid, aid = t2, a2
+		obj, err := s3.Backend.GetObject(s3server.Bucket, key(tid, aid), nil)
+		if err != nil {
+			return nil, false
+		}
+		defer obj.Contents.Close()
+		b, err := io.ReadAll(obj.Contents)
+		return b, err == nil
+	})
+	res, err := s3.Backend.ListBucketVersions(s3server.Bucket, &gofakes3.Prefix{Prefix: key(tid, aid), HasPrefix: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, markers := 0, 0
+	for _, v := range res.Versions {
+		switch v.(type) {
+		case *gofakes3.Version:
+			versions++
+		case *gofakes3.DeleteMarker:
+			markers++
+		}
+	}
+	if versions != 1 || markers != 1 {
+		t.Fatalf("the object has %d versions and %d delete markers, want one of each", versions, markers)
+	}
+}
+
+// replShard is the shard the replicated attachments' tests use.
+const replShard = 1
+
+// replicatedAttachments runs an attachment's life on three replicated
+// nodes, their store set by extra, blob reading a node's copy of it (a
+// shared store's one copy). See TestReplicatedAttachmentsSurviveTheLeader.
+func replicatedAttachments(t *testing.T, extra []string, blob func(node *testNode, tid, aid string) ([]byte, bool)) {
 	ids := []string{"node-a", "node-b", "node-c"}
-	extra := []string{"PROGRESSDB_RETENTION_MAX_MESSAGES=1"}
+	extra = append([]string{"PROGRESSDB_RETENTION_MAX_MESSAGES=1"}, extra...)
 	etcd, nodes := startReplicatedWith(t, ids, extra...)
-	const shard = 1
+	restart := func(n *testNode) *testNode {
+		return startNodeWith(t, etcd, n.id, n.dir, append([]string{"PROGRESSDB_RETENTION_AUDIT_PATH=" + filepath.Join(n.dir, "audit")}, extra...)...)
+	}
+	const shard = replShard
 	tid := threadIn(t, shard)
 	if code, body := call(t, http.MethodPost, nodes[0].url()+"/v1/threads", fmt.Sprintf(`{"id":%q,"title":"x","author":"u"}`, tid), nil); code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, body)
@@ -87,16 +130,14 @@ func TestReplicatedAttachmentsSurviveTheLeader(t *testing.T) {
 		t.Fatalf("append: %d %s", code, body)
 	}
 	leader := waitLeader(t, etcd, shard, 0)
-	byID := map[string]*testNode{}
-	for _, n := range nodes {
-		byID[n.id] = n
-	}
-	var down, via *testNode // a follower stopped during the upload, and another node
+	var lead, down, via *testNode // the leader's node, a follower stopped during the upload, the other
 	for _, n := range nodes {
 		switch {
-		case n.id != leader.Node && down == nil:
+		case n.id == leader.Node:
+			lead = n
+		case down == nil:
 			down = n
-		case n.id != leader.Node:
+		default:
 			via = n
 		}
 	}
@@ -115,26 +156,27 @@ func TestReplicatedAttachmentsSurviveTheLeader(t *testing.T) {
 		t.Fatalf("upload answer %s: %v", body, err)
 	}
 	// The replica down during the upload gets the bytes from the log.
-	back := startNodeWith(t, etcd, down.id, down.dir, append([]string{"PROGRESSDB_RETENTION_AUDIT_PATH=" + filepath.Join(down.dir, "audit")}, extra...)...)
-	nodes = []*testNode{byID[leader.Node], via, back}
+	nodes = []*testNode{lead, via, restart(down)}
 	path := "/v1/threads/" + tid + "/messages/m1/attachments/" + att.ID
 	for _, n := range nodes {
-		waitFile(t, replicaBlob(n, shard, tid, "m1", att.ID), file)
+		waitFor(t, func() bool {
+			b, ok := blob(n, tid, att.ID)
+			return ok && bytes.Equal(b, file)
+		}, n.id+"'s copy of the blob")
 		if code, got := retryCall(t, http.MethodGet, n.url()+path, "", nil); code != http.StatusOK || !bytes.Equal(got, file) {
 			t.Fatalf("download through %s: %d, %d bytes of %d", n.id, code, len(got), len(file))
 		}
 	}
 
 	// The leader's node stops: the next leader serves the file.
-	nodes[0].shutdown()
+	lead.shutdown()
 	next := waitLeader(t, etcd, shard, leader.Term)
 	for _, n := range nodes[1:] {
 		if code, got := retryCall(t, http.MethodGet, n.url()+path, "", nil); code != http.StatusOK || !bytes.Equal(got, file) {
 			t.Fatalf("download through %s after %s stopped (leader %s): %d, %d bytes", n.id, leader.Node, next.Node, code, len(got))
 		}
 	}
-	old := nodes[0]
-	nodes[0] = startNodeWith(t, etcd, old.id, old.dir, append([]string{"PROGRESSDB_RETENTION_AUDIT_PATH=" + filepath.Join(old.dir, "audit")}, extra...)...)
+	nodes[0] = restart(lead)
 
 	// A newer message makes the run purge m1, and its attachment with it
 	// on every replica.
@@ -145,7 +187,10 @@ func TestReplicatedAttachmentsSurviveTheLeader(t *testing.T) {
 		t.Fatalf("the run purged nothing: %+v", part.Result)
 	}
 	for _, n := range nodes {
-		waitFile(t, replicaBlob(n, shard, tid, "m1", att.ID), nil)
+		waitFor(t, func() bool {
+			_, ok := blob(n, tid, att.ID)
+			return !ok
+		}, "the purge of "+n.id+"'s copy of the blob")
 		if code, _ := retryCall(t, http.MethodGet, n.url()+path, "", nil); code != http.StatusNotFound {
 			t.Fatalf("download through %s after the purge: %d", n.id, code)
 		}
