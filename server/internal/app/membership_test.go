@@ -214,3 +214,50 @@ func TestLostFolderComesBackUnderANewID(t *testing.T) {
 		}
 	}
 }
+
+// A move whose target node dies before its new replica caught up is
+// cancelled once the node stayed dead past PROGRESSDB_CLUSTER_DEAD_AFTER:
+// shard 0's home replica is moved to node-d, registered but never
+// answering (a node that died as the move began), and node-d's
+// registration then ends. The shard's leader removes node-d's learner
+// and the set goes back to the replicas it had, none leaving, the home's
+// kept; the shard is whole and its thread reads back through every node.
+func TestMoveToADeadNodeIsCancelled(t *testing.T) {
+	etcd, nodes := startReplicatedWith(t, []string{"node-a", "node-b", "node-c"}, "PROGRESSDB_CLUSTER_DEAD_AFTER=2s")
+	ctx := context.Background()
+	c := etcd.Client(t)
+	k := cluster.Keys{Name: "chat"}
+	tid := threadIn(t, 0)
+	seedThread(t, nodes[1], tid)
+	before, err := cluster.ReadMap(ctx, c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := cluster.Register(ctx, cluster.OwnerOptions{Client: c, Keys: k, Node: "node-d", URL: "http://127.0.0.1:1",
+		Owner: "node-d/1", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := cluster.MoveReplica(ctx, c, k, 0, before.Homes[0], "node-d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Release(); err != nil {
+		t.Fatal(err)
+	}
+	var m cluster.Map
+	waitFor(t, func() bool {
+		if m, err = cluster.ReadMap(ctx, c, k); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(m.Sets[0]) == fmt.Sprint(before.Sets[0])
+	}, fmt.Sprintf("the move to node-d cancelled (set %+v, was %+v)", moved.Sets[0], before.Sets[0]))
+	if m.Homes[0] != before.Homes[0] {
+		t.Fatalf("shard 0's home after the cancel: %s, was %s", m.Homes[0], before.Homes[0])
+	}
+	waitFor(t, func() bool {
+		st, err := cluster.ReadStatus(ctx, c, k)
+		return err == nil && !st.Shards[0].UnderReplicated
+	}, "shard 0 whole again")
+	checkThreads(t, nodes, []string{tid})
+}
