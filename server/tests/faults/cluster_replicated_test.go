@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,12 +28,18 @@ import (
 // published a leader.
 func startReplicatedNodes(t testing.TB, envs map[string]envVars, etcd *clientv3.Client) []*server {
 	t.Helper()
-	nodes := make([]*server, len(clusterIDs))
-	for i, id := range clusterIDs {
+	return startReplicatedOn(t, clusterIDs, envs, etcd)
+}
+
+// startReplicatedOn is startReplicatedNodes for the nodes ids.
+func startReplicatedOn(t testing.TB, ids []string, envs map[string]envVars, etcd *clientv3.Client) []*server {
+	t.Helper()
+	nodes := make([]*server, len(ids))
+	for i, id := range ids {
 		nodes[i] = launchClusterNode(t, envs[id], freeAddr(t))
 	}
-	if p := runCLI(t, envs["node-1"].with("PROGRESSDB_ADVERTISE_URL", "https://127.0.0.1:1"), "cluster", "create",
-		"--replicas", "3", "--nodes", strings.Join(clusterIDs, ",")); p.code != 0 {
+	if p := runCLI(t, envs[ids[0]].with("PROGRESSDB_ADVERTISE_URL", "https://127.0.0.1:1"), "cluster", "create",
+		"--replicas", "3", "--nodes", strings.Join(ids, ",")); p.code != 0 {
 		t.Fatalf("cluster create --replicas 3: %d\n%s", p.code, p.output())
 	}
 	for _, n := range nodes {
@@ -130,20 +137,27 @@ func writer(s *server, tid, name string, stop <-chan struct{}, mu *sync.Mutex, a
 	}
 }
 
-// messageBodies lists thread tid's message bodies as node s serves them.
+// messageBodies lists thread tid's message bodies as node s serves them,
+// every page of them.
 func messageBodies(t testing.TB, s *server, tid string) []string {
 	t.Helper()
-	var page struct {
-		Messages []struct {
-			Body string `json:"body"`
-		} `json:"messages"`
+	var out []string
+	cursor := ""
+	for {
+		var page struct {
+			Messages []struct {
+				Body string `json:"body"`
+			} `json:"messages"`
+			NextCursor string `json:"next_cursor"`
+		}
+		s.mustCall(t, "GET", "/v1/threads/"+tid+"/messages?limit=1000&cursor="+url.QueryEscape(cursor), nil, "", http.StatusOK, &page)
+		for _, m := range page.Messages {
+			out = append(out, m.Body)
+		}
+		if cursor = page.NextCursor; cursor == "" {
+			return out
+		}
 	}
-	s.mustCall(t, "GET", "/v1/threads/"+tid+"/messages?limit=1000", nil, "", http.StatusOK, &page)
-	out := make([]string, len(page.Messages))
-	for i, m := range page.Messages {
-		out[i] = m.Body
-	}
-	return out
 }
 
 // TestFaultReplicatedLeaderKilled runs three node processes of the built
@@ -287,21 +301,32 @@ func killLeaderUnderLoad(t *testing.T, trial int, nodes []*server, envs map[stri
 // and checks that each acknowledged write of each thread is there once.
 func checkFolders(t *testing.T, envs map[string]envVars, n int, written map[string][]ack) {
 	t.Helper()
-	for _, id := range clusterIDs {
+	checkFoldersOf(t, envs, clusterIDs, n, written)
+}
+
+// checkFoldersOf is checkFolders over the folders of the nodes ids.
+func checkFoldersOf(t *testing.T, envs map[string]envVars, ids []string, n int, written map[string][]ack) {
+	t.Helper()
+	for _, id := range ids {
 		st, err := store.Open(cluster.ShardDBPath(envs[id]["PROGRESSDB_DB_PATH"], n), store.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for tid, as := range written {
-			msgs, _, err := st.ListMessages(context.Background(), tid, store.ListOptions{Limit: 1000})
-			if err != nil {
-				t.Fatalf("%s's replica of shard %d: %v", id, n, err)
-			}
 			var got []string
-			for _, m := range msgs {
-				var b string
-				_ = json.Unmarshal(m.Body, &b)
-				got = append(got, b)
+			for cursor := ""; ; {
+				msgs, next, err := st.ListMessages(context.Background(), tid, store.ListOptions{Limit: store.MaxListLimit, Cursor: cursor})
+				if err != nil {
+					t.Fatalf("%s's replica of shard %d: %v", id, n, err)
+				}
+				for _, m := range msgs {
+					var b string
+					_ = json.Unmarshal(m.Body, &b)
+					got = append(got, b)
+				}
+				if cursor = next; cursor == "" {
+					break
+				}
 			}
 			for _, a := range as {
 				if c := countOf(got, a.body); c != 1 {
