@@ -223,3 +223,89 @@ func waitErased(t *testing.T, nodes []*testNode, n int) {
 		}
 	}
 }
+
+// TestSnapshotCarriesTheBlobs: a replica that was down while its shard
+// took an upload and purged another attachment catches up by snapshot
+// (the purge dropped the log it lacked): the snapshot brings the new
+// blob into its folder, the purged one leaves it, and no file of any
+// node holds the purged file's bytes.
+func TestSnapshotCarriesTheBlobs(t *testing.T) {
+	extra := []string{"PROGRESSDB_RETENTION_MAX_MESSAGES=1"}
+	etcd, nodes := startReplicatedWith(t, []string{"node-a", "node-b", "node-c"}, extra...)
+	const shard = replShard
+	tid := threadIn(t, shard)
+	upload := func(via *testNode, mid string, file []byte) string {
+		t.Helper()
+		if code, body := retryCall(t, http.MethodPost, via.url()+"/v1/threads/"+tid+"/messages", fmt.Sprintf(`{"id":%q,"author":"u","body":{"text":"x"}}`, mid), nil); code != http.StatusCreated {
+			t.Fatalf("append %s: %d %s", mid, code, body)
+		}
+		code, body := retryCall(t, http.MethodPost, via.url()+"/v1/threads/"+tid+"/messages/"+mid+"/attachments", string(file), nil)
+		var att struct {
+			ID string `json:"attachment_id"`
+		}
+		if code != http.StatusCreated || json.Unmarshal(body, &att) != nil {
+			t.Fatalf("upload to %s: %d %s", mid, code, body)
+		}
+		return att.ID
+	}
+	if code, body := call(t, http.MethodPost, nodes[0].url()+"/v1/threads", fmt.Sprintf(`{"id":%q,"title":"x","author":"u"}`, tid), nil); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	const goneMarker = "PurgedFileMarkerZ8r"
+	gone := markedFile(300<<10, goneMarker)
+	goneID := upload(nodes[0], "m1", gone)
+	for _, n := range nodes {
+		waitFor(t, func() bool {
+			b, err := os.ReadFile(replicaBlob(n, shard, tid, "m1", goneID))
+			return err == nil && bytes.Equal(b, gone)
+		},
+			n.id+"'s copy of m1's file")
+	}
+	leader := waitLeader(t, etcd, shard, 0)
+	var down, via *testNode
+	for _, n := range nodes {
+		switch {
+		case n.id == leader.Node:
+		case down == nil:
+			down = n
+		default:
+			via = n
+		}
+	}
+	down.shutdown()
+	kept := markedFile(1<<20+777, "KeptFileMarkerJ3w")
+	keptID := upload(via, "m2", kept)
+	if part := runShard(t, via, shard); part.Result.Purged < 1 {
+		t.Fatalf("the run purged nothing: %+v", part.Result)
+	}
+	for _, n := range nodes {
+		if n != down {
+			waitFor(t, func() bool { _, err := os.Stat(replicaBlob(n, shard, tid, "m1", goneID)); return os.IsNotExist(err) },
+				"the purge of "+n.id+"'s copy of m1's file")
+		}
+	}
+
+	back := startNodeWith(t, etcd, down.id, down.dir, append([]string{"PROGRESSDB_RETENTION_AUDIT_PATH=" + filepath.Join(down.dir, "audit")}, extra...)...)
+	waitFor(t, func() bool {
+		b, err := os.ReadFile(replicaBlob(back, shard, tid, "m2", keptID))
+		_, gerr := os.Stat(replicaBlob(back, shard, tid, "m1", goneID))
+		return err == nil && bytes.Equal(b, kept) && os.IsNotExist(gerr)
+	}, down.id+"'s folder to hold m2's file and not m1's")
+	running := []*testNode{back}
+	for _, n := range nodes {
+		if n != down {
+			running = append(running, n)
+		}
+	}
+	waitErased(t, running, shard)
+	for _, n := range running {
+		n.shutdown()
+	}
+	for _, n := range running {
+		storetest.RequireNone(t, n.dir, goneMarker)
+	}
+	blobs := filepath.Dir(filepath.Dir(filepath.Dir(replicaBlob(back, shard, tid, "m1", goneID))))
+	if _, err := os.Stat(blobs + ".snapshot"); !os.IsNotExist(err) {
+		t.Errorf("the snapshot's unpacked blobs are left beside %s: %v", blobs, err)
+	}
+}

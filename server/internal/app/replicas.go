@@ -211,10 +211,15 @@ func (r *replicaRuntime) ReadIndex(ctx context.Context, n int) error {
 
 // shardFolder is shard n's folder as its replica's snapshots see it
 // (docs/replication-design.md §7): the store a snapshot replaces leaves
-// the node's shards, and the restored one takes its place there.
+// the node's shards, and the restored one takes its place there; a
+// file:// store's folder of the shard's blobs goes with it.
 func shardFolder(shards *cluster.Shards, n int, fx func(*store.Store)) *replica.Folder {
 	dir := cluster.ShardDBPath(shards.DBPath(), n)
-	return &replica.Folder{Dir: dir,
+	blobs := ""
+	if b, ok := shards.Blobs(n); ok && b != nil {
+		blobs = b.Dir()
+	}
+	return &replica.Folder{Dir: dir, BlobsDir: blobs,
 		Open: func(d string) (*store.Store, error) {
 			if d == dir {
 				st, err := shards.Open(n)

@@ -224,7 +224,11 @@ func (h *Host) retireOnce(g *group) {
 		err = st.Close()
 	}
 	dir := g.folder.Dir
-	if err = errors.Join(err, DeleteFolder(dir)); err != nil {
+	err = errors.Join(err, DeleteFolder(dir))
+	if b := g.folder.BlobsDir; b != "" {
+		err = errors.Join(err, DeleteFolder(b)) // its attachments go with it
+	}
+	if err != nil {
 		log.Error("replica_removed_folder_not_deleted", slog.String("folder", dir), slog.Any("err", err))
 		return
 	}

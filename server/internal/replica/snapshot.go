@@ -27,6 +27,8 @@ import (
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/backup"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
+	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/durable"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
@@ -41,6 +43,10 @@ type Folder struct {
 	// Close closes the store a snapshot replaces, before its folder is
 	// set aside (nil: its Close): the node stops serving it there.
 	Close func(*store.Store) error
+	// BlobsDir is the replica's file:// folder of attachments ("": a
+	// bucket, or none): a snapshot carries the leader's blobs into it,
+	// and it goes with a removed replica.
+	BlobsDir string
 }
 
 // Beside Dir: a snapshot being received, and the old folder while the
@@ -75,6 +81,25 @@ type staged struct {
 	m    *raftpb.Message
 	dir  string
 	done chan error // buffered
+	// blobs is where its blobs were unpacked ("" for none).
+	blobs string
+}
+
+// stagedBlobs is where a snapshot's blobs are unpacked: beside the
+// replica's folder of attachments ("" without one).
+func (f *Folder) stagedBlobs() string {
+	if f.BlobsDir == "" {
+		return ""
+	}
+	return f.BlobsDir + stagedSuffix
+}
+
+// remove removes what is left of a staged snapshot.
+func (in *staged) remove() {
+	_ = os.RemoveAll(in.dir)
+	if in.blobs != "" {
+		_ = os.RemoveAll(in.blobs)
+	}
 }
 
 // sendSnapshots takes the MsgSnaps out of msgs and sends each with the
@@ -127,7 +152,20 @@ func (g *group) writeState(ctx context.Context, w io.Writer) error {
 		// A follower restores no key store yet (docs/replication-design.md).
 		return fmt.Errorf("%w: the snapshot of a sealed shard", ErrSnapshotRefused)
 	}
-	c, err := backup.NewCreator(backup.Options{Store: st, Hold: applyHold{g: g, st: st}})
+	// A file:// folder's blobs go with the state, read through a blob
+	// store of their own: the group's deletions never wait for it.
+	var blobs *attachments.Blobs
+	if d := g.folder.BlobsDir; d != "" {
+		u, err := config.FileURL(d)
+		if err == nil {
+			blobs, err = attachments.Open(ctx, u)
+		}
+		if err != nil {
+			return err
+		}
+		defer blobs.Close()
+	}
+	c, err := backup.NewCreator(backup.Options{Store: st, Blobs: blobs, Hold: applyHold{g: g, st: st}})
 	if err != nil {
 		return err
 	}
@@ -168,19 +206,19 @@ func (h *Host) ReceiveSnapshot(ctx context.Context, groupID uint64, m *raftpb.Me
 		return fmt.Errorf("group %d: %w: another snapshot is arriving", groupID, ErrSnapshotRefused)
 	}
 	defer g.receiving.Unlock()
-	dir := g.folder.Dir + stagedSuffix
-	if err := os.RemoveAll(dir); err != nil {
+	dir, blobs := g.folder.Dir+stagedSuffix, g.folder.stagedBlobs()
+	if err := errors.Join(os.RemoveAll(dir), os.RemoveAll(blobs)); err != nil {
 		return fmt.Errorf("group %d: %w", groupID, err)
 	}
-	rep, err := backup.ExtractReader(ctx, "snapshot", r, dir, nil)
+	rep, err := backup.ExtractReader(ctx, "snapshot", r, dir, blobs, nil)
 	if err == nil && !rep.Valid {
 		err = fmt.Errorf("%w: the stream does not verify: %s", ErrSnapshotRefused, strings.Join(rep.Problems, "; "))
 	}
+	in := &staged{m: m, dir: dir, blobs: blobs, done: make(chan error, 1)}
 	if err != nil {
-		_ = os.RemoveAll(dir)
+		in.remove()
 		return fmt.Errorf("group %d: receive snapshot: %w", groupID, err)
 	}
-	in := &staged{m: m, dir: dir, done: make(chan error, 1)}
 	g.mu.Lock()
 	g.snapIn = in
 	g.mu.Unlock()
@@ -197,7 +235,7 @@ func (h *Host) ReceiveSnapshot(ctx context.Context, groupID uint64, m *raftpb.Me
 	defer g.mu.Unlock()
 	if g.snapIn == in { // else the worker took it, and ends it
 		g.snapIn = nil
-		_ = os.RemoveAll(dir)
+		in.remove()
 	}
 	return err
 }
@@ -209,7 +247,7 @@ func (g *group) dropSnapshot() {
 	g.snapIn = nil
 	g.mu.Unlock()
 	if in != nil {
-		_ = os.RemoveAll(in.dir)
+		in.remove()
 		in.done <- g.failed
 	}
 }
@@ -235,7 +273,7 @@ func (g *group) stepSnapshot() {
 func (g *group) endStaged(err error) {
 	if in := g.staged; in != nil {
 		g.staged = nil
-		_ = os.RemoveAll(in.dir)
+		in.remove()
 		in.done <- err
 	}
 }
@@ -254,7 +292,7 @@ func (g *group) install(ctx context.Context, rd raft.Ready) (err error) {
 	g.staged = nil
 	defer func() {
 		if err != nil {
-			_ = os.RemoveAll(in.dir)
+			in.remove()
 		}
 		in.done <- err
 	}()
@@ -269,6 +307,13 @@ func (g *group) install(ctx context.Context, rd raft.Ready) (err error) {
 	if err := adopt(ctx, g.folder, in.dir, store.RaftUpdate{Restored: true, Replica: g.replica, Install: snap, Entries: rd.Entries, HardState: hard,
 		ConfState: snap.GetMetadata().GetConfState(), Sync: true}); err != nil {
 		return fmt.Errorf("adopt snapshot %d: %w", snap.GetMetadata().GetIndex(), err)
+	}
+	if in.blobs != "" {
+		// Before the state: a blob of a record is never missing once the
+		// record is there.
+		if _, err := attachments.AdoptBlobs(in.blobs, g.folder.BlobsDir); err != nil {
+			return err
+		}
 	}
 	g.eraseMu.Lock() // no erase of the old store under way
 	defer g.eraseMu.Unlock()
@@ -297,6 +342,15 @@ func (g *group) install(ctx context.Context, rd raft.Ready) (err error) {
 	g.st, g.log = st, l
 	g.mu.Unlock()
 	g.storage.RaftLog = l
+	if d := g.folder.BlobsDir; d != "" {
+		// The blobs purged while this replica was behind: their
+		// deletions were in the entries the snapshot replaced.
+		if n, err := attachments.PruneBlobs(ctx, d, st); err != nil {
+			g.logger.Warn("replica_snapshot_blobs_not_pruned", slog.Uint64("group", g.id), slog.Any("err", err))
+		} else if n > 0 {
+			g.logger.Info("replica_snapshot_blobs_pruned", slog.Uint64("group", g.id), slog.Int("blobs", n))
+		}
+	}
 	if _, ok := g.sm.(storeMachine); ok {
 		g.sm = storeMachine{st}
 		st.Replicate(groupProposer{h: g.host, g: g})

@@ -101,3 +101,37 @@ func TestReplicaEffectsRefuseOtherNames(t *testing.T) {
 		t.Fatalf("refused effects wrote %v", entries)
 	}
 }
+
+// A snapshot's blobs join the folder where they are missing; a blob
+// already there stays as it is, and nothing is left beside the folder.
+func TestAdoptBlobsFillsWhatIsMissing(t *testing.T) {
+	root := t.TempDir()
+	dir, staged := filepath.Join(root, "blobs"), filepath.Join(root, "blobs.snapshot")
+	write := func(p, data string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(dir, "t1/m1/01OLD"), "mine")
+	write(filepath.Join(staged, "t1/m1/01OLD"), "theirs")
+	write(filepath.Join(staged, "t2/m1/01NEW"), "new")
+	moved, err := AdoptBlobs(staged, dir)
+	if err != nil || moved != 1 {
+		t.Fatalf("AdoptBlobs: %d, %v", moved, err)
+	}
+	for p, want := range map[string]string{"t1/m1/01OLD": "mine", "t2/m1/01NEW": "new"} {
+		if got, err := os.ReadFile(filepath.Join(dir, p)); err != nil || string(got) != want {
+			t.Errorf("%s: %q, %v", p, got, err)
+		}
+	}
+	if _, err := os.Stat(staged); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the unpacked blobs are left: %v", err)
+	}
+	if moved, err := AdoptBlobs(staged, dir); err != nil || moved != 0 {
+		t.Errorf("AdoptBlobs of nothing: %d, %v", moved, err)
+	}
+}
