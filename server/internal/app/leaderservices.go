@@ -5,14 +5,18 @@ import (
 	"maps"
 	"sync"
 
+	"github.com/progressdb/progressdb/audit"
+	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/replica"
 	"github.com/progressdb/progressdb/server/internal/startstop"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // leaderServices runs, on a node of a cluster of replicated shards, the
-// services an owner runs for an owned shard (retention) for each shard
-// whose replica here holds its group's lease (docs/replication-design.md
-// §9): started when the host tells that the
+// services an owner runs for an owned shard (retention, backups: a
+// replicated shard's backups are its leader's) for each shard whose
+// replica here holds its group's lease (docs/replication-design.md §9):
+// started when the host tells that the
 // lease began (replica.Config.OnLease), stopped and waited for when it
 // ends. The host tells of every group it runs, those a move or a dead
 // node's replacement adds while the node runs too. One shard's terms run
@@ -152,8 +156,40 @@ func (p *shardRuntime) leadShard(ctx context.Context, n int, term uint64) {
 		return
 	}
 	p.services.add(n, svc)
+	hold := leaderHold{runs: svc, host: p.replicas.host, n: n, st: st}
+	if err := p.backups.add(n, st, blobs, hold, p.smetrics.backups(n)); err != nil {
+		p.logger.Error("backup_start_failed", "shard", n, "term", term, "err", err)
+	}
 	p.logger.Info("leader_services_started", "shard", n, "term", term)
 	<-ctx.Done()
 	p.detach(n)
 	p.logger.Info("leader_services_stopped", "shard", n, "term", term)
+}
+
+// leaderHold holds a replicated shard for its leader's backup: its
+// retention runs first (no run purges, and the manifest's audit head is
+// the store's), then its group's apply, so that the checkpoint (and its
+// key store's) is one applied state, as a snapshot's is. The runs are
+// held first: a run's last writes need the group to apply them.
+type leaderHold struct {
+	runs backup.Holder
+	host *replica.Host
+	n    int
+	st   *store.Store
+}
+
+func (h leaderHold) Hold(ctx context.Context) (audit.Head, func(), error) {
+	head, release, err := h.runs.Hold(ctx)
+	if err != nil {
+		return head, nil, err
+	}
+	unhold, err := h.host.HoldApply(ctx, uint64(h.n), h.st)
+	if err != nil {
+		release()
+		return audit.Head{}, nil, err
+	}
+	return head, func() {
+		unhold()
+		release()
+	}, nil
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/buildinfo"
 	"github.com/progressdb/progressdb/server/internal/cluster"
-	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -54,13 +53,14 @@ func newShardBackups(ctx context.Context, cfg config.Config, key []byte, logger 
 }
 
 // add makes shard n's creator over its store and blob store (nil:
-// none), held by its retention service, and starts its scheduler.
-func (b *shardBackups) add(n int, st *store.Store, blobs *attachments.Blobs, svc *retention.Manager, metrics *backup.Metrics) error {
+// none), held by hold (its retention service, and on a replicated
+// shard its group's apply too), and starts its scheduler.
+func (b *shardBackups) add(n int, st *store.Store, blobs *attachments.Blobs, hold backup.Holder, metrics *backup.Metrics) error {
 	path := ""
 	if b.cfg.Backup.Path != "" {
 		path = cluster.ShardBackupPath(b.cfg.Backup.Path, n)
 	}
-	c, err := backup.NewCreator(backup.Options{Store: st, KeyStore: backup.KeyStoreOf(st), Blobs: blobs, Hold: svc, SigningKey: b.key, Version: buildinfo.Read().Version,
+	c, err := backup.NewCreator(backup.Options{Store: st, KeyStore: backup.KeyStoreOf(st), Blobs: blobs, Hold: hold, SigningKey: b.key, Version: buildinfo.Read().Version,
 		Path: path, AuditPath: cluster.ShardAuditPath(b.cfg.Retention.AuditPath, n), Keep: b.cfg.Backup.Keep,
 		Logger: b.logger.With("shard", n), Metrics: metrics})
 	if err != nil {

@@ -359,6 +359,11 @@ func (r *restore) replay(ctx context.Context) error {
 			return r.unfinished(err, "%v", err)
 		}
 		r.res.DatabaseID, r.res.OriginID = r.state.DatabaseID, lineage.OriginID
+		// A replicated shard's backup restores as a one-node copy: the
+		// group's log goes, erased, before the replay (docs/backup.md).
+		if err := st.DropRaftState(ctx); err != nil {
+			return r.unfinished(err, "%v", err)
+		}
 	}
 	svc, err := r.o.NewReplayer(st, r.rc)
 	if err != nil {
