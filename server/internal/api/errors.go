@@ -101,7 +101,8 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="progressdb"`)
 	}
-	if leaderChanged(err) {
+	if leaderChanged(err) || errors.Is(err, store.ErrFenced) {
+		// Sent again, it finds the shard's next leader or owner.
 		w.Header().Set("Retry-After", "1")
 	}
 	s.writeJSON(w, r, status, body)

@@ -141,6 +141,13 @@ func (s *Store) apply(ctx context.Context, w write) error {
 		}
 	}
 	if r := s.repl.Load(); r != nil && w.kind.proposed() {
+		if e, ok := EpochOf(ctx); ok {
+			// An owner's write evaluated before the shard became a
+			// group: its ownership ended with the switch.
+			s.settle(w)
+			_ = w.batch.Close()
+			return fmt.Errorf("%w: write with epoch %d on a replicated store", ErrFenced, e)
+		}
 		// The Raft term replaces the fencing epoch (design §9).
 		return s.propose(ctx, r, w)
 	}

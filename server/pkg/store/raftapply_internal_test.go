@@ -207,3 +207,23 @@ func TestStripedStateWritesKeepTheStripeToTheOutcome(t *testing.T) {
 		})
 	}
 }
+
+// A write carrying an owner's epoch (spec §11) is never proposed: it was
+// evaluated under an ownership that ended when the shard became a group.
+func TestReplicatedStoreRefusesAnOwnersWrite(t *testing.T) {
+	ctx := context.Background()
+	s := openPlain(t)
+	proposed := 0
+	outcome := make(chan error, 1)
+	outcome <- nil
+	s.Replicate(proposerFunc{lease: 2, propose: func(Command) <-chan error {
+		proposed++
+		return outcome
+	}})
+	if _, err := s.CreateThread(WithEpoch(ctx, 7), Thread{ID: "t", Title: "x", Author: "a"}); !errors.Is(err, ErrFenced) || proposed != 0 {
+		t.Fatalf("an owner's write: %v, %d proposed", err, proposed)
+	}
+	if _, err := s.CreateThread(ctx, Thread{ID: "t", Title: "x", Author: "a"}); err != nil || proposed != 1 {
+		t.Fatalf("the leader's write after it: %v, %d proposed", err, proposed)
+	}
+}
