@@ -163,10 +163,10 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 	if err != nil {
 		return err
 	}
-	// Replicated shards are served by their groups' leaders: the groups
-	// run before any request, and stop when the node is told to (their
-	// streams would hold the HTTP shutdown).
-	replicas, err := startReplicas(nodeCtx, replicaOptions{cfg: cfg, client: client, keys: keys, m: m, shards: shards,
+	// Groups are served by their leaders: the groups run before any
+	// request, and stop when the node is told to (their streams would
+	// hold the HTTP shutdown).
+	replicas, err := newReplicas(replicaOptions{cfg: cfg, client: client, keys: keys, shards: shards,
 		view: view, tls: tr.nodeTLS(), reg: reg, logger: logger, onError: cmetrics.EtcdError})
 	if err != nil {
 		return err
@@ -192,10 +192,8 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 	per := &shardRuntime{ctx: ctx, cfg: cfg, logger: logger, key: key, shards: shards, owner: owner, pause: pause,
 		cmetrics: cmetrics, smetrics: smetrics, services: services, backups: backups, receiptKey: receiptKey,
 		replicas: replicas}
-	for _, n := range m.OwnedBy(cfg.NodeID) {
-		if err := per.start(n); err != nil {
-			return err
-		}
+	if err := per.startShards(nodeCtx, m); err != nil {
+		return err
 	}
 	defer per.lead(nodeCtx)() // replicated shards': stopped before the services and the host
 	defer per.startErasures(nodeCtx, client, keys, m.Shards)()
@@ -314,14 +312,24 @@ type shardRuntime struct {
 	receiptKey []byte
 	// erasures records the cluster's subject erasures; nil unsealed.
 	erasures *cluster.Erasures
-	// replicas runs the node's replicas; nil when the shards have one
-	// copy each.
+	// replicas runs the node's replicas, once the map is replicated.
 	replicas *replicaRuntime
 }
 
 // ReceiptKey is the cluster's receipt key (spec §11.1); nil when the
 // node runs without PROGRESSDB_KEK.
 func (p *shardRuntime) ReceiptKey() []byte { return p.receiptKey }
+
+// startShards starts what runs for the shards m names this node the
+// owner of, and its replicas (at once, or once the map asks for them).
+func (p *shardRuntime) startShards(nodeCtx context.Context, m cluster.Map) error {
+	for _, n := range m.OwnedBy(p.cfg.NodeID) {
+		if err := p.start(n); err != nil {
+			return err
+		}
+	}
+	return p.replicas.watch(nodeCtx, m, p)
+}
 
 // start starts shard n's retention service and backups.
 func (p *shardRuntime) start(n int) error {
@@ -382,9 +390,7 @@ func (p *shardRuntime) handler(nodeCtx context.Context, tr *transport, view *rou
 	o := router.Options{Node: p.cfg.NodeID, Secret: p.cfg.Cluster.Secret, View: view, Shards: p.shards,
 		Owner: p.owner, Retention: p.services.service, Erasures: p.erasures, Mover: mover, Logger: p.logger,
 		Metrics: p.cmetrics, TLS: tr.nodeTLS()}
-	if p.replicas != nil {
-		o.Replicas = p.replicas
-	}
+	o.Replicas = p.replicas
 	rt, err := router.New(o)
 	if err != nil {
 		return nil, err
@@ -400,10 +406,8 @@ func (p *shardRuntime) handler(nodeCtx context.Context, tr *transport, view *rou
 	// The nodes' own move steps are served beside the API, not in it.
 	mux := http.NewServeMux()
 	mux.Handle(router.MoveStepsPath, rt.MoveSteps())
-	if p.replicas != nil {
-		mux.Handle(raftnet.Path, p.replicas.net.Handler())
-		mux.Handle(raftnet.SnapshotPath, p.replicas.net.SnapshotHandler())
-	}
+	mux.Handle(raftnet.Path, p.replicas.net.Handler())
+	mux.Handle(raftnet.SnapshotPath, p.replicas.net.SnapshotHandler())
 	mux.Handle("/", h)
 	// Node calls are checked against the cluster CA, and admin calls
 	// against the client CA, before any handler (spec §14).

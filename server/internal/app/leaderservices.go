@@ -112,11 +112,9 @@ func (s *leaderServices) run(ctx context.Context, lead func(context.Context, int
 
 // lead runs the leader services of the node's replicated shards
 // (leaderServices) until the returned stop, which waits for them; call
-// it before the host stops. Without replicas there is nothing to run.
+// it before the host stops. Until the node's replicas run no lease
+// begins.
 func (p *shardRuntime) lead(ctx context.Context) (stop func()) {
-	if p.replicas == nil {
-		return func() {}
-	}
 	p.replicas.leading.Start(ctx, p.leadShard)
 	return p.replicas.leading.Stop
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,13 +20,17 @@ import (
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
-// replicaRuntime runs a node's replicas of a replicated cluster's shards
+// replicaRuntime runs a node's replicas of a cluster's Raft groups
 // (spec §15, docs/replication-design.md §3, §6, §9): one replica.Host
 // holding a group per shard the map names the node for, its messages
 // carried by the raftnet transport over the node listener, and the
 // groups' leaderships published in etcd for routing. It is the router's
-// Replicas.
+// Replicas. Every cluster node has one; it runs once the map is
+// replicated, from the start or from the `cluster set-replicas` that
+// asks for replicas (watch), and then also switches the shards the node
+// owns into groups (cluster.Grower).
 type replicaRuntime struct {
+	o       replicaOptions
 	host    *replica.Host
 	net     *raftnet.Transport
 	leaders *cluster.Leaders
@@ -36,18 +41,21 @@ type replicaRuntime struct {
 	leading *leaderServices
 	logger  *slog.Logger
 	stopped sync.Once
-	// shards are the shards this node runs a replica of.
-	shards []int
+	// grower switches this node's owned shards into groups; set by
+	// watch, before the runtime runs.
+	grower    *cluster.Grower
+	activated sync.Once
+	// folders prepares the folders the replicas run on.
+	folders cluster.ReplicaFolder
 }
 
 var _ router.Replicas = (*replicaRuntime)(nil)
 
-// replicaOptions are what startReplicas needs of the node.
+// replicaOptions are what newReplicas needs of the node.
 type replicaOptions struct {
 	cfg     config.Config
 	client  *clientv3.Client
 	keys    cluster.Keys
-	m       cluster.Map
 	shards  *cluster.Shards
 	view    *router.View
 	tls     *tls.Config // the node's client side of mutual TLS; nil: plain
@@ -67,21 +75,15 @@ func checkReplicated(cfg config.Config, m cluster.Map) error {
 	return nil
 }
 
-// startReplicas starts a group for every shard the map names this node
-// a replica of, over the shard's open store: a new store is bootstrapped
-// with the shard's replica set as its first voters, an existing one goes
-// on from its log. From then on the stores' writes are proposals. nil
-// when the shards are not replicated.
-func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, error) {
-	if !o.m.Replicated() {
-		return nil, nil
-	}
+// newReplicas builds the node's replica runtime; run (or watch) starts
+// it.
+func newReplicas(o replicaOptions) (*replicaRuntime, error) {
 	leaders, err := cluster.NewLeaders(cluster.LeadersOptions{Client: o.client, Keys: o.keys, Node: o.cfg.NodeID,
 		TTL: o.cfg.Cluster.OwnerTTL, Logger: o.logger, OnEtcdError: o.onError})
 	if err != nil {
 		return nil, err
 	}
-	m, view := o.m, o.view
+	view := o.view
 	net, err := raftnet.New(raftnet.Options{Node: o.cfg.NodeID, Secret: o.cfg.Cluster.Secret, TLS: o.tls,
 		Logger: o.logger, Metrics: raftnet.NewMetrics(o.reg),
 		// A replica is found on its node, at the URL it registered.
@@ -96,72 +98,136 @@ func startReplicas(ctx context.Context, o replicaOptions) (*replicaRuntime, erro
 	if err != nil {
 		return nil, err
 	}
-	var host *replica.Host
 	// The leader services follow the leases from the host's start on;
 	// they run once the node's shards' runtime exists (shardRuntime.lead).
-	leading := newLeaderServices()
-	progress, err := cluster.NewProgressReporter(cluster.ProgressOptions{Client: o.client, Keys: o.keys, Node: o.cfg.NodeID,
-		TTL: o.cfg.Cluster.OwnerTTL, Statuses: func() []replica.GroupStatus { return host.Statuses() },
+	rr := &replicaRuntime{o: o, net: net, leaders: leaders, leading: newLeaderServices(), logger: o.logger,
+		folders: cluster.ReplicaFolder{Client: o.client, Keys: o.keys, Node: o.cfg.NodeID, Shards: o.shards, Logger: o.logger}}
+	rr.progress, err = cluster.NewProgressReporter(cluster.ProgressOptions{Client: o.client, Keys: o.keys, Node: o.cfg.NodeID,
+		TTL: o.cfg.Cluster.OwnerTTL, Statuses: func() []replica.GroupStatus { return rr.host.Statuses() },
 		Logger: o.logger, OnEtcdError: o.onError})
 	if err != nil {
 		return nil, err
 	}
-	host, err = replica.NewHost(replica.Config{Transport: net, Logger: o.logger, Registerer: o.reg,
+	rr.host, err = replica.NewHost(replica.Config{Transport: net, Logger: o.logger, Registerer: o.reg,
 		OnLeadership: func(l replica.Leadership) {
 			if l.Leading() {
 				leaders.Lead(int(l.Group), l.Term, l.Replica)
 			} else {
 				leaders.StepDown(int(l.Group))
 			}
-			progress.Kick() // cluster status shows the new roles soon
+			rr.progress.Kick() // cluster status shows the new roles soon
 		},
-		OnLease: leading.tell})
+		OnLease: rr.leading.tell})
 	if err != nil {
 		return nil, err
 	}
-	fxOf := func(n int) func(*store.Store) { return shardEffects(o.cfg, n, o.logger) }
-	folders := cluster.ReplicaFolder{Client: o.client, Keys: o.keys, Node: o.cfg.NodeID, Shards: o.shards, Logger: o.logger}
-	var groups []int
-	for _, n := range o.shards.Numbers() {
-		r, ok := m.ReplicaOn(n, o.cfg.NodeID)
-		if !ok {
-			continue
-		}
-		// A lost folder's replica is replaced on this node: the new one
-		// joins through the reconciler.
-		st, err := folders.Prepare(ctx, n, r, false)
-		if errors.Is(err, cluster.ErrReplicaLost) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		// Every replica writes the shard's audit trail and attachments'
-		// blob folder from the log, from the first command it applies.
-		fx := fxOf(n)
-		fx(st)
-		gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Peers: m.Voters(n), Join: r.Added, Store: st,
-			Folder: shardFolder(o.shards, n, fx)}
-		if err := host.AddGroup(ctx, gc); err != nil {
-			return nil, fmt.Errorf("shard %d: %w", n, err)
-		}
-		groups = append(groups, n)
-	}
 	// The groups this node leads follow the shard map's sets (moves,
-	// set-replicas, dead nodes' replicas), and replicas added here join.
-	rec := cluster.NewReconciler(cluster.ReconcilerOptions{Client: o.client, Keys: o.keys, Host: host, Node: o.cfg.NodeID,
+	// set-replicas, dead nodes' replicas), replicas added here join, and
+	// the shards it owns become groups when the map asks for replicas.
+	rr.rec = cluster.NewReconciler(cluster.ReconcilerOptions{Client: o.client, Keys: o.keys, Host: rr.host, Node: o.cfg.NodeID,
 		DeadAfter: o.cfg.Cluster.DeadAfter, Logger: o.logger,
 		Join: func(ctx context.Context, n int, r cluster.Replica) error {
-			return joinReplica(ctx, host, folders, n, r, fxOf(n))
+			return joinReplica(ctx, rr.host, rr.folders, n, r, rr.effects(n))
+		},
+		Grow: func(ctx context.Context, m cluster.Map, n int) error {
+			if rr.grower == nil {
+				return nil
+			}
+			return rr.grower.Step(ctx, m, n)
 		}})
-	rr := &replicaRuntime{host: host, net: net, leaders: leaders, progress: progress, rec: rec, leading: leading,
-		logger: o.logger, shards: groups}
-	leaders.Start(ctx)
-	net.Start(ctx, host)
-	host.Start(ctx)
-	progress.Start(ctx)
-	rec.Start(ctx)
 	return rr, nil
+}
+
+// effects sets shard n's command effects on a store: every replica
+// writes the shard's audit trail and attachments' blob folder from the
+// log, from the first command it applies.
+func (r *replicaRuntime) effects(n int) func(*store.Store) { return shardEffects(r.o.cfg, n, r.logger) }
+
+// watch runs the runtime at once when m, the map the node started with,
+// is replicated: the groups run before any request. Otherwise it runs
+// it once the map asks for replicas (cluster set-replicas), until ctx
+// ends. From then on the shards per owns become groups.
+func (r *replicaRuntime) watch(ctx context.Context, m cluster.Map, per *shardRuntime) error {
+	r.grower = cluster.NewGrower(cluster.GrowerOptions{Client: r.o.client, Keys: r.o.keys, Node: r.o.cfg.NodeID,
+		Owner: per.owner, Shards: r.o.shards, Holder: per.holder, Detach: per.detach, Start: r.startGroup,
+		Running: r.running, Logger: r.logger})
+	if m.Replicated() {
+		return r.run(ctx, m)
+	}
+	go func() {
+		for ctx.Err() == nil {
+			m, err := cluster.WaitReplicated(ctx, r.o.client, r.o.keys)
+			if err == nil {
+				err = r.run(ctx, m)
+			}
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			r.logger.Error("replicas_start_failed", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return nil
+}
+
+// run starts a group for every shard the map m names this node a
+// replica of, over the shard's open store (a new store is bootstrapped
+// with the shard's first voters, an existing one goes on from its log;
+// from then on its writes are proposals), then the transport, the host,
+// the leader records, the progress reports and the reconciler.
+func (r *replicaRuntime) run(ctx context.Context, m cluster.Map) error {
+	var err error
+	r.activated.Do(func() {
+		for _, n := range r.o.shards.Numbers() {
+			rp, ok := m.ReplicaOn(n, r.o.cfg.NodeID)
+			if !ok {
+				continue
+			}
+			err = r.startGroup(ctx, n, rp, m.Voters(n))
+			if errors.Is(err, cluster.ErrReplicaLost) {
+				// Replaced on this node: the new one joins through the
+				// reconciler.
+				err = nil
+				continue
+			}
+			if err != nil {
+				err = fmt.Errorf("shard %d: %w", n, err)
+				return
+			}
+		}
+		r.leaders.Start(ctx)
+		r.net.Start(ctx, r.host)
+		r.host.Start(ctx)
+		r.progress.Start(ctx)
+		r.rec.Start(ctx)
+		r.logger.Info("replicas_started")
+	})
+	return err
+}
+
+// startGroup starts this node's replica rp of shard n over the shard's
+// open store: a new log is bootstrapped with voters, the shard's first
+// voters, unless rp joined a running group.
+// Its folder is prepared first (cluster.ReplicaFolder): a folder of
+// another replica deleted, one lost replaced (ErrReplicaLost).
+func (r *replicaRuntime) startGroup(ctx context.Context, n int, rp cluster.Replica, voters []uint64) error {
+	st, err := r.folders.Prepare(ctx, n, rp, false)
+	if err != nil {
+		return err
+	}
+	fx := r.effects(n)
+	fx(st)
+	return r.host.AddGroup(ctx, replica.GroupConfig{Group: uint64(n), Replica: rp.ID, Peers: voters, Join: rp.Added,
+		Store: st, Folder: shardFolder(r.o.shards, n, fx)})
+}
+
+// running reports whether the host runs a group of shard n.
+func (r *replicaRuntime) running(n int) bool {
+	_, _, err := r.host.Members(uint64(n))
+	return !errors.Is(err, replica.ErrNoGroup)
 }
 
 // joinReplica starts this node's replica r of shard n, added to the
@@ -191,6 +257,7 @@ func (r *replicaRuntime) stop() {
 	if r == nil {
 		return
 	}
+	r.activated.Do(func() {}) // never run after a stop
 	r.stopped.Do(func() {
 		r.rec.Stop()
 		r.progress.Stop()

@@ -13,9 +13,10 @@ import (
 )
 
 // clusterSetReplicas records a new replica count for every shard of a
-// running replicated cluster in etcd (cluster.SetReplicas, over the nodes
+// running cluster in etcd (cluster.SetReplicas, over the nodes
 // registered now); each shard's leader then adds or removes its group's
-// replicas one at a time. Exit 0 recorded, 1 refused or failed, 2 usage.
+// replicas one at a time, and the home of a shard of one copy first
+// makes it a group. Exit 0 recorded, 1 refused or failed, 2 usage.
 func (e env) clusterSetReplicas(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("cluster set-replicas", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the shard map's replica sets as JSON")
@@ -54,8 +55,17 @@ func (e env) clusterSetReplicas(ctx context.Context, args []string) int {
 // printSets prints each shard's replica set.
 func printSets(w io.Writer, m cluster.Map) {
 	fmt.Fprintf(w, "replicas: %d per shard; the shards' leaders add and remove them one at a time\n", m.ReplicaCount())
-	for n, set := range m.Sets {
+	for n, home := range m.Homes {
 		fmt.Fprintf(w, "shard %d:", n)
+		if !m.Grouped(n) {
+			state := "one copy, owned by its home"
+			if m.Growing(n) {
+				state += ", which makes it a group"
+			}
+			fmt.Fprintf(w, " %s (%s)\n", home, state)
+			continue
+		}
+		set := m.Sets[n]
 		for _, r := range set {
 			state := ""
 			switch {

@@ -300,14 +300,11 @@ func (e *ShardElsewhereError) Unwrap() error { return ErrShardElsewhere }
 // of: a shard it holds no database for (onDisk) is created empty only
 // while no other node reports holding it.
 func CheckHomes(ctx context.Context, c *clientv3.Client, k Keys, m Map, node string, onDisk []int) error {
-	if m.Replicated() {
-		// Every replica's node holds the shard: a new replica starts
-		// empty and catches up from its group.
-		return nil
-	}
 	var missing []int
 	for _, n := range m.HeldBy(node) {
-		if !slices.Contains(onDisk, n) {
+		// Every replica's node holds a group's shard: a new replica
+		// starts empty and catches up from its group.
+		if !m.Grouped(n) && !slices.Contains(onDisk, n) {
 			missing = append(missing, n)
 		}
 	}

@@ -40,62 +40,87 @@ const maxMapRetries = 10
 // nothing.
 func changeMap(ctx context.Context, c *clientv3.Client, k Keys,
 	change func(m *Map, newID func() uint64) (changed bool, err error)) (Map, error) {
+	m, _, err := changeMapIf(ctx, c, k, nil, nil, change)
+	return m, err
+}
+
+// errMapCmp: a change's own comparisons failed while the map stood.
+var errMapCmp = errors.New("the change's condition no longer holds")
+
+// errOutcomeUnknown: the change's transaction failed in etcd's client,
+// which may have committed it.
+var errOutcomeUnknown = errors.New("the change may or may not have been made")
+
+// changeMapIf is changeMap whose transaction also checks cmps and
+// applies ops; it returns the revision it committed at. A failure of
+// cmps (the map unchanged) is errMapCmp, not retried.
+func changeMapIf(ctx context.Context, c *clientv3.Client, k Keys, cmps []clientv3.Cmp, ops []clientv3.Op,
+	change func(m *Map, newID func() uint64) (changed bool, err error)) (Map, int64, error) {
 	for range maxMapRetries {
 		resp, err := c.Txn(ctx).Then(clientv3.OpGet(k.ShardMap()), clientv3.OpGet(k.ReplicaIDs())).Commit()
 		if err != nil {
-			return Map{}, err
+			return Map{}, 0, err
 		}
 		mkvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(mkvs) == 0 {
-			return Map{}, ErrNoCluster
+			return Map{}, 0, ErrNoCluster
 		}
 		var m Map
 		if err := json.Unmarshal(mkvs[0].Value, &m); err != nil || !m.validReplicas() {
-			return Map{}, fmt.Errorf("%s is not a shard map: %q", k.ShardMap(), mkvs[0].Value)
+			return Map{}, 0, fmt.Errorf("%s is not a shard map: %q", k.ShardMap(), mkvs[0].Value)
 		}
 		first, idCmp, err := replicaIDs((*clientv3.GetResponse)(resp.Responses[1].GetResponseRange()), k)
 		if err != nil {
-			return Map{}, err
+			return Map{}, 0, err
 		}
 		next := first
 		changed, err := change(&m, func() uint64 { next++; return next - 1 })
 		if err != nil || !changed {
-			return m, err
+			return m, 0, err
 		}
 		for n := range m.Sets {
-			m.Homes[n] = m.Desired(n)[0].Node
+			if m.Grouped(n) {
+				m.Homes[n] = m.Desired(n)[0].Node
+			}
+		}
+		if !m.Replicated() {
+			m.Sets = nil // one copy each again, and no group
 		}
 		if !m.validReplicas() {
-			return Map{}, fmt.Errorf("%w: the change leaves an invalid map", ErrMembershipChange)
+			return Map{}, 0, fmt.Errorf("%w: the change leaves an invalid map", ErrMembershipChange)
 		}
 		v, err := json.Marshal(m)
 		if err != nil {
-			return Map{}, err
+			return Map{}, 0, err
 		}
-		ops := []clientv3.Op{clientv3.OpPut(k.ShardMap(), string(v))}
+		put := []clientv3.Op{clientv3.OpPut(k.ShardMap(), string(v))}
 		if next != first {
-			ops = append(ops, clientv3.OpPut(k.ReplicaIDs(), strconv.FormatUint(next, 10)))
+			put = append(put, clientv3.OpPut(k.ReplicaIDs(), strconv.FormatUint(next, 10)))
 		}
-		tr, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k.ShardMap()), "=", mkvs[0].ModRevision), idCmp).
-			Then(ops...).Commit()
+		mapCmp := clientv3.Compare(clientv3.ModRevision(k.ShardMap()), "=", mkvs[0].ModRevision)
+		tr, err := c.Txn(ctx).If(append([]clientv3.Cmp{mapCmp, idCmp}, cmps...)...).
+			Then(append(put, ops...)...).Else(clientv3.OpTxn([]clientv3.Cmp{mapCmp, idCmp}, nil, nil)).Commit()
 		if err != nil {
-			return Map{}, err
+			return Map{}, 0, fmt.Errorf("%w: %w", errOutcomeUnknown, err)
 		}
 		if tr.Succeeded {
-			return m, nil
+			return m, tr.Header.Revision, nil
+		}
+		if tr.Responses[0].GetResponseTxn().GetSucceeded() {
+			return Map{}, 0, fmt.Errorf("%w: %w", ErrMembershipChange, errMapCmp)
 		}
 	}
-	return Map{}, fmt.Errorf("%w: the shard map kept changing", ErrMembershipChange)
+	return Map{}, 0, fmt.Errorf("%w: the shard map kept changing", ErrMembershipChange)
 }
 
 // checkShard checks that m's shard n is replicated and has no change
 // under way (a Leaving replica): one change of a shard at a time.
 func checkShard(m *Map, n int) error {
 	switch {
-	case !m.Replicated():
-		return fmt.Errorf("%w: shard %d has one replica", ErrMembershipChange, n)
 	case n < 0 || n >= m.Shards:
 		return fmt.Errorf("%w: the cluster has shards 0 to %d", ErrMembershipChange, m.Shards-1)
+	case !m.Grouped(n):
+		return fmt.Errorf("%w: shard %d has one replica", ErrMembershipChange, n)
 	case len(m.Desired(n)) != len(m.Sets[n]):
 		return fmt.Errorf("shard %d: %w", n, ErrMoveInProgress)
 	}
@@ -139,28 +164,35 @@ func MoveReplica(ctx context.Context, c *clientv3.Client, k Keys, n int, from, t
 	return m, nil
 }
 
-// SetReplicas changes the replica count of every shard of a replicated
-// cluster to r (3 or 5) over the nodes live (registered): each shard
-// gets new replicas on the live nodes holding fewest replicas, or has
-// its last ones marked leaving. From or to one replica is not built: a
-// shard of one replica is no Raft group.
+// SetReplicas changes the replica count of every shard to r (1, 3 or
+// 5) over the nodes live (registered). Each Raft group gets new replicas
+// on the live nodes holding fewest replicas, or has its last ones marked
+// leaving (down to a group of one: its leader stays the only voter). A
+// shard still owned by its home (spec §11) is left to it: once r asks
+// for more than one replica its home makes it a group (GrowShard), and
+// with one asked for it stays owned.
 func SetReplicas(ctx context.Context, c *clientv3.Client, k Keys, r int, live []string) (Map, error) {
 	m, err := changeMap(ctx, c, k, func(m *Map, newID func() uint64) (bool, error) {
-		if !m.Replicated() || r == 1 {
-			return false, fmt.Errorf("%w: from or to one replica per shard", ErrReplicated)
-		}
 		if err := CheckReplicas(r, len(live)); err != nil {
 			return false, err
 		}
-		if r == m.Replicas {
+		if r == m.ReplicaCount() {
 			return false, nil
 		}
 		for n := range m.Sets {
-			if err := checkShard(m, n); err != nil {
-				return false, err
+			if m.Grouped(n) {
+				if err := checkShard(m, n); err != nil {
+					return false, err
+				}
 			}
 		}
+		if m.Sets == nil {
+			m.Sets = make([][]Replica, m.Shards)
+		}
 		for n := range m.Sets {
+			if !m.Grouped(n) {
+				continue
+			}
 			for len(m.Sets[n]) < r {
 				to, ok := placeOne(m, n, live)
 				if !ok {

@@ -281,7 +281,7 @@ func checkMove(ctx context.Context, o MoveOptions) (Map, int64, error) {
 		return m, 0, fmt.Errorf("move shard %d: %w: the cluster has shards 0 to %d", n, ErrMoveTarget, m.Shards-1)
 	}
 	switch {
-	case m.Replicated():
+	case m.Grouped(n):
 		// A replica moves as a membership change (design §8), not built.
 		return m, 0, fmt.Errorf("move shard %d: %w: moving a replica is not built yet", n, ErrReplicated)
 	case o.To == "":

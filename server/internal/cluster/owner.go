@@ -286,6 +286,10 @@ func (w *Owner) keep(ctx context.Context, n int) {
 		case n >= m.Shards || m.Homes[n] != w.o.Node:
 			w.o.Logger.Info("cluster_shard_not_home", "shard", n)
 			return
+		case m.Grouped(n):
+			// Its group's leader serves it now: never owned again.
+			w.o.Logger.Info("cluster_shard_grouped", "shard", n)
+			return
 		default:
 			l, err := w.coordinator(n).Acquire(ctx)
 			if err == nil {

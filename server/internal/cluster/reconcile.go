@@ -20,7 +20,9 @@ import (
 // replica leads: it moves the group's membership towards the shard's set
 // one change at a time (add a learner, promote it once caught up, remove
 // a replica leaving, take a removed one out of the set), and replaces
-// the replicas of a node down longer than DeadAfter. It keeps no state
+// the replicas of a node down longer than DeadAfter; through Grow, it
+// also has this node switch the shards it owns into groups once the map
+// asks for replicas (grow.go). It keeps no state
 // of its own but when it first saw a node down: every step is decided
 // again from the map in etcd and the group's applied membership, so a
 // new leader takes up where the old one stopped.
@@ -59,6 +61,10 @@ type ReconcilerOptions struct {
 	// whose group joins (replica.GroupConfig.Join).
 	Node string
 	Join func(ctx context.Context, n int, r Replica) error
+	// Grow, when set, is asked about every shard at every look: it
+	// switches a shard this node owns into a group once the map asks
+	// for replicas (Grower.Step).
+	Grow func(ctx context.Context, m Map, n int) error
 	// DeadAfter is how long a node stays unregistered before its
 	// replicas are replaced (PROGRESSDB_CLUSTER_DEAD_AFTER); 0: never.
 	DeadAfter time.Duration
@@ -134,6 +140,11 @@ func (r *Reconciler) Once(ctx context.Context) error {
 		}
 	}
 	for n := range m.Sets {
+		if r.o.Grow != nil {
+			if err := r.o.Grow(ctx, m, n); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if err := r.join(ctx, m, n); err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", n, err))
 		}

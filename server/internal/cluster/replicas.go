@@ -102,12 +102,27 @@ func replicaIDs(resp *clientv3.GetResponse, k Keys) (uint64, clientv3.Cmp, error
 	return next, clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision), nil
 }
 
-// ReplicaCount is the replicas each shard has: 1 for a map without any.
+// ReplicaCount is the replicas each shard has, or is to have: 1 for a
+// map without any.
 func (m Map) ReplicaCount() int { return max(m.Replicas, 1) }
 
-// Replicated reports whether the shards are Raft groups (ReplicaCount >
-// 1): leadership, not an ownership lease, decides who serves them.
-func (m Map) Replicated() bool { return m.ReplicaCount() > 1 }
+// Replicated reports whether the cluster has Raft groups or is to have
+// them (ReplicaCount > 1): its nodes run replicas.
+func (m Map) Replicated() bool {
+	return m.ReplicaCount() > 1 || slices.ContainsFunc(m.Sets, func(s []Replica) bool { return len(s) > 0 })
+}
+
+// Grouped reports whether shard n is a Raft group (its set names its
+// replicas): leadership, not an ownership lease, decides who serves it.
+// A shard without a set has one copy, owned by its home (spec §11),
+// until its home makes it a group (grow.go).
+func (m Map) Grouped(n int) bool { return n >= 0 && n < len(m.Sets) && len(m.Sets[n]) > 0 }
+
+// Growing reports whether shard n is to become a group: the cluster asks
+// for more than one replica and the shard is still owned by its home.
+func (m Map) Growing(n int) bool {
+	return m.ReplicaCount() > 1 && n >= 0 && n < m.Shards && !m.Grouped(n)
+}
 
 // ReplicaOn returns shard n's replica on node, if its set names it (a
 // leaving one included: it runs until its group removed it). A node may
@@ -170,10 +185,10 @@ func (m Map) Desired(n int) []Replica {
 }
 
 // validReplicas checks a replicated map read from etcd: a set per shard,
-// each on distinct nodes (but for a leaving replica whose node holds the
-// one replacing it: ReplaceLost), ReplicaCount of them staying, IDs
-// non-zero and distinct, the home the node of the set's first staying
-// replica.
+// empty for a shard still owned by its home, else on distinct nodes
+// (but for a leaving replica whose node holds the one replacing it:
+// ReplaceLost), ReplicaCount of them staying, IDs non-zero and distinct,
+// the home the node of the set's first staying replica.
 func (m Map) validReplicas() bool {
 	if !m.Replicated() {
 		return len(m.Sets) == 0
@@ -183,8 +198,11 @@ func (m Map) validReplicas() bool {
 	}
 	seen := map[uint64]bool{}
 	for n, set := range m.Sets {
+		if len(set) == 0 {
+			continue
+		}
 		stay := m.Desired(n)
-		if len(stay) != m.Replicas || stay[0].Node != m.Homes[n] {
+		if len(stay) != m.ReplicaCount() || stay[0].Node != m.Homes[n] {
 			return false
 		}
 		staying, leaving := map[string]bool{}, map[string]bool{}

@@ -47,8 +47,9 @@ func (s ReplicaState) report(node string, n int) (replica.GroupStatus, bool) {
 // recently as a voter, and it is not leaving its set; without a leader
 // none is.
 func (s ReplicaState) Replicas(m Map, n int) ([]ReplicaStatus, bool) {
-	if n < 0 || n >= len(m.Sets) {
-		return nil, false
+	if !m.Grouped(n) {
+		// Owned by its home: under-replicated while more are asked for.
+		return nil, m.Growing(n)
 	}
 	var lead replica.GroupStatus
 	if l, ok := s.Leaders[n]; ok {

@@ -23,9 +23,12 @@ type Map struct {
 	// given: what a repeated creation is compared with, since moves change
 	// Homes.
 	Nodes []string `json:"nodes,omitempty"`
-	// Replicas is the number of replicas of each shard (0 or 1: one,
-	// spec §11); with more, each shard is a Raft group (spec §15) whose
-	// replicas Sets[n] lists, the first on Homes[n].
+	// Replicas is the number of replicas each shard is to have (0 or 1:
+	// one, spec §11). Sets[n], when not empty, makes shard n a Raft group
+	// (spec §15) of those replicas, the first staying one on Homes[n];
+	// an empty set leaves shard n owned by its home, which makes it a
+	// group once Replicas asks for more (grow.go). Without any group and
+	// with one replica asked for, Sets is absent.
 	Replicas int         `json:"replicas,omitempty"`
 	Sets     [][]Replica `json:"sets,omitempty"`
 }
@@ -224,13 +227,16 @@ func (m Map) HeldBy(node string) []int {
 }
 
 // OwnedBy lists the shards whose ownership node keeps (spec §11): those
-// it is home of, unless the shards are replicated, whose leaders serve
-// them instead (docs/replication-design.md §9).
+// it is home of, but for the Raft groups, whose leaders serve them
+// instead (docs/replication-design.md §9).
 func (m Map) OwnedBy(node string) []int {
-	if m.Replicated() {
-		return nil
+	var out []int
+	for _, n := range m.HeldBy(node) {
+		if !m.Grouped(n) {
+			out = append(out, n)
+		}
 	}
-	return m.HeldBy(node)
+	return out
 }
 
 // WaitMap reads the shard map, waiting for the cluster's creation while
@@ -250,6 +256,26 @@ func WaitMap(ctx context.Context, c *clientv3.Client, k Keys, onWait func()) (Ma
 			onWait()
 		}
 		waited = true
+		if err := waitPut(ctx, c, k.ShardMap(), get.Header.Revision+1); err != nil {
+			return Map{}, err
+		}
+	}
+}
+
+// WaitReplicated waits until the shard map is replicated (Replicated:
+// created so, or asked for replicas by set-replicas) and returns it.
+func WaitReplicated(ctx context.Context, c *clientv3.Client, k Keys) (Map, error) {
+	for {
+		get, err := c.Get(ctx, k.ShardMap())
+		if err != nil {
+			return Map{}, fmt.Errorf("read shard map: %w", err)
+		}
+		if len(get.Kvs) > 0 {
+			m, err := readMap(ctx, c, k, clientv3.WithRev(get.Header.Revision))
+			if err != nil || m.Replicated() {
+				return m, err
+			}
+		}
 		if err := waitPut(ctx, c, k.ShardMap(), get.Header.Revision+1); err != nil {
 			return Map{}, err
 		}

@@ -91,7 +91,7 @@ func ReadStatus(ctx context.Context, c *clientv3.Client, k Keys) (Status, error)
 	}
 	st := Status{Shards: make([]ShardStatus, m.Shards)}
 	for n, home := range m.Homes {
-		if !m.Replicated() {
+		if !m.Grouped(n) {
 			node(home).Shards = append(node(home).Shards, n)
 		}
 		st.Shards[n] = ShardStatus{N: n, Home: home, State: ShardUnavailable}
@@ -108,16 +108,18 @@ func ReadStatus(ctx context.Context, c *clientv3.Client, k Keys) (Status, error)
 		}
 		rest, ok := strings.CutSuffix(rest, "/owner")
 		n, err := strconv.Atoi(rest)
-		if !ok || err != nil || n < 0 || n >= m.Shards {
-			continue
+		if !ok || err != nil || n < 0 || n >= m.Shards || m.Grouped(n) {
+			continue // a group's ownership key is a switch's leftover
 		}
 		var v holderValue
 		_ = json.Unmarshal(kv.Value, &v)
 		st.Shards[n].Owner, st.Shards[n].Epoch, st.Shards[n].State = v.Node, kv.CreateRevision, ShardOwned
 	}
-	if m.Replicated() {
-		for n := range st.Shards {
+	for n := range st.Shards {
+		if m.Grouped(n) {
 			replicatedShard(&st.Shards[n], m, rs, node)
+		} else if m.Growing(n) {
+			st.Shards[n].UnderReplicated = true // owned, until its home makes it a group
 		}
 	}
 	for _, n := range byID {

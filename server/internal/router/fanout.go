@@ -105,7 +105,7 @@ func (rt *Router) shardCall(r *http.Request) (int, bool, error) {
 	if call.shard < 0 {
 		return 0, true, &routeError{http.StatusBadRequest, api.CodeInvalidParameter, HeaderShard + " is required on this route", ErrNotNode}
 	}
-	if rt.replicated() {
+	if rt.grouped(call.shard) {
 		return call.shard, true, rt.checkLeader(r.Context(), call.shard, isRead(r))
 	}
 	return call.shard, true, rt.checkCall(call.shard, call, isRead(r))

@@ -31,8 +31,10 @@ type Replicas interface {
 	ReadIndex(ctx context.Context, n int) error
 }
 
-// replicated reports whether the cluster's shards are Raft groups.
-func (rt *Router) replicated() bool { return rt.o.View.state().m.Replicated() }
+// grouped reports whether shard n is a Raft group, as the view sees the
+// map: a shard of one copy is served by its owner until its home makes
+// it a group.
+func (rt *Router) grouped(n int) bool { return rt.o.View.state().m.Grouped(n) }
 
 // leads reports whether this node's replica of shard n leads it.
 func (rt *Router) leads(n int) bool {
@@ -43,7 +45,7 @@ func (rt *Router) leads(n int) bool {
 // it holds it and, replicated, its replica leads.
 func (rt *Router) here(n int) (*store.Store, bool) {
 	st, held := rt.o.Shards.Store(n)
-	if !held || !rt.replicated() {
+	if !held || !rt.grouped(n) {
 		return st, held
 	}
 	return st, rt.leads(n)
@@ -131,7 +133,7 @@ func (rt *Router) leaderTarget(st state, n int) (string, int64, error) {
 // readHere is the read barrier of shard n served here: none for a shard
 // of one copy, whose owner's store is the shard.
 func (rt *Router) readHere(ctx context.Context, n int) error {
-	if !rt.replicated() {
+	if !rt.grouped(n) {
 		return nil
 	}
 	return rt.barrier(ctx, n)

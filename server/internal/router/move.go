@@ -64,7 +64,7 @@ func (rt *Router) Move(w http.ResponseWriter, r *http.Request, n int, to string,
 	if err != nil {
 		return false, nil, &routeError{http.StatusServiceUnavailable, api.CodeClusterUnavailable, "the shard map cannot be read: " + err.Error(), err}
 	}
-	if m.Replicated() {
+	if m.Grouped(n) {
 		return rt.moveReplica(r.Context(), m, n, to)
 	}
 	if n >= m.Shards || m.Homes[n] == to {

@@ -166,6 +166,14 @@ func moving(n int) error {
 		fmt.Errorf("%w: %w", ErrShardUnavailable, cluster.ErrMoving)}}
 }
 
+// switching refuses a request to a shard its home is making a group of
+// (503 with Retry-After, as a move).
+func switching(n int) error {
+	return movingError{&routeError{http.StatusServiceUnavailable, api.CodeShardUnavailable,
+		fmt.Sprintf("shard %d unavailable: no node owns it now; its home is making it a replicated group, or is down", n),
+		ErrShardUnavailable}}
+}
+
 func misdirected(n int, format string, args ...any) error {
 	return &routeError{http.StatusMisdirectedRequest, api.CodeMisdirected,
 		fmt.Sprintf("shard %d: ", n) + fmt.Sprintf(format, args...), ErrMisdirected}
@@ -260,7 +268,7 @@ func (rt *Router) thread(w http.ResponseWriter, r *http.Request, tid string) (*h
 	n := cluster.ShardOf(tid, rt.o.View.Shards())
 	if call, ok := nodeCallOf(r.Context()); ok {
 		// Forwarded by a node: served here or refused, never forwarded on.
-		if rt.replicated() {
+		if rt.grouped(n) {
 			r, sh, err := rt.leaderLocal(r, n)
 			return r, sh, err != nil, err
 		}
@@ -272,7 +280,7 @@ func (rt *Router) thread(w http.ResponseWriter, r *http.Request, tid string) (*h
 		return r, sh, err != nil, err
 	}
 	if st, ok := rt.here(n); ok {
-		if rt.replicated() {
+		if rt.grouped(n) {
 			r, sh, err := rt.leaderLocal(r, n)
 			return r, sh, err != nil, err
 		}
@@ -313,11 +321,15 @@ func (rt *Router) target(n int) (url string, epoch int64, err error) {
 	if n >= st.m.Shards {
 		return "", 0, unavailable(n, "not in the shard map")
 	}
-	if st.m.Replicated() {
+	if st.m.Grouped(n) {
 		return rt.leaderTarget(st, n)
 	}
 	o, owned := st.owners[n]
 	switch {
+	case !owned && st.m.Growing(n):
+		// Its home may be switching it into a group: the ownership
+		// ends there with the switch, and its leader comes seconds after.
+		return "", 0, switching(n)
 	case !owned:
 		return "", 0, unavailable(n, "no node owns it (its home %s is down or has not taken it yet)", st.m.Homes[n])
 	case o.URL == "":

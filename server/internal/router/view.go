@@ -184,7 +184,7 @@ func (v *View) Unowned() int {
 	n := 0
 	for i := range st.m.Shards {
 		_, owned := st.owners[i]
-		if st.m.Replicated() {
+		if st.m.Grouped(i) {
 			_, owned = st.leaders[i]
 		}
 		if !owned {
