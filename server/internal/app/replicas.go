@@ -158,6 +158,11 @@ func (r *replicaRuntime) watch(ctx context.Context, m cluster.Map, per *shardRun
 		for ctx.Err() == nil {
 			m, err := cluster.WaitReplicated(ctx, r.o.client, r.o.keys)
 			if err == nil {
+				if cerr := checkReplicated(r.o.cfg, m); cerr != nil {
+					// Its shards stay owned, and under-replicated.
+					r.logger.Error("replicas_refused", "err", cerr)
+					return
+				}
 				err = r.run(ctx, m)
 			}
 			if err == nil || ctx.Err() != nil {
