@@ -148,12 +148,38 @@ func (e envVars) list() []string {
 type lockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
+	// at, when set, is called once the output holds n times the text
+	// (lockedBuffer.when).
+	at struct {
+		text string
+		n    int
+		fn   func()
+	}
 }
 
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.b.Write(p)
+	n, err := b.b.Write(p)
+	b.check()
+	return n, err
+}
+
+// when calls fn, once, as soon as the output holds text n times: from
+// the goroutine that copies the process's output, the moment it arrives.
+func (b *lockedBuffer) when(text string, n int, fn func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.at.text, b.at.n, b.at.fn = text, n, fn
+	b.check()
+}
+
+func (b *lockedBuffer) check() {
+	if b.at.fn != nil && strings.Count(b.b.String(), b.at.text) >= b.at.n {
+		fn := b.at.fn
+		b.at.fn = nil
+		fn()
+	}
 }
 
 func (b *lockedBuffer) String() string {
@@ -259,6 +285,13 @@ func (p *proc) kill() {
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
+}
+
+// killAt sends SIGKILL as soon as the process's stderr holds text n
+// times: a step that lasts a few milliseconds is not missed, as it can
+// be by a test polling the output. Wait for the process with wait.
+func (p *proc) killAt(text string, n int) {
+	p.stderr.when(text, n, func() { _ = p.cmd.Process.Signal(syscall.SIGKILL) })
 }
 
 // stop asks the process to shut down (SIGTERM) and returns its status.

@@ -148,11 +148,8 @@ func TestFaultShreddingKilledAtEachStep(t *testing.T) {
 			storetest.RequireAll(t, s.keys, "k:"+fx.due[0]+":k:")
 
 			p := startRetention(t, s.env())
-			waitFor(t, processTimeout, step.name, func() bool {
-				return strings.Count(p.stderr.String(), `"msg":"`+step.event+`"`) >= step.nth || p.exited()
-			})
-			p.kill()
-			if p.code == 0 {
+			p.killAt(`"msg":"`+step.event+`"`, step.nth)
+			if p.wait(t, processTimeout) == 0 {
 				t.Fatalf("the run ended before %s was reached\n%s", step.name, p.output())
 			}
 
