@@ -309,3 +309,73 @@ func TestSnapshotCarriesTheBlobs(t *testing.T) {
 		t.Errorf("the snapshot's unpacked blobs are left beside %s: %v", blobs, err)
 	}
 }
+
+// TestReplicatedUploadLeftoversGoEverywhere: what a failed upload left
+// in the replicas' folders goes from every one of them. An upload over
+// the limit, sent without a declared size, had its first chunk on every
+// replica when it was refused: its temporary file is deleted everywhere.
+// An abandoned upload's temporary file (its leader died half way) is
+// taken by the leader's orphan sweep after the grace period, and
+// deleted from every replica's folder.
+func TestReplicatedUploadLeftoversGoEverywhere(t *testing.T) {
+	etcd, nodes := startReplicatedWith(t, []string{"node-a", "node-b", "node-c"},
+		fmt.Sprintf("PROGRESSDB_ATTACHMENT_MAX_BYTES=%d", 1<<20+100))
+	const shard = replShard
+	tid := threadIn(t, shard)
+	seedThread(t, nodes[0], tid)
+	code, body := call(t, http.MethodPost, nodes[0].url()+"/v1/threads/"+tid+"/messages", `{"id":"m1","author":"u","body":{"text":"x"}}`, nil)
+	if code != http.StatusCreated {
+		t.Fatalf("append: %d %s", code, body)
+	}
+	folder := func(n *testNode) string {
+		return filepath.Dir(replicaBlob(n, shard, tid, "m1", "x"))
+	}
+	temps := func(n *testNode) []string {
+		m, _ := filepath.Glob(filepath.Join(folder(n), "*.tmp"))
+		return m
+	}
+	// No declared size: the limit is found once more than a chunk came.
+	file := markedFile(2<<20, "TooLargeMarkerV5e")
+	req, err := http.NewRequest(http.MethodPost, nodes[1].url()+"/v1/threads/"+tid+"/messages/m1/attachments",
+		io.MultiReader(bytes.NewReader(file)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("an upload over the limit: %d %s", resp.StatusCode, got)
+	}
+	for _, n := range nodes {
+		waitFor(t, func() bool { return len(temps(n)) == 0 }, "no temporary file in "+n.id+"'s folder")
+	}
+
+	// An abandoned upload's temporary file, older than the grace period,
+	// on every replica.
+	const abandoned = "01ABANDONEDUPLOAD0000000000.0123456789abcdef.tmp"
+	old := time.Now().Add(-25 * time.Hour)
+	for _, n := range nodes {
+		p := filepath.Join(folder(n), abandoned)
+		if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("half an upload"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitLeader(t, etcd, shard, 0)
+	part := runShard(t, nodes[2], shard)
+	if part.Result == nil {
+		t.Fatalf("the run: %+v", part)
+	}
+	for _, n := range nodes {
+		waitFor(t, func() bool { return len(temps(n)) == 0 }, "the abandoned upload's file to leave "+n.id+"'s folder")
+	}
+}
