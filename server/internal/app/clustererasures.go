@@ -12,8 +12,8 @@ import (
 // startErasures starts a sealed node's part in the cluster's subject
 // erasures (spec §11.1): the record any node's request writes in etcd
 // (p.erasures, which the router serves), and the worker that has each
-// shard this node owns run them. It starts nothing when sealing is off
-// (no receipt key). The stop it returns ends the worker: deferred after
+// shard this node owns (or, replicated, leads) run them. It starts
+// nothing when sealing is off (no receipt key). The stop it returns ends the worker: deferred after
 // the retention services' Close, it runs before it, since the worker
 // starts their runs.
 func (p *shardRuntime) startErasures(ctx context.Context, client *clientv3.Client, keys cluster.Keys, shards int) (stop func()) {
@@ -21,7 +21,9 @@ func (p *shardRuntime) startErasures(ctx context.Context, client *clientv3.Clien
 		return func() {}
 	}
 	services := p.services
+	// A replicated shard's part runs on its leader.
 	w := cluster.StartErasureWorker(ctx, cluster.ErasureWorkerOptions{Client: client, Keys: keys, Owner: p.owner,
+		Leader:     p.replicas.leading,
 		ReceiptKey: p.receiptKey, Logger: p.logger, OnEtcdError: p.cmetrics.EtcdError,
 		Service: func(n int) retention.ShardEraser {
 			if svc := services.get(n); svc != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/backup"
+	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/replica"
 	"github.com/progressdb/progressdb/server/internal/startstop"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -29,11 +30,55 @@ type leaderServices struct {
 	// those told before Start.
 	leases map[int]uint64
 	kick   chan struct{} // buffered: a change to look at
+	// leading are the shards whose services run now (marked by lead),
+	// and changed is closed at the next change of them (a new one each
+	// time): the cluster's erasure worker follows them.
+	leading map[int]bool
+	changed chan struct{}
 }
 
+var _ cluster.ErasureShards = (*leaderServices)(nil)
+
 func newLeaderServices() *leaderServices {
-	return &leaderServices{leases: make(map[int]uint64), kick: make(chan struct{}, 1)}
+	return &leaderServices{leases: make(map[int]uint64), kick: make(chan struct{}, 1), leading: make(map[int]bool),
+		changed: make(chan struct{})}
 }
+
+// mark records that shard n's services started (on) or stopped.
+func (s *leaderServices) mark(n int, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		s.leading[n] = true
+	} else {
+		delete(s.leading, n)
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Owned lists the shards whose leader services run here now
+// (cluster.ErasureShards).
+func (s *leaderServices) Owned() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]int, 0, len(s.leading))
+	for n := range s.leading {
+		out = append(out, n)
+	}
+	return out
+}
+
+// Changed is closed at the next start or stop of a shard's services.
+func (s *leaderServices) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// Moving is always false: a replicated shard moves replica by replica,
+// its leader serving meanwhile.
+func (s *leaderServices) Moving(int) bool { return false }
 
 // tell records a lease's start or end; it never blocks (the host's
 // worker calls it).
@@ -159,7 +204,9 @@ func (p *shardRuntime) leadShard(ctx context.Context, n int, term uint64) {
 		p.logger.Error("backup_start_failed", "shard", n, "term", term, "err", err)
 	}
 	p.logger.Info("leader_services_started", "shard", n, "term", term)
+	p.replicas.leading.mark(n, true)
 	<-ctx.Done()
+	p.replicas.leading.mark(n, false)
 	p.detach(n)
 	p.logger.Info("leader_services_stopped", "shard", n, "term", term)
 }

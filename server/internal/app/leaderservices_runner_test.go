@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -94,4 +95,37 @@ func TestLeaderServicesFollowTheLeases(t *testing.T) {
 	if l.overlap != "" {
 		t.Fatal(l.overlap)
 	}
+}
+
+// The shards whose services run are the erasure worker's to follow:
+// Owned lists them, and Changed closes at each start and stop.
+func TestLeaderServicesListTheShardsTheyLead(t *testing.T) {
+	s := newLeaderServices()
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	before := s.Changed()
+	s.mark(3, true)
+	s.mark(1, true)
+	if got := fmt.Sprint(sorted(s.Owned())); got != "[1 3]" || !closed(before) || s.Moving(3) {
+		t.Fatalf("owned %s, changed closed %v", got, closed(before))
+	}
+	before = s.Changed()
+	if closed(before) {
+		t.Fatal("a new Changed is closed")
+	}
+	s.mark(3, false)
+	if got := fmt.Sprint(sorted(s.Owned())); got != "[1]" || !closed(before) {
+		t.Fatalf("owned %s after a stop, changed closed %v", got, closed(before))
+	}
+}
+
+func sorted(xs []int) []int {
+	slices.Sort(xs)
+	return xs
 }

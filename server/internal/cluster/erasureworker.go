@@ -20,11 +20,26 @@ import (
 // ownership changes wake it at once otherwise.
 const DefaultErasureRetry = time.Second
 
+// ErasureShards are shards whose part in erasures a node runs: the shards
+// it owns (*Owner), or the replicated shards its replicas lead.
+type ErasureShards interface {
+	// Owned lists the shards whose parts run here now.
+	Owned() []int
+	// Changed is closed at the next change of Owned (or of Moving).
+	Changed() <-chan struct{}
+	// Moving reports whether shard n is frozen for a move: its part
+	// waits.
+	Moving(n int) bool
+}
+
 // ErasureWorkerOptions configure an ErasureWorker.
 type ErasureWorkerOptions struct {
 	Client *clientv3.Client
 	Keys   Keys
-	Owner  *Owner
+	// Owner is the shards this node owns; Leader, when set, the
+	// replicated shards it leads: the parts of both run here.
+	Owner  ErasureShards
+	Leader ErasureShards
 	// ReceiptKey is the cluster's, which opens the authors in etcd.
 	ReceiptKey []byte
 	// Service is owned shard n's part in erasures; nil while it has none
@@ -42,9 +57,10 @@ type ErasureWorkerOptions struct {
 	OnEtcdError func(error)
 }
 
-// ErasureWorker has every shard this node owns adopt the cluster's open
-// erasures (spec §11.1): at start, on every new record (an etcd watch),
-// whenever this node gains or regains a shard, and again while a shard's
+// ErasureWorker has every shard this node owns (or, replicated, leads)
+// adopt the cluster's open erasures (spec §11.1): at start, on every new
+// record (an etcd watch), whenever this node gains or regains a shard
+// (or its lead), and again while a shard's
 // part is not completed; a part completed is written into the record.
 // So a shard whose owner was down or moving when the erasure was asked
 // for finishes it once it has an owner again, with no new request.
@@ -96,7 +112,10 @@ func (w *ErasureWorker) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		// Read before the ownerships: a change after this read wakes the
 		// wait below.
-		changed := w.o.Owner.Changed()
+		changed, led := w.o.Owner.Changed(), (<-chan struct{})(nil)
+		if w.o.Leader != nil {
+			led = w.o.Leader.Changed()
+		}
 		all, rev, err := listErasures(ctx, w.o.Client, w.o.Keys, func(err error) {
 			w.o.Logger.Error("cluster_erasure_record_unreadable", "err", err)
 		})
@@ -114,7 +133,7 @@ func (w *ErasureWorker) loop(ctx context.Context) {
 			owed, ends = w.reconcile(ctx, open)
 			prune = w.prune(ctx, all)
 		}
-		w.wait(ctx, changed, rev, owed, ends, prune)
+		w.wait(ctx, changed, led, rev, owed, ends, prune)
 	}
 }
 
@@ -143,10 +162,10 @@ func (w *ErasureWorker) prune(ctx context.Context, all []storedErasure) time.Dur
 }
 
 // wait returns at a change under the erasures' prefix after rev, a change
-// of this node's ownerships, the end of a run of a shard that owes a part
+// of this node's ownerships or leaderships (led), the end of a run of a shard that owes a part
 // (ends), (owed) after the retry interval, or (prune > 0) when the next
 // completed record is due for pruning.
-func (w *ErasureWorker) wait(ctx context.Context, changed <-chan struct{}, rev int64, owed bool, ends []<-chan struct{}, prune time.Duration) {
+func (w *ErasureWorker) wait(ctx context.Context, changed, led <-chan struct{}, rev int64, owed bool, ends []<-chan struct{}, prune time.Duration) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ended := make(chan struct{}, 1)
@@ -178,6 +197,7 @@ func (w *ErasureWorker) wait(ctx context.Context, changed <-chan struct{}, rev i
 	select {
 	case <-ctx.Done():
 	case <-changed:
+	case <-led:
 	case <-ended:
 	case <-retry:
 	case resp, ok := <-watch:
@@ -197,6 +217,9 @@ func (w *ErasureWorker) wait(ctx context.Context, changed <-chan struct{}, rev i
 // end of the next run of each shard that owes one.
 func (w *ErasureWorker) reconcile(ctx context.Context, open []ErasureRecord) (owed bool, ends []<-chan struct{}) {
 	owned := w.o.Owner.Owned()
+	if w.o.Leader != nil {
+		owned = append(owned, w.o.Leader.Owned()...)
+	}
 	slices.Sort(owned)
 	live := make(map[string]bool, len(open))
 	for _, rec := range open {
