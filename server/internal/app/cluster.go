@@ -134,6 +134,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 		}
 		return err
 	}
+	deleteLeftovers(cfg, m, logger)
 	// Each shard replays at start what its trail records after its head.
 	warnAuditInsideDB(cfg, logger)
 	held := m.HeldBy(cfg.NodeID)

@@ -122,8 +122,10 @@ func newReplicas(o replicaOptions) (*replicaRuntime, error) {
 		return nil, err
 	}
 	// The groups this node leads follow the shard map's sets (moves,
-	// set-replicas, dead nodes' replicas), replicas added here join, and
-	// the shards it owns become groups when the map asks for replicas.
+	// set-replicas, dead nodes' replicas), replicas added here join, the
+	// shards it owns become groups when the map asks for replicas, and its
+	// folders of groups it left go.
+	leftovers := leftoverFolders(o.cfg, o.logger)
 	rr.rec = cluster.NewReconciler(cluster.ReconcilerOptions{Client: o.client, Keys: o.keys, Host: rr.host, Node: o.cfg.NodeID,
 		DeadAfter: o.cfg.Cluster.DeadAfter, Logger: o.logger,
 		Join: func(ctx context.Context, n int, r cluster.Replica) error {
@@ -134,6 +136,14 @@ func newReplicas(o replicaOptions) (*replicaRuntime, error) {
 				return nil
 			}
 			return rr.grower.Step(ctx, m, n)
+		},
+		// A shard still open here is being retired: its host deletes
+		// the database folder once it closed it.
+		Leftovers: func(m cluster.Map) error {
+			return leftovers.Delete(m, o.cfg.NodeID, func(n int) bool {
+				_, open := o.shards.Store(n)
+				return open || rr.running(n)
+			})
 		}})
 	return rr, nil
 }
@@ -233,6 +243,23 @@ func (r *replicaRuntime) startGroup(ctx context.Context, n int, rp cluster.Repli
 func (r *replicaRuntime) running(n int) bool {
 	_, _, err := r.host.Members(uint64(n))
 	return !errors.Is(err, replica.ErrNoGroup)
+}
+
+// leftoverFolders are the node's shard folders as cluster.Leftovers
+// deletes those of the groups it holds no replica of.
+func leftoverFolders(cfg config.Config, logger *slog.Logger) cluster.Leftovers {
+	return cluster.Leftovers{DBPath: cfg.DBPath, KeystorePath: cfg.KeystorePath, AttachmentsURL: cfg.AttachmentsURL,
+		Logger: logger}
+}
+
+// deleteLeftovers deletes, at a node's start, its folders of the groups
+// whose sets name no replica on it (removed while it was away), before
+// it opens or reports any folder. A folder that does not go is logged,
+// and the reconciler tries again.
+func deleteLeftovers(cfg config.Config, m cluster.Map, logger *slog.Logger) {
+	if err := leftoverFolders(cfg, logger).Delete(m, cfg.NodeID, nil); err != nil {
+		logger.Error("replica_folder_not_deleted", slog.Any("err", err))
+	}
 }
 
 // joinReplica starts this node's replica r of shard n, added to the

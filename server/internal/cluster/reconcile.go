@@ -65,6 +65,9 @@ type ReconcilerOptions struct {
 	// switches a shard this node owns into a group once the map asks
 	// for replicas (Grower.Step).
 	Grow func(ctx context.Context, m Map, n int) error
+	// Leftovers deletes what the node keeps of the groups whose sets
+	// name no replica on it (Leftovers.Delete); nil: nothing.
+	Leftovers func(m Map) error
 	// DeadAfter is how long a node stays unregistered before its
 	// replicas are replaced (PROGRESSDB_CLUSTER_DEAD_AFTER); 0: never.
 	DeadAfter time.Duration
@@ -136,6 +139,13 @@ func (r *Reconciler) Once(ctx context.Context) error {
 	var errs []error
 	for _, st := range r.o.Host.Statuses() {
 		if err := r.retire(m, st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// After the retirements: what a retired replica's folder leaves
+	// beside it, or a replica dropped while the node did not run it.
+	if r.o.Leftovers != nil {
+		if err := r.o.Leftovers(m); err != nil {
 			errs = append(errs, err)
 		}
 	}

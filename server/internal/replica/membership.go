@@ -284,3 +284,14 @@ func (h *Host) Members(groupID uint64) (voters, learners []uint64, err error) {
 	slices.Sort(learners)
 	return voters, learners, nil
 }
+
+// FolderOnDisk reports whether a replica's folder at dir, or what a
+// snapshot left beside it, is on disk: what DeleteFolder would delete.
+func FolderOnDisk(dir string) bool {
+	for _, d := range []string{dir, dir + stagedSuffix, dir + replacedSuffix} {
+		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) {
+			return true
+		}
+	}
+	return false
+}
