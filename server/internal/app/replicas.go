@@ -129,7 +129,7 @@ func newReplicas(o replicaOptions) (*replicaRuntime, error) {
 	rr.rec = cluster.NewReconciler(cluster.ReconcilerOptions{Client: o.client, Keys: o.keys, Host: rr.host, Node: o.cfg.NodeID,
 		DeadAfter: o.cfg.Cluster.DeadAfter, Logger: o.logger,
 		Join: func(ctx context.Context, n int, r cluster.Replica) error {
-			return joinReplica(ctx, rr.host, rr.folders, n, r, rr.effects(n))
+			return joinReplica(ctx, rr.host, rr.folders, n, r, rr.trail(n), rr.effects(n))
 		},
 		Grow: func(ctx context.Context, m cluster.Map, n int) error {
 			if rr.grower == nil {
@@ -152,6 +152,12 @@ func newReplicas(o replicaOptions) (*replicaRuntime, error) {
 // writes the shard's audit trail and attachments' blob folder from the
 // log, from the first command it applies.
 func (r *replicaRuntime) effects(n int) func(*store.Store) { return shardEffects(r.o.cfg, n, r.logger) }
+
+// trail is shard n's audit trail on this node, which a snapshot replaces
+// with the leader's.
+func (r *replicaRuntime) trail(n int) string {
+	return cluster.ShardAuditPath(r.o.cfg.Retention.AuditPath, n)
+}
 
 // watch runs the runtime at once when m, the map the node started with,
 // is replicated: the groups run before any request. Otherwise it runs
@@ -236,7 +242,7 @@ func (r *replicaRuntime) startGroup(ctx context.Context, n int, rp cluster.Repli
 	fx := r.effects(n)
 	fx(st)
 	return r.host.AddGroup(ctx, replica.GroupConfig{Group: uint64(n), Replica: rp.ID, Peers: voters, Join: rp.Added,
-		Store: st, Folder: shardFolder(r.o.shards, n, fx)})
+		Store: st, Folder: shardFolder(r.o.shards, n, r.trail(n), fx)})
 }
 
 // running reports whether the host runs a group of shard n.
@@ -267,13 +273,13 @@ func deleteLeftovers(cfg config.Config, m cluster.Map, logger *slog.Logger) {
 // its leader's snapshot. A folder an earlier replica of the shard left
 // here goes first: a replica comes back with a new ID and nothing of the
 // old one.
-func joinReplica(ctx context.Context, host *replica.Host, folders cluster.ReplicaFolder, n int, r cluster.Replica, fx func(*store.Store)) error {
+func joinReplica(ctx context.Context, host *replica.Host, folders cluster.ReplicaFolder, n int, r cluster.Replica, trail string, fx func(*store.Store)) error {
 	st, err := folders.Prepare(ctx, n, r, true)
 	if err != nil {
 		return err
 	}
 	fx(st)
-	gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Join: true, Store: st, Folder: shardFolder(folders.Shards, n, fx)}
+	gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Join: true, Store: st, Folder: shardFolder(folders.Shards, n, trail, fx)}
 	if err := host.AddGroup(ctx, gc); err != nil {
 		_, derr := folders.Shards.Detach(n)
 		return errors.Join(err, derr)
@@ -310,15 +316,16 @@ func (r *replicaRuntime) ReadIndex(ctx context.Context, n int) error {
 
 // shardFolder is shard n's folder as its replica's snapshots see it
 // (docs/replication-design.md §7): the store a snapshot replaces leaves
-// the node's shards, and the restored one takes its place there; a
-// file:// store's folder of the shard's blobs goes with it.
-func shardFolder(shards *cluster.Shards, n int, fx func(*store.Store)) *replica.Folder {
+// the node's shards, and the restored one takes its place there; the
+// shard's audit trail is replaced with it, and a file:// store's folder
+// of the shard's blobs goes with it.
+func shardFolder(shards *cluster.Shards, n int, trail string, fx func(*store.Store)) *replica.Folder {
 	dir := cluster.ShardDBPath(shards.DBPath(), n)
 	blobs := ""
 	if b, ok := shards.Blobs(n); ok && b != nil {
 		blobs = b.Dir()
 	}
-	return &replica.Folder{Dir: dir, BlobsDir: blobs,
+	return &replica.Folder{Dir: dir, Trail: trail, BlobsDir: blobs,
 		Open: func(d string) (*store.Store, error) {
 			if d == dir {
 				st, err := shards.Open(n)

@@ -19,7 +19,7 @@ func (h *Host) HoldApply(ctx context.Context, groupID uint64, st *store.Store) (
 	if g == nil {
 		return nil, fmt.Errorf("group %d: %w", groupID, ErrNoGroup)
 	}
-	_, release, err = applyHold{g: g, st: st}.Hold(ctx)
+	_, release, err = (&applyHold{g: g, st: st}).Hold(ctx)
 	if err != nil {
 		if release != nil {
 			release()

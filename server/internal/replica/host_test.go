@@ -14,6 +14,7 @@ import (
 
 	"github.com/progressdb/progressdb/server/internal/replica"
 	"github.com/progressdb/progressdb/server/internal/replica/replicatest"
+	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -57,14 +58,18 @@ func (c *testCluster) folderOf(i int, g uint64) *replica.Folder {
 			hook(i, point)
 		}
 	}
-	return &replica.Folder{Dir: dir,
+	return &replica.Folder{Dir: dir, Trail: c.trail(i, g),
 		Open: func(d string) (*store.Store, error) {
-			if d == dir {
-				tell("reopen")
-			} else {
+			if d != dir {
 				tell("adopt")
+				return store.Open(d, storeOptions)
 			}
-			return store.Open(d, storeOptions)
+			tell("reopen")
+			s, err := store.Open(d, storeOptions)
+			if err == nil {
+				c.setEffects(s, i, g) // the restored store applies the next commands
+			}
+			return s, err
 		},
 		Close: func(st *store.Store) error {
 			tell("close")
@@ -150,6 +155,8 @@ func (c *testCluster) start(i int) {
 				c.SM[id] = &replicatest.Recorder{}
 			}
 			gc.Machine = c.SM[id]
+		} else {
+			c.setEffects(s, i, g)
 		}
 		if err := h.AddGroup(ctx, gc); err != nil {
 			c.T.Fatal(err)
@@ -191,6 +198,18 @@ var storeOptions = store.Options{EraseWait: 200 * time.Millisecond}
 // folder is replica (g, i)'s database folder.
 func (c *testCluster) folder(i int, g uint64) string {
 	return filepath.Join(c.dir, fmt.Sprintf("node%d", i), fmt.Sprintf("shard%d", g))
+}
+
+// trail is replica (g, i)'s audit trail, outside its database folder as
+// a node's is.
+func (c *testCluster) trail(i int, g uint64) string {
+	return filepath.Join(c.dir, fmt.Sprintf("node%d", i), "audit", fmt.Sprintf("%d", g))
+}
+
+// setEffects makes s, replica (g, i)'s store, write the effects of the
+// commands it applies into the replica's trail, as serve's stores do.
+func (c *testCluster) setEffects(s *store.Store, i int, g uint64) {
+	s.SetEffects(store.EffectTrail, retention.TrailEffects(c.trail(i, g), slog.New(slog.NewTextHandler(io.Discard, nil))))
 }
 
 // Three replicas of two groups on three hosts elect a leader per group;

@@ -2,13 +2,16 @@ package replica_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/replica"
 	"github.com/progressdb/progressdb/server/internal/testtools"
 	"github.com/progressdb/progressdb/server/pkg/store"
@@ -27,8 +30,9 @@ const snapCrashGroup = 1
 // TestSnapshotInstallCrashHelper is the process
 // TestSnapshotInstallSurvivesKill9 kills: three nodes over Local, a
 // follower stopped while the others write 40 messages past what their
-// logs keep, then started again with a folder that says "at POINT" and
-// stops there, in the middle of the snapshot's install.
+// logs keep and a retention run's audit file, then started again with a
+// folder that says "at POINT" and stops there, in the middle of the
+// snapshot's install.
 func TestSnapshotInstallCrashHelper(t *testing.T) {
 	dir := os.Getenv(envSnapDir)
 	if dir == "" {
@@ -40,9 +44,17 @@ func TestSnapshotInstallCrashHelper(t *testing.T) {
 	c.run(t, nil)
 	l := c.servingLeader(g)
 	must(c.nodes[l].store(g).CreateThread(context.Background(), store.Thread{ID: "t", Title: "t", Author: "ann"}))
+	started := time.Date(2026, 3, 30, 23, 0, 0, 0, time.UTC)
+	a := c.openRun(l, g, "run-a", started)
+	c.records(a, 0, 2)
+	c.seal(a)
 	c.sameEverywhere(g, l)
+	c.sameTrails(g, 1, 0)
 	f := (l + 1) % 3
 	c.stopBehind(g, l, f)
+	b := c.openRun(l, g, "run-b", started.Add(time.Hour))
+	c.records(b, 2, 2)
+	c.seal(b)
 	fmt.Printf("follower %d\n", f)
 	c.hook = func(node int, point string) {
 		if node == f && point == at {
@@ -58,7 +70,9 @@ func TestSnapshotInstallCrashHelper(t *testing.T) {
 // reopens, after RecoverFolder, with one whole folder and nothing beside
 // it: its own state before the folders were swapped (none of the 40
 // messages), the snapshot's after (all of them), and in both a log whose
-// hard state and snapshot agree with what it holds.
+// hard state and snapshot agree with what it holds, and the audit trail
+// that goes with it (the run written while it was down only with the
+// snapshot's state), verifying.
 func TestSnapshotInstallSurvivesKill9(t *testing.T) {
 	for _, tc := range []struct {
 		at       string
@@ -83,6 +97,8 @@ func TestSnapshotInstallSurvivesKill9(t *testing.T) {
 			child.Kill()
 			folder := filepath.Join(dir, fmt.Sprintf("node%d", f), fmt.Sprintf("shard%d", snapCrashGroup))
 			checkInstallCrash(t, folder, tc.messages)
+			trail := filepath.Join(dir, fmt.Sprintf("node%d", f), "audit", fmt.Sprint(snapCrashGroup))
+			checkTrailAfterCrash(t, trail, 1+tc.messages/40)
 		})
 	}
 }
@@ -116,5 +132,25 @@ func checkInstallCrash(t *testing.T, folder string, messages int) {
 	}
 	if first > snap.GetMetadata().GetIndex()+1 || last+1 < first || l.Applied() < snap.GetMetadata().GetIndex() {
 		t.Fatalf("log [%d, %d], snapshot at %d, applied %d", first, last, snap.GetMetadata().GetIndex(), l.Applied())
+	}
+}
+
+// checkTrailAfterCrash checks the trail a killed install left, once its
+// folder was recovered: whole, with nothing beside it, verifying, and
+// holding the sealed files of the state it goes with.
+func checkTrailAfterCrash(t *testing.T, trail string, sealed int) {
+	t.Helper()
+	for _, leftover := range []string{".snapshot", ".replaced"} {
+		if _, err := os.Stat(trail + leftover); !os.IsNotExist(err) {
+			t.Errorf("%s left beside the trail: %v", leftover, err)
+		}
+	}
+	rep, err := audit.VerifyDirWith(trail, audit.VerifyOptions{PublicKey: trailKey.Public().(ed25519.PublicKey)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) > 0 || rep.Files != sealed || rep.Verified != sealed || len(rep.InProgress) > 0 {
+		t.Fatalf("the trail holds %d sealed files, %d verified, in progress %v (want %d), problems %v",
+			rep.Files, rep.Verified, rep.InProgress, sealed, rep.Problems)
 	}
 }

@@ -10,7 +10,8 @@ package replica
 // follower unpacks the stream beside its folder, verified, and only then
 // steps the message into raft; when raft takes the snapshot the worker
 // adopts it into the unpacked state (this replica's hard state, the
-// snapshot's log) and swaps the folders.
+// snapshot's log) and swaps the folders (swap.go). The stream carries
+// the shard's audit trail after the database (snapstream.go).
 
 import (
 	"context"
@@ -19,8 +20,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"strings"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -29,7 +28,6 @@ import (
 	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
-	"github.com/progressdb/progressdb/server/pkg/durable"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -37,6 +35,10 @@ import (
 type Folder struct {
 	// Dir is the store's database folder.
 	Dir string
+	// Trail is the shard's audit trail ("" when the replica keeps none):
+	// a snapshot carries the leader's as it stood at the snapshot's
+	// applied index, which replaces this replica's with the database.
+	Trail string
 	// Open opens the store in dir as the node opens its shards: the
 	// unpacked state beside Dir, then Dir once it replaced the old one.
 	Open func(dir string) (*store.Store, error)
@@ -49,8 +51,16 @@ type Folder struct {
 	BlobsDir string
 }
 
-// Beside Dir: a snapshot being received, and the old folder while the
-// new one takes its place (RecoverFolder).
+// beside are the folders outside Dir that a snapshot replaces with it.
+func (f *Folder) beside() []string {
+	if f.Trail == "" {
+		return nil
+	}
+	return []string{f.Trail}
+}
+
+// Beside Dir (and each folder beside it): a snapshot being received, and
+// the old folder while the new one takes its place (RecoverFolder).
 const (
 	stagedSuffix   = ".snapshot"
 	replacedSuffix = ".replaced"
@@ -78,11 +88,16 @@ var (
 // staged is a snapshot's state unpacked beside the folder, waiting for
 // raft to take its message.
 type staged struct {
-	m    *raftpb.Message
-	dir  string
-	done chan error // buffered
-	// blobs is where its blobs were unpacked ("" for none).
-	blobs string
+	m *raftpb.Message
+	// dir is the staged database; trail the folder whose staged copy
+	// holds the audit trail ("" for none); beside every folder whose
+	// staged copy is swapped in with it; blobs where its blobs were
+	// unpacked ("" for none).
+	dir    string
+	trail  string
+	beside []string
+	blobs  string
+	done   chan error // buffered
 }
 
 // stagedBlobs is where a snapshot's blobs are unpacked: beside the
@@ -95,11 +110,15 @@ func (f *Folder) stagedBlobs() string {
 }
 
 // remove removes what is left of a staged snapshot.
-func (in *staged) remove() {
-	_ = os.RemoveAll(in.dir)
+func (in *staged) remove() error {
+	errs := []error{os.RemoveAll(in.dir)}
 	if in.blobs != "" {
-		_ = os.RemoveAll(in.blobs)
+		errs = append(errs, os.RemoveAll(in.blobs))
 	}
+	for _, d := range in.beside {
+		errs = append(errs, os.RemoveAll(d+stagedSuffix))
+	}
+	return errors.Join(errs...)
 }
 
 // sendSnapshots takes the MsgSnaps out of msgs and sends each with the
@@ -143,9 +162,10 @@ func (g *group) sendSnapshots(ctx context.Context, tr Transport, msgs []*raftpb.
 	return rest
 }
 
-// writeState streams the store's backup: a checkpoint taken while the
-// group applies nothing, so that it stands at one applied index (at or
-// after the snapshot point raft names, which the follower's log skips).
+// writeState streams the store's backup and the shard's audit trail
+// (snapstream.go), both taken while the group applies nothing, so that
+// they stand at one applied index (at or after the snapshot point raft
+// names, which the follower's log skips).
 func (g *group) writeState(ctx context.Context, w io.Writer) error {
 	st := g.store()
 	if backup.KeyStoreOf(st) != nil {
@@ -165,27 +185,53 @@ func (g *group) writeState(ctx context.Context, w io.Writer) error {
 		}
 		defer blobs.Close()
 	}
-	c, err := backup.NewCreator(backup.Options{Store: st, Blobs: blobs, Hold: applyHold{g: g, st: st}})
+	hold := &applyHold{g: g, st: st, trail: g.folder.Trail}
+	defer hold.close()
+	c, err := backup.NewCreator(backup.Options{Store: st, Blobs: blobs, Hold: hold})
 	if err != nil {
 		return err
 	}
-	_, err = c.Write(ctx, w, false)
-	return err
+	return writeStream(ctx, w, func(w io.Writer) error {
+		_, err := c.Write(ctx, w, false)
+		return err
+	}, func(w io.Writer) error { return hold.copy.Write(ctx, w) })
 }
 
-// applyHold holds the group's worker while the checkpoint is taken.
+// applyHold holds the group's worker while the checkpoint is taken, and
+// takes the trail's copy in the same hold.
 type applyHold struct {
-	g  *group
-	st *store.Store
+	g     *group
+	st    *store.Store
+	trail string
+	copy  *audit.TrailCopy // set by Hold
 }
 
-func (h applyHold) Hold(ctx context.Context) (audit.Head, func(), error) {
+func (h *applyHold) Hold(ctx context.Context) (audit.Head, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return audit.Head{}, nil, err // no release is called on an error
+	}
 	h.g.rnMu.Lock()
 	if h.g.store() != h.st {
 		h.g.rnMu.Unlock()
 		return audit.Head{}, nil, fmt.Errorf("%w: the store was replaced", ErrSnapshotRefused)
 	}
-	return audit.Head{}, h.g.rnMu.Unlock, ctx.Err()
+	h.copy = &audit.TrailCopy{}
+	if h.trail != "" {
+		c, err := audit.CopyTrail(h.trail)
+		if err != nil {
+			h.g.rnMu.Unlock()
+			return audit.Head{}, nil, fmt.Errorf("copy the shard's audit trail: %w", err)
+		}
+		h.copy = c
+	}
+	return audit.Head{}, h.g.rnMu.Unlock, nil
+}
+
+// close releases the trail's copy.
+func (h *applyHold) close() {
+	if h.copy != nil {
+		_ = h.copy.Close()
+	}
 }
 
 // ReceiveSnapshot takes a snapshot sent to one of this host's replicas:
@@ -206,23 +252,20 @@ func (h *Host) ReceiveSnapshot(ctx context.Context, groupID uint64, m *raftpb.Me
 		return fmt.Errorf("group %d: %w: another snapshot is arriving", groupID, ErrSnapshotRefused)
 	}
 	defer g.receiving.Unlock()
-	dir, blobs := g.folder.Dir+stagedSuffix, g.folder.stagedBlobs()
-	if err := errors.Join(os.RemoveAll(dir), os.RemoveAll(blobs)); err != nil {
+	in := &staged{m: m, dir: g.folder.Dir + stagedSuffix, trail: g.folder.Trail, beside: g.folder.beside(),
+		blobs: g.folder.stagedBlobs(), done: make(chan error, 1)}
+	if err := in.remove(); err != nil { // what an earlier one left
 		return fmt.Errorf("group %d: %w", groupID, err)
 	}
-	rep, err := backup.ExtractReader(ctx, "snapshot", r, dir, blobs, nil)
-	if err == nil && !rep.Valid {
-		err = fmt.Errorf("%w: the stream does not verify: %s", ErrSnapshotRefused, strings.Join(rep.Problems, "; "))
-	}
-	in := &staged{m: m, dir: dir, blobs: blobs, done: make(chan error, 1)}
-	if err != nil {
-		in.remove()
+	if err := readStream(ctx, r, in); err != nil {
+		_ = in.remove()
 		return fmt.Errorf("group %d: receive snapshot: %w", groupID, err)
 	}
 	g.mu.Lock()
 	g.snapIn = in
 	g.mu.Unlock()
 	h.sched.enqueue(groupID)
+	var err error
 	select {
 	case err = <-in.done:
 		return err
@@ -235,7 +278,7 @@ func (h *Host) ReceiveSnapshot(ctx context.Context, groupID uint64, m *raftpb.Me
 	defer g.mu.Unlock()
 	if g.snapIn == in { // else the worker took it, and ends it
 		g.snapIn = nil
-		in.remove()
+		_ = in.remove()
 	}
 	return err
 }
@@ -247,7 +290,7 @@ func (g *group) dropSnapshot() {
 	g.snapIn = nil
 	g.mu.Unlock()
 	if in != nil {
-		in.remove()
+		_ = in.remove()
 		in.done <- g.failed
 	}
 }
@@ -273,7 +316,7 @@ func (g *group) stepSnapshot() {
 func (g *group) endStaged(err error) {
 	if in := g.staged; in != nil {
 		g.staged = nil
-		in.remove()
+		_ = in.remove()
 		in.done <- err
 	}
 }
@@ -290,9 +333,12 @@ func (g *group) install(ctx context.Context, rd raft.Ready) (err error) {
 		return ErrNoSnapshotState
 	}
 	g.staged = nil
+	swapping := false
 	defer func() {
-		if err != nil {
-			in.remove()
+		if err != nil && !swapping {
+			// Past the swap's start the staged folders are the state
+			// RecoverFolder puts in place.
+			_ = in.remove()
 		}
 		in.done <- err
 	}()
@@ -326,7 +372,8 @@ func (g *group) install(ctx context.Context, rd raft.Ready) (err error) {
 	if err := closeOld(); err != nil {
 		g.logger.Warn("replica_close_replaced_store", slog.Uint64("group", g.id), slog.Any("err", err))
 	}
-	if err := swapFolders(g.folder.Dir, in.dir); err != nil {
+	swapping = true
+	if err := swapFolders(g.folder.Dir, in.beside); err != nil {
 		return err
 	}
 	st, err := g.folder.Open(g.folder.Dir)
@@ -378,46 +425,4 @@ func adopt(ctx context.Context, f *Folder, dir string, u store.RaftUpdate) error
 		err = fmt.Errorf("%w: the state was applied up to %d, the snapshot is at %d", store.ErrMalformed, l.Applied(), idx)
 	}
 	return errors.Join(err, st.Close())
-}
-
-// swapFolders puts the unpacked state at dir and removes the old folder.
-// A crash at any point leaves a folder RecoverFolder completes.
-func swapFolders(dir, staged string) error {
-	aside := dir + replacedSuffix
-	if err := os.RemoveAll(aside); err != nil {
-		return err
-	}
-	if err := os.Rename(dir, aside); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	if err := os.Rename(staged, dir); err != nil {
-		return err
-	}
-	if err := durable.SyncDir(filepath.Dir(dir)); err != nil {
-		return err
-	}
-	return os.RemoveAll(aside)
-}
-
-// RecoverFolder finishes or undoes, before the store at dir is opened, a
-// snapshot's install that a crash cut short: with dir in place, what is
-// beside it is left over and goes; without it, the adopted state takes
-// its place if the swap had begun, else the old folder comes back.
-func RecoverFolder(dir string) error {
-	aside, staged := dir+replacedSuffix, dir+stagedSuffix
-	if _, err := os.Stat(dir); err == nil {
-		return errors.Join(os.RemoveAll(staged), os.RemoveAll(aside))
-	}
-	if _, err := os.Stat(aside); err != nil {
-		return os.RemoveAll(staged) // no swap began: nothing was installed
-	}
-	// The old folder is set aside only once the staged one adopted the
-	// snapshot: it is complete.
-	if err := os.Rename(staged, dir); err != nil {
-		return fmt.Errorf("recover %s: %w", dir, err)
-	}
-	if err := durable.SyncDir(filepath.Dir(dir)); err != nil {
-		return err
-	}
-	return os.RemoveAll(aside)
 }

@@ -151,45 +151,69 @@ func TestReplicaDownDuringPurgeErasesOnReturn(t *testing.T) {
 	}
 }
 
-// A crash during a snapshot's install leaves one of four states beside
-// the replica's folder; RecoverFolder leaves exactly one whole folder:
-// the old one until the swap began, the adopted one once it had.
+// A crash during a snapshot's install leaves the database folder and the
+// trail beside it in one of these states; RecoverFolder, given the
+// database folder alone, leaves exactly one whole folder of each, both
+// old until the database was set aside, both new once it was. The
+// journal in the staged (then swapped) database names the trail.
 func TestRecoverFolderAfterACrash(t *testing.T) {
+	type state map[string]string // suffix ("", ".snapshot", ".replaced") → content
 	for _, tc := range []struct {
-		name  string
-		have  []string // of "", ".snapshot", ".replaced"
-		after string   // the folder's content afterwards ("" for none)
+		name        string
+		db, trail   state
+		journal     string // the db folder suffix holding the journal; "-": none
+		after       string // both folders' content afterwards ("" for none)
+		trailBefore bool   // without a journal, the trail is left alone
 	}{
-		{"received, not swapped", []string{"", ".snapshot"}, "old"},
-		{"old set aside", []string{".replaced", ".snapshot"}, "new"},
-		{"swapped, old not removed", []string{"", ".replaced"}, "new"},
-		{"new replica, stream cut", []string{".snapshot"}, ""},
+		{"received, not swapped", state{"": "old", ".snapshot": "new"}, state{"": "old", ".snapshot": "new"}, ".snapshot", "old", false},
+		{"received, no trail yet", state{"": "old", ".snapshot": "new"}, state{"": "old"}, ".snapshot", "old", false},
+		{"old set aside", state{".replaced": "old", ".snapshot": "new"}, state{"": "old", ".snapshot": "new"}, ".snapshot", "new", false},
+		{"trail set aside", state{".replaced": "old", ".snapshot": "new"}, state{".replaced": "old", ".snapshot": "new"}, ".snapshot", "new", false},
+		{"trail swapped", state{".replaced": "old", ".snapshot": "new"}, state{".replaced": "old", "": "new"}, ".snapshot", "new", false},
+		{"swapped, old not removed", state{"": "new", ".replaced": "old"}, state{"": "new", ".replaced": "old"}, "", "new", false},
+		{"swapped, a first trail", state{".replaced": "old", ".snapshot": "new"}, state{".snapshot": "new"}, ".snapshot", "new", false},
+		{"new replica, stream cut", state{".snapshot": "new"}, state{".snapshot": "new"}, ".snapshot", "", false},
+		{"no journal, received", state{"": "old", ".snapshot": "new"}, state{"": "old"}, "-", "old", true},
+		{"no journal, swapped", state{"": "new", ".replaced": "old"}, state{"": "old"}, "-", "new", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), "shard")
-			content := map[string]string{"": "old", ".snapshot": "new", ".replaced": "old"}
-			if tc.name == "swapped, old not removed" {
-				content[""] = "new"
-			}
-			for _, suffix := range tc.have {
-				if err := os.MkdirAll(dir+suffix, 0o700); err != nil {
-					t.Fatal(err)
+			root := t.TempDir()
+			dir, trail := filepath.Join(root, "shard"), filepath.Join(root, "audit", "7")
+			for base, st := range map[string]state{dir: tc.db, trail: tc.trail} {
+				for suffix, content := range st {
+					if err := os.MkdirAll(base+suffix, 0o700); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(filepath.Join(base+suffix, "state"), []byte(content), 0o600); err != nil {
+						t.Fatal(err)
+					}
 				}
-				if err := os.WriteFile(filepath.Join(dir+suffix, "state"), []byte(content[suffix]), 0o600); err != nil {
+			}
+			if tc.journal != "-" {
+				if err := replica.WriteJournal(dir+tc.journal, []string{trail}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if err := replica.RecoverFolder(dir); err != nil {
 				t.Fatal(err)
 			}
-			got, err := os.ReadFile(filepath.Join(dir, "state"))
-			if tc.after == "" && !os.IsNotExist(err) || tc.after != "" && string(got) != tc.after {
-				t.Fatalf("the folder holds %q (%v), want %q", got, err, tc.after)
+			want := map[string]string{dir: tc.after, trail: tc.after}
+			if tc.trailBefore {
+				want[trail] = "old"
 			}
-			for _, suffix := range []string{".snapshot", ".replaced"} {
-				if _, err := os.Stat(dir + suffix); !os.IsNotExist(err) {
-					t.Errorf("%s left: %v", suffix, err)
+			for base, after := range want {
+				got, err := os.ReadFile(filepath.Join(base, "state"))
+				if after == "" && !os.IsNotExist(err) || after != "" && string(got) != after {
+					t.Fatalf("%s holds %q (%v), want %q", base, got, err, after)
 				}
+				for _, suffix := range []string{".snapshot", ".replaced"} {
+					if _, err := os.Stat(base + suffix); !os.IsNotExist(err) && !(tc.trailBefore && base == trail) {
+						t.Errorf("%s left: %v", base+suffix, err)
+					}
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, ".progressdb-snapshot-beside")); !os.IsNotExist(err) {
+				t.Errorf("the journal is left: %v", err)
 			}
 		})
 	}

@@ -32,10 +32,11 @@ func replicateTrail(st *store.Store) func(audit.FileOp) error {
 
 // TrailEffects applies the effects of a replicated shard's commands on a
 // replica whose shard trail is at auditPath: each is a step of a run's
-// audit file (audit.ApplyFileOp). A step of a file this replica does not
-// hold (it was restored from a snapshot while the run went on) is
-// logged and passed over: its trail lacks that run, and stopping the
-// replica would not bring the file back.
+// audit file (audit.ApplyFileOp). A snapshot brings the leader's trail
+// with the database, so every file the log continues is there; one that
+// is not (the trail's folder emptied by hand) is logged and passed over:
+// its trail lacks that run, and stopping the replica would not bring the
+// file back.
 func TrailEffects(auditPath string, logger *slog.Logger) store.Effects {
 	return func(ctx context.Context, effect []byte) error {
 		if err := ctx.Err(); err != nil {

@@ -1,0 +1,5 @@
+package replica
+
+// WriteJournal lets the tests make the folders a crash leaves in the
+// middle of a snapshot's swap.
+var WriteJournal = writeJournal
