@@ -193,6 +193,10 @@ type Footer struct {
 	// any of its files at the end of the run (spec §12); absent without
 	// sealing.
 	KeystoreErased bool `json:"keystore_erased,omitempty"`
+	// Replicas, on a replicated shard (spec §15) when the run erased:
+	// which replicas had erased its purges when the leader wrote the
+	// footer. Absent elsewhere.
+	Replicas *ReplicaErasures `json:"replicas,omitempty"`
 
 	// Export (spec §3.3), present when the run exported: the number of
 	// records in its export file, the file's path and its SHA-256.
@@ -203,6 +207,16 @@ type Footer struct {
 	// Signature is the base64 ed25519 signature of the footer's chain
 	// hash (see Options.SigningKey); empty when files are not signed.
 	Signature string `json:"signature,omitempty"`
+}
+
+// ReplicaErasures are a replicated shard's replicas, by Raft replica ID
+// (cluster status names their nodes), as the leader knew them when it
+// wrote a run's footer: those that reported the erase of the last purge
+// it applied, and those that still owed it (down, behind, or not
+// reported in time; each erases when it catches up).
+type ReplicaErasures struct {
+	Erased  []uint64 `json:"erased"`
+	Pending []uint64 `json:"pending"`
 }
 
 // Sentinel errors.

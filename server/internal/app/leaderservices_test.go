@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,6 +116,11 @@ func TestReplicatedShardRetentionRunsOnItsLeader(t *testing.T) {
 		t.Fatalf("shard %d's run on %s wrote %s, its leader is %s", shard, part.Node, part.Result.AuditFile, lead.id)
 	}
 	sameTrails(t, nodes, shard, 1)
+	// Every replica erased the run's purge before its leader wrote the
+	// footer (spec §15).
+	if r := footerReplicas(t, part.Result.AuditFile); r == nil || len(r.Erased) != 3 || len(r.Pending) != 0 {
+		t.Fatalf("the first run's footer says of the replicas %+v, want three erased", r)
+	}
 	// The leader's node stops: the next leader's replica runs the
 	// shard's retention.
 	lead.shutdown()
@@ -154,8 +160,12 @@ func TestReplicatedShardRetentionRunsOnItsLeader(t *testing.T) {
 			running = append(running, n)
 		}
 	}
-	// The next leader's file follows the first in the one trail.
+	// The next leader's file follows the first in the one trail, and
+	// its footer has the stopped node's replica owe the erase.
 	sameTrails(t, running, shard, 2)
+	if r := footerReplicas(t, part.Result.AuditFile); r == nil || len(r.Erased) != 2 || !slices.Equal(r.Pending, []uint64{leader.Replica}) {
+		t.Fatalf("the second run's footer says of the replicas %+v, want two erased and %d pending", r, leader.Replica)
+	}
 	for _, n := range nodes {
 		n.shutdown()
 	}

@@ -105,7 +105,10 @@ type group struct {
 	// reached the last purge this replica applied (down or behind): they
 	// owe its erase and cannot say so themselves. 0 on a follower.
 	behindPurge atomic.Int64
-	st          *store.Store // guarded by mu
+	// erasedBy is the index each replica reported it erased through
+	// (erasereport.go); guarded by mu.
+	erasedBy map[uint64]uint64
+	st       *store.Store // guarded by mu
 
 	// mu guards what any goroutine hands the group: messages, ticks,
 	// proposals, and the proposals waiting to be applied.
@@ -462,6 +465,10 @@ func (g *group) applyEntry(ctx context.Context, e *raftpb.Entry) error {
 			// In the state a snapshot brought, which was taken at or
 			// after the snapshot point raft goes on from.
 			g.finish(id, nil)
+			return nil
+		}
+		if id == reportID {
+			g.applyReport(e.GetData()[idSize:])
 			return nil
 		}
 		err := g.sm.Apply(ctx, e.GetIndex(), e.GetTerm(), e.GetData()[idSize:])

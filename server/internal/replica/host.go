@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime"
 	"sync"
 	"time"
@@ -259,7 +258,8 @@ func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
 		}
 	}
 	g := &group{id: gc.Group, replica: gc.Replica, log: log, storage: logStorage{log}, sm: sm, st: gc.Store,
-		waiting: make(map[uint64]*proposal), onLead: h.cfg.OnLeadership, onLease: h.cfg.OnLease, folder: gc.Folder, keep: uint64(h.cfg.LogKeep),
+		waiting: make(map[uint64]*proposal), erasedBy: make(map[uint64]uint64), onLead: h.cfg.OnLeadership, onLease: h.cfg.OnLease,
+		folder: gc.Folder, keep: uint64(h.cfg.LogKeep),
 		logger: h.cfg.Logger, metrics: h.metrics, host: h, sending: make(map[uint64]bool)}
 	if gc.Machine != nil {
 		g.folder = nil // a snapshot is a store's state
@@ -382,7 +382,7 @@ func (h *Host) Propose(ctx context.Context, groupID uint64, cmd []byte) error {
 	}
 	// Random: proposals of every replica share the log, and a collision
 	// of 64 random bits would only wake the wrong waiter early.
-	p := &proposal{id: rand.Uint64(), cmd: cmd, done: make(chan error, 1), start: time.Now()}
+	p := &proposal{id: proposalID(), cmd: cmd, done: make(chan error, 1), start: time.Now()}
 	if !g.queue(p) {
 		return fmt.Errorf("group %d: %w", groupID, ErrStopped)
 	}

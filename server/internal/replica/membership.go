@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,7 +99,7 @@ func (h *Host) changeMembership(ctx context.Context, groupID uint64, typ raftpb.
 	if term == 0 {
 		return fmt.Errorf("group %d: %w: replica %d does not lead", groupID, store.ErrNotLeader, g.replica)
 	}
-	id := rand.Uint64()
+	id := proposalID()
 	cc := &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: typ.Enum(), NodeId: new(replica)}},
 		Context: binary.BigEndian.AppendUint64(nil, id)}
 	p := &proposal{id: id, term: term, conf: cc, done: make(chan error, 1), start: time.Now()}

@@ -73,6 +73,9 @@ func (g *group) kickErase(ctx context.Context, owed bool) {
 	if !owed {
 		ok, err := g.store().Erased(ctx)
 		if err == nil && ok {
+			// Nothing owed (a start, a snapshot of an erased state):
+			// this replica's files hold no purge it applied.
+			g.reportErase(g.raftLog().Applied())
 			return
 		}
 	}
@@ -120,6 +123,8 @@ func (g *group) eraseOnce(ctx context.Context) error {
 	g.eraseMu.Lock()
 	defer g.eraseMu.Unlock()
 	st := g.store()
+	// Every purge applied by now is covered once the store says erased.
+	applied := g.raftLog().Applied()
 	upTo, res, err := st.EraseApplied(ctx, store.EraseOptions{})
 	if err != nil {
 		return err
@@ -130,7 +135,9 @@ func (g *group) eraseOnce(ctx context.Context) error {
 		g.mu.Lock()
 		g.erasePending = true // a purge applied meanwhile
 		g.mu.Unlock()
+		return nil
 	}
+	g.reportErase(max(upTo, applied))
 	return nil
 }
 

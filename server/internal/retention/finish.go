@@ -40,6 +40,9 @@ func (rn *run) finish(ctx context.Context, res Result) (Result, error) {
 			rn.fail(ctx, stageErase, "", err)
 		}
 	}
+	if re, ok := rn.lease.lease.(ReplicaEraser); ok && erased {
+		footer.Replicas = rn.replicasErased(ctx, re)
+	}
 	status, reason := audit.RunCompleted, ""
 	var runErr error
 	switch {
@@ -125,4 +128,21 @@ func causeLog(m map[string]CauseCounts) slog.Value {
 		}
 	}
 	return slog.GroupValue(attrs...)
+}
+
+// replicasErased is what the footer says of a replicated shard's
+// replicas' erase (nil: nothing known, or the lease lost, which stops
+// the run as at any other step).
+func (rn *run) replicasErased(ctx context.Context, re ReplicaEraser) *audit.ReplicaErasures {
+	erased, pending, err := re.ReplicasErased(ctx)
+	if err != nil {
+		rn.r.log.Warn("retention_replicas_erased_unknown", "run_id", rn.id, "err", err)
+		return nil
+	}
+	if len(erased)+len(pending) == 0 {
+		return nil
+	}
+	out := &audit.ReplicaErasures{Erased: append([]uint64{}, erased...), Pending: append([]uint64{}, pending...)}
+	rn.r.log.Info("retention_replicas_erased", "run_id", rn.id, "erased", out.Erased, "pending", out.Pending)
+	return out
 }

@@ -106,3 +106,14 @@ func (s *leaseSession) Close() error {
 	<-s.done
 	return s.lease.Release()
 }
+
+// ReplicaEraser is a HeldLease of a replicated shard's leadership
+// (docs/replication-design.md §11), whose replicas each erase what the
+// run purged in their own files: the run's footer records which did.
+type ReplicaEraser interface {
+	// ReplicasErased waits, bounded, for the replicas the leader hears
+	// from to report the erase of the last purge it applied, and returns
+	// the replica IDs that reported it and those that still owe it (both
+	// empty when nothing is known).
+	ReplicasErased(ctx context.Context) (erased, pending []uint64, err error)
+}

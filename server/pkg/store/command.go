@@ -258,7 +258,7 @@ func (s *Store) propose(ctx context.Context, r *replication, w write) error {
 		_ = w.batch.Close()
 		return refuse
 	}
-	cmd := Command{ID: rand.Uint64(), Term: term, Kind: uint8(w.kind), Repr: bytes.Clone(w.batch.Repr()), Effect: w.effect,
+	cmd := Command{ID: commandID(), Term: term, Kind: uint8(w.kind), Repr: bytes.Clone(w.batch.Repr()), Effect: w.effect,
 		EffectKind: w.effectKind}
 	_ = w.batch.Close()
 	done := r.p.Propose(cmd)
@@ -278,5 +278,15 @@ func (s *Store) propose(ctx context.Context, r *replication, w write) error {
 			s.settle(w)
 		}()
 		return fmt.Errorf("%w: %w", ErrAmbiguous, ctx.Err())
+	}
+}
+
+// commandID is a random command ID, never 0: a replica group's own log
+// entries (its replicas' erase reports) carry 0, which no command may.
+func commandID() uint64 {
+	for {
+		if id := rand.Uint64(); id != 0 {
+			return id
+		}
 	}
 }
