@@ -48,6 +48,9 @@ type testCluster struct {
 	// snapshot's install is: "adopt" (the unpacked state opened),
 	// "close" (the old store closing), "reopen" (the swapped folder).
 	hook func(node int, point string)
+	// wrapEffects, when set before a node starts, wraps the effects its
+	// stores apply.
+	wrapEffects func(node int, fx store.Effects) store.Effects
 }
 
 // folderOf is replica (g, i)'s Folder, telling c.hook.
@@ -209,7 +212,11 @@ func (c *testCluster) trail(i int, g uint64) string {
 // setEffects makes s, replica (g, i)'s store, write the effects of the
 // commands it applies into the replica's trail, as serve's stores do.
 func (c *testCluster) setEffects(s *store.Store, i int, g uint64) {
-	s.SetEffects(store.EffectTrail, retention.TrailEffects(c.trail(i, g), slog.New(slog.NewTextHandler(io.Discard, nil))))
+	fx := retention.TrailEffects(c.trail(i, g), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if c.wrapEffects != nil {
+		fx = c.wrapEffects(i, fx)
+	}
+	s.SetEffects(store.EffectTrail, fx)
 }
 
 // Three replicas of two groups on three hosts elect a leader per group;
