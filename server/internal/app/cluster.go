@@ -138,11 +138,11 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 	// Each shard replays at start what its trail records after its head.
 	warnAuditInsideDB(cfg, logger)
 	held := m.HeldBy(cfg.NodeID)
-	receiptKey, err := ClusterReceiptKey(ctx, cfg, client, keys)
+	secrets, err := loadClusterSecrets(ctx, cfg, client, keys, m)
 	if err != nil {
 		return err
 	}
-	shards, err := openClusterShards(ctx, cfg, logger, held, receiptKey)
+	shards, err := openClusterShards(ctx, cfg, logger, held, secrets)
 	if err != nil {
 		return err
 	}
@@ -191,7 +191,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 	backups := newShardBackups(nodeCtx, cfg, key, logger)
 	defer backups.close()
 	per := &shardRuntime{ctx: ctx, cfg: cfg, logger: logger, key: key, shards: shards, owner: owner, pause: pause,
-		cmetrics: cmetrics, smetrics: smetrics, services: services, backups: backups, receiptKey: receiptKey,
+		cmetrics: cmetrics, smetrics: smetrics, services: services, backups: backups, receiptKey: secrets.receipt,
 		replicas: replicas}
 	if err := per.startShards(nodeCtx, m); err != nil {
 		return err
@@ -238,9 +238,6 @@ func awaitMap(ctx context.Context, cfg config.Config, client *clientv3.Client, k
 	}
 	// The folders are checked (and made) once the cluster is known.
 	if err := Validate(cfg); err != nil {
-		return m, err
-	}
-	if err := checkReplicated(cfg, m); err != nil {
 		return m, err
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, etcdDialTimeout)

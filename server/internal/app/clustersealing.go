@@ -56,15 +56,62 @@ func ClusterReceiptKey(ctx context.Context, cfg config.Config, client *clientv3.
 	return key, err
 }
 
+// clusterSecrets are the secrets a sealed cluster's shards share, kept
+// in etcd wrapped by the KEK; nil without PROGRESSDB_KEK.
+type clusterSecrets struct {
+	// receipt is the cluster's receipt key (ClusterReceiptKey).
+	receipt []byte
+	// replica is the replicated shards' secret (ClusterReplicaSecret);
+	// nil when the shards are not replicated.
+	replica []byte
+}
+
+// loadClusterSecrets reads (or creates) the cluster's secrets in etcd:
+// none without PROGRESSDB_KEK, the replica secret only on a cluster of
+// replicated shards.
+func loadClusterSecrets(ctx context.Context, cfg config.Config, client *clientv3.Client, keys cluster.Keys, m cluster.Map) (clusterSecrets, error) {
+	receipt, err := ClusterReceiptKey(ctx, cfg, client, keys)
+	if err != nil {
+		return clusterSecrets{}, err
+	}
+	replica, err := ClusterReplicaSecret(ctx, cfg, client, keys, m)
+	return clusterSecrets{receipt: receipt, replica: replica}, err
+}
+
+// ClusterReplicaSecret is the secret every replica of a sealed
+// replicated cluster's shards derives its key store's author index key
+// and the seal of its key-store commands from
+// (cluster.EnsureReplicaSecret); nil without PROGRESSDB_KEK or on a
+// cluster whose shards have one copy each. A secret this KEK does not
+// open is a *StartupError naming PROGRESSDB_KEK.
+func ClusterReplicaSecret(ctx context.Context, cfg config.Config, client *clientv3.Client, keys cluster.Keys, m cluster.Map) ([]byte, error) {
+	if cfg.KEK == "" || !m.Replicated() {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
+	defer cancel()
+	keeper, err := keystore.OpenKEK(ctx, cfg.KEK)
+	if err != nil {
+		return nil, &StartupError{Var: config.VarKEK, Value: "<redacted>", Rule: "must be a usable KEK URL", Err: err}
+	}
+	defer keeper.Close()
+	secret, err := cluster.EnsureReplicaSecret(ctx, client, keys, keeper)
+	if errors.Is(err, cluster.ErrReceiptKey) {
+		return nil, &StartupError{Var: config.VarKEK, Value: "<redacted>",
+			Rule: fmt.Sprintf("must be the KEK of cluster %q, the same on every node", keys.Name), Err: err}
+	}
+	return secret, err
+}
+
 // openClusterShards opens the shards ns a node holds, each with its own
 // key store at <KEYSTORE_PATH>/shards/<n> as OpenStore opens one database's
 // (a shard not sealed yet is sealed when a KEK is set), all sharing the
-// cluster's receipt key, and each with its own attachments store
+// cluster's secrets, and each with its own attachments store
 // (cluster.ShardAttachmentsURL). What must not open is a *StartupError
 // naming the variable and the shard's folders, as on one node.
-func openClusterShards(ctx context.Context, cfg config.Config, logger *slog.Logger, ns []int, receiptKey []byte) (*cluster.Shards, error) {
+func openClusterShards(ctx context.Context, cfg config.Config, logger *slog.Logger, ns []int, secrets clusterSecrets) (*cluster.Shards, error) {
 	sealers := func(n int) func(context.Context, store.SealState) (store.Sealer, io.Closer, error) {
-		return sealerOpener(shardConfig(cfg, n), logger, MaySeal, receiptKey)
+		return sealerOpener(shardConfig(cfg, n), logger, MaySeal, secrets)
 	}
 	var blobs cluster.BlobsFor // none without a URL (config always sets one)
 	if cfg.AttachmentsURL != "" {

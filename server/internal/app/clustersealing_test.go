@@ -58,7 +58,7 @@ func TestClusterShardsShareTheReceiptKey(t *testing.T) {
 
 	var subjects []string
 	for i, cfg := range cfgs[:2] {
-		shards, err := openClusterShards(context.Background(), cfg, testLogger(t), []int{i}, got[i])
+		shards, err := openClusterShards(context.Background(), cfg, testLogger(t), []int{i}, clusterSecrets{receipt: got[i]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +77,7 @@ func TestClusterShardsShareTheReceiptKey(t *testing.T) {
 	}
 	// Reopened without the cluster's key, the shard's key store would
 	// name the subject with its own.
-	shards, err := openClusterShards(context.Background(), cfgs[0], testLogger(t), []int{0}, nil)
+	shards, err := openClusterShards(context.Background(), cfgs[0], testLogger(t), []int{0}, clusterSecrets{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestClusterShardsShareTheReceiptKey(t *testing.T) {
 func TestClusterSealedShardNeedsItsKeyStore(t *testing.T) {
 	dir := t.TempDir()
 	cfg := config.Config{DBPath: filepath.Join(dir, "data"), KeystorePath: filepath.Join(dir, "keys"), KEK: sealKEK()}
-	shards, err := openClusterShards(context.Background(), cfg, testLogger(t), []int{3}, nil)
+	shards, err := openClusterShards(context.Background(), cfg, testLogger(t), []int{3}, clusterSecrets{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestClusterSealedShardNeedsItsKeyStore(t *testing.T) {
 		cfg     config.Config
 		wantVar string
 	}{{"no KEK", noKEK, config.VarKEK}, {"no key store", other, config.VarKeystorePath}} {
-		_, err := openClusterShards(context.Background(), c.cfg, testLogger(t), []int{3}, nil)
+		_, err := openClusterShards(context.Background(), c.cfg, testLogger(t), []int{3}, clusterSecrets{})
 		var se *StartupError
 		if !errors.As(err, &se) || se.Var != c.wantVar {
 			t.Errorf("%s: %v; want a StartupError naming %s", c.name, err, c.wantVar)

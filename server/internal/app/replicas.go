@@ -64,13 +64,14 @@ type replicaOptions struct {
 	onError func(error) // etcd errors, counted
 }
 
-// checkReplicated refuses what replicated shards do not do yet: sealing
-// (each replica's key store would hold other data keys than the
-// leader's, whose sealed values it applies).
+// checkReplicated refuses to grow a sealing node's shards into groups:
+// every replica's key store must index authors with a key derived from
+// the replicated shards' secret (ClusterReplicaSecret), and a key store
+// made before indexes them with its own.
 func checkReplicated(cfg config.Config, m cluster.Map) error {
 	if m.Replicated() && cfg.KEK != "" {
 		return &StartupError{Var: config.VarKEK, Value: "<redacted>",
-			Rule: "must be unset on a cluster of replicated shards (cluster create --replicas): sealing them is not built yet"}
+			Rule: "must be unset to grow a node's shards into groups (set-replicas from 1): growing sealed shards is not built"}
 	}
 	return nil
 }
@@ -151,7 +152,9 @@ func newReplicas(o replicaOptions) (*replicaRuntime, error) {
 // effects sets shard n's command effects on a store: every replica
 // writes the shard's audit trail and attachments' blob folder from the
 // log, from the first command it applies.
-func (r *replicaRuntime) effects(n int) func(*store.Store) { return shardEffects(r.o.cfg, n, r.logger) }
+func (r *replicaRuntime) effects(n int) func(*store.Store) error {
+	return shardEffects(r.o.cfg, n, r.logger)
+}
 
 // trail is shard n's audit trail on this node, which a snapshot replaces
 // with the leader's.
@@ -240,7 +243,9 @@ func (r *replicaRuntime) startGroup(ctx context.Context, n int, rp cluster.Repli
 		return err
 	}
 	fx := r.effects(n)
-	fx(st)
+	if err := fx(st); err != nil {
+		return err
+	}
 	return r.host.AddGroup(ctx, replica.GroupConfig{Group: uint64(n), Replica: rp.ID, Peers: voters, Join: rp.Added,
 		Store: st, Folder: shardFolder(r.o.shards, n, r.trail(n), fx)})
 }
@@ -273,12 +278,15 @@ func deleteLeftovers(cfg config.Config, m cluster.Map, logger *slog.Logger) {
 // its leader's snapshot. A folder an earlier replica of the shard left
 // here goes first: a replica comes back with a new ID and nothing of the
 // old one.
-func joinReplica(ctx context.Context, host *replica.Host, folders cluster.ReplicaFolder, n int, r cluster.Replica, trail string, fx func(*store.Store)) error {
+func joinReplica(ctx context.Context, host *replica.Host, folders cluster.ReplicaFolder, n int, r cluster.Replica, trail string, fx func(*store.Store) error) error {
 	st, err := folders.Prepare(ctx, n, r, true)
 	if err != nil {
 		return err
 	}
-	fx(st)
+	if err := fx(st); err != nil {
+		_, derr := folders.Shards.Detach(n)
+		return errors.Join(err, derr)
+	}
 	gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Join: true, Store: st, Folder: shardFolder(folders.Shards, n, trail, fx)}
 	if err := host.AddGroup(ctx, gc); err != nil {
 		_, derr := folders.Shards.Detach(n)
@@ -319,7 +327,7 @@ func (r *replicaRuntime) ReadIndex(ctx context.Context, n int) error {
 // the node's shards, and the restored one takes its place there; the
 // shard's audit trail is replaced with it, and a file:// store's folder
 // of the shard's blobs goes with it.
-func shardFolder(shards *cluster.Shards, n int, trail string, fx func(*store.Store)) *replica.Folder {
+func shardFolder(shards *cluster.Shards, n int, trail string, fx func(*store.Store) error) *replica.Folder {
 	dir := cluster.ShardDBPath(shards.DBPath(), n)
 	blobs := ""
 	if b, ok := shards.Blobs(n); ok && b != nil {
@@ -330,7 +338,7 @@ func shardFolder(shards *cluster.Shards, n int, trail string, fx func(*store.Sto
 			if d == dir {
 				st, err := shards.Open(n)
 				if err == nil {
-					fx(st) // the restored store applies the next commands
+					err = fx(st) // the restored store applies the next commands
 				}
 				return st, err
 			}

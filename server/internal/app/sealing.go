@@ -37,7 +37,7 @@ const (
 // not read. Other errors are the store's (ErrDatabaseLocked,
 // ErrNoDatabase naming the path, ...), wrapped.
 func OpenStore(ctx context.Context, cfg config.Config, logger *slog.Logger, opts store.Options, sealing Sealing) (*store.Store, error) {
-	opts.OpenSealer = sealerOpener(cfg, logger, sealing, nil)
+	opts.OpenSealer = sealerOpener(cfg, logger, sealing, clusterSecrets{})
 	st, err := store.Open(cfg.DBPath, opts)
 	if err != nil {
 		return nil, openError(cfg, err)
@@ -47,15 +47,15 @@ func OpenStore(ctx context.Context, cfg config.Config, logger *slog.Logger, opts
 
 // sealerOpener is the store.Options.OpenSealer of the database at
 // cfg.DBPath: its key store at cfg.KeystorePath with cfg.KEK when it is
-// sealed or sealing may seal it. receiptKey, when set, is the cluster's
-// (spec §11.1), used instead of the key store's own.
+// sealed or sealing may seal it. A cluster's secrets, when set, are used
+// instead of the key store's own.
 func sealerOpener(cfg config.Config, logger *slog.Logger, sealing Sealing,
-	receiptKey []byte) func(context.Context, store.SealState) (store.Sealer, io.Closer, error) {
+	secrets clusterSecrets) func(context.Context, store.SealState) (store.Sealer, io.Closer, error) {
 	return func(ctx context.Context, st store.SealState) (store.Sealer, io.Closer, error) {
 		if cfg.KEK == "" || (!st.Sealed && sealing == KeepPlain) {
 			return nil, nil, nil
 		}
-		ks, err := openKeyStore(ctx, cfg, logger, st, receiptKey)
+		ks, err := openKeyStore(ctx, cfg, logger, st, secrets)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -67,13 +67,13 @@ func sealerOpener(cfg config.Config, logger *slog.Logger, sealing Sealing,
 // that exists when the database is sealed, else creating it bound to the
 // database.
 func openKeyStore(ctx context.Context, cfg config.Config, logger *slog.Logger, st store.SealState,
-	receiptKey []byte) (*keystore.KeyStore, error) {
+	secrets clusterSecrets) (*keystore.KeyStore, error) {
 	keeper, err := keystore.OpenKEK(ctx, cfg.KEK)
 	if err != nil {
 		return nil, &StartupError{Var: config.VarKEK, Value: "<redacted>", Rule: "must be a usable KEK URL", Err: err}
 	}
 	ks, err := keystore.Open(ctx, cfg.KeystorePath, keystore.Options{Keeper: keeper, DataPath: cfg.DBPath, Logger: logger,
-		MustExist: st.Sealed, Database: st.DatabaseID, ReceiptKey: receiptKey})
+		MustExist: st.Sealed, Database: st.DatabaseID, ReceiptKey: secrets.receipt, GroupSecret: secrets.replica})
 	if err != nil {
 		return nil, fmt.Errorf("open key store (%s=%s): %w", config.VarKeystorePath, cfg.KeystorePath, err)
 	}

@@ -16,10 +16,11 @@ import (
 // Effects of every kind its commands carry, applied to this node's
 // folders of the shard: the audit trail's steps to its trail
 // (retention.TrailEffects), an attachment's bytes, their move into place
-// and deletions to its file:// blob folder (attachments.ReplicaEffects).
+// and deletions to its file:// blob folder (attachments.ReplicaEffects),
+// a change of a sealing shard's key store to its key store.
 // Every store the node opens for the shard's replica gets them before
 // its group runs.
-func shardEffects(cfg config.Config, n int, logger *slog.Logger) func(*store.Store) {
+func shardEffects(cfg config.Config, n int, logger *slog.Logger) func(*store.Store) error {
 	logger = logger.With("shard", n)
 	trail := retention.TrailEffects(cluster.ShardAuditPath(cfg.Retention.AuditPath, n), logger)
 	blobs := store.Effects(func(context.Context, []byte) error {
@@ -30,8 +31,30 @@ func shardEffects(cfg config.Config, n int, logger *slog.Logger) func(*store.Sto
 	if dir := cluster.ShardAttachmentsDir(cfg.AttachmentsURL, n); dir != "" {
 		blobs = attachments.ReplicaEffects(dir, logger)
 	}
-	return func(st *store.Store) {
+	return func(st *store.Store) error {
 		st.SetEffects(store.EffectTrail, trail)
 		st.SetEffects(store.EffectBlobs, blobs)
+		return replicateKeys(st)
 	}
+}
+
+// replicateKeys makes a sealing store's key store propose its changes
+// instead of writing them itself (keystore.Replicate), and the store
+// apply them (EffectKeys): every change of a replicated shard's key
+// store is a command of its group.
+func replicateKeys(st *store.Store) error {
+	ks := KeyStore(st)
+	if ks == nil {
+		return nil
+	}
+	if err := ks.Replicate(func(ctx context.Context, op []byte, destroys bool) error {
+		if destroys {
+			return st.ProposeDestroy(ctx, store.EffectKeys, op)
+		}
+		return st.ProposeEffect(ctx, store.EffectKeys, op)
+	}); err != nil {
+		return err
+	}
+	st.SetEffects(store.EffectKeys, ks.ApplyOp)
+	return nil
 }

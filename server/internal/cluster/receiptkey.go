@@ -25,6 +25,11 @@ var ErrReceiptKey = errors.New("the cluster's receipt key does not open with thi
 // ReceiptKey holds the cluster's receipt key, wrapped by the KEK.
 func (k Keys) ReceiptKey() string { return "/" + k.Name + "/sealing/receipt-key" }
 
+// ReplicaSecret holds the secret of a sealed cluster's replicated shards,
+// wrapped by the KEK: what every replica of a shard's key store derives
+// from it must be the same on each (keystore.Options.GroupSecret).
+func (k Keys) ReplicaSecret() string { return "/" + k.Name + "/sealing/replica-secret" }
+
 // Wrapper is the KEK as the receipt key needs it (a *secrets.Keeper).
 type Wrapper interface {
 	Encrypt(ctx context.Context, plain []byte) ([]byte, error)
@@ -38,10 +43,23 @@ type Wrapper interface {
 // winner's. A key that does not unwrap is an error wrapping
 // ErrReceiptKey, never replaced.
 func EnsureReceiptKey(ctx context.Context, c *clientv3.Client, k Keys, kek Wrapper) ([]byte, error) {
-	key := k.ReceiptKey()
+	return ensureSecret(ctx, c, k.ReceiptKey(), kek)
+}
+
+// EnsureReplicaSecret returns the replicated shards' secret
+// (Keys.ReplicaSecret), created as EnsureReceiptKey creates the receipt
+// key, at the first start with a KEK of a replicated cluster; an error
+// wrapping ErrReceiptKey when this KEK does not open it.
+func EnsureReplicaSecret(ctx context.Context, c *clientv3.Client, k Keys, kek Wrapper) ([]byte, error) {
+	return ensureSecret(ctx, c, k.ReplicaSecret(), kek)
+}
+
+// ensureSecret returns the secret at key, unwrapped by kek, creating it
+// when etcd holds none.
+func ensureSecret(ctx context.Context, c *clientv3.Client, key string, kek Wrapper) ([]byte, error) {
 	resp, err := c.Get(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("read the receipt key: %w", err)
+		return nil, fmt.Errorf("read %s: %w", key, err)
 	}
 	if len(resp.Kvs) == 0 {
 		fresh := make([]byte, receiptKeySize)
@@ -50,12 +68,12 @@ func EnsureReceiptKey(ctx context.Context, c *clientv3.Client, k Keys, kek Wrapp
 		}
 		wrapped, err := kek.Encrypt(ctx, fresh)
 		if err != nil {
-			return nil, fmt.Errorf("wrap the receipt key: %w", err)
+			return nil, fmt.Errorf("wrap %s: %w", key, err)
 		}
 		txn, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, string(wrapped))).Else(clientv3.OpGet(key)).Commit()
 		if err != nil {
-			return nil, fmt.Errorf("create the receipt key: %w", err)
+			return nil, fmt.Errorf("create %s: %w", key, err)
 		}
 		if txn.Succeeded {
 			return fresh, nil
@@ -63,7 +81,7 @@ func EnsureReceiptKey(ctx context.Context, c *clientv3.Client, k Keys, kek Wrapp
 		clear(fresh)
 		resp = (*clientv3.GetResponse)(txn.Responses[0].GetResponseRange())
 		if len(resp.Kvs) == 0 {
-			return nil, fmt.Errorf("create the receipt key: %s vanished", key)
+			return nil, fmt.Errorf("create %s: it vanished", key)
 		}
 	}
 	plain, err := kek.Decrypt(ctx, resp.Kvs[0].Value)

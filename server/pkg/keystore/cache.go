@@ -114,7 +114,12 @@ func (c *cache) clear() {
 // stripe is the lock of a thread's keys: fills and destroys of one thread
 // take it, other threads go on.
 func (ks *KeyStore) stripe(tid string) *sync.Mutex {
+	return &ks.stripes[stripeOf(tid, len(ks.stripes))]
+}
+
+// stripeOf is a thread's slot among n locks.
+func stripeOf(tid string, n int) int {
 	h := fnv.New32a()
 	h.Write([]byte(tid))
-	return &ks.stripes[h.Sum32()%uint32(len(ks.stripes))]
+	return int(h.Sum32() % uint32(n))
 }

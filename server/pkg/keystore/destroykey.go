@@ -20,6 +20,13 @@ func (ks *KeyStore) DestroyKey(ctx context.Context, ref KeyRef) (bool, error) {
 	if err := checkThread(ref.Thread); err != nil {
 		return false, err
 	}
+	if p := ks.repl.Load(); p != nil {
+		gone, err := ks.destroyKeysReplicated(ctx, p, []KeyRef{ref})
+		if err != nil {
+			return false, fmt.Errorf("destroy key %d of thread %s: %w", ref.Number, ref.Thread, err)
+		}
+		return len(gone) > 0, nil
+	}
 	v, ok, err := ks.get(keyEntry(ref.Thread, ref.Number))
 	if err != nil || !ok {
 		return false, err

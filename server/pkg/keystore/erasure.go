@@ -41,10 +41,22 @@ func (ks *KeyStore) PutErasure(ctx context.Context, id, author string) error {
 	if err != nil {
 		return err
 	}
-	if err := ks.db.Set([]byte(erasureNS+id), sealed, pebble.Sync); err != nil {
+	if p := ks.repl.Load(); p != nil {
+		err = ks.propose(ctx, p, op{Op: opPutErasure, ID: id, Sealed: sealed}, false)
+	} else {
+		err = ks.putErasure(id, sealed)
+	}
+	if err != nil {
 		return fmt.Errorf("record erasure %s: %w", id, err)
 	}
 	return nil
+}
+
+func (ks *KeyStore) putErasure(id string, sealed []byte) error {
+	if err := checkThread(id); err != nil {
+		return fmt.Errorf("erasure id: %w", err)
+	}
+	return ks.db.Set([]byte(erasureNS+id), sealed, pebble.Sync)
 }
 
 // ErasureAuthor returns the author erasure id erases (ErrNoErasure when
@@ -115,12 +127,23 @@ func (ks *KeyStore) CompleteErasure(ctx context.Context, id string) error {
 	if err := ks.live(ctx); err != nil {
 		return err
 	}
+	var err error
+	if p := ks.repl.Load(); p != nil {
+		// Its put's entry holds the sealed author: a destroy.
+		err = ks.propose(ctx, p, op{Op: opCompleteErasure, ID: id}, true)
+	} else {
+		err = ks.completeErasure(id)
+	}
+	if err != nil {
+		return fmt.Errorf("complete erasure %s: %w", id, err)
+	}
+	return nil
+}
+
+func (ks *KeyStore) completeErasure(id string) error {
 	key := []byte(erasureNS + id)
 	b := ks.db.NewBatch()
 	defer b.Close()
 	_ = b.Delete(key, nil)
-	if err := ks.commitDestroy(b, []erase.Span{pointSpan(key)}, pebble.Sync); err != nil {
-		return fmt.Errorf("complete erasure %s: %w", id, err)
-	}
-	return nil
+	return ks.commitDestroy(b, []erase.Span{pointSpan(key)}, pebble.Sync)
 }

@@ -103,6 +103,13 @@ func (ks *KeyStore) Key(ctx context.Context, tid, author string) (uint32, cipher
 	if num, a, ok := ks.cache.byAuthor(tid, mac); ok {
 		return num, a, nil
 	}
+	if p := ks.repl.Load(); p != nil {
+		num, a, err := ks.createReplicated(ctx, p, tid, mac)
+		if err != nil {
+			return 0, nil, fmt.Errorf("key in thread %s: %w", tid, err)
+		}
+		return num, a, nil
+	}
 	mu := ks.stripe(tid)
 	mu.Lock()
 	defer mu.Unlock()
@@ -133,15 +140,9 @@ func (ks *KeyStore) Key(ctx context.Context, tid, author string) (uint32, cipher
 
 // create makes a new key for (tid, mac); the caller holds tid's stripe.
 func (ks *KeyStore) create(ctx context.Context, tid string, mac [32]byte) (uint32, cipher.AEAD, error) {
-	num := uint32(1)
-	if v, ok, err := ks.get(nextKey(tid)); err != nil {
+	num, err := ks.next(tid)
+	if err != nil {
 		return 0, nil, err
-	} else if ok {
-		n, valid := parseNum(v)
-		if !valid || n == 0 {
-			return 0, nil, fmt.Errorf("malformed key counter %q", v)
-		}
-		num = n
 	}
 	dek := make([]byte, 32)
 	defer clear(dek)
@@ -158,15 +159,34 @@ func (ks *KeyStore) create(ctx context.Context, tid string, mac [32]byte) (uint3
 	}
 	b := ks.db.NewBatch()
 	defer b.Close()
-	_ = b.Set(keyEntry(tid, num), append(mac[:len(mac):len(mac)], wrapped...), nil)
-	_ = b.Set(authorEntry(tid, mac), appendNum(nil, num), nil)
-	_ = b.Set(authorIndex(mac, tid, num), nil, nil)
-	_ = b.Set(nextKey(tid), appendNum(nil, num+1), nil)
+	ks.putKey(b, tid, mac, num, wrapped)
 	if err := b.Commit(pebble.Sync); err != nil {
 		return 0, nil, err
 	}
 	ks.cache.put(tid, num, &mac, a)
 	return num, a, nil
+}
+
+// next is the number the thread's next key gets.
+func (ks *KeyStore) next(tid string) (uint32, error) {
+	v, ok, err := ks.get(nextKey(tid))
+	if err != nil || !ok {
+		return 1, err
+	}
+	n, valid := parseNum(v)
+	if !valid || n == 0 {
+		return 0, fmt.Errorf("malformed key counter %q", v)
+	}
+	return n, nil
+}
+
+// putKey adds to b key num of (tid, mac), its author entries and the
+// thread's counter past it.
+func (ks *KeyStore) putKey(b *pebble.Batch, tid string, mac [32]byte, num uint32, wrapped []byte) {
+	_ = b.Set(keyEntry(tid, num), append(mac[:len(mac):len(mac)], wrapped...), nil)
+	_ = b.Set(authorEntry(tid, mac), appendNum(nil, num), nil)
+	_ = b.Set(authorIndex(mac, tid, num), nil, nil)
+	_ = b.Set(nextKey(tid), appendNum(nil, num+1), nil)
 }
 
 // KeyByNumber returns the AEAD of a thread's key number: what opens a
@@ -260,6 +280,14 @@ func (ks *KeyStore) DestroyThread(ctx context.Context, tid string) (int, error) 
 	if err := checkThread(tid); err != nil {
 		return 0, err
 	}
+	if p := ks.repl.Load(); p != nil {
+		return ks.destroyThreadReplicated(ctx, p, tid)
+	}
+	return ks.destroyThread(tid)
+}
+
+// destroyThread is DestroyThread on this store, synced.
+func (ks *KeyStore) destroyThread(tid string) (int, error) {
 	mu := ks.stripe(tid)
 	mu.Lock()
 	defer mu.Unlock()
@@ -312,6 +340,8 @@ func (ks *KeyStore) DestroyAuthor(ctx context.Context, author string, keep func(
 		return nil, nil, err
 	}
 	mac := ks.mac(author)
+	p := ks.repl.Load()
+	var doomed []KeyRef
 	for _, ref := range refs {
 		if err := ks.live(ctx); err != nil {
 			return destroyed, kept, err
@@ -326,6 +356,10 @@ func (ks *KeyStore) DestroyAuthor(ctx context.Context, author string, keep func(
 				continue
 			}
 		}
+		if p != nil {
+			doomed = append(doomed, ref)
+			continue
+		}
 		gone, err := ks.destroyKey(ref, mac)
 		if err != nil {
 			return destroyed, kept, fmt.Errorf("destroy keys of an author: %w", err)
@@ -333,6 +367,14 @@ func (ks *KeyStore) DestroyAuthor(ctx context.Context, author string, keep func(
 		if gone {
 			destroyed = append(destroyed, ref)
 		}
+	}
+	if p != nil {
+		// One op for the author's threads, as one sync below.
+		destroyed, err = ks.destroyKeysReplicated(ctx, p, doomed)
+		if err != nil {
+			return nil, kept, fmt.Errorf("destroy keys of an author: %w", err)
+		}
+		return destroyed, kept, nil
 	}
 	if len(destroyed) > 0 {
 		// One sync for the author's threads: a crash before it loses

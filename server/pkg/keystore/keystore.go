@@ -27,6 +27,7 @@ package keystore
 import (
 	"bytes"
 	"context"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -38,6 +39,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -123,6 +125,12 @@ type Options struct {
 	// that a subject has one HMAC on every shard. It is never written
 	// here.
 	ReceiptKey []byte
+	// GroupSecret, when set, is the secret of a replicated shard's group
+	// (GroupSecretSize bytes, from etcd): the author index is keyed by a
+	// key derived from it instead of the store's own, so that every
+	// replica finds an author's keys, and it seals the ops that change
+	// the store (Replicate). It is never written here.
+	GroupSecret []byte
 }
 
 // KeyStore holds the data keys. Build one with Open; safe for concurrent use.
@@ -147,6 +155,22 @@ type KeyStore struct {
 
 	cache   *cache
 	stripes [256]sync.Mutex
+
+	// ops seals a replicated store's ops (Options.GroupSecret); nil
+	// when the store is not a replica's. repl is its Proposer once
+	// Replicate was called; creating orders a thread's key creations
+	// on the leader (replicate.go).
+	ops      cipher.AEAD
+	repl     atomic.Pointer[Proposer]
+	creating [64]sync.Mutex
+	// The background erase after an applied destroy (eraseSoon):
+	// eraseKick holds one waiting start, bg the goroutines, which Close
+	// ends through bgCtx.
+	eraseKick chan struct{}
+	bg        sync.WaitGroup
+	bgCtx     context.Context
+	bgCancel  context.CancelFunc
+	logger    *slog.Logger
 
 	// mu orders destroys against the end of an erase (erase.go); eraseMu
 	// lets one erase run at a time.
@@ -203,10 +227,22 @@ func Open(ctx context.Context, path string, opts Options) (*KeyStore, error) {
 		size = DefaultCacheSize
 	}
 	ks := &KeyStore{db: db, path: path, eraseWait: opts.EraseWait, keepers: map[byte]*secrets.Keeper{},
-		cache: newCache(size), closed: make(chan struct{})}
+		cache: newCache(size), closed: make(chan struct{}), eraseKick: make(chan struct{}, 1), logger: opts.Logger}
+	ks.bgCtx, ks.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := ks.load(ctx, opts); err != nil {
+		ks.bgCancel()
 		_ = db.Close()
 		return nil, fmt.Errorf("open key store %q: %w", path, err)
+	}
+	if len(opts.GroupSecret) > 0 {
+		index, ops, err := deriveGroupKeys(opts.GroupSecret)
+		if err != nil {
+			ks.bgCancel()
+			_ = db.Close()
+			return nil, fmt.Errorf("open key store %q: %w", path, err)
+		}
+		clear(ks.indexKey)
+		ks.indexKey, ks.ops = index, ops
 	}
 	if len(opts.ReceiptKey) > 0 {
 		// A copy: Close clears it.
@@ -334,6 +370,8 @@ func (ks *KeyStore) Close() error {
 	err := ErrClosed
 	ks.closeOnce.Do(func() {
 		close(ks.closed)
+		ks.bgCancel()
+		ks.bg.Wait() // a background erase ends before the database closes
 		ks.cache.clear()
 		clear(ks.indexKey)
 		clear(ks.receiptKey)

@@ -52,6 +52,9 @@ func (ks *KeyStore) Rewrap(ctx context.Context, to *secrets.Keeper, opts RewrapO
 	if to == nil {
 		return res, fmt.Errorf("rewrap: %w: no keeper", ErrInvalidKEK)
 	}
+	if ks.Replicated() {
+		return res, fmt.Errorf("rewrap: %w", ErrReplicated)
+	}
 	old, next, rotation, err := ks.beginRotation(ctx, to)
 	if err != nil {
 		return res, fmt.Errorf("rewrap: %w", err)
