@@ -84,9 +84,10 @@ func (g *group) applyReport(data []byte) {
 
 // erasures sorts the group's replicas, on its leader, by whether they
 // reported the erase of the last purge it applied: waiting are those
-// that owe it and should report soon (the leader hears from them and
-// they hold the purge). purge is 0 when this replica applied none since
-// it started.
+// that owe it and should report soon (their log holds the purge; not
+// whether the leader heard from them lately, which CheckQuorum clears
+// every election timeout). purge is 0 when this replica applied none
+// since it started.
 func (g *group) erasures() (purge uint64, erased, pending, waiting []uint64, err error) {
 	g.rnMu.Lock()
 	st := g.rn.Status()
@@ -102,7 +103,7 @@ func (g *group) erasures() (purge uint64, erased, pending, waiting []uint64, err
 		switch {
 		case g.erasedBy[id] >= purge:
 			erased = append(erased, id)
-		case id == g.replica || pr.RecentActive && pr.Match >= purge:
+		case id == g.replica || pr.Match >= purge:
 			waiting = append(waiting, id)
 			fallthrough
 		default:
@@ -118,7 +119,7 @@ func (g *group) erasures() (purge uint64, erased, pending, waiting []uint64, err
 // ReplicasErased implements retention.ReplicaEraser: the replicas of the
 // group that reported the erase of the last purge this leader applied,
 // and those that still owe it (down, behind, or not reported within
-// ErasureReportWait). Nothing is known of a leader that applied no purge
+// ErasureReportWait: a replica whose log holds the purge is waited for). Nothing is known of a leader that applied no purge
 // since it started.
 func (l *leaderLease) ReplicasErased(ctx context.Context) (erased, pending []uint64, err error) {
 	deadline := time.Now().Add(ErasureReportWait)
