@@ -94,11 +94,13 @@ func TestEffectThenKill9AppliesOnce(t *testing.T) {
 			dir := t.TempDir()
 			child := testtools.StartChild(t, "TestEffectCrashHelper", envEffectDir+"="+dir, envEffectSeq+"="+strconv.FormatInt(seq, 10))
 			f, name, stalled, sealed := -1, "", false, false
+			var said []string // what else the helper printed: its failure
 			for !stalled || !sealed {
 				line, ok := child.Line()
 				if !ok {
-					t.Fatal("the helper ended before it stalled")
+					t.Fatalf("the helper ended before it stalled:\n%s", strings.Join(said, "\n"))
 				}
+				said = append(said, line)
 				fields := strings.Fields(line)
 				switch {
 				case len(fields) == 2 && fields[0] == "follower":
