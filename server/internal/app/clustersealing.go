@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"gocloud.dev/secrets"
 
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/pkg/attachments"
@@ -38,6 +39,15 @@ func shardConfig(cfg config.Config, n int) config.Config {
 // KEK does not open is a *StartupError naming PROGRESSDB_KEK: every node
 // must have the same one.
 func ClusterReceiptKey(ctx context.Context, cfg config.Config, client *clientv3.Client, keys cluster.Keys) ([]byte, error) {
+	return clusterSecret(ctx, cfg, keys, func(ctx context.Context, keeper *secrets.Keeper) ([]byte, error) {
+		return cluster.EnsureReceiptKey(ctx, client, keys, keeper)
+	})
+}
+
+// clusterSecret reads (or creates) a secret the cluster keeps in etcd
+// wrapped by the KEK, with ensure; nil without PROGRESSDB_KEK. A KEK that
+// does not open it is a *StartupError naming PROGRESSDB_KEK.
+func clusterSecret(ctx context.Context, cfg config.Config, keys cluster.Keys, ensure func(context.Context, *secrets.Keeper) ([]byte, error)) ([]byte, error) {
 	if cfg.KEK == "" {
 		return nil, nil
 	}
@@ -48,12 +58,12 @@ func ClusterReceiptKey(ctx context.Context, cfg config.Config, client *clientv3.
 		return nil, &StartupError{Var: config.VarKEK, Value: "<redacted>", Rule: "must be a usable KEK URL", Err: err}
 	}
 	defer keeper.Close()
-	key, err := cluster.EnsureReceiptKey(ctx, client, keys, keeper)
+	secret, err := ensure(ctx, keeper)
 	if errors.Is(err, cluster.ErrReceiptKey) {
 		return nil, &StartupError{Var: config.VarKEK, Value: "<redacted>",
 			Rule: fmt.Sprintf("must be the KEK of cluster %q, the same on every node", keys.Name), Err: err}
 	}
-	return key, err
+	return secret, err
 }
 
 // clusterSecrets are the secrets a sealed cluster's shards share, kept
@@ -85,22 +95,12 @@ func loadClusterSecrets(ctx context.Context, cfg config.Config, client *clientv3
 // cluster whose shards have one copy each. A secret this KEK does not
 // open is a *StartupError naming PROGRESSDB_KEK.
 func ClusterReplicaSecret(ctx context.Context, cfg config.Config, client *clientv3.Client, keys cluster.Keys, m cluster.Map) ([]byte, error) {
-	if cfg.KEK == "" || !m.Replicated() {
+	if !m.Replicated() {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
-	defer cancel()
-	keeper, err := keystore.OpenKEK(ctx, cfg.KEK)
-	if err != nil {
-		return nil, &StartupError{Var: config.VarKEK, Value: "<redacted>", Rule: "must be a usable KEK URL", Err: err}
-	}
-	defer keeper.Close()
-	secret, err := cluster.EnsureReplicaSecret(ctx, client, keys, keeper)
-	if errors.Is(err, cluster.ErrReceiptKey) {
-		return nil, &StartupError{Var: config.VarKEK, Value: "<redacted>",
-			Rule: fmt.Sprintf("must be the KEK of cluster %q, the same on every node", keys.Name), Err: err}
-	}
-	return secret, err
+	return clusterSecret(ctx, cfg, keys, func(ctx context.Context, keeper *secrets.Keeper) ([]byte, error) {
+		return cluster.EnsureReplicaSecret(ctx, client, keys, keeper)
+	})
 }
 
 // openClusterShards opens the shards ns a node holds, each with its own
