@@ -356,19 +356,9 @@ func (g *group) drop(match func(*proposal) bool, err error) {
 
 // handleReady persists, sends, applies and advances, in the order raft
 // requires without async storage writes: nothing leaves the replica
-// before the hard state it depends on is on disk, and a follower's
-// answers wait for its log too. A leader's messages need not wait for
-// its own entries (raft's doc.go, step 2; the Raft thesis, 10.2.1): its
-// appends reach the followers while it writes them, so a write waits
-// for one fsync's time rather than two in a row, and an entry still
-// commits only once a majority, each counted after its own write, has
-// it.
+// before the log and hard state it depends on are on disk.
 func (g *group) handleReady(ctx context.Context, tr Transport) error {
 	rd := g.rn.Ready()
-	early := g.sendsEarly(rd)
-	if early {
-		g.send(ctx, tr, rd.Messages)
-	}
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		// The snapshot's install saves the Ready's log and hard state.
 		if err := g.install(ctx, rd); err != nil {
@@ -381,8 +371,8 @@ func (g *group) handleReady(ctx context.Context, tr Transport) error {
 		}
 	}
 	g.observe(rd)
-	if !early {
-		g.send(ctx, tr, rd.Messages)
+	if msgs := g.sendSnapshots(ctx, tr, rd.Messages); len(msgs) > 0 {
+		tr.Send(g.id, msgs)
 	}
 	g.readIndexes(rd)
 	if err := g.apply(ctx, rd.CommittedEntries); err != nil {
@@ -396,29 +386,6 @@ func (g *group) handleReady(ctx context.Context, tr Transport) error {
 	}
 	g.rn.Advance(rd)
 	return nil
-}
-
-// sendsEarly reports whether rd's messages may leave before its log and
-// hard state are saved: on a leader whose term and vote rd does not
-// change (its hard state then only moves the commit index, which no
-// message relies on being durable), with no snapshot to install.
-func (g *group) sendsEarly(rd raft.Ready) bool {
-	if len(rd.Messages) == 0 || !raft.IsEmptySnap(rd.Snapshot) || g.rn.BasicStatus().RaftState != raft.StateLeader {
-		return false
-	}
-	if rd.HardState == nil {
-		return true
-	}
-	saved, _, err := g.log.InitialState()
-	return err == nil && saved != nil &&
-		saved.GetTerm() == rd.HardState.GetTerm() && saved.GetVote() == rd.HardState.GetVote()
-}
-
-// send sends msgs, the snapshots with their state.
-func (g *group) send(ctx context.Context, tr Transport, msgs []*raftpb.Message) {
-	if msgs := g.sendSnapshots(ctx, tr, msgs); len(msgs) > 0 {
-		tr.Send(g.id, msgs)
-	}
 }
 
 // store is the replica's current store.
