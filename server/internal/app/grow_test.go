@@ -60,10 +60,7 @@ func TestSetReplicasGrowsAndShrinksARunningCluster(t *testing.T) {
 	for _, n := range nodes {
 		n.shutdown()
 	}
-	byID := map[string]*testNode{}
-	for _, n := range nodes {
-		byID[n.id] = n
-	}
+	byID := nodesByID(nodes)
 	for s, tid := range threads {
 		for _, r := range m.Sets[s] {
 			st, err := store.Open(cluster.ShardDBPath(filepath.Join(byID[r.Node].dir, "data"), s), store.Options{})

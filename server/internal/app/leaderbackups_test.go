@@ -43,10 +43,7 @@ func TestReplicatedShardBackupsAreTheLeaders(t *testing.T) {
 	const shard = 1
 	tid := threadIn(t, shard)
 	seedThread(t, nodes[0], tid)
-	byID := map[string]*testNode{}
-	for _, n := range nodes {
-		byID[n.id] = n
-	}
+	byID := nodesByID(nodes)
 	leader := byID[waitLeader(t, etcd, shard, 0).Node]
 	var follower *testNode
 	for _, n := range nodes {

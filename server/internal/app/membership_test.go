@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
 )
@@ -80,17 +82,8 @@ func TestDeadNodesReplicasAreRecreated(t *testing.T) {
 				return false
 			}
 		}
-		st, err := cluster.ReadStatus(ctx, c, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range st.Shards {
-			if s.UnderReplicated {
-				why = fmt.Sprintf("shard %d under-replicated: %+v", s.N, s.Replicas)
-				return false
-			}
-		}
-		return true
+		why = underReplicated(t, ctx, c, k)
+		return why == ""
 	}, "every shard back to three replicas on the nodes left")
 	checkThreads(t, nodes, threads)
 	// The node view's gauge agrees.
@@ -104,10 +97,7 @@ func TestDeadNodesReplicasAreRecreated(t *testing.T) {
 	for _, n := range nodes {
 		n.shutdown()
 	}
-	byID := map[string]*testNode{}
-	for _, n := range nodes {
-		byID[n.id] = n
-	}
+	byID := nodesByID(nodes)
 	for s, tid := range threads {
 		for _, r := range m.Sets[s] {
 			if _, err := openShard(t, byID[r.Node], s).GetThread(ctx, tid); err != nil {
@@ -176,17 +166,8 @@ func TestLostFolderComesBackUnderANewID(t *testing.T) {
 				return false
 			}
 		}
-		st, err := cluster.ReadStatus(ctx, c, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range st.Shards {
-			if s.UnderReplicated {
-				why = fmt.Sprintf("shard %d under-replicated: %+v", s.N, s.Replicas)
-				return false
-			}
-		}
-		return true
+		why = underReplicated(t, ctx, c, k)
+		return why == ""
 	}, "every shard back to three healthy replicas, the lost ones under new IDs")
 	checkThreads(t, nodes, threads)
 	for n := range testShards {
@@ -260,4 +241,29 @@ func TestMoveToADeadNodeIsCancelled(t *testing.T) {
 		return err == nil && !st.Shards[0].UnderReplicated
 	}, "shard 0 whole again")
 	checkThreads(t, nodes, []string{tid})
+}
+
+// underReplicated describes a shard the cluster's status shows
+// under-replicated, "" when none is.
+func underReplicated(t *testing.T, ctx context.Context, c *clientv3.Client, k cluster.Keys) string {
+	t.Helper()
+	st, err := cluster.ReadStatus(ctx, c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st.Shards {
+		if s.UnderReplicated {
+			return fmt.Sprintf("shard %d under-replicated: %+v", s.N, s.Replicas)
+		}
+	}
+	return ""
+}
+
+// nodesByID indexes nodes by their node ID.
+func nodesByID(nodes []*testNode) map[string]*testNode {
+	byID := map[string]*testNode{}
+	for _, n := range nodes {
+		byID[n.id] = n
+	}
+	return byID
 }
