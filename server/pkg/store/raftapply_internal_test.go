@@ -135,7 +135,14 @@ func TestReplicatedStoreProposes(t *testing.T) {
 	if _, err := s.CreateThread(cctx, Thread{ID: "u", Title: "x", Author: "a"}); !errors.Is(err, ErrAmbiguous) {
 		t.Fatalf("a write whose context ended: %v", err)
 	}
-	m := &s.locks[stripeOf("u")]
+	stripeHeldToOutcome(t, s, "u", late)
+}
+
+// stripeHeldToOutcome checks that key's stripe is held until late is
+// told the outcome of the command in flight, and let go then.
+func stripeHeldToOutcome(t *testing.T, s *Store, key string, late chan<- error) {
+	t.Helper()
+	m := &s.locks[stripeOf(key)]
 	if m.TryLock() {
 		t.Fatal("the stripe was let go before the outcome")
 	}
@@ -193,17 +200,7 @@ func TestStripedStateWritesKeepTheStripeToTheOutcome(t *testing.T) {
 			if len(terms) != 1 || terms[0] != 7 {
 				t.Fatalf("proposed in terms %v, want [7]", terms)
 			}
-			m := &s.locks[stripeOf(w.stripe)]
-			if m.TryLock() {
-				t.Fatal("the stripe was let go before the outcome")
-			}
-			late <- errors.New("the outcome")
-			for deadline := time.Now().Add(10 * time.Second); !m.TryLock(); time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the stripe stayed held after the outcome")
-				}
-			}
-			m.Unlock()
+			stripeHeldToOutcome(t, s, w.stripe, late)
 		})
 	}
 }
