@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -65,22 +66,30 @@ func (c *testCluster) seal(w *audit.Writer) {
 	}
 }
 
-// trailFiles reads every file under root: relative path → bytes.
-func trailFiles(t *testing.T, root string) map[string]string {
+// trailFiles reads every file under root: relative path → bytes. false:
+// a file listed went before it was read (a run's file sealed, renamed
+// from its .inprogress name, while the trail was read), so the trail was
+// changing: read it again.
+func trailFiles(t *testing.T, root string) (map[string]string, bool) {
 	t.Helper()
 	out := map[string]string{}
+	settled := true
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		b, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			settled = false
+			return fs.SkipAll
+		}
 		out[strings.TrimPrefix(p, root+string(filepath.Separator))] = string(b)
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return out, settled
 }
 
 // sameTrails waits until every running replica of g holds the same shard
@@ -95,7 +104,10 @@ func (c *testCluster) sameTrails(g uint64, sealed, inProgress int) {
 			if nd == nil {
 				continue
 			}
-			got := trailFiles(c.T, c.trail(i, g))
+			got, settled := trailFiles(c.T, c.trail(i, g))
+			if !settled {
+				return false
+			}
 			if want == nil {
 				want = got
 			} else if !maps.Equal(got, want) {
