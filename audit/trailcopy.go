@@ -48,16 +48,27 @@ var ErrTrailStream = errors.New("not an audit trail stream")
 // caller keeps the trail from changing meanwhile (a replica holds its
 // group's apply); afterwards lines may be appended and files sealed, and
 // Write still writes the trail as it was.
-func CopyTrail(root string) (c *TrailCopy, err error) {
+func CopyTrail(root string) (*TrailCopy, error) {
+	return copyTrailFiles(root, func(name string) bool {
+		return isAuditName(name, extSealed) || isAuditName(name, extInProgress)
+	})
+}
+
+// CopySealedTrail is CopyTrail of the sealed files alone: a shard's trail
+// as a move hands it on, its runs held, where a file in progress can only
+// be one a crash left, which the trail's next run here seals.
+func CopySealedTrail(root string) (*TrailCopy, error) {
+	return copyTrailFiles(root, func(name string) bool { return isAuditName(name, extSealed) })
+}
+
+func copyTrailFiles(root string, match func(name string) bool) (c *TrailCopy, err error) {
 	c = &TrailCopy{root: root}
 	defer func() {
 		if err != nil {
 			_ = c.Close()
 		}
 	}()
-	paths, err := monthFiles(root, func(name string) bool {
-		return isAuditName(name, extSealed) || isAuditName(name, extInProgress)
-	})
+	paths, err := monthFiles(root, match)
 	if err != nil {
 		return c, err
 	}

@@ -70,6 +70,41 @@ func TestTrailCopyIsTheTrailWhenTaken(t *testing.T) {
 	}
 }
 
+// A sealed trail's copy leaves a file in progress out, and unpacks into
+// the sealed files alone.
+func TestSealedTrailCopyLeavesRunsInProgressOut(t *testing.T) {
+	root := t.TempDir()
+	sealed := writeRun(t, root, "first")
+	h := testHeader()
+	h.StartedAt = fixedStart.Add(time.Hour)
+	w, err := newWriter(root, "second", h, stepClock(h.StartedAt, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(testFooter())
+	c, err := CopySealedTrail(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var buf bytes.Buffer
+	if err := c.Write(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "copy")
+	if err := ReadTrail(context.Background(), &buf, dir); err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := filepath.Rel(root, sealed)
+	if got, err := os.ReadFile(filepath.Join(dir, rel)); err != nil || !bytes.Equal(got, must(os.ReadFile(sealed))) {
+		t.Fatalf("%s: %d bytes (%v)", rel, len(got), err)
+	}
+	live, _ := filepath.Rel(root, w.Path())
+	if _, err := os.Stat(filepath.Join(dir, live)); !errors.Is(err, os.ErrNotExist) || c.Files() != 1 {
+		t.Fatalf("the run in progress was copied (%d files): %v", c.Files(), err)
+	}
+}
+
 // A stream holding anything but runs' files under month folders is
 // refused, whatever its entries' names try.
 func TestReadTrailRefusesOtherEntries(t *testing.T) {

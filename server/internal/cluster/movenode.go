@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"archive/tar"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -13,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -223,50 +221,20 @@ func (nd *Node) Backup(ctx context.Context, n int, w io.Writer) (backup.Manifest
 }
 
 // Trail implements MoveSource: the sealed files of the shard's audit
-// folder, by their path in it.
+// folder, as audit.ReadTrail unpacks them.
 func (nd *Node) Trail(ctx context.Context, n int, w io.Writer) error {
 	if _, err := nd.outgoing(n); err != nil {
 		return err
 	}
-	root := nd.auditPath(n)
-	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if errors.Is(err, fs.ErrNotExist) && path == root {
-			return fs.SkipAll // a shard that never ran retention
-		}
-		if err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if !d.Type().IsRegular() || !strings.HasSuffix(d.Name(), ".jsonl") {
-			return nil
-		}
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			return err
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		info, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: filepath.ToSlash(rel), Size: info.Size(),
-			Mode: 0o640, ModTime: info.ModTime(), Format: tar.FormatPAX}); err != nil {
-			return err
-		}
-		_, err = io.CopyN(tw, f, info.Size())
-		return err
-	})
+	c, err := audit.CopySealedTrail(nd.auditPath(n))
 	if err != nil {
 		return fmt.Errorf("shard %d: audit trail: %w", n, err)
 	}
-	return tw.Close()
+	defer c.Close()
+	if err := c.Write(ctx, w); err != nil {
+		return fmt.Errorf("shard %d: audit trail: %w", n, err)
+	}
+	return nil
 }
 
 // Release implements MoveSource.

@@ -1,11 +1,11 @@
 package cluster
 
 import (
-	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/progressdb/progressdb/audit"
 	"github.com/progressdb/progressdb/server/internal/backup"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/config"
@@ -56,46 +57,31 @@ func (nd *Node) ReceiveTrail(ctx context.Context, n int, r io.Reader) error {
 		nd.o.Logger.Info("cluster_shard_trail_set_aside", "shard", n, "folder", aside)
 	}
 	nd.incoming(n).trail = true
-	if err := os.MkdirAll(root, 0o750); err != nil {
+	// Unpacked beside the folder and renamed into place: a crash leaves
+	// a staged copy, which the next move here or Discard deletes, never
+	// a part of a trail under the shard's folder.
+	staged := root + receivingSuffix
+	if err := os.RemoveAll(staged); err != nil {
+		return fmt.Errorf("shard %d: audit trail: %w", n, err)
+	}
+	if err := os.Remove(root); err != nil && !errors.Is(err, fs.ErrNotExist) { // empty, checked above
+		return fmt.Errorf("shard %d: audit folder: %w", n, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(root), 0o750); err != nil {
 		return err
 	}
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("shard %d: audit trail: %w", n, err)
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		name := filepath.FromSlash(hdr.Name)
-		if hdr.Typeflag != tar.TypeReg || !filepath.IsLocal(name) || !strings.HasSuffix(name, ".jsonl") {
-			return fmt.Errorf("shard %d: audit trail: %q is not an audit file", n, hdr.Name)
-		}
-		path := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-			return err
-		}
-		// Written aside and linked into place (its folder synced): a
-		// crash leaves a temporary file, never a part of an audit file
-		// under its sealed name.
-		err = durable.WriteNew(path, 0o640, func(w io.Writer) error {
-			_, err := io.Copy(w, tr)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("shard %d: audit trail: %w", n, err)
-		}
+	if err := audit.ReadTrail(ctx, r, staged); err != nil {
+		return fmt.Errorf("shard %d: audit trail: %w", n, err)
 	}
-	// The month folders made in root, and root in its parent.
-	if err := durable.SyncDir(root); err != nil {
-		return err
+	if err := os.Rename(staged, root); err != nil {
+		return fmt.Errorf("shard %d: audit trail: %w", n, err)
 	}
 	return durable.SyncDir(filepath.Dir(root))
 }
+
+// receivingSuffix names the folder beside a shard's audit folder that
+// ReceiveTrail unpacks the trail into.
+const receivingSuffix = ".receiving"
 
 // Restore implements MoveTarget: the backup is written beside the
 // shards and restored as the shard by backup.Restore, keeping its
@@ -219,7 +205,7 @@ func (nd *Node) Discard(_ context.Context, n int) error {
 	}
 	if in.trail {
 		// A copy of the old owner's trail, which keeps its own.
-		errs = append(errs, os.RemoveAll(nd.auditPath(n)))
+		errs = append(errs, os.RemoveAll(nd.auditPath(n)), os.RemoveAll(nd.auditPath(n)+receivingSuffix))
 	}
 	if in.aside != "" {
 		errs = append(errs, os.Rename(in.aside, nd.auditPath(n)))
