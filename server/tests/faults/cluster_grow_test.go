@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,30 +59,13 @@ func growHomeKilled(t *testing.T, trial int, atRandom bool) {
 			live = append(live, n)
 		}
 	}
-	for i, tid := range tids {
-		live[i].mustCall(t, "POST", "/v1/threads", map[string]string{"id": tid, "title": "grow", "author": "a"}, "", http.StatusCreated, nil)
-	}
 	var bothSeen atomic.Value
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	go neverBoth(watchCtx, direct, k, &bothSeen)
 
-	var (
-		mu      sync.Mutex
-		acks    [2][]ack
-		refused [2]int
-		wg      sync.WaitGroup
-	)
-	stop := make(chan struct{})
-	for i := range live {
-		wg.Go(func() { writer(live[i], tids[i], fmt.Sprintf("g%d-w%d", trial, i), stop, &mu, &acks[i], &refused[i]) })
-	}
-	acked := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(acks[0]) + len(acks[1])
-	}
-	waitFor(t, time.Minute, "writes acknowledged before set-replicas", func() bool { return acked() >= 20 })
+	ld := startLoad(t, fmt.Sprintf("g%d", trial), live, tids)
+	waitFor(t, time.Minute, "writes acknowledged before set-replicas", func() bool { n, _ := ld.counts(); return n >= 20 })
 
 	if p := runCLI(t, envs["node-1"].with("PROGRESSDB_ADVERTISE_URL", "https://127.0.0.1:1"), "cluster", "set-replicas", "3"); p.code != 0 {
 		t.Fatalf("cluster set-replicas 3: %d\n%s", p.code, p.output())
@@ -103,7 +84,7 @@ func growHomeKilled(t *testing.T, trial int, atRandom bool) {
 		t.Fatal(err)
 	}
 	t.Logf("trial %d: %s killed with shard 0 %s", trial, clusterIDs[home], map[bool]string{true: "a group", false: "owned"}[m.Grouped(0)])
-	before := acked()
+	before, _ := ld.counts()
 	nodes[home] = startClusterNodeAt(t, envs[clusterIDs[home]], nodes[home].addr())
 
 	waitFor(t, 2*time.Minute, "every shard a group of three healthy replicas", func() bool {
@@ -115,23 +96,23 @@ func growHomeKilled(t *testing.T, trial int, atRandom bool) {
 		}
 		return true
 	})
-	waitFor(t, time.Minute, "writes acknowledged after the restart", func() bool { return acked() >= before+20 })
-	close(stop)
-	wg.Wait()
+	waitFor(t, time.Minute, "writes acknowledged after the restart", func() bool { n, _ := ld.counts(); return n >= before+20 })
+	written := ld.end()
 	stopWatch()
 	if v := bothSeen.Load(); v != nil {
 		t.Fatalf("etcd showed shard %v a group and owned at once", v)
 	}
-	t.Logf("trial %d: %d writes acknowledged, %d refused or failed", trial, len(acks[0])+len(acks[1]), refused[0]+refused[1])
-	for i, tid := range tids {
-		checkOnce(t, nodes, tid, acks[i])
+	acked, refused := ld.counts()
+	t.Logf("trial %d: %d writes acknowledged, %d refused or failed", trial, acked, refused)
+	for tid, as := range written {
+		checkOnce(t, nodes, tid, as)
 	}
 	for _, n := range nodes {
 		if code := n.stop(t); code != 0 {
 			t.Fatalf("node exit status %d after SIGTERM\n%s", code, n.output())
 		}
 	}
-	checkFolders(t, envs, 0, map[string][]ack{tids[0]: acks[0], tids[1]: acks[1]})
+	checkFolders(t, envs, 0, written)
 }
 
 // neverBoth reads etcd until ctx ends and records in seen a shard it

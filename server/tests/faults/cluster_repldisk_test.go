@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,82 +31,6 @@ func fourEnvs(t testing.TB, endpoints string, extra ...string) map[string]envVar
 	envs := clusterEnvs(t, endpoints, extra...)
 	envs["node-4"] = clusterNodeEnv(t, endpoints, "node-4", t.TempDir()).with(extra...)
 	return envs
-}
-
-// load is one writer per (node, thread) pair, each appending messages
-// of its own (writer) until stopped.
-type load struct {
-	tids    []string
-	mu      sync.Mutex
-	acks    [][]ack
-	refused []int
-	stop    chan struct{}
-	wg      sync.WaitGroup
-}
-
-// startLoad starts a writer through via[i] on tids[i], each thread
-// created first.
-func startLoad(t testing.TB, name string, via []*server, tids []string) *load {
-	t.Helper()
-	l := &load{tids: tids, acks: make([][]ack, len(tids)), refused: make([]int, len(tids)), stop: make(chan struct{})}
-	for i, tid := range tids {
-		via[i].mustCall(t, "POST", "/v1/threads", map[string]string{"id": tid, "title": "load", "author": "a"}, "", http.StatusCreated, nil)
-	}
-	for i := range tids {
-		// By URL: a node restarted on its address takes the writes again.
-		s := &server{url: via[i].url}
-		l.wg.Go(func() { writer(s, tids[i], fmt.Sprintf("%s-w%d", name, i), l.stop, &l.mu, &l.acks[i], &l.refused[i]) })
-	}
-	return l
-}
-
-// fewestSince is the fewest writes acknowledged on one thread among
-// those sent after at.
-func (l *load) fewestSince(at time.Time) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	fewest := -1
-	for _, as := range l.acks {
-		n := 0
-		for _, a := range as {
-			if a.sent.After(at) {
-				n++
-			}
-		}
-		if fewest < 0 || n < fewest {
-			fewest = n
-		}
-	}
-	return fewest
-}
-
-// waitAcked waits until every writer has n writes acknowledged among
-// those sent after at.
-func (l *load) waitAcked(t testing.TB, n int, at time.Time, what string) {
-	t.Helper()
-	waitFor(t, 2*time.Minute, what, func() bool { return l.fewestSince(at) >= n })
-}
-
-// end stops the writers and returns each thread's acknowledged writes.
-func (l *load) end() map[string][]ack {
-	close(l.stop)
-	l.wg.Wait()
-	out := map[string][]ack{}
-	for i, tid := range l.tids {
-		out[tid] = l.acks[i]
-	}
-	return out
-}
-
-// counts is how many writes were acknowledged and refused or failed.
-func (l *load) counts() (acked, refused int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i := range l.acks {
-		acked += len(l.acks[i])
-		refused += l.refused[i]
-	}
-	return acked, refused
 }
 
 // gauge reads an unlabelled gauge from node s's /metrics; -1 when it

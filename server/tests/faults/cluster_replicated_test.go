@@ -137,6 +137,104 @@ func writer(s *server, tid, name string, stop <-chan struct{}, mu *sync.Mutex, a
 	}
 }
 
+// load is one writer per (node, thread) pair, each appending messages
+// of its own (writer) until stopped.
+type load struct {
+	tids    []string
+	mu      sync.Mutex
+	acks    [][]ack
+	refused []int
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// startLoad starts a writer through via[i] on tids[i], each thread
+// created first.
+func startLoad(t testing.TB, name string, via []*server, tids []string) *load {
+	t.Helper()
+	l := &load{tids: tids, acks: make([][]ack, len(tids)), refused: make([]int, len(tids)), stop: make(chan struct{})}
+	for i, tid := range tids {
+		via[i].mustCall(t, "POST", "/v1/threads", map[string]string{"id": tid, "title": "load", "author": "a"}, "", http.StatusCreated, nil)
+	}
+	for i := range tids {
+		// By URL: a node restarted on its address takes the writes again.
+		s := &server{url: via[i].url}
+		l.wg.Go(func() { writer(s, tids[i], fmt.Sprintf("%s-w%d", name, i), l.stop, &l.mu, &l.acks[i], &l.refused[i]) })
+	}
+	return l
+}
+
+// fewestSince is the fewest writes acknowledged on one thread among
+// those sent after at.
+func (l *load) fewestSince(at time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fewest := -1
+	for _, as := range l.acks {
+		n := 0
+		for _, a := range as {
+			if a.sent.After(at) {
+				n++
+			}
+		}
+		if fewest < 0 || n < fewest {
+			fewest = n
+		}
+	}
+	return fewest
+}
+
+// since counts the writes acknowledged on the threads numbered in which
+// (every thread when none is named) among those sent after at, and
+// returns when the first of them was acknowledged.
+func (l *load) since(at time.Time, which ...int) (n int, first time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, as := range l.acks {
+		if len(which) > 0 && !slices.Contains(which, i) {
+			continue
+		}
+		for _, a := range as {
+			if a.sent.After(at) {
+				n++
+				if first.IsZero() || a.done.Before(first) {
+					first = a.done
+				}
+			}
+		}
+	}
+	return n, first
+}
+
+// waitAcked waits until every writer has n writes acknowledged among
+// those sent after at.
+func (l *load) waitAcked(t testing.TB, n int, at time.Time, what string) {
+	t.Helper()
+	waitFor(t, 2*time.Minute, what, func() bool { return l.fewestSince(at) >= n })
+}
+
+// end stops the writers and returns each thread's acknowledged writes.
+func (l *load) end() map[string][]ack {
+	close(l.stop)
+	l.wg.Wait()
+	out := map[string][]ack{}
+	for i, tid := range l.tids {
+		out[tid] = l.acks[i]
+	}
+	return out
+}
+
+// counts is how many writes were acknowledged and refused or failed.
+func (l *load) counts() (acked, refused int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.acks {
+		acked += len(l.acks[i])
+		refused += l.refused[i]
+	}
+	return acked, refused
+}
+
 // messageBodies lists thread tid's message bodies as node s serves them,
 // every page of them.
 func messageBodies(t testing.TB, s *server, tid string) []string {
@@ -228,73 +326,32 @@ func killLeaderUnderLoad(t *testing.T, trial int, nodes []*server, envs map[stri
 			live = append(live, n)
 		}
 	}
-	tids := []string{threadInShard(0, 2*trial+1), threadInShard(0, 2*trial+2)}
-	for i, tid := range tids {
-		live[i].mustCall(t, "POST", "/v1/threads", map[string]string{"id": tid, "title": "load", "author": "a"}, "", http.StatusCreated, nil)
-	}
-	var (
-		mu      sync.Mutex
-		acks    [2][]ack
-		refused [2]int
-		wg      sync.WaitGroup
-	)
-	stop := make(chan struct{})
-	for i := range live {
-		wg.Go(func() { writer(live[i], tids[i], fmt.Sprintf("t%d-w%d", trial, i), stop, &mu, &acks[i], &refused[i]) })
-	}
-	acked := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(acks[0]) + len(acks[1])
-	}
-	waitFor(t, time.Minute, "writes acknowledged before the kill", func() bool { return acked() >= 40 })
+	ld := startLoad(t, fmt.Sprintf("t%d", trial), live, []string{threadInShard(0, 2*trial+1), threadInShard(0, 2*trial+2)})
+	waitFor(t, time.Minute, "writes acknowledged before the kill", func() bool { n, _ := ld.since(time.Time{}); return n >= 40 })
 	killed := time.Now()
 	nodes[dead].kill()
 	next := waitLeaderRecord(t, direct, 0, func(l cluster.Leader) bool { return l.Term > old.Term && l.Node != old.Node })
+	waitFor(t, time.Minute, "writes acknowledged after the kill", func() bool { n, _ := ld.since(killed); return n >= 40 })
+	written := ld.end()
 	// The failover time: from the kill to the first write sent after it
 	// that was acknowledged.
-	ackedAfter := func() (time.Time, int) {
-		mu.Lock()
-		defer mu.Unlock()
-		var first time.Time
-		n := 0
-		for _, as := range acks {
-			for _, a := range as {
-				if a.sent.After(killed) {
-					n++
-					if first.IsZero() || a.done.Before(first) {
-						first = a.done
-					}
-				}
-			}
-		}
-		return first, n
-	}
-	waitFor(t, time.Minute, "writes acknowledged after the kill", func() bool { _, n := ackedAfter(); return n >= 40 })
-	close(stop)
-	wg.Wait()
-	first, _ := ackedAfter()
+	_, first := ld.since(killed)
+	acked, refused := ld.counts()
 	t.Logf("trial %d: failover: leader %s of shard 0 (term %d) killed; %s leads in term %d; the first write sent after the kill acknowledged %s after it; %d writes acknowledged, %d refused or failed",
-		trial, old.Node, old.Term, next.Node, next.Term, first.Sub(killed).Round(time.Millisecond), len(acks[0])+len(acks[1]), refused[0]+refused[1])
+		trial, old.Node, old.Term, next.Node, next.Term, first.Sub(killed).Round(time.Millisecond), acked, refused)
 
 	// Every acknowledged write is there once, through both live nodes;
-	// a refused one may be there too (its outcome was unknown).
-	for i, tid := range tids {
-		for _, n := range live {
-			got := messageBodies(t, n, tid)
-			for _, a := range acks[i] {
-				if c := countOf(got, a.body); c != 1 {
-					t.Fatalf("acknowledged write %s is %d times in %s through %s", a.body, c, tid, n.url)
-				}
-			}
-		}
+	// a refused one may be there too (its outcome was unknown), never
+	// twice.
+	for tid, as := range written {
+		checkOnce(t, live, tid, as)
 	}
 
 	// The killed node comes back on its folder and catches up from the
 	// leader's log: every replica applies as far as the others.
 	nodes[dead] = startClusterNodeAt(t, envs[old.Node], nodes[dead].addr())
 	waitFor(t, time.Minute, "every replica of shard 0 to apply as far as the others", func() bool { return sameApplied(nodes, 0) })
-	return map[string][]ack{tids[0]: acks[0], tids[1]: acks[1]}
+	return written
 }
 
 // checkFolders opens every node's folder of shard n, the nodes stopped,
@@ -418,64 +475,34 @@ func TestFaultReplicatedLeaderCutOff(t *testing.T) {
 		via = append(via, nodes[(cut+i)%len(nodes)])
 		tids = append(tids, threadInShard(0, i+1))
 	}
-	for i, tid := range tids {
-		via[i].mustCall(t, "POST", "/v1/threads", map[string]string{"id": tid, "title": "load", "author": "a"}, "", http.StatusCreated, nil)
-	}
-	var (
-		mu      sync.Mutex
-		acks    [3][]ack
-		refused [3]int
-		wg      sync.WaitGroup
-	)
-	stop := make(chan struct{})
-	for i := range via {
-		wg.Go(func() { writer(via[i], tids[i], fmt.Sprintf("w%d", i), stop, &mu, &acks[i], &refused[i]) })
-	}
-	ackedSince := func(i int, at time.Time) int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, a := range acks[i] {
-			if a.sent.After(at) {
-				n++
-			}
-		}
-		return n
-	}
-	waitFor(t, time.Minute, "writes acknowledged before the cut", func() bool { return ackedSince(0, time.Time{}) >= 20 })
+	ld := startLoad(t, "cut", via, tids)
+	waitFor(t, time.Minute, "writes acknowledged before the cut", func() bool { n, _ := ld.since(time.Time{}, 0); return n >= 20 })
 	proxies[cut].Cut()
 	cutAt := time.Now()
 	next := waitLeaderRecord(t, direct, 0, func(l cluster.Leader) bool { return l.Term > old.Term && l.Node != old.Node })
 	elected := time.Now()
 	// The majority's nodes are acknowledged, and the cut-off node
 	// forwards to the new leader: every writer is acknowledged again.
-	waitFor(t, time.Minute, "writes acknowledged through every node after the election", func() bool {
-		return ackedSince(0, elected) >= 20 && ackedSince(1, elected) >= 20 && ackedSince(2, elected) >= 20
-	})
+	ld.waitAcked(t, 20, elected, "writes acknowledged through every node after the election")
 	proxies[cut].Heal()
-	close(stop)
-	wg.Wait()
+	written := ld.end()
 	// The partition figures: from the cut to the new leader's record,
 	// and to the first write through the cut-off node, among those sent
 	// after the cut, that was acknowledged.
-	var first time.Time
-	for _, a := range acks[0] {
-		if a.sent.After(cutAt) && (first.IsZero() || a.done.Before(first)) {
-			first = a.done
-		}
-	}
+	_, first := ld.since(cutAt, 0)
+	_, refused := ld.counts()
 	t.Logf("leader %s of shard 0 (term %d) cut off; %s leads in term %d, published %s after the cut; the first write through %s sent after the cut acknowledged %s after it; %d, %d and %d writes acknowledged through %s, %s and %s, %d refused or failed",
 		old.Node, old.Term, next.Node, next.Term, elected.Sub(cutAt).Round(time.Millisecond), old.Node, first.Sub(cutAt).Round(time.Millisecond),
-		len(acks[0]), len(acks[1]), len(acks[2]), old.Node, clusterIDs[(cut+1)%3], clusterIDs[(cut+2)%3], refused[0]+refused[1]+refused[2])
+		len(written[tids[0]]), len(written[tids[1]]), len(written[tids[2]]), old.Node, clusterIDs[(cut+1)%3], clusterIDs[(cut+2)%3], refused)
 
 	waitFor(t, time.Minute, "every replica of shard 0 to apply as far as the others", func() bool { return sameApplied(nodes, 0) })
-	for i, tid := range tids {
-		checkOnce(t, nodes, tid, acks[i])
+	for tid, as := range written {
+		checkOnce(t, nodes, tid, as)
 	}
 	for _, n := range nodes {
 		if code := n.stop(t); code != 0 {
 			t.Fatalf("node exit status %d after SIGTERM\n%s", code, n.output())
 		}
 	}
-	checkFolders(t, envs, 0, map[string][]ack{tids[0]: acks[0], tids[1]: acks[1], tids[2]: acks[2]})
+	checkFolders(t, envs, 0, written)
 }

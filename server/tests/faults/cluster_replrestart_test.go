@@ -2,9 +2,7 @@ package faults
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,49 +57,13 @@ func restartAllUnderLoad(t *testing.T, trial int, nodes []*server, envs map[stri
 		before[n] = waitLeaderRecord(t, direct, n, func(cluster.Leader) bool { return true })
 	}
 	tids := make([]string, len(nodes))
-	for i, s := range nodes {
+	for i := range nodes {
 		tids[i] = threadInShard(i%clusterShards, 100+trial)
-		s.mustCall(t, "POST", "/v1/threads", map[string]string{"id": tids[i], "title": "load", "author": "a"}, "", http.StatusCreated, nil)
 	}
-	var (
-		mu      sync.Mutex
-		acks    = make([][]ack, len(nodes))
-		refused = make([]int, len(nodes))
-		wg      sync.WaitGroup
-	)
-	stop := make(chan struct{})
 	// The writers keep the same URLs across the restart: a node comes
 	// back on its address.
-	for i := range nodes {
-		s := &server{url: nodes[i].url}
-		wg.Go(func() { writer(s, tids[i], fmt.Sprintf("t%d-w%d", trial, i), stop, &mu, &acks[i], &refused[i]) })
-	}
-	// ackedSince is the fewest writes acknowledged through one node
-	// among those sent after at, and when the first of them was.
-	ackedSince := func(at time.Time) (fewest int, first time.Time) {
-		mu.Lock()
-		defer mu.Unlock()
-		fewest = -1
-		for _, as := range acks {
-			n := 0
-			for _, a := range as {
-				if a.sent.After(at) {
-					n++
-					if first.IsZero() || a.done.Before(first) {
-						first = a.done
-					}
-				}
-			}
-			if fewest < 0 || n < fewest {
-				fewest = n
-			}
-		}
-		return fewest, first
-	}
-	waitFor(t, time.Minute, "writes acknowledged through every node before the kill", func() bool {
-		n, _ := ackedSince(time.Time{})
-		return n >= 15
-	})
+	ld := startLoad(t, fmt.Sprintf("t%d", trial), nodes, tids)
+	ld.waitAcked(t, 15, time.Time{}, "writes acknowledged through every node before the kill")
 	for _, s := range nodes {
 		s.kill()
 	}
@@ -120,23 +82,15 @@ func restartAllUnderLoad(t *testing.T, trial int, nodes []*server, envs map[stri
 		leaders = append(leaders, fmt.Sprintf("shard %d: %s in term %d (was %d)", n, l.Node, l.Term, before[n].Term))
 	}
 	elected := time.Since(killed)
-	waitFor(t, time.Minute, "writes acknowledged through every node after the restart", func() bool {
-		n, _ := ackedSince(killed)
-		return n >= 15
-	})
-	close(stop)
-	wg.Wait()
-	_, first := ackedSince(killed)
-	total, failed := 0, 0
-	for i := range acks {
-		total += len(acks[i])
-		failed += refused[i]
-	}
+	ld.waitAcked(t, 15, killed, "writes acknowledged through every node after the restart")
+	written := ld.end()
+	_, first := ld.since(killed)
+	total, failed := ld.counts()
 	t.Logf("trial %d: every node killed; leaders published %s after the kill (%s); the first write sent after the kill acknowledged %s after it; %d writes acknowledged, %d refused or failed",
 		trial, elected.Round(time.Millisecond), strings.Join(leaders, "; "), first.Sub(killed).Round(time.Millisecond), total, failed)
 
-	for i, tid := range tids {
-		checkOnce(t, nodes, tid, acks[i])
+	for tid, as := range written {
+		checkOnce(t, nodes, tid, as)
 	}
 	waitFor(t, time.Minute, "every replica of every shard to apply as far as the others", func() bool {
 		for n := range clusterShards {
@@ -146,10 +100,6 @@ func restartAllUnderLoad(t *testing.T, trial int, nodes []*server, envs map[stri
 		}
 		return true
 	})
-	written := map[string][]ack{}
-	for i, tid := range tids {
-		written[tid] = acks[i]
-	}
 	return written
 }
 
