@@ -84,6 +84,16 @@ func TestReplicatedClusterServes(t *testing.T) {
 			t.Errorf("replicated shard %d: %+v, its leader record %+v", s.N, s, l)
 		}
 	}
+	// A subject erasure is the destruction of keys (spec §12): without
+	// PROGRESSDB_KEK there are none, and a replicated cluster refuses it
+	// as a single node does, recording nothing.
+	code, body := call(t, http.MethodPost, nodes[1].url()+"/admin/erasures", `{"author":"u"}`, adminAuth)
+	if code != http.StatusConflict || codeOf(body) != "sealing_disabled" {
+		t.Fatalf("a subject erasure without sealing: %d %s", code, body)
+	}
+	if erasures, err := etcd.Client(t).Get(context.Background(), k.Erasures(), clientv3.WithPrefix()); err != nil || len(erasures.Kvs) != 0 {
+		t.Fatalf("erasures recorded in etcd: %v, %v", erasures, err)
+	}
 	// With two of three nodes stopped no shard has a majority: the node
 	// left answers 503 shard_unavailable with Retry-After, for reads and
 	// writes, once its replicas know they lead no more (a leader without
@@ -91,8 +101,7 @@ func TestReplicatedClusterServes(t *testing.T) {
 	nodes[1].shutdown()
 	nodes[2].shutdown()
 	tid := ids[0]
-	var body []byte
-	code := 0
+	code = 0
 	for deadline := time.Now().Add(30 * time.Second); code != http.StatusServiceUnavailable; {
 		var resp *http.Response
 		code, body, resp = sendTLS(t, http.DefaultClient, http.MethodGet, nodes[0].url()+"/v1/threads/"+tid+"/messages", "", nil)
