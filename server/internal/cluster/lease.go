@@ -298,9 +298,17 @@ func (l *etcdLease) Renew(ctx context.Context) error {
 	return nil
 }
 
-// Heartbeat renews every TTL/3 until ctx ends, the lease is released or
-// lost. A renewal etcd did not answer is tried again at the next tick.
+// Heartbeat renews at once, then every TTL/3, until ctx ends, the lease
+// is released or lost. A renewal etcd did not answer is tried again at
+// the next tick. At once: a lease handed from one heartbeat to another
+// (a node's registration, from Register to its Owner) may have been
+// renewed last nearly TTL/3 ago, or had its renewal cancelled in flight,
+// and a first renewal a whole TTL/3 later would find the renew deadline
+// passed and lose it.
 func (l *etcdLease) Heartbeat(ctx context.Context) {
+	if err := l.Renew(ctx); errors.Is(err, retention.ErrLeaseLost) {
+		return
+	}
 	t := time.NewTicker(max(l.c.TTL/3, time.Millisecond))
 	defer t.Stop()
 	for {

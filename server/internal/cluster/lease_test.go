@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,6 +96,39 @@ func TestEtcdLeaseRealTime(t *testing.T) {
 
 // TestEtcdLeaseReleaseFreesKey: a released lease's key is gone at once,
 // so the next holder need not wait out the TTL.
+// A heartbeat started on a lease renewed last more than TTL/3 ago (a
+// node's registration handed from Register's heartbeat to its Owner's,
+// just before a renewal) renews it at once, not a TTL/3 later, when the
+// renew deadline (2/3 TTL after the last renewal) would have passed.
+func TestEtcdLeaseHeartbeatRenewsAtOnce(t *testing.T) {
+	t.Parallel() // waits on etcd, of its own
+	srv := etcdtest.Start(t)
+	const ttl = 3 * time.Second
+	var ahead atomic.Int64 // the holder's clock, ahead of the real one
+	c := EtcdCoordinator{Client: srv.Client(t), Key: "/test/lease", TTL: ttl, Owner: "me",
+		Now: func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }}
+	l, err := c.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	acquired := l.Info().RenewedAt
+	// As if the last renewal were TTL/3 and a little old: the deadline is
+	// TTL/3 less a little away, a renewal a whole TTL/3 away is too late.
+	ahead.Store(int64(ttl/3 + 200*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go l.Heartbeat(ctx)
+	waitFor(t, "renewal", func() bool {
+		select {
+		case <-l.Done():
+			t.Fatalf("the lease was lost: %v", l.Check())
+		default:
+		}
+		return l.Info().RenewedAt.After(acquired.Time)
+	})
+}
+
 func TestEtcdLeaseReleaseFreesKey(t *testing.T) {
 	srv := etcdtest.Start(t)
 	client := srv.Client(t)

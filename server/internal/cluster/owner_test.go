@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -198,4 +199,46 @@ func TestOwnerReportsEtcdErrors(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// A node whose registration etcd ended while it runs (its lease expired
+// under a long pause, or revoked) registers again under a new lease, with
+// its URL, and says so (OnRegistered): the other nodes' guards find it
+// again.
+func TestOwnerRegistersAgainAfterItsLeaseEnds(t *testing.T) {
+	srv := etcdtest.Start(t)
+	c := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := Keys{Name: "chat"}
+	if err := CreateCluster(ctx, c, k, 1, []string{"node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	var again atomic.Int64
+	w, err := StartOwner(ctx, OwnerOptions{Client: c, Keys: k, Node: "node-a", Owner: "node-a/1", URL: "https://a.example:7000",
+		TTL: 5 * time.Second, OnRegistered: func(context.Context) { again.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	registered := func() (clientv3.LeaseID, string) {
+		get, err := c.Get(ctx, k.Node("node-a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(get.Kvs) == 0 {
+			return 0, ""
+		}
+		return clientv3.LeaseID(get.Kvs[0].Lease), string(get.Kvs[0].Value)
+	}
+	first, _ := registered()
+	if first == 0 {
+		t.Fatal("node-a is not registered")
+	}
+	srv.Revoke(t, first)
+	waitFor(t, "node-a registered again", func() bool {
+		lease, value := registered()
+		return lease != 0 && lease != first && strings.Contains(value, "https://a.example:7000")
+	})
+	waitFor(t, "OnRegistered", func() bool { return again.Load() == 1 })
 }
