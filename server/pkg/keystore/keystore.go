@@ -10,7 +10,8 @@
 //	ks:id, ks:db                  the store's identity, its database's (binding.go)
 //	ks:kek                        check value wrapped by the current KEK
 //	ks:rotate                     check value of the new KEK while a rotation is unfinished
-//	ks:secret:index               wrapped HMAC key of the author index
+//	ks:secret:index               wrapped HMAC key of the author index (random,
+//	                              or a group's own: replicate.go)
 //	ks:secret:receipt             wrapped receipt key
 //	ks:erased                     present when nothing destroyed is left to erase
 //	k:<tid>:next                  next key number of the thread
@@ -27,7 +28,6 @@ package keystore
 import (
 	"bytes"
 	"context"
-	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -126,10 +126,12 @@ type Options struct {
 	// here.
 	ReceiptKey []byte
 	// GroupSecret, when set, is the secret of a replicated shard's group
-	// (GroupSecretSize bytes, from etcd): the author index is keyed by a
-	// key derived from it instead of the store's own, so that every
-	// replica finds an author's keys, and it seals the ops that change
-	// the store (Replicate). It is never written here.
+	// (GroupSecretSize bytes, from etcd). It seals the ops that change
+	// the store (Replicate), and a store it creates keys its author
+	// index with a key derived from it, so that the replicas a group
+	// starts with find an author's keys on each. A store made before
+	// keeps its own index key (JoinGroup). The secret is never written
+	// here.
 	GroupSecret []byte
 }
 
@@ -156,11 +158,11 @@ type KeyStore struct {
 	cache   *cache
 	stripes [256]sync.Mutex
 
-	// ops seals a replicated store's ops (Options.GroupSecret); nil
-	// when the store is not a replica's. repl is its Proposer once
-	// Replicate was called; creating orders a thread's key creations
-	// on the leader (replicate.go).
-	ops      cipher.AEAD
+	// ops seals a replicated store's ops (Options.GroupSecret,
+	// JoinGroup); nil when the store is not a replica's. repl is its
+	// Proposer once Replicate was called; creating orders a thread's
+	// key creations on the leader (replicate.go).
+	ops      atomic.Pointer[groupSeal]
 	repl     atomic.Pointer[Proposer]
 	creating [64]sync.Mutex
 	// The background erase after an applied destroy (eraseSoon):
@@ -229,20 +231,20 @@ func Open(ctx context.Context, path string, opts Options) (*KeyStore, error) {
 	ks := &KeyStore{db: db, path: path, eraseWait: opts.EraseWait, keepers: map[byte]*secrets.Keeper{},
 		cache: newCache(size), closed: make(chan struct{}), eraseKick: make(chan struct{}, 1), logger: opts.Logger}
 	ks.bgCtx, ks.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
-	if err := ks.load(ctx, opts); err != nil {
-		ks.bgCancel()
-		_ = db.Close()
-		return nil, fmt.Errorf("open key store %q: %w", path, err)
-	}
+	var group *groupKeys
 	if len(opts.GroupSecret) > 0 {
-		index, ops, err := deriveGroupKeys(opts.GroupSecret)
-		if err != nil {
+		if group, err = deriveGroupKeys(opts.GroupSecret); err != nil {
 			ks.bgCancel()
 			_ = db.Close()
 			return nil, fmt.Errorf("open key store %q: %w", path, err)
 		}
-		clear(ks.indexKey)
-		ks.indexKey, ks.ops = index, ops
+		defer clear(group.index)
+		ks.ops.Store(&group.seal)
+	}
+	if err := ks.load(ctx, opts, group); err != nil {
+		ks.bgCancel()
+		_ = db.Close()
+		return nil, fmt.Errorf("open key store %q: %w", path, err)
 	}
 	if len(opts.ReceiptKey) > 0 {
 		// A copy: Close clears it.
@@ -252,9 +254,10 @@ func Open(ctx context.Context, path string, opts Options) (*KeyStore, error) {
 	return ks, nil
 }
 
-// load creates a new store's secrets, or checks the KEK against an existing
-// one's and unwraps its secrets.
-func (ks *KeyStore) load(ctx context.Context, opts Options) error {
+// load creates a new store's secrets (its index key the group's when
+// it is made for a group), or checks the KEK against an existing one's and
+// unwraps its secrets.
+func (ks *KeyStore) load(ctx context.Context, opts Options, group *groupKeys) error {
 	format, ok, err := ks.get([]byte(formatKey))
 	if err != nil {
 		return err
@@ -263,7 +266,11 @@ func (ks *KeyStore) load(ctx context.Context, opts Options) error {
 		if opts.MustExist {
 			return fmt.Errorf("%w (the folder holds no key store's marker)", ErrNoKeyStore)
 		}
-		return ks.initialise(ctx, opts.Keeper, opts.Database)
+		var index []byte
+		if group != nil {
+			index = group.index
+		}
+		return ks.initialise(ctx, opts.Keeper, opts.Database, index)
 	}
 	// The format is checked before anything else is read.
 	n, err := parseFormat(format)
@@ -316,8 +323,9 @@ func (ks *KeyStore) load(ctx context.Context, opts Options) error {
 }
 
 // initialise writes a new store's format, identity, binding, check value
-// and secrets, synced.
-func (ks *KeyStore) initialise(ctx context.Context, keeper *secrets.Keeper, database string) error {
+// and secrets, synced: the index key is index when given (a group's),
+// else random like the receipt key.
+func (ks *KeyStore) initialise(ctx context.Context, keeper *secrets.Keeper, database string, index []byte) error {
 	it, err := ks.db.NewIter(nil)
 	if err != nil {
 		return err
@@ -343,12 +351,16 @@ func (ks *KeyStore) initialise(ctx context.Context, keeper *secrets.Keeper, data
 	_ = b.Set([]byte(databaseKey), []byte(database), nil)
 	_ = b.Set([]byte(kekKey), check, nil)
 	for _, s := range []struct {
-		key string
-		dst *[]byte
-	}{{indexSecretKey, &ks.indexKey}, {receiptSecretKey, &ks.receiptKey}} {
-		secret := make([]byte, 32)
-		if _, err := rand.Read(secret); err != nil {
-			return err
+		key   string
+		dst   *[]byte
+		given []byte
+	}{{indexSecretKey, &ks.indexKey, index}, {receiptSecretKey, &ks.receiptKey, nil}} {
+		secret := bytes.Clone(s.given)
+		if secret == nil {
+			secret = make([]byte, 32)
+			if _, err := rand.Read(secret); err != nil {
+				return err
+			}
 		}
 		w, err := ks.wrap(ctx, ks.gen, secret)
 		if err != nil {

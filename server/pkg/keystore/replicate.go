@@ -25,12 +25,17 @@ import (
 // the op to its own key store (ApplyOp) before the command's batch. The
 // leader never writes its keys outside the log.
 //
-// What every replica derives from a secret must be the same on each: the
-// author index is keyed by a key derived from the group's secret
-// (Options.GroupSecret, held in etcd wrapped by the KEK), not by the
-// store's own. The same secret seals the ops, so that a copy of the data
-// folder, whose Raft log holds them until it is dropped, carries no
-// wrapped DEK and no author's HMAC readable without etcd's secret.
+// The author index key must be the same on every replica, or a follower
+// that becomes leader would not find an author's keys. A group's
+// replicas that start empty make their stores with one derived from the
+// group's secret (Options.GroupSecret, held in etcd wrapped by the KEK);
+// a shard grown from one copy into a group keeps its store's own
+// (JoinGroup), which every other replica receives with the store in its
+// first snapshot. The key is wrapped in ks:secret:index either way, so a
+// store finds its authors opened with or without the secret. The
+// group's secret seals the ops, so that a copy of the data folder, whose
+// Raft log holds them until it is dropped, carries no wrapped DEK and no
+// author's HMAC readable without etcd's secret.
 //
 // Each op applies idempotently: a replica killed after an op and before
 // its command's batch applies it again, and every later op after it.
@@ -81,30 +86,74 @@ type opKey struct {
 // opAD binds a sealed op to its use.
 var opAD = []byte("pdb-keyop-1")
 
-// deriveGroupKeys derives the author index key and the ops' AEAD from a
-// group's secret.
-func deriveGroupKeys(secret []byte) (index []byte, ops cipher.AEAD, err error) {
+// groupKeys are what a key store derives from its group's secret.
+type groupKeys struct {
+	// index keys the author index of a store made for the group.
+	index []byte
+	seal  groupSeal
+}
+
+// groupSeal seals the ops; id names the secret it came from, so that a
+// store is never given two.
+type groupSeal struct {
+	ops cipher.AEAD
+	id  [16]byte
+}
+
+// deriveGroupKeys derives the author index key, the ops' AEAD and the
+// secret's ID from a group's secret (HKDF-SHA256).
+func deriveGroupKeys(secret []byte) (*groupKeys, error) {
 	if len(secret) != GroupSecretSize {
-		return nil, nil, fmt.Errorf("group secret of %d bytes, not %d", len(secret), GroupSecretSize)
+		return nil, fmt.Errorf("group secret of %d bytes, not %d", len(secret), GroupSecretSize)
 	}
-	index, err = hkdf.Key(sha256.New, secret, nil, "progressdb key store: author index", 32)
+	index, err := hkdf.Key(sha256.New, secret, nil, "progressdb key store: author index", 32)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	opKey, err := hkdf.Key(sha256.New, secret, nil, "progressdb key store: ops", 32)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer clear(opKey)
-	ops, err = newAEAD(opKey)
-	return index, ops, err
+	id, err := hkdf.Key(sha256.New, secret, nil, "progressdb key store: group id", 16)
+	if err != nil {
+		return nil, err
+	}
+	g := &groupKeys{index: index}
+	copy(g.seal.id[:], id)
+	g.seal.ops, err = newAEAD(opKey)
+	return g, err
+}
+
+// JoinGroup gives an open store its group's secret, as
+// Options.GroupSecret gives it at Open: the home of a shard grown from
+// one copy into a group opened its store before the group existed.
+// Only the ops' seal comes from the secret: the author index keeps the
+// key the store was made with, so that nothing is rewritten (an HMAC
+// cannot be recomputed without the author, who is held only sealed in
+// the data) and a crash at any point leaves the store as it was. The
+// other replicas receive the store, its index key wrapped in it, with
+// their first snapshot. A store given another secret before refuses.
+func (ks *KeyStore) JoinGroup(secret []byte) error {
+	g, err := deriveGroupKeys(secret)
+	if err != nil {
+		return fmt.Errorf("join the key store to its group: %w", err)
+	}
+	clear(g.index)
+	if ks.ops.CompareAndSwap(nil, &g.seal) {
+		return nil
+	}
+	if ks.ops.Load().id != g.seal.id {
+		return fmt.Errorf("join the key store to its group: %w: it has another group's secret", ErrReplicated)
+	}
+	return nil
 }
 
 // Replicate makes every change of the key store an op handed to p; nil
 // would make it local again, which a replica never does. The store must
-// have been opened with Options.GroupSecret.
+// have been opened with Options.GroupSecret, or joined to its group.
 func (ks *KeyStore) Replicate(p Proposer) error {
-	if ks.ops == nil {
+	if ks.ops.Load() == nil {
 		return fmt.Errorf("replicate the key store: %w: opened without a group secret", ErrReplicated)
 	}
 	if p == nil {
@@ -131,7 +180,7 @@ func (ks *KeyStore) propose(ctx context.Context, p *Proposer, o op, destroys boo
 		return err
 	}
 	defer clear(plain)
-	return (*p)(ctx, ks.ops.Seal(nil, nil, plain, opAD), destroys)
+	return (*p)(ctx, ks.ops.Load().ops.Seal(nil, nil, plain, opAD), destroys)
 }
 
 // ApplyOp applies an op on this replica (the command's effect, before
@@ -143,10 +192,11 @@ func (ks *KeyStore) ApplyOp(ctx context.Context, sealed []byte) error {
 	if err := ks.live(ctx); err != nil {
 		return err
 	}
-	if ks.ops == nil {
+	g := ks.ops.Load()
+	if g == nil {
 		return fmt.Errorf("key store op: %w: opened without a group secret", ErrReplicated)
 	}
-	plain, err := ks.ops.Open(nil, nil, sealed, opAD)
+	plain, err := g.ops.Open(nil, nil, sealed, opAD)
 	if err != nil {
 		return fmt.Errorf("key store op: does not open with the group's secret: %w", err)
 	}
