@@ -47,6 +47,11 @@ type replicaRuntime struct {
 	activated sync.Once
 	// folders prepares the folders the replicas run on.
 	folders cluster.ReplicaFolder
+	// secret is the replicated shards' secret on a sealing node
+	// (ClusterReplicaSecret), read by run before any group starts: a
+	// store the node opened before its map asked for replicas joins its
+	// group with it (replicateKeys).
+	secret []byte
 }
 
 var _ router.Replicas = (*replicaRuntime)(nil)
@@ -62,18 +67,6 @@ type replicaOptions struct {
 	reg     prometheus.Registerer
 	logger  *slog.Logger
 	onError func(error) // etcd errors, counted
-}
-
-// checkReplicated refuses to grow a sealing node's shards into groups:
-// every replica's key store must index authors with a key derived from
-// the replicated shards' secret (ClusterReplicaSecret), and a key store
-// made before indexes them with its own.
-func checkReplicated(cfg config.Config, m cluster.Map) error {
-	if m.Replicated() && cfg.KEK != "" {
-		return &StartupError{Var: config.VarKEK, Value: "<redacted>",
-			Rule: "must be unset to grow a node's shards into groups (set-replicas from 1): growing sealed shards is not built"}
-	}
-	return nil
 }
 
 // newReplicas builds the node's replica runtime; run (or watch) starts
@@ -153,7 +146,7 @@ func newReplicas(o replicaOptions) (*replicaRuntime, error) {
 // writes the shard's audit trail and attachments' blob folder from the
 // log, from the first command it applies.
 func (r *replicaRuntime) effects(n int) func(*store.Store) error {
-	return shardEffects(r.o.cfg, n, r.logger)
+	return shardEffects(r.o.cfg, n, r.secret, r.logger)
 }
 
 // trail is shard n's audit trail on this node, which a snapshot replaces
@@ -177,11 +170,6 @@ func (r *replicaRuntime) watch(ctx context.Context, m cluster.Map, per *shardRun
 		for ctx.Err() == nil {
 			m, err := cluster.WaitReplicated(ctx, r.o.client, r.o.keys)
 			if err == nil {
-				if cerr := checkReplicated(r.o.cfg, m); cerr != nil {
-					// Its shards stay owned, and under-replicated.
-					r.logger.Error("replicas_refused", "err", cerr)
-					return
-				}
 				err = r.run(ctx, m)
 			}
 			if err == nil || ctx.Err() != nil {
@@ -203,8 +191,12 @@ func (r *replicaRuntime) watch(ctx context.Context, m cluster.Map, per *shardRun
 // from then on its writes are proposals), then the transport, the host,
 // the leader records, the progress reports and the reconciler.
 func (r *replicaRuntime) run(ctx context.Context, m cluster.Map) error {
-	var err error
+	secret, err := ClusterReplicaSecret(ctx, r.o.cfg, r.o.client, r.o.keys, m)
+	if err != nil {
+		return err
+	}
 	r.activated.Do(func() {
+		r.secret = secret
 		for _, n := range r.o.shards.Numbers() {
 			rp, ok := m.ReplicaOn(n, r.o.cfg.NodeID)
 			if !ok {

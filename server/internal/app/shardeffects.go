@@ -9,6 +9,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/config"
+	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -17,10 +18,11 @@ import (
 // folders of the shard: the audit trail's steps to its trail
 // (retention.TrailEffects), an attachment's bytes, their move into place
 // and deletions to its file:// blob folder (attachments.ReplicaEffects),
-// a change of a sealing shard's key store to its key store.
+// a change of a sealing shard's key store to its key store, which joins
+// the group with secret, the replicated shards' secret.
 // Every store the node opens for the shard's replica gets them before
 // its group runs.
-func shardEffects(cfg config.Config, n int, logger *slog.Logger) func(*store.Store) error {
+func shardEffects(cfg config.Config, n int, secret []byte, logger *slog.Logger) func(*store.Store) error {
 	logger = logger.With("shard", n)
 	trail := retention.TrailEffects(cluster.ShardAuditPath(cfg.Retention.AuditPath, n), logger)
 	blobs := store.Effects(func(context.Context, []byte) error {
@@ -34,18 +36,27 @@ func shardEffects(cfg config.Config, n int, logger *slog.Logger) func(*store.Sto
 	return func(st *store.Store) error {
 		st.SetEffects(store.EffectTrail, trail)
 		st.SetEffects(store.EffectBlobs, blobs)
-		return replicateKeys(st)
+		return replicateKeys(st, secret)
 	}
 }
 
 // replicateKeys makes a sealing store's key store propose its changes
 // instead of writing them itself (keystore.Replicate), and the store
 // apply them (EffectKeys): every change of a replicated shard's key
-// store is a command of its group.
-func replicateKeys(st *store.Store) error {
+// store is a command of its group. A key store opened before the map
+// asked for replicas (the home of a shard it grows into a group) joins
+// the group with secret here; its author index stays as it is, and the
+// other replicas receive it with their first snapshot.
+func replicateKeys(st *store.Store, secret []byte) error {
 	ks := KeyStore(st)
 	if ks == nil {
 		return nil
+	}
+	if secret == nil {
+		return fmt.Errorf("a sealed shard's key store joins its group: %w: the cluster's replica secret was not read", keystore.ErrReplicated)
+	}
+	if err := ks.JoinGroup(secret); err != nil {
+		return err
 	}
 	if err := ks.Replicate(func(ctx context.Context, op []byte, destroys bool) error {
 		if destroys {
