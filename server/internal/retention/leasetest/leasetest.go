@@ -51,7 +51,12 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"HeartbeatEndsWithTheLease", testHeartbeatEnds},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newBackend(t)) })
+		// Each on a backend of its own: the etcd ones mostly wait on
+		// their server and on real lease lifetimes.
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newBackend(t))
+		})
 	}
 }
 
