@@ -324,6 +324,7 @@ func TestValidateRefusesALeasePathThatIsNotAFile(t *testing.T) {
 // far apart they are for the alert; a file there that is not a backup of
 // ours is left alone.
 func TestServeWritesScheduledBackups(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	backups := filepath.Join(dir, "backups")

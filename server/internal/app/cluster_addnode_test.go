@@ -13,6 +13,7 @@ import (
 // created, under a new ID, holds no shard and answers every request by
 // forwarding it (docs/cluster.md, adding a node).
 func TestClusterNodeWithoutShards(t *testing.T) {
+	t.Parallel()
 	etcd, nodes := startCluster(t, "node-a", "node-b")
 	extra := startNode(t, etcd, "node-c", t.TempDir())
 	for i := range 4 {
@@ -39,6 +40,7 @@ func TestClusterNodeWithoutShards(t *testing.T) {
 // ProgressDBClusterShardWithoutOwner, since the stopped node reports
 // nothing), and report none once it is back.
 func TestClusterShardsUnownedMetric(t *testing.T) {
+	t.Parallel()
 	etcd, nodes := startCluster(t, "node-a", "node-b")
 	a, b := nodes[0], nodes[1]
 	unowned := func() string {

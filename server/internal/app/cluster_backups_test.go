@@ -27,6 +27,7 @@ import (
 // into the shard's folder, and GET /admin/backups lists every shard's with
 // its shard.
 func TestClusterBackupsPerShard(t *testing.T) {
+	t.Parallel()
 	_, nodes := startClusterWith(t, []string{"node-a", "node-b"}, "PROGRESSDB_BACKUP_CRON=@every 1s")
 	a := nodes[0] // shards 0 and 2
 	tid := threadIn(t, 2)
@@ -106,6 +107,7 @@ func (noHold) Hold(context.Context) (audit.Head, func(), error) { return audit.H
 // with BACKUP_KEEP too: the node sweeps their folders, so purged content
 // in them does not outlive KEEP because the shard's scheduler stopped.
 func TestClusterExpiresBackupsOfShardsMovedAway(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	folder := filepath.Join(dir, "backups", "shards", "1") // node-a holds 0 and 2
 	st, err := store.Open(filepath.Join(t.TempDir(), "db"), store.Options{})

@@ -48,6 +48,7 @@ func startClusterWith(t *testing.T, ids []string, extra ...string) (*etcdtest.Se
 // after the copy's head (trigger "start") before it answers, so the purged
 // message is never served again.
 func TestClusterStartReplaysAShardCopiedBack(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -27,6 +27,7 @@ func metricValue(t *testing.T, body []byte, series string) float64 {
 // a shard label: a purge in one shard counts in that shard's series only,
 // and every shard's last success is kept, not whichever ran last.
 func TestClusterMetricsPerShard(t *testing.T) {
+	t.Parallel()
 	_, nodes := startClusterWith(t, []string{"node-a", "node-b"}, "PROGRESSDB_RETENTION_MAX_MESSAGES=1")
 	a := nodes[0] // shards 0 and 2
 	tid := threadIn(t, 2)

@@ -14,6 +14,7 @@ import (
 // status says so and their runs are refused as paused; resumed through
 // another node, every shard runs again.
 func TestClusterPauseIsClusterWide(t *testing.T) {
+	t.Parallel()
 	_, nodes := startCluster(t, "node-a", "node-b")
 	a, b := nodes[0], nodes[1]
 

@@ -149,6 +149,7 @@ func openShard(t *testing.T, n *testNode, shard int) *store.Store {
 // it, and read back through every node; the listing through any node
 // merges every shard's page in ID order, page by page with the cursor.
 func TestClusterRoutesAndMergesListings(t *testing.T) {
+	t.Parallel()
 	_, nodes := startCluster(t, "node-a", "node-b", "node-c")
 	var ids []string
 	for i := range 12 {
@@ -253,6 +254,7 @@ func threadIn(t *testing.T, n int) string {
 // from etcd). A shard whose owner is down answers 503 naming it, and so
 // does the listing, instead of a short page.
 func TestClusterNodeHeadersEpochsAndOwnerDown(t *testing.T) {
+	t.Parallel()
 	etcd, nodes := startCluster(t, "node-a", "node-b", "node-c")
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	tb := threadIn(t, 1) // shard 1: node-b's
@@ -339,6 +341,7 @@ func TestClusterNodeHeadersEpochsAndOwnerDown(t *testing.T) {
 // (reads and writes through it), and the old home started again leaves it
 // there.
 func TestClusterMoveShardBetweenServedNodes(t *testing.T) {
+	t.Parallel()
 	etcd, nodes := startCluster(t, "node-a", "node-b")
 	a, b := nodes[0], nodes[1]
 	tid := threadIn(t, 0) // home node-a
@@ -389,6 +392,7 @@ func TestClusterMoveShardBetweenServedNodes(t *testing.T) {
 // copied back by hand would bring with it when it lies inside DB_PATH; with
 // backups on, the node warns as a single server does.
 func TestClusterNodeWarnsOfAnAuditFolderInsideTheDatabase(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

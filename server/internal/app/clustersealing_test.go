@@ -21,6 +21,7 @@ import (
 // key would give another. A node with another KEK is refused, naming
 // PROGRESSDB_KEK.
 func TestClusterShardsShareTheReceiptKey(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.Start(t)
 	client := etcd.Client(t)
 	keys := cluster.Keys{Name: "chat"}

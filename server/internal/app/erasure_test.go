@@ -78,6 +78,7 @@ func signingKeyFiles(t *testing.T, dir string) (priv, pub string) {
 // listed; the receipt verifies offline; no ciphertext of theirs is left in
 // any file of DB_PATH, and the author is in no file of either store.
 func TestServeErasesASubject(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db, keys, auditDir := filepath.Join(dir, "data"), filepath.Join(dir, "keys"), filepath.Join(dir, "audit")
 	priv, pub := signingKeyFiles(t, dir)

@@ -29,6 +29,7 @@ import (
 // restart on their folders as replicas. Then set-replicas 1 takes every
 // shard down to a group of one, under writes again, losing none.
 func TestSetReplicasGrowsAndShrinksARunningCluster(t *testing.T) {
+	t.Parallel()
 	etcd, nodes := startCluster(t, "node-a", "node-b", "node-c")
 	ctx := context.Background()
 	c := etcd.Client(t)

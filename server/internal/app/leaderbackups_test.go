@@ -38,6 +38,7 @@ func backupsOf(t *testing.T, node *testNode, n int) []string {
 // restored into a fresh folder it is a one-node copy holding the shard's
 // thread.
 func TestReplicatedShardBackupsAreTheLeaders(t *testing.T) {
+	t.Parallel()
 	etcd, nodes := startReplicatedWith(t, []string{"node-a", "node-b", "node-c"}, "PROGRESSDB_BACKUP_CRON=@every 1s",
 		"PROGRESSDB_BACKUP_KEEP=1h", "PROGRESSDB_RETENTION_MAX_MESSAGES=1")
 	const shard = 1

@@ -81,6 +81,7 @@ func shardTrail(node *testNode, n int) string {
 // of proposals, leaves the purged message readable through no node and
 // on no replica's disk, and the leader's shard trail verifies.
 func TestReplicatedShardRetentionRunsOnItsLeader(t *testing.T) {
+	t.Parallel()
 	priv, _ := signingKeyFiles(t, t.TempDir())
 	etcd, nodes := startReplicatedWith(t, []string{"node-a", "node-b", "node-c"}, "PROGRESSDB_RETENTION_MAX_MESSAGES=1",
 		"PROGRESSDB_AUDIT_SIGNING_KEY="+priv)
@@ -254,6 +255,7 @@ func appendMessage(t *testing.T, via *testNode, tid, text string) {
 // joined one; the leader then stops and the other starts again, whose
 // log lacks the write, so only the joined replica can win the election.
 func TestJoinedReplicaLeadsAndRunsRetention(t *testing.T) {
+	t.Parallel()
 	extra := []string{"PROGRESSDB_RETENTION_MAX_MESSAGES=1"}
 	etcd, nodes := startReplicatedWith(t, []string{"node-a", "node-b", "node-c", "node-d"}, extra...)
 	const shard = 0 // its set: node-a, node-b, node-c

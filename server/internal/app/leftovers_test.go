@@ -21,6 +21,7 @@ import (
 // folders of every shard it no longer holds, so none of its files holds
 // the purged message, and it serves every thread through routing.
 func TestDroppedReplicasFoldersAreDeletedAtStart(t *testing.T) {
+	t.Parallel()
 	extra := []string{"PROGRESSDB_CLUSTER_DEAD_AFTER=2s", "PROGRESSDB_RETENTION_MAX_MESSAGES=1"}
 	etcd, nodes := startReplicatedWith(t, []string{"node-a", "node-b", "node-c", "node-d"}, extra...)
 	ctx := context.Background()

@@ -24,6 +24,7 @@ import (
 // shard is back to three healthy replicas, and every thread written before
 // reads back through every node left and is on every replica's disk.
 func TestDeadNodesReplicasAreRecreated(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.Start(t)
 	ctx := context.Background()
 	c := etcd.Client(t)
@@ -126,6 +127,7 @@ func nodesOf(set []cluster.Replica) []string {
 // shard is back to three healthy replicas, every thread reads back
 // through every node, and the node's folders record the new IDs.
 func TestLostFolderComesBackUnderANewID(t *testing.T) {
+	t.Parallel()
 	etcd, nodes := startReplicated(t, "node-a", "node-b", "node-c")
 	ctx := context.Background()
 	c := etcd.Client(t)
@@ -204,6 +206,7 @@ func TestLostFolderComesBackUnderANewID(t *testing.T) {
 // and the set goes back to the replicas it had, none leaving, the home's
 // kept; the shard is whole and its thread reads back through every node.
 func TestMoveToADeadNodeIsCancelled(t *testing.T) {
+	t.Parallel()
 	etcd, nodes := startReplicatedWith(t, []string{"node-a", "node-b", "node-c"}, "PROGRESSDB_CLUSTER_DEAD_AFTER=2s")
 	ctx := context.Background()
 	c := etcd.Client(t)

@@ -49,6 +49,7 @@ func waitLeader(t *testing.T, etcd *etcdtest.Server, n int, after uint64) cluste
 // reads through any node see them; a replicated shard takes no ownership
 // lease; a shard without a majority of its replicas asks to retry.
 func TestReplicatedClusterServes(t *testing.T) {
+	t.Parallel()
 	etcd, nodes := startReplicated(t, "node-a", "node-b", "node-c")
 	var ids []string
 	for i := range 8 {
@@ -143,6 +144,7 @@ func TestReplicatedClusterServes(t *testing.T) {
 // count every shard under-replicated (each has a replica there) and
 // status shows its replicas unknown.
 func TestReplicatedStatusAndMetrics(t *testing.T) {
+	t.Parallel()
 	etcd, nodes := startReplicated(t, "node-a", "node-b", "node-c")
 	k := cluster.Keys{Name: "chat"}
 	status := func(what string, ok func(cluster.ShardStatus) bool) {
@@ -216,6 +218,7 @@ func TestReplicatedStatusAndMetrics(t *testing.T) {
 // the groups elect leaders of later terms, and every thread written
 // before reads back through every node and takes writes again.
 func TestReplicatedClusterRestartsAtOnce(t *testing.T) {
+	t.Parallel()
 	etcd, nodes := startReplicated(t, "node-a", "node-b", "node-c")
 	var ids []string
 	for i := range testShards {

@@ -112,6 +112,7 @@ func codeOf(b []byte) string {
 // one of another CA, is refused); /v1 needs none. The certificate's
 // expiry is a metric.
 func TestServeTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, clientCA, otherCA := testcerts.NewCA(t, "server CA"), testcerts.NewCA(t, "client CA"), testcerts.NewCA(t, "other CA")
 	serverLeaf := ca.Issue(t, "server", testcerts.Options{Server: true})
@@ -294,6 +295,7 @@ func startTLSCluster(t *testing.T, ca *testcerts.CA, extra []string, ids ...stri
 // node's advertise host) is refused before any handler runs: the thread it
 // would create does not exist afterwards, and a move step is not taken.
 func TestClusterMutualTLS(t *testing.T) {
+	t.Parallel()
 	ca := testcerts.NewCA(t, "cluster CA")
 	nodes := startTLSCluster(t, ca, nil, "node-a", "node-b")
 	a, b := nodes[0], nodes[1]
@@ -350,6 +352,7 @@ func TestClusterMutualTLS(t *testing.T) {
 // it to the shard's owner is checked as a node, the client by the node it
 // asked. Without one it is refused at the node it asked.
 func TestClusterAdminCallsWithClientCertificates(t *testing.T) {
+	t.Parallel()
 	ca, clientCA := testcerts.NewCA(t, "cluster CA"), testcerts.NewCA(t, "client CA")
 	nodes := startTLSCluster(t, ca, []string{"PROGRESSDB_TLS_CLIENT_CA_FILE=" + clientCA.WriteCA(t, t.TempDir(), "client-ca.pem")},
 		"node-a", "node-b")
