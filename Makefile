@@ -49,7 +49,8 @@ SKIPLOG := $(CURDIR)/bin/test-skips.txt
 # go test starts packages in the order it is given them, two at a time on
 # two cores: the slowest go first, so that none of them is left running
 # alone at the end (the 10 slowest tests name them when this list ages).
-TESTFIRST := ./server/tests/faults ./server/internal/cli ./server/internal/cluster ./server/pkg/store ./server/internal/api
+TESTFIRST := ./server/tests/faults ./server/internal/app ./server/internal/cli ./server/internal/api ./server/internal/cluster \
+             ./server/internal/replica ./server/tests/deploy ./server/internal/retention ./server/pkg/store
 test: testbins
 	$(GO) vet ./...
 	@mkdir -p bin && rm -f $(SKIPLOG)
