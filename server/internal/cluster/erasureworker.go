@@ -217,10 +217,21 @@ func (w *ErasureWorker) wait(ctx context.Context, changed, led <-chan struct{}, 
 // end of the next run of each shard that owes one.
 func (w *ErasureWorker) reconcile(ctx context.Context, open []ErasureRecord) (owed bool, ends []<-chan struct{}) {
 	owned := w.o.Owner.Owned()
+	// A shard waits while frozen for a move by what lists it: the owner
+	// keeps a shard it grew into a group frozen, and its replica here
+	// leads it.
+	moving := map[int]bool{}
+	for _, n := range owned {
+		moving[n] = w.o.Owner.Moving(n)
+	}
 	if w.o.Leader != nil {
-		owned = append(owned, w.o.Leader.Owned()...)
+		for _, n := range w.o.Leader.Owned() {
+			owned = append(owned, n)
+			moving[n] = w.o.Leader.Moving(n)
+		}
 	}
 	slices.Sort(owned)
+	owned = slices.Compact(owned)
 	live := make(map[string]bool, len(open))
 	for _, rec := range open {
 		live[rec.ID] = true
@@ -229,7 +240,7 @@ func (w *ErasureWorker) reconcile(ctx context.Context, open []ErasureRecord) (ow
 			continue
 		}
 		for _, n := range owned {
-			if _, done := rec.Done[n]; done || n >= rec.Shards || w.o.Owner.Moving(n) {
+			if _, done := rec.Done[n]; done || n >= rec.Shards || moving[n] {
 				continue
 			}
 			if done, end := w.adopt(ctx, rec, author, n); !done {
