@@ -92,6 +92,10 @@ type group struct {
 	// neither sends nor receives them, and keeps its log until a purge.
 	folder *Folder
 	keep   uint64 // Config.LogKeep
+	// maxBytes is Config.LogMaxBytes, and bytes the sizes of the log's
+	// entries (logbytes.go; the worker's).
+	maxBytes uint64
+	bytes    logBytes
 
 	// The eraser (truncate.go). eraseMu is held by an erase under way;
 	// erasing and erasePending are guarded by mu; bg runs the eraser
@@ -411,6 +415,7 @@ func (g *group) apply(ctx context.Context, ents []*raftpb.Entry) error {
 			return err
 		}
 		g.appliedTerm = e.GetTerm()
+		g.bytes.note(e.GetIndex(), uint64(proto.Size(e)))
 	}
 	if last := ents[len(ents)-1].GetIndex(); g.log.Applied() < last {
 		if err := g.log.Save(ctx, store.RaftUpdate{Applied: last}); err != nil {

@@ -56,6 +56,11 @@ type Config struct {
 	// snapshots keeps for slow followers (default DefaultLogKeep); a
 	// purge drops the log up to itself whatever it says (truncate.go).
 	LogKeep int
+	// LogMaxBytes bounds the bytes of the applied entries such a replica
+	// keeps (default DefaultLogMaxBytes): past it the log is trimmed to
+	// half, keeping what a live follower still needs within it
+	// (logbytes.go).
+	LogMaxBytes int64
 	// OnLeadership, when set, is told each change of a group's term or
 	// leader as this host's replica sees it (the leader record in etcd
 	// follows it). It is called by the group's worker: it must not block.
@@ -99,6 +104,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.LogKeep <= 0 {
 		c.LogKeep = DefaultLogKeep
+	}
+	if c.LogMaxBytes <= 0 {
+		c.LogMaxBytes = DefaultLogMaxBytes
 	}
 	return c, nil
 }
@@ -259,7 +267,7 @@ func (h *Host) AddGroup(ctx context.Context, gc GroupConfig) error {
 	}
 	g := &group{id: gc.Group, replica: gc.Replica, log: log, storage: logStorage{log}, sm: sm, st: gc.Store,
 		waiting: make(map[uint64]*proposal), erasedBy: make(map[uint64]uint64), onLead: h.cfg.OnLeadership, onLease: h.cfg.OnLease,
-		folder: gc.Folder, keep: uint64(h.cfg.LogKeep),
+		folder: gc.Folder, keep: uint64(h.cfg.LogKeep), maxBytes: uint64(h.cfg.LogMaxBytes),
 		logger: h.cfg.Logger, metrics: h.metrics, host: h, sending: make(map[uint64]bool)}
 	if gc.Machine != nil {
 		g.folder = nil // a snapshot is a store's state

@@ -15,6 +15,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/replica"
 	"github.com/progressdb/progressdb/server/internal/replica/replicatest"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/pkg/attachments"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -41,6 +42,11 @@ type testCluster struct {
 	onLease func(node int, l replica.LeaseChange)
 	// logKeep is the hosts' Config.LogKeep (0: the default).
 	logKeep int
+	// logMaxBytes is the hosts' Config.LogMaxBytes (0: the default).
+	logMaxBytes int64
+	// blobs: each replica has a file:// folder of attachments
+	// (blobsDir), which its store's blob effects write.
+	blobs bool
 	// joining are the nodes whose replicas join running groups
 	// (GroupConfig.Join) rather than bootstrap them.
 	joining map[int]bool
@@ -61,7 +67,11 @@ func (c *testCluster) folderOf(i int, g uint64) *replica.Folder {
 			hook(i, point)
 		}
 	}
-	return &replica.Folder{Dir: dir, Trail: c.trail(i, g),
+	var blobs string
+	if c.blobs {
+		blobs = c.blobsDir(i, g)
+	}
+	return &replica.Folder{Dir: dir, Trail: c.trail(i, g), BlobsDir: blobs,
 		Open: func(d string) (*store.Store, error) {
 			if d != dir {
 				tell("adopt")
@@ -128,9 +138,14 @@ func (c *testCluster) start(i int) {
 		// timeout keeps a loaded machine's pauses from deposing leaders.
 		ticks = 50
 	}
+	if c.blobs {
+		// Each chunk of an upload is a MiB written and synced by every
+		// replica of the one process: more time before an election.
+		ticks = 150
+	}
 	reg := prometheus.NewRegistry()
 	cfg := replica.Config{Transport: c.net, Tick: 10 * time.Millisecond, ElectionTicks: ticks,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LogKeep: c.logKeep, Registerer: reg}
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LogKeep: c.logKeep, LogMaxBytes: c.logMaxBytes, Registerer: reg}
 	if c.onLead != nil {
 		cfg.OnLeadership = func(l replica.Leadership) { c.onLead(i, l) }
 	}
@@ -217,6 +232,14 @@ func (c *testCluster) setEffects(s *store.Store, i int, g uint64) {
 		fx = c.wrapEffects(i, fx)
 	}
 	s.SetEffects(store.EffectTrail, fx)
+	if c.blobs {
+		s.SetEffects(store.EffectBlobs, attachments.ReplicaEffects(c.blobsDir(i, g), slog.New(slog.DiscardHandler)))
+	}
+}
+
+// blobsDir is replica (g, i)'s file:// folder of attachments.
+func (c *testCluster) blobsDir(i int, g uint64) string {
+	return filepath.Join(c.dir, fmt.Sprintf("node%d", i), "attachments", fmt.Sprintf("%d", g))
 }
 
 // Three replicas of two groups on three hosts elect a leader per group;

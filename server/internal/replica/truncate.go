@@ -19,7 +19,8 @@ import (
 //   - to keep it bounded, once it holds more than twice LogKeep entries
 //     behind the applied index, down to LogKeep of them (etcd keeps
 //     5,000 for slow followers too), and only when the group can send
-//     snapshots (GroupConfig.Folder): a follower further behind gets one.
+//     snapshots (GroupConfig.Folder): a follower further behind gets one;
+//   - likewise once those entries' bytes pass LogMaxBytes (logbytes.go).
 //
 // After a purge the replica's erase step runs in the background, one at
 // a time per group, covering the purged spans and the dropped entries.
@@ -53,6 +54,12 @@ func (g *group) truncate(ctx context.Context) error {
 	}
 	if g.folder != nil && g.keep > 0 && applied-(first-1) > 2*g.keep {
 		to = max(to, applied-g.keep)
+	}
+	if g.folder != nil && g.maxBytes > 0 {
+		if err := g.bytes.sync(first, applied, g.log.EntrySizes); err != nil {
+			return fmt.Errorf("the log's entry sizes: %w", err)
+		}
+		to = max(to, g.bytes.trimTo(g.maxBytes, func() uint64 { return slowestFollower(g.rn, g.replica) }))
 	}
 	if to != 0 {
 		if err := g.log.Truncate(ctx, to, snapshotDescriptor(g.id)); err != nil {

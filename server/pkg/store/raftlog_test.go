@@ -227,6 +227,26 @@ func (m *raftModel) compare(after string) {
 			}
 		}
 	}
+	m.compareSizes(after, first, last)
+}
+
+// compareSizes compares the sizes a trim by bytes reads (EntrySizes)
+// with the entries'.
+func (m *raftModel) compareSizes(after string, first, last uint64) {
+	m.t.Helper()
+	want, _ := m.mem.Entries(first, last+1, math.MaxUint64)
+	sizes, err := m.log.EntrySizes(first, last+1)
+	if err != nil || len(sizes) != len(want) {
+		m.t.Fatalf("after %s: entry sizes [%d, %d]: %d, %v; memory %d entries", after, first, last, len(sizes), err, len(want))
+	}
+	for k := range want {
+		if sizes[k] != uint64(proto.Size(want[k])) {
+			m.t.Fatalf("after %s: entry %d's size %d, memory %d", after, first+uint64(k), sizes[k], proto.Size(want[k]))
+		}
+	}
+	if _, err := m.log.EntrySizes(first-1, last+1); first > 1 && !errors.Is(err, raft.ErrCompacted) {
+		m.t.Fatalf("after %s: entry sizes from %d, before the first: %v", after, first-1, err)
+	}
 }
 
 // The log in Pebble behaves as raft.MemoryStorage on random operations,
