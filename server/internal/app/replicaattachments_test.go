@@ -316,7 +316,8 @@ func TestSnapshotCarriesTheBlobs(t *testing.T) {
 // replica when it was refused: its temporary file is deleted everywhere.
 // An abandoned upload's temporary file (its leader died half way) is
 // taken by the leader's orphan sweep after the grace period, and
-// deleted from every replica's folder.
+// deleted from every replica's folder; one only the followers hold goes
+// from theirs too, and a young one stays.
 func TestReplicatedUploadLeftoversGoEverywhere(t *testing.T) {
 	etcd, nodes := startReplicatedWith(t, []string{"node-a", "node-b", "node-c"},
 		fmt.Sprintf("PROGRESSDB_ATTACHMENT_MAX_BYTES=%d", 1<<20+100))
@@ -355,27 +356,41 @@ func TestReplicatedUploadLeftoversGoEverywhere(t *testing.T) {
 	}
 
 	// An abandoned upload's temporary file, older than the grace period,
-	// on every replica.
+	// on every replica; another only on the followers (the leader's copy
+	// went without them: its deletion was in entries a snapshot
+	// replaced), and a young one only on the followers.
 	const abandoned = "01ABANDONEDUPLOAD0000000000.0123456789abcdef.tmp"
+	const followersOnly = "01FOLLOWERSONLYUPLOAD000000.00112233445566ff.tmp"
+	const young = "01YOUNGUPLOAD00000000000000.aabbccddeeff0011.tmp"
+	leader := waitLeader(t, etcd, shard, 0)
 	old := time.Now().Add(-25 * time.Hour)
-	for _, n := range nodes {
-		p := filepath.Join(folder(n), abandoned)
+	plant := func(n *testNode, name string, at time.Time) {
+		p := filepath.Join(folder(n), name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(p, []byte("half an upload"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Chtimes(p, old, old); err != nil {
+		if err := os.Chtimes(p, at, at); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitLeader(t, etcd, shard, 0)
+	for _, n := range nodes {
+		plant(n, abandoned, old)
+		if n.id != leader.Node {
+			plant(n, followersOnly, old)
+			plant(n, young, time.Now())
+		}
+	}
 	part := runShard(t, nodes[2], shard)
 	if part.Result == nil {
 		t.Fatalf("the run: %+v", part)
 	}
 	for _, n := range nodes {
-		waitFor(t, func() bool { return len(temps(n)) == 0 }, "the abandoned upload's file to leave "+n.id+"'s folder")
+		waitFor(t, func() bool {
+			left := temps(n)
+			return len(left) == 0 || n.id != leader.Node && len(left) == 1 && filepath.Base(left[0]) == young
+		}, "the old leftovers to leave "+n.id+"'s folder, and the young one to stay")
 	}
 }

@@ -25,19 +25,32 @@ import (
 func shardEffects(cfg config.Config, n int, secret []byte, logger *slog.Logger) func(*store.Store) error {
 	logger = logger.With("shard", n)
 	trail := retention.TrailEffects(cluster.ShardAuditPath(cfg.Retention.AuditPath, n), logger)
-	blobs := store.Effects(func(context.Context, []byte) error {
-		// The leader replicates bytes only into a file:// folder: the
-		// nodes disagree on PROGRESSDB_ATTACHMENTS_URL.
-		return fmt.Errorf("an attachment's bytes arrived, and this node's %s is not a file:// folder", config.VarAttachmentsURL)
-	})
+	blobs := func(*store.Store) store.Effects {
+		return func(context.Context, []byte) error {
+			// The leader replicates bytes only into a file:// folder: the
+			// nodes disagree on PROGRESSDB_ATTACHMENTS_URL.
+			return fmt.Errorf("an attachment's bytes arrived, and this node's %s is not a file:// folder", config.VarAttachmentsURL)
+		}
+	}
 	if dir := cluster.ShardAttachmentsDir(cfg.AttachmentsURL, n); dir != "" {
-		blobs = attachments.ReplicaEffects(dir, logger)
+		blobs = func(st *store.Store) store.Effects {
+			return attachments.ReplicaEffects(dir, func() uint64 { return replicaOf(st) }, logger)
+		}
 	}
 	return func(st *store.Store) error {
 		st.SetEffects(store.EffectTrail, trail)
-		st.SetEffects(store.EffectBlobs, blobs)
+		st.SetEffects(store.EffectBlobs, blobs(st))
 		return replicateKeys(st, secret)
 	}
+}
+
+// replicaOf is the replica ID st's log records (0: none).
+func replicaOf(st *store.Store) uint64 {
+	l, err := st.RaftLog(context.Background())
+	if err != nil {
+		return 0
+	}
+	return l.Replica()
 }
 
 // replicateKeys makes a sealing store's key store propose its changes

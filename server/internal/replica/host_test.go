@@ -233,7 +233,7 @@ func (c *testCluster) setEffects(s *store.Store, i int, g uint64) {
 	}
 	s.SetEffects(store.EffectTrail, fx)
 	if c.blobs {
-		s.SetEffects(store.EffectBlobs, attachments.ReplicaEffects(c.blobsDir(i, g), slog.New(slog.DiscardHandler)))
+		s.SetEffects(store.EffectBlobs, attachments.ReplicaEffects(c.blobsDir(i, g), nil, slog.New(slog.DiscardHandler)))
 	}
 }
 

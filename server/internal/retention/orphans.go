@@ -95,6 +95,13 @@ func (rn *run) sweepOrphans(ctx context.Context) {
 		rn.fail(ctx, stageSync, "", err)
 		return
 	}
+	if ls, ok := bs.(leftoverSweeper); ok {
+		// Best effort too: the next run asks again.
+		if err := ls.SweepLeftovers(ctx, cutoff); err != nil {
+			r.metrics.countError(stagePurge)
+			r.log.Warn("retention_leftover_sweep_failed", "run_id", rn.id, "err", err)
+		}
+	}
 	if us, ok := bs.(uploadLister); ok {
 		// Best effort: a bucket policy without the multipart rights
 		// (or a store that lacks the call) must not fail every run.
@@ -151,6 +158,13 @@ func (rn *run) oweOrphan(ctx context.Context, bs OrphanStore, o attachments.Obje
 	}
 	return rn.r.st.OweOrphanBlob(ctx, store.OwedBlob{Name: o.Name, Thread: ref.tid, Message: ref.mid, ID: ref.aid,
 		Size: size, SHA256: sum, RunID: rn.id, Cause: audit.CauseDeleted, Orphan: true})
+}
+
+// leftoverSweeper is a blob store with copies beyond the one the walk
+// sees (attachments.ShardBlobs: a replicated shard's file:// folders),
+// each of which can hold uploads' leftovers of its own.
+type leftoverSweeper interface {
+	SweepLeftovers(ctx context.Context, cutoff time.Time) error
 }
 
 // uploadLister is a blob store whose incomplete multipart uploads a run

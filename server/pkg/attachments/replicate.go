@@ -100,6 +100,13 @@ func decodeEffect(p []byte) (blobEffect, error) {
 // check refuses an effect naming anything but an attachment's blob or
 // its temporary file: a path never leaves the folder.
 func (e blobEffect) check() error {
+	if e.op == opSweep {
+		if e.name != "" || e.to != "" {
+			return fmt.Errorf("%w: a sweep names %q", ErrEffect, e.name+e.to)
+		}
+		_, err := decodeSweep(e.data)
+		return err
+	}
 	tid, mid, aid, leftover, ok := ObjectOf(e.name)
 	switch {
 	case !ok:
@@ -201,8 +208,14 @@ func (s *ShardBlobs) Delete(ctx context.Context, name string) error {
 // file lacks the bytes before it: this replica was restored from a
 // snapshot while the upload went on) is not written, and the commit of
 // an incomplete file moves nothing: both are logged, and the blob is
-// missing on this replica alone.
-func ReplicaEffects(dir string, logger *slog.Logger) store.Effects {
+// missing on this replica alone. A sweep of leftovers (leftovers.go)
+// is started in the background unless self, this replica's ID (nil:
+// none), proposed it.
+func ReplicaEffects(dir string, self func() uint64, logger *slog.Logger) store.Effects {
+	return replicaEffects(dir, self, logger, &sweeper{dir: dir, logger: logger})
+}
+
+func replicaEffects(dir string, self func() uint64, logger *slog.Logger, sw *sweeper) store.Effects {
 	return func(ctx context.Context, effect []byte) error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -217,6 +230,12 @@ func ReplicaEffects(dir string, logger *slog.Logger) store.Effects {
 			return writeChunk(dir, path, e, logger)
 		case opCommit:
 			return commitBlob(dir, path, e, logger)
+		case opSweep:
+			s, _ := decodeSweep(e.data) // checked by decodeEffect
+			if self == nil || self() != s.proposer {
+				sw.ask(s)
+			}
+			return nil
 		default:
 			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("delete blob %s: %w", e.name, err)

@@ -16,7 +16,7 @@ import (
 // effect and its batch applies it again).
 func TestReplicaEffectsAreIdempotent(t *testing.T) {
 	dir := t.TempDir()
-	fx := ReplicaEffects(dir, slog.New(slog.DiscardHandler))
+	fx := ReplicaEffects(dir, nil, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	const name = "t1/m1/01ABC"
 	temp := name + ".0011223344556677.tmp"
@@ -56,7 +56,7 @@ func TestReplicaEffectsAreIdempotent(t *testing.T) {
 // incomplete file into place: the blob is missing there, not wrong.
 func TestReplicaEffectsLeaveNoHole(t *testing.T) {
 	dir := t.TempDir()
-	fx := ReplicaEffects(dir, slog.New(slog.DiscardHandler))
+	fx := ReplicaEffects(dir, nil, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	const name = "t1/m1/01ABC"
 	temp := name + ".aa.tmp"
@@ -79,7 +79,7 @@ func TestReplicaEffectsLeaveNoHole(t *testing.T) {
 // blob or its temporary file, is refused and touches nothing.
 func TestReplicaEffectsRefuseOtherNames(t *testing.T) {
 	dir := t.TempDir()
-	fx := ReplicaEffects(dir, slog.New(slog.DiscardHandler))
+	fx := ReplicaEffects(dir, nil, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	for _, e := range []blobEffect{
 		{op: opChunk, name: "../../etc/x", data: []byte("x")},
