@@ -248,8 +248,13 @@ func replicaEffects(dir string, self func() uint64, logger *slog.Logger, sw *swe
 	}
 }
 
-// writeChunk writes a chunk into its temporary file, synced.
+// writeChunk writes a chunk into its temporary file, synced; nothing
+// when the blob is in place already (a chunk sent again, resend.go).
 func writeChunk(dir, path string, e blobEffect, logger *slog.Logger) error {
+	tid, mid, aid, _, _ := ObjectOf(e.name) // checked by decodeEffect
+	if _, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(store.BlobName(tid, mid, aid)))); err == nil {
+		return nil
+	}
 	if e.off == 0 {
 		if err := mkdirs(dir, filepath.Dir(path)); err != nil {
 			return fmt.Errorf("blob %s: %w", e.name, err)

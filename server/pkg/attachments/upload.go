@@ -103,6 +103,7 @@ func (b *Blobs) Upload(ctx context.Context, st *store.Store, up Upload) (store.A
 func (b *Blobs) uploadReplicated(ctx context.Context, st *store.Store, up Upload, seal store.AttachmentSeal) (store.Attachment, error) {
 	a := seal.Attachment
 	temp := tempName(a.BlobName())
+	gen := st.Checkpoints() // before the first chunk (resend.go)
 	c := &chunker{ctx: ctx, st: st, name: temp, buf: make([]byte, 0, ChunkSize)}
 	size, sum, err := stream(c, up, seal.AEAD, store.AttachmentBlobAD(a), c.flush)
 	if err != nil {
@@ -116,6 +117,13 @@ func (b *Blobs) uploadReplicated(ctx context.Context, st *store.Store, up Upload
 	if err != nil && !errors.Is(err, store.ErrAmbiguous) {
 		// Refused before it was proposed, or never applied.
 		return store.Attachment{}, errors.Join(err, b.dropTemp(ctx, st, temp, c.off))
+	}
+	if err == nil {
+		// The upload is stored: a follower the resend misses lacks the
+		// blob alone, and says so (attachment_blob_incomplete).
+		if rerr := b.resendMissed(ctx, st, commit, gen); rerr != nil {
+			st.Logger().Warn("attachment_resend_failed", "blob", a.BlobName(), "err", rerr)
+		}
 	}
 	return rec, err
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -180,6 +181,7 @@ func (s *Store) Checkpoint(ctx context.Context, name string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
+	s.checkpoints.Add(1)
 	dir, err := pebbledir.Checkpoint(s.db, s.path, name)
 	if errors.Is(err, pebbledir.ErrCheckpointName) {
 		return "", fmt.Errorf("%w: %w", ErrInvalidArgument, err)
@@ -188,6 +190,21 @@ func (s *Store) Checkpoint(ctx context.Context, name string) (string, error) {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	return dir, nil
+}
+
+// Checkpoints counts the checkpoints begun on this store since it
+// opened. A replicated shard's snapshot is one, taken while the group
+// applies nothing: an upload that sees the count change while its bytes
+// went through the log re-sends them (attachments), for a follower the
+// snapshot left without the earlier ones.
+func (s *Store) Checkpoints() uint64 { return s.checkpoints.Load() }
+
+// Logger is the store's logger (Options.Logger; a discarding one without).
+func (s *Store) Logger() *slog.Logger {
+	if s.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.log
 }
 
 // RemoveCheckpoint removes a staging folder made by Checkpoint. Call it

@@ -63,6 +63,9 @@ type Store struct {
 
 	// idemScopes counts each scope's idempotency keys (idempotency.go).
 	idemScopes idemScopes
+
+	// checkpoints counts the checkpoints taken (Checkpoints).
+	checkpoints atomic.Uint64
 }
 
 // DefaultMemTableSize is larger than Pebble's 4 MiB default so bulk loads
