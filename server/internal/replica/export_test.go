@@ -3,3 +3,10 @@ package replica
 // WriteJournal lets the tests make the folders a crash leaves in the
 // middle of a snapshot's swap.
 var WriteJournal = writeJournal
+
+// OwePrune lets the tests make the folders a crash between a snapshot's
+// swap and its prune leaves.
+var OwePrune = owePrune
+
+// StagedSuffixForTest names a snapshot's staged folders.
+const StagedSuffixForTest = stagedSuffix

@@ -361,6 +361,13 @@ func (g *group) install(ctx context.Context, rd raft.Ready) (err error) {
 			return err
 		}
 	}
+	if d := g.folder.BlobsDir; d != "" {
+		// In the state: a crash once it is in place leaves the prune
+		// below to RecoverFolder (prune.go).
+		if err := owePrune(in.dir, d); err != nil {
+			return err
+		}
+	}
 	g.eraseMu.Lock() // no erase of the old store under way
 	defer g.eraseMu.Unlock()
 	old := g.store()
@@ -391,10 +398,17 @@ func (g *group) install(ctx context.Context, rd raft.Ready) (err error) {
 	g.storage.RaftLog = l
 	if d := g.folder.BlobsDir; d != "" {
 		// The blobs purged while this replica was behind: their
-		// deletions were in the entries the snapshot replaced.
-		if n, err := attachments.PruneBlobs(ctx, d, st); err != nil {
-			g.logger.Warn("replica_snapshot_blobs_not_pruned", slog.Uint64("group", g.id), slog.Any("err", err))
-		} else if n > 0 {
+		// deletions were in the entries the snapshot replaced. Failing,
+		// the group stops before it applies anything after the snapshot,
+		// and RecoverFolder prunes when the node opens the shard again.
+		n, err := attachments.PruneBlobs(ctx, d, st.HasAttachmentRecord)
+		if err == nil {
+			err = prunedDone(g.folder.Dir)
+		}
+		if err != nil {
+			return fmt.Errorf("prune the blobs purged before the snapshot: %w", err)
+		}
+		if n > 0 {
 			g.logger.Info("replica_snapshot_blobs_pruned", slog.Uint64("group", g.id), slog.Int("blobs", n))
 		}
 	}

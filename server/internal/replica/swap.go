@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -152,6 +153,8 @@ func cleanUp(dir string, beside []string) error {
 // journal names beside it: with dir in place, what is beside them is
 // left over and goes; without it, the adopted state takes their places
 // if the swap had begun (dir set aside), else the old folders stay.
+// Once the snapshot's state is in place, the prune of its folder of
+// blobs a crash cut short is finished too (prune.go).
 func RecoverFolder(dir string) error {
 	beside, err := readJournal(dir)
 	if err == nil && len(beside) == 0 {
@@ -170,11 +173,16 @@ func RecoverFolder(dir string) error {
 	}
 	if inPlace || !begun {
 		// The swap completed, or never began: the old folders stand.
-		return cleanUp(dir, beside)
+		if err := cleanUp(dir, beside); err != nil {
+			return err
+		}
+	} else if err := finishSwap(dir, beside); err != nil {
+		// The old folder is set aside only once the staged one adopted
+		// the snapshot: it is complete, and so are the folders beside it.
+		return fmt.Errorf("recover %s: %w", dir, err)
 	}
-	// The old folder is set aside only once the staged one adopted the
-	// snapshot: it is complete, and so are the folders beside it.
-	if err := finishSwap(dir, beside); err != nil {
+	// Before any store opens: nothing to cancel the prune.
+	if _, err := finishPrune(context.Background(), dir); err != nil {
 		return fmt.Errorf("recover %s: %w", dir, err)
 	}
 	return nil

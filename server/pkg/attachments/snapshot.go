@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/progressdb/progressdb/server/pkg/durable"
-	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // A replica of a replicated shard that catches up by snapshot
@@ -64,12 +63,13 @@ func AdoptBlobs(staged, dir string) (int, error) {
 }
 
 // PruneBlobs deletes from the folder dir every blob whose attachment
-// has no record in st, the state a snapshot just installed: call it
-// before the replica applies anything after the snapshot, when every
-// blob of a record of that state is there or deleted later by the log.
-// Uploads' temporary files stay (a chunk after the snapshot may add to
-// one); the leader's orphan sweep removes abandoned ones everywhere.
-func PruneBlobs(ctx context.Context, dir string, st *store.Store) (int, error) {
+// has no record (named says whether one names it) in the state a
+// snapshot just installed: call it before the replica applies anything
+// after the snapshot, when every blob of a record of that state is
+// there or deleted later by the log. Uploads' temporary files stay (a
+// chunk after the snapshot may add to one); the orphan sweep removes
+// abandoned ones everywhere.
+func PruneBlobs(ctx context.Context, dir string, named func(ctx context.Context, tid, mid, aid string) (bool, error)) (int, error) {
 	pruned := 0
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if errors.Is(err, fs.ErrNotExist) && p == dir {
@@ -86,8 +86,8 @@ func PruneBlobs(ctx context.Context, dir string, st *store.Store) (int, error) {
 		if !ok || leftover || strings.HasPrefix(rel, "..") {
 			return nil
 		}
-		named, err := st.HasAttachmentRecord(ctx, tid, mid, aid)
-		if err != nil || named {
+		has, err := named(ctx, tid, mid, aid)
+		if err != nil || has {
 			return err
 		}
 		if err := os.Remove(p); err != nil {
