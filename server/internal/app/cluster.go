@@ -168,7 +168,7 @@ func serveCluster(ctx context.Context, cfg config.Config, logger *slog.Logger, l
 	// request, and stop when the node is told to (their streams would
 	// hold the HTTP shutdown).
 	replicas, err := newReplicas(replicaOptions{cfg: cfg, client: client, keys: keys, shards: shards,
-		view: view, tls: tr.nodeTLS(), reg: reg, logger: logger, onError: cmetrics.EtcdError})
+		view: view, tls: tr.nodeTLS(), reg: reg, logger: logger, onError: cmetrics.EtcdError, secrets: secrets})
 	if err != nil {
 		return err
 	}

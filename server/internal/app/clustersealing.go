@@ -117,7 +117,11 @@ func openClusterShards(ctx context.Context, cfg config.Config, logger *slog.Logg
 	if cfg.AttachmentsURL != "" {
 		blobs = shardBlobs(ctx, cfg)
 	}
-	shards, err := cluster.OpenShards(cfg.DBPath, ns, store.Options{Logger: logger}, sealers, blobs)
+	var keys []cluster.KeystorePath // a sealing node's snapshots replace them
+	if cfg.KEK != "" && cfg.KeystorePath != "" {
+		keys = append(keys, cluster.KeystorePath(cfg.KeystorePath))
+	}
+	shards, err := cluster.OpenShards(cfg.DBPath, ns, store.Options{Logger: logger}, sealers, blobs, keys...)
 	var se *cluster.ShardError
 	if errors.As(err, &se) {
 		return nil, openError(shardConfig(cfg, se.Shard), err)

@@ -67,6 +67,8 @@ type replicaOptions struct {
 	reg     prometheus.Registerer
 	logger  *slog.Logger
 	onError func(error) // etcd errors, counted
+	// secrets are the cluster's: a snapshot's key store opens with them.
+	secrets clusterSecrets
 }
 
 // newReplicas builds the node's replica runtime; run (or watch) starts
@@ -123,7 +125,8 @@ func newReplicas(o replicaOptions) (*replicaRuntime, error) {
 	rr.rec = cluster.NewReconciler(cluster.ReconcilerOptions{Client: o.client, Keys: o.keys, Host: rr.host, Node: o.cfg.NodeID,
 		DeadAfter: o.cfg.Cluster.DeadAfter, Logger: o.logger,
 		Join: func(ctx context.Context, n int, r cluster.Replica) error {
-			return joinReplica(ctx, rr.host, rr.folders, n, r, rr.trail(n), rr.effects(n))
+			fx := rr.effects(n)
+			return joinReplica(ctx, rr.host, rr.folders, n, r, fx, shardFolder(o, n, rr.trail(n), fx))
 		},
 		Grow: func(ctx context.Context, m cluster.Map, n int) error {
 			if rr.grower == nil {
@@ -239,7 +242,7 @@ func (r *replicaRuntime) startGroup(ctx context.Context, n int, rp cluster.Repli
 		return err
 	}
 	return r.host.AddGroup(ctx, replica.GroupConfig{Group: uint64(n), Replica: rp.ID, Peers: voters, Join: rp.Added,
-		Store: st, Folder: shardFolder(r.o.shards, n, r.trail(n), fx)})
+		Store: st, Folder: shardFolder(r.o, n, r.trail(n), fx)})
 }
 
 // running reports whether the host runs a group of shard n.
@@ -270,7 +273,8 @@ func deleteLeftovers(cfg config.Config, m cluster.Map, logger *slog.Logger) {
 // its leader's snapshot. A folder an earlier replica of the shard left
 // here goes first: a replica comes back with a new ID and nothing of the
 // old one.
-func joinReplica(ctx context.Context, host *replica.Host, folders cluster.ReplicaFolder, n int, r cluster.Replica, trail string, fx func(*store.Store) error) error {
+func joinReplica(ctx context.Context, host *replica.Host, folders cluster.ReplicaFolder, n int, r cluster.Replica, fx func(*store.Store) error,
+	folder *replica.Folder) error {
 	st, err := folders.Prepare(ctx, n, r, true)
 	if err != nil {
 		return err
@@ -279,7 +283,7 @@ func joinReplica(ctx context.Context, host *replica.Host, folders cluster.Replic
 		_, derr := folders.Shards.Detach(n)
 		return errors.Join(err, derr)
 	}
-	gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Join: true, Store: st, Folder: shardFolder(folders.Shards, n, trail, fx)}
+	gc := replica.GroupConfig{Group: uint64(n), Replica: r.ID, Join: true, Store: st, Folder: folder}
 	if err := host.AddGroup(ctx, gc); err != nil {
 		_, derr := folders.Shards.Detach(n)
 		return errors.Join(err, derr)
@@ -317,15 +321,18 @@ func (r *replicaRuntime) ReadIndex(ctx context.Context, n int) error {
 // shardFolder is shard n's folder as its replica's snapshots see it
 // (docs/replication-design.md §7): the store a snapshot replaces leaves
 // the node's shards, and the restored one takes its place there; the
-// shard's audit trail is replaced with it, and a file:// store's folder
-// of the shard's blobs goes with it.
-func shardFolder(shards *cluster.Shards, n int, trail string, fx func(*store.Store) error) *replica.Folder {
+// shard's audit trail and a sealing node's key store of the shard are
+// replaced with it, and a file:// store's folder of the shard's blobs
+// goes with it.
+func shardFolder(o replicaOptions, n int, trail string, fx func(*store.Store) error) *replica.Folder {
+	shards := o.shards
 	dir := cluster.ShardDBPath(shards.DBPath(), n)
 	blobs := ""
 	if b, ok := shards.Blobs(n); ok && b != nil {
 		blobs = b.Dir()
 	}
-	return &replica.Folder{Dir: dir, Trail: trail, BlobsDir: blobs,
+	keys := shards.KeystoreDir(n)
+	return &replica.Folder{Dir: dir, Trail: trail, KeyStoreDir: keys, BlobsDir: blobs,
 		Open: func(d string) (*store.Store, error) {
 			if d == dir {
 				st, err := shards.Open(n)
@@ -334,8 +341,14 @@ func shardFolder(shards *cluster.Shards, n int, trail string, fx func(*store.Sto
 				}
 				return st, err
 			}
-			// The unpacked state, opened only to adopt the snapshot's log.
-			return store.Open(d, store.Options{})
+			// The unpacked state, opened only to adopt the snapshot's
+			// log, with the key store unpacked beside its own folder.
+			cfg := shardConfig(o.cfg, n)
+			cfg.DBPath = d
+			if keys != "" {
+				cfg.KeystorePath = keys + replica.StagedSuffix
+			}
+			return store.Open(d, store.Options{Logger: o.logger, OpenSealer: sealerOpener(cfg, o.logger, KeepPlain, o.secrets)})
 		},
 		Close: func(*store.Store) error {
 			_, err := shards.Detach(n)

@@ -62,10 +62,11 @@ func Extract(ctx context.Context, path, dir string, pub ed25519.PublicKey) (Repo
 
 // ExtractReader is Extract of the archive read from r, which name
 // names (a replica's snapshot: its leader's stream). A file:// store's
-// blobs go into the folder blobs ("": checked and dropped), and an
-// archive holding a key store does not verify.
-func ExtractReader(ctx context.Context, name string, r io.Reader, dir, blobs string, pub ed25519.PublicKey) (Report, error) {
-	return extract(ctx, name, r, into{db: dir, blobs: blobs}, pub, nil)
+// blobs go into the folder blobs ("": checked and dropped); its key
+// store goes into ksDir, absent or empty like dir and made only when the
+// archive holds one ("": an archive holding one does not verify).
+func ExtractReader(ctx context.Context, name string, r io.Reader, dir, ksDir, blobs string, pub ed25519.PublicKey) (Report, error) {
+	return extract(ctx, name, r, into{db: dir, keys: ksDir, blobs: blobs}, pub, nil)
 }
 
 // ExtractPending is Extract for a restore whose replay is still to come

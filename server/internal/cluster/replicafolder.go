@@ -99,6 +99,13 @@ func (f ReplicaFolder) reset(n int) (*store.Store, error) {
 	if err := replica.DeleteFolder(ShardDBPath(f.Shards.DBPath(), n)); err != nil {
 		return nil, fmt.Errorf("shard %d: delete the folder: %w", n, err)
 	}
+	// A sealed shard's keys go with its data: an empty database never
+	// opens with another database's key store.
+	if ks := f.Shards.KeystoreDir(n); ks != "" {
+		if err := replica.DeleteFolder(ks); err != nil {
+			return nil, fmt.Errorf("shard %d: delete the key store folder: %w", n, err)
+		}
+	}
 	return f.Shards.Open(n)
 }
 

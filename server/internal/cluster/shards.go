@@ -51,10 +51,27 @@ type Shards struct {
 	opts     store.Options // every shard's, cache and memtable included
 	sealer   SealerFor
 	blobsFor BlobsFor
+	ksPath   string       // KeystorePath; never changed
 	mu       sync.RWMutex // a move adds and removes shards while requests read them
 	cache    *pebble.Cache
 	stores   map[int]*store.Store
 	blobs    map[int]*attachments.Blobs
+}
+
+// KeystorePath names the root of the shards' key stores (a sealing
+// node's PROGRESSDB_KEYSTORE_PATH), an option of OpenShards: a replica's
+// snapshot replaces a shard's key store folder (KeystoreDir) with its
+// database folder, and what a crash left of that is finished or undone
+// for both before the shard opens.
+type KeystorePath string
+
+// KeystoreDir is shard n's key store folder; "" when the node does not
+// seal.
+func (s *Shards) KeystoreDir(n int) string {
+	if s.ksPath == "" {
+		return ""
+	}
+	return ShardKeystorePath(s.ksPath, n)
 }
 
 // SealerFor returns shard n's store.Options.OpenSealer: each shard opens
@@ -78,11 +95,15 @@ func (e *ShardError) Unwrap() error { return e.Err }
 
 // OpenShards opens (creating when needed) the shards ns under dbPath, with
 // o for each store, sealer's OpenSealer and blobs' attachments store for
-// shard n; o.Cache and o.MemTableSize are set here. A shard that does not
-// open is a *ShardError.
-func OpenShards(dbPath string, ns []int, o store.Options, sealer SealerFor, blobs BlobsFor) (*Shards, error) {
+// shard n; o.Cache and o.MemTableSize are set here; keys names the key
+// stores' root when the node seals. A shard that does not open is a
+// *ShardError.
+func OpenShards(dbPath string, ns []int, o store.Options, sealer SealerFor, blobs BlobsFor, keys ...KeystorePath) (*Shards, error) {
 	s := &Shards{dbPath: dbPath, cache: pebble.NewCache(NodeCacheSize(len(ns))), stores: make(map[int]*store.Store, len(ns)),
 		blobs: make(map[int]*attachments.Blobs, len(ns)), sealer: sealer, blobsFor: blobs}
+	for _, k := range keys {
+		s.ksPath = string(k)
+	}
 	o.Cache, o.MemTableSize = s.cache, ShardMemTableSize(len(ns))
 	s.opts = o
 	for _, n := range ns {
@@ -106,9 +127,13 @@ func (s *Shards) open(n int) error {
 			return &ShardError{Shard: n, Err: err}
 		}
 	}
-	// A replica's snapshot install cut short leaves its folder beside
-	// it: finished or undone before the store opens.
-	err := replica.RecoverFolder(ShardDBPath(s.dbPath, n))
+	// A replica's snapshot install cut short leaves its folders beside
+	// them: finished or undone before the store opens.
+	var known []string
+	if ks := s.KeystoreDir(n); ks != "" {
+		known = append(known, ks)
+	}
+	err := replica.RecoverFolder(ShardDBPath(s.dbPath, n), known...)
 	var st *store.Store
 	if err == nil {
 		st, err = store.Open(ShardDBPath(s.dbPath, n), s.options(n))

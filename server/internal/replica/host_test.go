@@ -57,6 +57,9 @@ type testCluster struct {
 	// wrapEffects, when set before a node starts, wraps the effects its
 	// stores apply.
 	wrapEffects func(node int, fx store.Effects) store.Effects
+	// sealed, when set before the nodes start, seals every store with a
+	// key store of its own beside it, replicated (sealed_test.go).
+	sealed *sealing
 }
 
 // folderOf is replica (g, i)'s Folder, telling c.hook.
@@ -71,16 +74,16 @@ func (c *testCluster) folderOf(i int, g uint64) *replica.Folder {
 	if c.blobs {
 		blobs = c.blobsDir(i, g)
 	}
-	return &replica.Folder{Dir: dir, Trail: c.trail(i, g), BlobsDir: blobs,
+	return &replica.Folder{Dir: dir, Trail: c.trail(i, g), KeyStoreDir: c.keyStore(i, g), BlobsDir: blobs,
 		Open: func(d string) (*store.Store, error) {
 			if d != dir {
 				tell("adopt")
-				return store.Open(d, storeOptions)
+				return store.Open(d, c.options(d, c.keyStore(i, g), replica.StagedSuffix))
 			}
 			tell("reopen")
-			s, err := store.Open(d, storeOptions)
+			s, err := store.Open(d, c.options(d, c.keyStore(i, g), ""))
 			if err == nil {
-				c.setEffects(s, i, g) // the restored store applies the next commands
+				err = c.setEffects(s, i, g) // the restored store applies the next commands
 			}
 			return s, err
 		},
@@ -158,10 +161,10 @@ func (c *testCluster) start(i int) {
 	}
 	nd := &node{host: h, reg: reg}
 	for _, g := range c.groups {
-		if err := replica.RecoverFolder(c.folder(i, g)); err != nil {
+		if err := c.recover(i, g); err != nil {
 			c.T.Fatal(err)
 		}
-		s, err := store.Open(c.folder(i, g), storeOptions)
+		s, err := store.Open(c.folder(i, g), c.options(c.folder(i, g), c.keyStore(i, g), ""))
 		if err != nil {
 			c.T.Fatal(err)
 		}
@@ -174,7 +177,9 @@ func (c *testCluster) start(i int) {
 			}
 			gc.Machine = c.SM[id]
 		} else {
-			c.setEffects(s, i, g)
+			if err := c.setEffects(s, i, g); err != nil {
+				c.T.Fatal(err)
+			}
 		}
 		if err := h.AddGroup(ctx, gc); err != nil {
 			c.T.Fatal(err)
@@ -225,8 +230,9 @@ func (c *testCluster) trail(i int, g uint64) string {
 }
 
 // setEffects makes s, replica (g, i)'s store, write the effects of the
-// commands it applies into the replica's trail, as serve's stores do.
-func (c *testCluster) setEffects(s *store.Store, i int, g uint64) {
+// commands it applies into the replica's trail, and a sealed store
+// apply its key store's commands, as serve's stores do.
+func (c *testCluster) setEffects(s *store.Store, i int, g uint64) error {
 	fx := retention.TrailEffects(c.trail(i, g), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if c.wrapEffects != nil {
 		fx = c.wrapEffects(i, fx)
@@ -235,6 +241,7 @@ func (c *testCluster) setEffects(s *store.Store, i int, g uint64) {
 	if c.blobs {
 		s.SetEffects(store.EffectBlobs, attachments.ReplicaEffects(c.blobsDir(i, g), nil, slog.New(slog.DiscardHandler)))
 	}
+	return replicateKeys(s)
 }
 
 // blobsDir is replica (g, i)'s file:// folder of attachments.

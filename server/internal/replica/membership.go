@@ -227,6 +227,9 @@ func (h *Host) retireOnce(g *group) {
 	if b := g.folder.BlobsDir; b != "" {
 		err = errors.Join(err, DeleteFolder(b)) // its attachments go with it
 	}
+	if ks := g.folder.KeyStoreDir; ks != "" {
+		err = errors.Join(err, DeleteFolder(ks)) // its keys go with it
+	}
 	if err != nil {
 		log.Error("replica_removed_folder_not_deleted", slog.String("folder", dir), slog.Any("err", err))
 		return

@@ -11,7 +11,8 @@ package replica
 // steps the message into raft; when raft takes the snapshot the worker
 // adopts it into the unpacked state (this replica's hard state, the
 // snapshot's log) and swaps the folders (swap.go). The stream carries
-// the shard's audit trail after the database (snapstream.go).
+// the shard's audit trail after the database (snapstream.go), and the
+// database's archive a sealed shard's key store.
 
 import (
 	"context"
@@ -39,8 +40,14 @@ type Folder struct {
 	// a snapshot carries the leader's as it stood at the snapshot's
 	// applied index, which replaces this replica's with the database.
 	Trail string
+	// KeyStoreDir is the store's key store when the node seals ("":
+	// it does not, and a sealed shard's snapshot does not verify): a
+	// snapshot carries the leader's key store as of the snapshot's
+	// applied index, which replaces this one with the database.
+	KeyStoreDir string
 	// Open opens the store in dir as the node opens its shards: the
-	// unpacked state beside Dir, then Dir once it replaced the old one.
+	// unpacked state beside Dir (its key store beside KeyStoreDir), then
+	// Dir once it replaced the old one.
 	Open func(dir string) (*store.Store, error)
 	// Close closes the store a snapshot replaces, before its folder is
 	// set aside (nil: its Close): the node stops serving it there.
@@ -53,18 +60,35 @@ type Folder struct {
 
 // beside are the folders outside Dir that a snapshot replaces with it.
 func (f *Folder) beside() []string {
-	if f.Trail == "" {
-		return nil
+	var out []string
+	for _, d := range []string{f.KeyStoreDir, f.Trail} {
+		if d != "" {
+			out = append(out, d)
+		}
 	}
-	return []string{f.Trail}
+	return out
+}
+
+// stagedKeys is where a snapshot's key store is unpacked: beside the
+// replica's key store ("" without one).
+func (f *Folder) stagedKeys() string {
+	if f.KeyStoreDir == "" {
+		return ""
+	}
+	return f.KeyStoreDir + stagedSuffix
 }
 
 // Beside Dir (and each folder beside it): a snapshot being received, and
 // the old folder while the new one takes its place (RecoverFolder).
 const (
-	stagedSuffix   = ".snapshot"
+	stagedSuffix   = StagedSuffix
 	replacedSuffix = ".replaced"
 )
+
+// StagedSuffix names, beside a replica's folders, the snapshot being
+// received: Folder.Open is given Dir+StagedSuffix, whose key store is at
+// KeyStoreDir+StagedSuffix.
+const StagedSuffix = ".snapshot"
 
 // SnapshotSender is a Transport that carries snapshots: the message and,
 // out of band, the state it stands for.
@@ -78,8 +102,8 @@ type SnapshotSender interface {
 // Errors of snapshots.
 var (
 	// ErrSnapshotRefused: this replica cannot take a snapshot now (no
-	// folder, another one arriving, a sealed shard's); the leader tries
-	// again later.
+	// folder, another one arriving, a stream that does not verify); the
+	// leader tries again later.
 	ErrSnapshotRefused = errors.New("snapshot refused")
 	// ErrNoSnapshotState: raft took a snapshot whose state never arrived.
 	ErrNoSnapshotState = errors.New("a snapshot came without its state")
@@ -89,11 +113,13 @@ var (
 // raft to take its message.
 type staged struct {
 	m *raftpb.Message
-	// dir is the staged database; trail the folder whose staged copy
-	// holds the audit trail ("" for none); beside every folder whose
-	// staged copy is swapped in with it; blobs where its blobs were
-	// unpacked ("" for none).
+	// dir is the staged database; keys where its key store is unpacked
+	// ("" for none); trail the folder whose staged copy holds the audit
+	// trail ("" for none); beside every folder whose staged copy is
+	// swapped in with it; blobs where its blobs were unpacked ("" for
+	// none).
 	dir    string
+	keys   string
 	trail  string
 	beside []string
 	blobs  string
@@ -162,16 +188,14 @@ func (g *group) sendSnapshots(ctx context.Context, tr Transport, msgs []*raftpb.
 	return rest
 }
 
-// writeState streams the store's backup and the shard's audit trail
-// (snapstream.go), both taken while the group applies nothing, so that
-// they stand at one applied index (at or after the snapshot point raft
-// names, which the follower's log skips).
+// writeState streams the store's backup, with a sealed shard's key
+// store, and the shard's audit trail (snapstream.go), all taken while
+// the group applies nothing, so that they stand at one applied index (at
+// or after the snapshot point raft names, which the follower's log
+// skips): the key store holds the keys of the state, and the key-store
+// commands after it in the log apply to it.
 func (g *group) writeState(ctx context.Context, w io.Writer) error {
 	st := g.store()
-	if backup.KeyStoreOf(st) != nil {
-		// A follower restores no key store yet (docs/replication-design.md).
-		return fmt.Errorf("%w: the snapshot of a sealed shard", ErrSnapshotRefused)
-	}
 	// A file:// folder's blobs go with the state, read through a blob
 	// store of their own: the group's deletions never wait for it.
 	var blobs *attachments.Blobs
@@ -187,7 +211,7 @@ func (g *group) writeState(ctx context.Context, w io.Writer) error {
 	}
 	hold := &applyHold{g: g, st: st, trail: g.folder.Trail}
 	defer hold.close()
-	c, err := backup.NewCreator(backup.Options{Store: st, Blobs: blobs, Hold: hold})
+	c, err := backup.NewCreator(backup.Options{Store: st, KeyStore: backup.KeyStoreOf(st), Blobs: blobs, Hold: hold})
 	if err != nil {
 		return err
 	}
@@ -252,7 +276,7 @@ func (h *Host) ReceiveSnapshot(ctx context.Context, groupID uint64, m *raftpb.Me
 		return fmt.Errorf("group %d: %w: another snapshot is arriving", groupID, ErrSnapshotRefused)
 	}
 	defer g.receiving.Unlock()
-	in := &staged{m: m, dir: g.folder.Dir + stagedSuffix, trail: g.folder.Trail, beside: g.folder.beside(),
+	in := &staged{m: m, dir: g.folder.Dir + stagedSuffix, keys: g.folder.stagedKeys(), trail: g.folder.Trail, beside: g.folder.beside(),
 		blobs: g.folder.stagedBlobs(), done: make(chan error, 1)}
 	if err := in.remove(); err != nil { // what an earlier one left
 		return fmt.Errorf("group %d: %w", groupID, err)
@@ -351,7 +375,7 @@ func (g *group) install(ctx context.Context, rd raft.Ready) (err error) {
 	}
 	snap := rd.Snapshot
 	if err := adopt(ctx, g.folder, in.dir, store.RaftUpdate{Restored: true, Replica: g.replica, Install: snap, Entries: rd.Entries, HardState: hard,
-		ConfState: snap.GetMetadata().GetConfState(), Sync: true}); err != nil {
+		ConfState: snap.GetMetadata().GetConfState(), Sync: true}, keyStoreID(g.store())); err != nil {
 		return fmt.Errorf("adopt snapshot %d: %w", snap.GetMetadata().GetIndex(), err)
 	}
 	if in.blobs != "" {
@@ -424,9 +448,20 @@ func (g *group) install(ctx context.Context, rd raft.Ready) (err error) {
 	return nil
 }
 
+// keyStoreID is the identity of st's key store; "" when st is plain. A
+// replica keeps it across a snapshot: its database becomes a copy of
+// its leader's, bound to its own key store holding its leader's keys.
+func keyStoreID(st *store.Store) string {
+	if s := st.Sealer(); s != nil {
+		return s.ID()
+	}
+	return ""
+}
+
 // adopt writes u into the log of the store unpacked in dir and checks
-// that its state covers the snapshot.
-func adopt(ctx context.Context, f *Folder, dir string, u store.RaftUpdate) error {
+// that its state covers the snapshot; a sealed one's key store takes the
+// identity keys ("": its leader's), bound to the unpacked database.
+func adopt(ctx context.Context, f *Folder, dir string, u store.RaftUpdate, keys string) error {
 	st, err := f.Open(dir)
 	if err != nil {
 		return err
@@ -437,6 +472,9 @@ func adopt(ctx context.Context, f *Folder, dir string, u store.RaftUpdate) error
 	}
 	if idx := u.Install.GetMetadata().GetIndex(); err == nil && l.Applied() < idx {
 		err = fmt.Errorf("%w: the state was applied up to %d, the snapshot is at %d", store.ErrMalformed, l.Applied(), idx)
+	}
+	if err == nil {
+		err = st.RebindKeyStore(ctx, keys)
 	}
 	return errors.Join(err, st.Close())
 }

@@ -95,8 +95,9 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 }
 
 // readStream unpacks a snapshot's stream into in's staged folders: the
-// database, verified, then the journal naming the folders beside it,
-// then the trail. Any error leaves the caller to remove them.
+// database and a sealed shard's key store, verified, then the journal
+// naming the folders beside it, then the trail. Any error leaves the
+// caller to remove them.
 func readStream(ctx context.Context, r io.Reader, in *staged) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	magic := make([]byte, len(snapshotMagic))
@@ -104,7 +105,7 @@ func readStream(ctx context.Context, r io.Reader, in *staged) error {
 		return fmt.Errorf("%w: not a snapshot stream (%q)", ErrSnapshotRefused, magic)
 	}
 	archive := &chunkReader{r: br}
-	rep, err := backup.ExtractReader(ctx, "snapshot", archive, in.dir, in.blobs, nil)
+	rep, err := backup.ExtractReader(ctx, "snapshot", archive, in.dir, in.keys, in.blobs, nil)
 	if err == nil && !rep.Valid {
 		err = fmt.Errorf("%w: the stream does not verify: %s", ErrSnapshotRefused, strings.Join(rep.Problems, "; "))
 	}

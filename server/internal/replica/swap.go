@@ -7,14 +7,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/progressdb/progressdb/server/pkg/durable"
 )
 
 // Swapping a snapshot's state in (docs/replication-design.md §7). The
 // state is the database folder and the folders that go with it outside
-// it (the shard's audit trail: Folder.Beside), each unpacked beside its
-// own (<dir>.snapshot). The staged database holds a journal naming those
+// it (a sealed shard's key store, the shard's audit trail:
+// Folder.beside), each unpacked beside its own (<dir>.snapshot). The staged database holds a journal naming those
 // folders, so that RecoverFolder, given the database folder alone, finds
 // them. Setting the old database aside is the commit point: before it
 // every old folder stands and the staged ones go; after it every staged
@@ -153,15 +154,23 @@ func cleanUp(dir string, beside []string) error {
 // journal names beside it: with dir in place, what is beside them is
 // left over and goes; without it, the adopted state takes their places
 // if the swap had begun (dir set aside), else the old folders stay.
-// Once the snapshot's state is in place, the prune of its folder of
-// blobs a crash cut short is finished too (prune.go).
-func RecoverFolder(dir string) error {
+// known are folders the caller knows go with dir (its key store, which
+// a snapshot unpacks before the journal is written): a copy staged
+// beside them goes too when the journal does not name them. Once the
+// snapshot's state is in place, the prune of its folder of blobs a crash
+// cut short is finished too (prune.go).
+func RecoverFolder(dir string, known ...string) error {
 	beside, err := readJournal(dir)
 	if err == nil && len(beside) == 0 {
 		beside, err = readJournal(dir + stagedSuffix)
 	}
 	if err != nil {
 		return fmt.Errorf("recover %s: %w", dir, err)
+	}
+	for _, d := range known {
+		if !slices.Contains(beside, d) {
+			beside = append(beside, d)
+		}
 	}
 	inPlace, err := exists(dir)
 	if err != nil {

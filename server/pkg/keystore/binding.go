@@ -134,6 +134,35 @@ func (ks *KeyStore) Bind(ctx context.Context, databaseID string) error {
 	return nil
 }
 
+// TakeIdentity records id as the key store's identity and databaseID as
+// its database's, synced, whatever they were: a replica's key store that
+// a snapshot replaced with a copy of its leader's keeps the replica's
+// own identity (store.Store.RebindKeyStore, docs/replication-design.md
+// §7).
+func (ks *KeyStore) TakeIdentity(ctx context.Context, id, databaseID string) error {
+	if err := ks.live(ctx); err != nil {
+		return err
+	}
+	if id == "" || databaseID == "" {
+		return errors.New("key store identity: empty id")
+	}
+	ks.bindMu.Lock()
+	defer ks.bindMu.Unlock()
+	if ks.id == id && ks.database == databaseID {
+		return nil
+	}
+	b := ks.db.NewBatch()
+	defer b.Close()
+	_ = b.Set([]byte(idKey), []byte(id), nil)
+	_ = b.Set([]byte(databaseKey), []byte(databaseID), nil)
+	_ = b.Set([]byte(formatKey), []byte(strconv.Itoa(FormatBound)), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("key store identity %s of database %s: %w", id, databaseID, err)
+	}
+	ks.id, ks.database = id, databaseID
+	return nil
+}
+
 // loadBinding reads the identities a store of format records.
 func (ks *KeyStore) loadBinding(format int) error {
 	if format < FormatBound {

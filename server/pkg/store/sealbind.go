@@ -192,6 +192,58 @@ func (s *Store) markSealed(ctx context.Context, ksID string) error {
 	return nil
 }
 
+// identityTaker is a Sealer whose identity can be set
+// (*keystore.KeyStore's TakeIdentity).
+type identityTaker interface {
+	TakeIdentity(ctx context.Context, id, databaseID string) error
+}
+
+// RebindKeyStore gives a sealed database's key store the identity
+// keyStoreID ("": the one it has), bound to this database, and records
+// it as the key store the database is sealed under: a replica whose
+// database and key store a snapshot replaced with copies of its
+// leader's keeps its own key store's identity (docs/replication-design.md
+// §7). A plain database is left as it is. The key store first, then the
+// database, each synced: the caller swaps in neither before both are
+// done.
+func (s *Store) RebindKeyStore(ctx context.Context, keyStoreID string) error {
+	if s.sealer == nil {
+		return nil
+	}
+	it, ok := s.sealer.(identityTaker)
+	if !ok {
+		return fmt.Errorf("%w: the key store's identity cannot be set", ErrInvalidArgument)
+	}
+	if keyStoreID == "" {
+		keyStoreID = s.sealer.ID()
+	}
+	id, err := s.DatabaseID(ctx, true)
+	if err != nil {
+		return err
+	}
+	if err := it.TakeIdentity(ctx, keyStoreID, id); err != nil {
+		return err
+	}
+	rec, _, err := readSeal(s.db)
+	if err != nil {
+		return err
+	}
+	if rec.KeyStoreID == keyStoreID {
+		return nil
+	}
+	rec.KeyStoreID = keyStoreID
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	b := s.db.NewBatch()
+	_ = b.Set([]byte(sealKey), v, nil)
+	if err := s.apply(ctx, write{kind: writeState, batch: b, sync: true}); err != nil {
+		return fmt.Errorf("record the key store the database is sealed under: %w", err)
+	}
+	return nil
+}
+
 // refusePlain is the store's own guard against plaintext in a sealed
 // database, whatever a caller forgot: a write of content without a
 // Sealer into a database that records it is sealed is refused.

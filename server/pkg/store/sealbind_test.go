@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -248,4 +249,73 @@ func TestDatabaseFromBeforeTheMarker(t *testing.T) {
 		t.Fatalf("thread = %+v, %v", th, err)
 	}
 	_ = s.Close()
+}
+
+// A copy of a sealed database and its key store (a replica's snapshot
+// of its leader's) given back the replica's key store identity opens
+// with that key store only: the database's seal record and the key
+// store's binding name each other, the content still opens, and the
+// key store of the original identity is refused.
+func TestRebindKeyStoreKeepsTheCopysKeyStoreIdentity(t *testing.T) {
+	ctx := context.Background()
+	orig, copied := t.TempDir(), t.TempDir()
+	s, err := openSealedAt(t, orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateThread(ctx, store.Thread{ID: "t1", Title: "sealed title", Author: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	origKS := s.Sealer().ID()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"data", "keys"} {
+		if err := os.CopyFS(filepath.Join(copied, d), os.DirFS(filepath.Join(orig, d))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const own = "0123456789abcdef"
+	s, err = openSealedAt(t, copied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RebindKeyStore(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = openSealedAt(t, copied)
+	if err != nil {
+		t.Fatalf("the copy with its rebound key store: %v", err)
+	}
+	id, err := s.DatabaseID(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.SealInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ks := s.Sealer(); ks.ID() != own || ks.Database() != id || info.KeyStoreID != own {
+		t.Fatalf("key store %s of database %s, the database sealed under %s; want %s of %s", ks.ID(), ks.Database(), info.KeyStoreID, own, id)
+	}
+	if th, err := s.GetThread(ctx, "t1"); err != nil || th.Title != "sealed title" {
+		t.Fatalf("the copy's thread: %+v (%v)", th, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ks, err := openKeys(t, orig, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ks.Close()
+	if ks.ID() != origKS {
+		t.Fatalf("the original key store is %s, was %s", ks.ID(), origKS)
+	}
+	if _, err := store.Open(filepath.Join(copied, "data"), store.Options{Sealer: ks}); !errors.Is(err, store.ErrForeignKeyStore) {
+		t.Fatalf("the copy with the original key store: %v; want store.ErrForeignKeyStore", err)
+	}
 }
