@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/progressdb/progressdb/server/internal/cluster"
 	"github.com/progressdb/progressdb/server/internal/cluster/etcdtest"
+	"github.com/progressdb/progressdb/server/pkg/keystore"
 )
 
 // TestFaultGrowHomeKilled runs three node processes of the built binary
@@ -27,19 +29,25 @@ import (
 // folder, the home resumes: every shard ends a group of three healthy
 // replicas, writes are acknowledged again, and every acknowledged write
 // is there once through every node and in every node's folder of the
-// shard.
+// shard. In `make faults` every other pair of trials seals content: the
+// home's key store goes on as it is, and every replica's then finds the
+// writers' author's one key of each thread (none made twice by a next
+// leader that did not find it).
 func TestFaultGrowHomeKilled(t *testing.T) {
 	t.Parallel()
 	for trial := range pick(1, suite.trials) {
-		growHomeKilled(t, trial, trial%2 == 1)
+		growHomeKilled(t, trial, trial%2 == 1, trial%4 >= 2)
 	}
 }
 
-func growHomeKilled(t *testing.T, trial int, atRandom bool) {
+func growHomeKilled(t *testing.T, trial int, atRandom, sealed bool) {
 	t.Helper()
 	etcd := etcdtest.Start(t)
 	direct := etcd.DirectClient(t)
 	envs := clusterEnvs(t, strings.Join(etcd.Endpoints(), ","))
+	if sealed {
+		envs = sealedClusterEnvs(t, strings.Join(etcd.Endpoints(), ","))
+	}
 	nodes := startNodes(t, envs)
 	k := cluster.Keys{Name: "progressdb"}
 	m, err := cluster.ReadMap(context.Background(), direct, k)
@@ -83,7 +91,7 @@ func growHomeKilled(t *testing.T, trial int, atRandom bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("trial %d: %s killed with shard 0 %s", trial, clusterIDs[home], map[bool]string{true: "a group", false: "owned"}[m.Grouped(0)])
+	t.Logf("trial %d (sealed %v): %s killed with shard 0 %s", trial, sealed, clusterIDs[home], map[bool]string{true: "a group", false: "owned"}[m.Grouped(0)])
 	before, _ := ld.counts()
 	nodes[home] = startClusterNodeAt(t, envs[clusterIDs[home]], nodes[home].addr())
 
@@ -112,7 +120,46 @@ func growHomeKilled(t *testing.T, trial int, atRandom bool) {
 			t.Fatalf("node exit status %d after SIGTERM\n%s", code, n.output())
 		}
 	}
+	if sealed {
+		checkAuthorKeys(t, envs, 0, tids)
+		return
+	}
 	checkFolders(t, envs, 0, written)
+}
+
+// checkAuthorKeys checks every node's key store of shard n: the load's
+// author ("a") has key 1 of each thread tids, and no other.
+func checkAuthorKeys(t *testing.T, envs map[string]envVars, n int, tids []string) {
+	t.Helper()
+	ctx := context.Background()
+	kek, err := keystore.OpenKEK(ctx, clusterKEK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kek.Close()
+	var want []keystore.KeyRef
+	for _, tid := range tids {
+		want = append(want, keystore.KeyRef{Thread: tid, Number: 1})
+	}
+	slices.SortFunc(want, func(a, b keystore.KeyRef) int { return strings.Compare(a.Thread, b.Thread) })
+	for _, id := range clusterIDs {
+		ks, err := keystore.Open(ctx, cluster.ShardKeystorePath(envs[id]["PROGRESSDB_KEYSTORE_PATH"], n),
+			keystore.Options{Keeper: kek, MustExist: true})
+		if err != nil {
+			t.Fatalf("%s's key store of shard %d: %v", id, n, err)
+		}
+		got, err := ks.AuthorKeys(ctx, "a")
+		if cerr := ks.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(got, func(a, b keystore.KeyRef) int { return strings.Compare(a.Thread, b.Thread) })
+		if !slices.Equal(got, want) {
+			t.Errorf("%s's key store of shard %d finds the author's keys %v, want %v", id, n, got, want)
+		}
+	}
 }
 
 // neverBoth reads etcd until ctx ends and records in seen a shard it
