@@ -16,14 +16,7 @@ import (
 // and the file is sealed before the copy is written. ReadTrail unpacks it
 // into a trail with the same files, modes and bytes.
 func TestTrailCopyIsTheTrailWhenTaken(t *testing.T) {
-	root := t.TempDir()
-	sealed := writeRun(t, root, "first")
-	h := testHeader()
-	h.StartedAt = fixedStart.Add(time.Hour)
-	w, err := newWriter(root, "second", h, stepClock(h.StartedAt, time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, sealed, w := trailWithRunInProgress(t)
 	live := w.Path()
 	wantLive, err := os.ReadFile(live)
 	if err != nil {
@@ -73,14 +66,7 @@ func TestTrailCopyIsTheTrailWhenTaken(t *testing.T) {
 // A sealed trail's copy leaves a file in progress out, and unpacks into
 // the sealed files alone.
 func TestSealedTrailCopyLeavesRunsInProgressOut(t *testing.T) {
-	root := t.TempDir()
-	sealed := writeRun(t, root, "first")
-	h := testHeader()
-	h.StartedAt = fixedStart.Add(time.Hour)
-	w, err := newWriter(root, "second", h, stepClock(h.StartedAt, time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, sealed, w := trailWithRunInProgress(t)
 	defer w.Close(testFooter())
 	c, err := CopySealedTrail(root)
 	if err != nil {
@@ -103,6 +89,21 @@ func TestSealedTrailCopyLeavesRunsInProgressOut(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, live)); !errors.Is(err, os.ErrNotExist) || c.Files() != 1 {
 		t.Fatalf("the run in progress was copied (%d files): %v", c.Files(), err)
 	}
+}
+
+// trailWithRunInProgress writes a trail of one sealed run's file and
+// starts a second run, whose writer it returns.
+func trailWithRunInProgress(t *testing.T) (root, sealed string, w *Writer) {
+	t.Helper()
+	root = t.TempDir()
+	sealed = writeRun(t, root, "first")
+	h := testHeader()
+	h.StartedAt = fixedStart.Add(time.Hour)
+	w, err := newWriter(root, "second", h, stepClock(h.StartedAt, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, sealed, w
 }
 
 // A stream holding anything but runs' files under month folders is
