@@ -427,6 +427,19 @@ func seedThread(t *testing.T, via *testNode, id string) {
 	}
 }
 
+// seedShards seeds a thread in every shard, shard n's through
+// via[n%len(via)], and returns them by shard.
+func seedShards(t *testing.T, via []*testNode) []string {
+	t.Helper()
+	var threads []string
+	for n := range testShards {
+		tid := threadIn(t, n)
+		seedThread(t, via[n%len(via)], tid)
+		threads = append(threads, tid)
+	}
+	return threads
+}
+
 // checkThreads reads each thread seedThread made through every node.
 func checkThreads(t *testing.T, nodes []*testNode, ids []string) {
 	t.Helper()

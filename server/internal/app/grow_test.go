@@ -34,12 +34,7 @@ func TestSetReplicasGrowsAndShrinksARunningCluster(t *testing.T) {
 	ctx := context.Background()
 	c := etcd.Client(t)
 	k := cluster.Keys{Name: "chat"}
-	var threads []string
-	for n := range testShards {
-		tid := threadIn(t, n)
-		seedThread(t, nodes[n%len(nodes)], tid)
-		threads = append(threads, tid)
-	}
+	threads := seedShards(t, nodes)
 
 	w := startWrites(t, nodes, threads, "grow")
 	setReplicas(t, c, k, 3)
@@ -115,46 +110,47 @@ func setReplicas(t *testing.T, c *clientv3.Client, k cluster.Keys, r int) {
 // leaving, each led and none under-replicated in cluster status.
 func waitSets(t *testing.T, c *clientv3.Client, k cluster.Keys, r int) cluster.Map {
 	t.Helper()
-	var m cluster.Map
-	why := ""
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		ok := func() bool {
-			var err error
-			if m, err = cluster.ReadMap(context.Background(), c, k); err != nil {
-				t.Fatal(err)
+	return waitMap(t, c, k, fmt.Sprintf("every shard a group of %d replicas", r), func(m cluster.Map) string {
+		for n := range testShards {
+			if !m.Grouped(n) || len(m.Sets[n]) != r || len(m.Desired(n)) != r {
+				return fmt.Sprintf("shard %d's set: %+v", n, m.Sets)
 			}
-			for n := range testShards {
-				if !m.Grouped(n) || len(m.Sets[n]) != r || len(m.Desired(n)) != r {
-					why = fmt.Sprintf("shard %d's set: %+v", n, m.Sets)
-					return false
+		}
+		st, err := cluster.ReadStatus(context.Background(), c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st.Shards {
+			if s.UnderReplicated || s.State != cluster.ShardOwned || len(s.Replicas) != r {
+				return fmt.Sprintf("shard %d's status: %+v", s.N, s)
+			}
+			for _, rs := range s.Replicas {
+				if rs.Role != "leader" && rs.Role != "follower" {
+					return fmt.Sprintf("shard %d's status: %+v", s.N, s)
 				}
 			}
-			st, err := cluster.ReadStatus(context.Background(), c, k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, s := range st.Shards {
-				if s.UnderReplicated || s.State != cluster.ShardOwned || len(s.Replicas) != r {
-					why = fmt.Sprintf("shard %d's status: %+v", s.N, s)
-					return false
-				}
-				for _, rs := range s.Replicas {
-					if rs.Role != "leader" && rs.Role != "follower" {
-						why = fmt.Sprintf("shard %d's status: %+v", s.N, s)
-						return false
-					}
-				}
-			}
-			return true
-		}()
-		if ok {
+		}
+		return ""
+	})
+}
+
+// waitMap reads the shard map until why finds nothing wrong with it
+// (returns ""), and returns it; it fails with the last answer of why
+// when that takes longer than 90 seconds.
+func waitMap(t *testing.T, c *clientv3.Client, k cluster.Keys, what string, why func(cluster.Map) string) cluster.Map {
+	t.Helper()
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		m, err := cluster.ReadMap(context.Background(), c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := why(m)
+		if w == "" {
 			return m
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("every shard a group of %d replicas not seen: %s", r, why)
+			t.Fatalf("%s not seen: %s", what, w)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -41,12 +41,7 @@ func TestDroppedReplicasFoldersAreDeletedAtStart(t *testing.T) {
 	if len(held) == 0 {
 		t.Fatalf("%s holds no replica: %+v", away.id, before.Sets)
 	}
-	var threads []string
-	for n := range testShards {
-		tid := threadIn(t, n)
-		seedThread(t, nodes[0], tid)
-		threads = append(threads, tid)
-	}
+	threads := seedShards(t, nodes[:1])
 	// The purged message is older than the thread's "hi".
 	shard := held[0]
 	tid := "purged"
@@ -75,13 +70,12 @@ func TestDroppedReplicasFoldersAreDeletedAtStart(t *testing.T) {
 	dataDir := filepath.Join(away.dir, "data")
 	storetest.RequireAll(t, cluster.ShardDBPath(dataDir, shard), secret)
 
-	waitFor(t, func() bool {
-		m, err := cluster.ReadMap(ctx, c, k)
-		if err != nil {
-			t.Fatal(err)
+	waitMap(t, c, k, away.id+"'s replicas replaced", func(m cluster.Map) string {
+		if held := m.HeldBy(away.id); len(held) != 0 {
+			return fmt.Sprintf("it holds replicas of shards %v", held)
 		}
-		return len(m.HeldBy(away.id)) == 0
-	}, away.id+"'s replicas replaced")
+		return ""
+	})
 	if part := runShard(t, nodes[0], shard); part.Result.Purged != 1 {
 		t.Fatalf("shard %d's run purged %d: %+v", shard, part.Result.Purged, part.Result)
 	}

@@ -40,12 +40,7 @@ func TestDeadNodesReplicasAreRecreated(t *testing.T) {
 	for n := range testShards {
 		waitLeader(t, etcd, n, 0)
 	}
-	var threads []string
-	for n := range testShards {
-		tid := threadIn(t, n)
-		seedThread(t, nodes[n%3], tid)
-		threads = append(threads, tid)
-	}
+	threads := seedShards(t, nodes[:3])
 
 	// A move of shard 0's home replica (node-a: the set is node-a, -b, -c)
 	// to node-d, asked of node-b: node-a's folder of it goes, and node-a
@@ -65,27 +60,14 @@ func TestDeadNodesReplicasAreRecreated(t *testing.T) {
 	dead := nodes[3]
 	dead.shutdown()
 	nodes = nodes[:3]
-	var m cluster.Map
-	why := ""
-	defer func() {
-		if t.Failed() {
-			t.Logf("last seen: %s", why)
-		}
-	}()
-	waitFor(t, func() bool {
-		var err error
-		if m, err = cluster.ReadMap(ctx, c, k); err != nil {
-			t.Fatal(err)
-		}
+	m := waitMap(t, c, k, "every shard back to three replicas on the nodes left", func(m cluster.Map) string {
 		for n := range testShards {
 			if _, on := m.ReplicaOn(n, dead.id); on || len(m.Sets[n]) != 3 {
-				why = fmt.Sprintf("shard %d's set: %+v", n, m.Sets[n])
-				return false
+				return fmt.Sprintf("shard %d's set: %+v", n, m.Sets[n])
 			}
 		}
-		why = underReplicated(t, ctx, c, k)
-		return why == ""
-	}, "every shard back to three replicas on the nodes left")
+		return underReplicated(t, ctx, c, k)
+	})
 	checkThreads(t, nodes, threads)
 	// The node view's gauge agrees.
 	waitFor(t, func() bool {
@@ -132,12 +114,7 @@ func TestLostFolderComesBackUnderANewID(t *testing.T) {
 	ctx := context.Background()
 	c := etcd.Client(t)
 	k := cluster.Keys{Name: "chat"}
-	var threads []string
-	for n := range testShards {
-		tid := threadIn(t, n)
-		seedThread(t, nodes[n%2], tid)
-		threads = append(threads, tid)
-	}
+	threads := seedShards(t, nodes[:2])
 	before, err := cluster.ReadMap(ctx, c, k)
 	if err != nil {
 		t.Fatal(err)
@@ -149,28 +126,16 @@ func TestLostFolderComesBackUnderANewID(t *testing.T) {
 	}
 	nodes[2] = startNode(t, etcd, lost.id, lost.dir)
 
-	var m cluster.Map
-	why := ""
-	defer func() {
-		if t.Failed() {
-			t.Logf("last seen: %s", why)
-		}
-	}()
-	waitFor(t, func() bool {
-		if m, err = cluster.ReadMap(ctx, c, k); err != nil {
-			t.Fatal(err)
-		}
+	m := waitMap(t, c, k, "every shard back to three healthy replicas, the lost ones under new IDs", func(m cluster.Map) string {
 		for n := range testShards {
 			old, _ := before.ReplicaOn(n, lost.id)
 			now, _ := m.ReplicaOn(n, lost.id)
 			if len(m.Sets[n]) != 3 || now.ID == old.ID {
-				why = fmt.Sprintf("shard %d's set: %+v", n, m.Sets[n])
-				return false
+				return fmt.Sprintf("shard %d's set: %+v", n, m.Sets[n])
 			}
 		}
-		why = underReplicated(t, ctx, c, k)
-		return why == ""
-	}, "every shard back to three healthy replicas, the lost ones under new IDs")
+		return underReplicated(t, ctx, c, k)
+	})
 	checkThreads(t, nodes, threads)
 	for n := range testShards {
 		old, _ := before.ReplicaOn(n, lost.id)
@@ -229,13 +194,12 @@ func TestMoveToADeadNodeIsCancelled(t *testing.T) {
 	if err := reg.Release(); err != nil {
 		t.Fatal(err)
 	}
-	var m cluster.Map
-	waitFor(t, func() bool {
-		if m, err = cluster.ReadMap(ctx, c, k); err != nil {
-			t.Fatal(err)
+	m := waitMap(t, c, k, "the move to node-d cancelled", func(m cluster.Map) string {
+		if fmt.Sprint(m.Sets[0]) != fmt.Sprint(before.Sets[0]) {
+			return fmt.Sprintf("shard 0's set %+v (%+v after the move), was %+v", m.Sets[0], moved.Sets[0], before.Sets[0])
 		}
-		return fmt.Sprint(m.Sets[0]) == fmt.Sprint(before.Sets[0])
-	}, fmt.Sprintf("the move to node-d cancelled (set %+v, was %+v)", moved.Sets[0], before.Sets[0]))
+		return ""
+	})
 	if m.Homes[0] != before.Homes[0] {
 		t.Fatalf("shard 0's home after the cancel: %s, was %s", m.Homes[0], before.Homes[0])
 	}
