@@ -3,7 +3,8 @@
 // program is missing: go test prints nothing of a passing package's skips
 // unless -v, so a skip alone would pass without a word. It also starts a
 // test binary's own helper test as a child process (StartChild), for
-// tests that kill one.
+// tests that kill one, and lets a package whose tests mostly wait run
+// more of them at once (OverlapWaits).
 package testtools
 
 import (

@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/progressdb/progressdb/internal/testbin"
 	"github.com/progressdb/progressdb/server/internal/retention"
+	"github.com/progressdb/progressdb/server/internal/testtools"
 )
 
 // binary is the progressdb binary TestMain gets from testbin, without the
@@ -35,7 +35,9 @@ var suite struct {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	overlapWaits()
+	// The tests mostly wait on the processes they start and on timers
+	// (the package used a third of a core with one test per core).
+	testtools.OverlapWaits(2)
 	if err := configure(); err != nil {
 		fmt.Fprintln(os.Stderr, "faults:", err)
 		os.Exit(2)
@@ -55,19 +57,6 @@ func TestMain(m *testing.M) {
 	testbin.Remove()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// overlapWaits runs twice as many tests at once as there are cores,
-// unless -parallel was given: the tests mostly wait on the processes they
-// start and on timers (the package used a third of a core with one test
-// per core), so more of them at once shorten the suite without
-// crowding the machine.
-func overlapWaits() {
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		_ = flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0)))
-	}
 }
 
 // configure reads PROGRESSDB_FAULT_TRIALS (set: the long mode, with that
