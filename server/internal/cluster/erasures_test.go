@@ -21,6 +21,7 @@ import (
 // each land their part (compare-and-swap), and the last one's write
 // completes it and takes the author out of etcd.
 func TestErasureRecordLifecycle(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -129,6 +130,7 @@ func TestErasureRecordLifecycle(t *testing.T) {
 // falls due; open ones stay. A pruned erasure's status is rebuilt from the
 // parts its shards keep, as the record gave it.
 func TestErasureRecordsPruned(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -52,6 +52,7 @@ func startLeaders(t *testing.T, c *clientv3.Client, k Keys, node string) *Leader
 // lost session's are published again under a new one, and a stopped
 // node's go at once.
 func TestLeaderRecordsFollowTerms(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	direct := srv.DirectClient(t)
 	k := Keys{Name: "chat"}
@@ -104,6 +105,7 @@ func TestLeaderRecordsFollowTerms(t *testing.T) {
 // it: the record names the leader's node and term; when the leader's
 // node stops without a word, the new leader's record replaces its.
 func TestLeaderRecordFollowsRaft(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	direct := srv.DirectClient(t)
 	k := Keys{Name: "chat"}

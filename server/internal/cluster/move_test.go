@@ -159,6 +159,7 @@ func (s checkingSource) Release(ctx context.Context, n int) error {
 // verifies, and B owns the shard with a larger epoch, serves it and runs
 // its retention on the trail that came with it.
 func TestMoveShard(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -391,6 +392,7 @@ func TestMoveShard(t *testing.T) {
 // stays home, is owned again with an epoch above the fence and takes
 // writes, and the target keeps nothing of it.
 func TestMoveShardFailsBeforeHandOver(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -530,6 +532,7 @@ func verifyTrail(t *testing.T, dir string) {
 // the hand-over, before the old copy is removed, leaves the home to remove
 // it and record the move.
 func TestMoveShardMoverDies(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -206,6 +206,7 @@ func TestOwnerReportsEtcdErrors(t *testing.T) {
 // its URL, and says so (OnRegistered): the other nodes' guards find it
 // again.
 func TestOwnerRegistersAgainAfterItsLeaseEnds(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	c := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -108,6 +108,7 @@ func TestPauseIsClusterWide(t *testing.T) {
 // out of reach, a record that is not one) stops deletes; a malformed record
 // is replaced by the next switch.
 func TestPauseUnreadableCountsAsPaused(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -172,6 +173,7 @@ func (p pausedByAnother) GetAtBatch(ctx context.Context) (store.RetentionPause, 
 // next batch once another node pauses the cluster, with what it purged so
 // far accounted; after the resume a run purges the rest.
 func TestClusterPauseStopsARunGoing(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

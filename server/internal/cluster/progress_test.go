@@ -15,6 +15,7 @@ import (
 // A node's progress report holds what its replicas say, follows them
 // every period, and goes at once when the node stops.
 func TestProgressReportFollowsTheReplicas(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	direct := srv.DirectClient(t)
 	k := Keys{Name: "chat"}

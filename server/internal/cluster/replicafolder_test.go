@@ -19,6 +19,7 @@ import (
 // node, which the set then names there and which starts; a lost replica
 // that is leaving anyway changes nothing.
 func TestReplicaFolderPrepare(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	c := srv.Client(t)
 	ctx := context.Background()

@@ -102,6 +102,7 @@ func heldOf(m Map, node string) []int {
 // the nodes, creates nothing; nor does a replicated creation while a node
 // holds a shard folder.
 func TestReplicaCountRefused(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	c := srv.Client(t)
 	ctx := context.Background()

@@ -36,6 +36,7 @@ func (n *replicaNode) stop() {
 // stops leaves its replicas unknown and inactive, and its shards
 // under-replicated.
 func TestClusterStatusShowsReplicas(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	ctx := context.Background()
 	k := Keys{Name: "chat"}

@@ -18,6 +18,7 @@ import (
 // fence refuses reports it (OnFenced: progressdb_cluster_fencing_rejections_total
 // on a node) and purges nothing.
 func TestShardScheduledRetentionReportsFencedWrites(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

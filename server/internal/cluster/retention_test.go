@@ -113,6 +113,7 @@ func TestShardRetentionUnderOwnership(t *testing.T) {
 // fenced for a newer owner) is interrupted, purges nothing, and reports
 // the refusal (progressdb_cluster_fencing_rejections_total).
 func TestShardRetentionReportsFencedWrites(t *testing.T) {
+	t.Parallel()
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
