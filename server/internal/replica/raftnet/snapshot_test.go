@@ -41,6 +41,7 @@ func (c *netCluster) applied(i int, g uint64) uint64 {
 // through the node routes' guard and the proxies): its database becomes
 // a copy of the leader's, with every message.
 func TestNetworkStoppedReplicaCatchesUpBySnapshot(t *testing.T) {
+	t.Parallel()
 	c := newNetClusterKeeping(t, 5, 3)
 	const g = 3
 	ctx := context.Background()

@@ -25,6 +25,7 @@ const (
 // pair of nodes: no pair needed a second connection, no message was
 // dropped.
 func TestNetworkGroupsElectAndApply(t *testing.T) {
+	t.Parallel()
 	c := newNetCluster(t, 0, 1, 2, 3)
 	const perProposer = 5
 	c.ProposeFromEvery(c.groups, perProposer, func(g uint64, i, k int) string { return fmt.Sprintf("g%d n%d k%d", g, i, k) })
@@ -53,6 +54,7 @@ func TestNetworkGroupsElectAndApply(t *testing.T) {
 // elects a new leader and commits; once healed, the old leader's streams
 // are opened again and it catches up with the majority's log.
 func TestNetworkCutOffLeaderCommitsNothing(t *testing.T) {
+	t.Parallel()
 	c := newNetCluster(t, 5)
 	const g = 5
 	old := c.CutOffLeader(g, c.cut)
@@ -65,6 +67,7 @@ func TestNetworkCutOffLeaderCommitsNothing(t *testing.T) {
 // again on the same address from its stores: the others' streams to it
 // broke and are opened again, and it catches up with what it missed.
 func TestNetworkRestartedPeerCatchesUp(t *testing.T) {
+	t.Parallel()
 	c := newNetCluster(t, 6)
 	const g = 6
 	for k := range 5 {
@@ -92,6 +95,7 @@ func TestNetworkRestartedPeerCatchesUp(t *testing.T) {
 // and counts why, and delivers nothing of it; the sender opens a new one
 // and the group goes on committing on every replica.
 func TestNetworkMalformedFrameClosesOnlyItsStream(t *testing.T) {
+	t.Parallel()
 	c := newNetCluster(t, 8)
 	const g = 8
 	c.Propose(0, g, "before")
