@@ -7,6 +7,3 @@ var WriteJournal = writeJournal
 // OwePrune lets the tests make the folders a crash between a snapshot's
 // swap and its prune leaves.
 var OwePrune = owePrune
-
-// StagedSuffixForTest names a snapshot's staged folders.
-const StagedSuffixForTest = stagedSuffix

@@ -75,7 +75,7 @@ func TestRecoverFolderFinishesThePrune(t *testing.T) {
 		}, true},
 		{"set aside, not swapped", func(t *testing.T, root string) pruneState {
 			dir := filepath.Join(root, "db")
-			st := newPruneState(t, dir+replica.StagedSuffixForTest, filepath.Join(root, "blobs"))
+			st := newPruneState(t, dir+replica.StagedSuffix, filepath.Join(root, "blobs"))
 			if err := replica.OwePrune(st.dir, st.blobs); err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +88,7 @@ func TestRecoverFolderFinishesThePrune(t *testing.T) {
 		{"staged, never swapped", func(t *testing.T, root string) pruneState {
 			dir := filepath.Join(root, "db")
 			st := newPruneState(t, dir, filepath.Join(root, "blobs"))
-			staged := dir + replica.StagedSuffixForTest
+			staged := dir + replica.StagedSuffix
 			if err := os.Mkdir(staged, 0o700); err != nil {
 				t.Fatal(err)
 			}
