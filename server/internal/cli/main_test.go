@@ -3,17 +3,24 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"io"
 	"os/exec"
 	"testing"
 
 	"github.com/progressdb/progressdb/internal/testbin"
+	"github.com/progressdb/progressdb/server/internal/testtools"
 )
 
 // Tests that mostly wait (on processes, etcd, a timeout) call t.Parallel:
 // Main takes its environment as an argument and every test has its own
-// folders and ports, so they overlap safely.
-func TestMain(m *testing.M) { testbin.Main(m) }
+// folders and ports, so they overlap safely, two per core (the package
+// used about a quarter of a core with one per core).
+func TestMain(m *testing.M) {
+	flag.Parse()
+	testtools.OverlapWaits(2)
+	testbin.Main(m)
+}
 
 // binary returns the path of a progressdb binary built from this module
 // (without the race detector), shared by the package's tests.
