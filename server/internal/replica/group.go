@@ -504,6 +504,12 @@ func (g *group) close() {
 // fail stops the group on this replica and fails every waiting proposal.
 func (g *group) fail(err error) {
 	g.failed = fmt.Errorf("%w: group %d replica %d: %w", ErrGroupFailed, g.id, g.replica, err)
+	// A stopped replica serves nothing until its node restarts, so an
+	// operator must see why (a disk error, or a command from a newer
+	// release this binary cannot apply: docs/upgrading.md).
+	if !errors.Is(err, ErrRemoved) { // logged where the removal is handled
+		g.logger.Error("replica_group_failed", "group", g.id, "replica", g.replica, "err", err)
+	}
 	g.stopLeading()
 	g.setLease(0)
 	g.dropReads(0, fmt.Errorf("%w: %w", store.ErrNotLeader, g.failed))
