@@ -53,13 +53,12 @@ func replicaOf(st *store.Store) uint64 {
 	return l.Replica()
 }
 
-// replicateKeys makes a sealing store's key store propose its changes
-// instead of writing them itself (keystore.Replicate), and the store
-// apply them (EffectKeys): every change of a replicated shard's key
-// store is a command of its group. A key store opened before the map
-// asked for replicas (the home of a shard it grows into a group) joins
-// the group with secret here; its author index stays as it is, and the
-// other replicas receive it with their first snapshot.
+// replicateKeys makes a sealing store's key store a replica of its
+// group (keystore.ReplicateThrough): every change of a replicated
+// shard's key store is a command of its group. A key store opened before
+// the map asked for replicas (the home of a shard it grows into a group)
+// joins the group with secret here; its author index stays as it is, and
+// the other replicas receive it with their first snapshot.
 func replicateKeys(st *store.Store, secret []byte) error {
 	ks := KeyStore(st)
 	if ks == nil {
@@ -71,14 +70,5 @@ func replicateKeys(st *store.Store, secret []byte) error {
 	if err := ks.JoinGroup(secret); err != nil {
 		return err
 	}
-	if err := ks.Replicate(func(ctx context.Context, op []byte, destroys bool) error {
-		if destroys {
-			return st.ProposeDestroy(ctx, store.EffectKeys, op)
-		}
-		return st.ProposeEffect(ctx, store.EffectKeys, op)
-	}); err != nil {
-		return err
-	}
-	st.SetEffects(store.EffectKeys, ks.ApplyOp)
-	return nil
+	return ks.ReplicateThrough(st)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/progressdb/progressdb/server/pkg/erase"
+	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
 // A replicated shard's key store (spec §15, docs/replication-design.md
@@ -172,6 +173,24 @@ func (ks *KeyStore) Replicate(p Proposer) error {
 
 // Replicated reports whether the store's changes are ops of a group.
 func (ks *KeyStore) Replicated() bool { return ks.repl.Load() != nil }
+
+// ReplicateThrough makes ks, the key store of the replicated store st
+// (its Sealer), a replica of st's group: its changes are proposed through
+// st (a destroy as a purge, store.ProposeDestroy) and applied by st's
+// commands on every replica (store.EffectKeys). Call it once st has its
+// Proposer and before its group runs.
+func (ks *KeyStore) ReplicateThrough(st *store.Store) error {
+	if err := ks.Replicate(func(ctx context.Context, op []byte, destroys bool) error {
+		if destroys {
+			return st.ProposeDestroy(ctx, store.EffectKeys, op)
+		}
+		return st.ProposeEffect(ctx, store.EffectKeys, op)
+	}); err != nil {
+		return err
+	}
+	st.SetEffects(store.EffectKeys, ks.ApplyOp)
+	return nil
+}
 
 // propose seals o and hands it to the group.
 func (ks *KeyStore) propose(ctx context.Context, p *Proposer, o op, destroys bool) error {
