@@ -29,7 +29,7 @@ import (
 // reader of its files would need, with the KEK, to open what they sealed.
 func keyValues(t *testing.T, dir string, refs []keystore.KeyRef) []string {
 	t.Helper()
-	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: quietPebble{}})
+	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: storetest.Quiet{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,15 +320,6 @@ func readAll(t *testing.T, environ []string, bodies map[string]string) map[strin
 func backupUnpack(archive, db, keys string) (bool, error) {
 	rep, err := backup.Unpack(context.Background(), archive, db, keys, nil)
 	return rep.Valid, err
-}
-
-// quietPebble drops Pebble's messages.
-type quietPebble struct{}
-
-func (quietPebble) Infof(string, ...any)  {}
-func (quietPebble) Errorf(string, ...any) {}
-func (quietPebble) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
 }
 
 // refsFound names the keys whose values a scan found, and where.

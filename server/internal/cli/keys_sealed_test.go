@@ -129,7 +129,7 @@ func readBodies(t *testing.T, environ []string, bodies map[string]string) map[st
 // byte: the keeper's own ciphertext, random, so found nowhere else.
 func wrappedValues(t *testing.T, dir string) []string {
 	t.Helper()
-	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: quietPebble{}})
+	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: storetest.Quiet{}})
 	if err != nil {
 		t.Fatal(err)
 	}

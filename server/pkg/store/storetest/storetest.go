@@ -104,7 +104,7 @@ func LoadFixture(t testing.TB, dir, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quiet{}})
+	db, err := pebble.Open(dir, &pebble.Options{Logger: Quiet{}})
 	if err != nil {
 		t.Fatalf("load fixture: %v", err)
 	}
@@ -120,9 +120,10 @@ func LoadFixture(t testing.TB, dir, path string) {
 	}
 }
 
-// quiet drops Pebble's informational messages.
-type quiet struct{}
+// Quiet is the Logger of a Pebble database a test opens itself: it drops
+// Pebble's informational messages.
+type Quiet struct{}
 
-func (quiet) Infof(string, ...any)              {}
-func (quiet) Errorf(string, ...any)             {}
-func (quiet) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+func (Quiet) Infof(string, ...any)              {}
+func (Quiet) Errorf(string, ...any)             {}
+func (Quiet) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
