@@ -72,9 +72,11 @@ func (c *testCluster) raftLog(i int, g uint64) *store.RaftLog {
 }
 
 // keySpace is every key and value of s but the Raft log's and state's
-// (raft:) and the two that belong to the folder rather than the shard:
-// its database ID (each replica's folder has its own until snapshots make
-// them copies) and its erase state (what its own files still hold).
+// (raft:) and those that belong to the folder rather than the shard: its
+// database ID (each replica's folder has its own until snapshots make
+// them copies), its erase state (what its own files still hold), and its
+// seal with the format raise it owes (each replica seals its own folder
+// under its own key store when it opens it).
 func keySpace(t *testing.T, s *store.Store) []string {
 	t.Helper()
 	it, err := s.DB().NewIter(nil)
@@ -85,7 +87,8 @@ func keySpace(t *testing.T, s *store.Store) []string {
 	var out []string
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
-		if bytes.HasPrefix(k, []byte("raft:")) || string(k) == "sys:db:id" || string(k) == "sys:erased" {
+		if bytes.HasPrefix(k, []byte("raft:")) || bytes.HasPrefix(k, []byte("sys:format:owed:")) ||
+			string(k) == "sys:db:id" || string(k) == "sys:erased" || string(k) == "sys:seal" {
 			continue
 		}
 		out = append(out, fmt.Sprintf("%q=%q", k, it.Value()))

@@ -16,6 +16,7 @@ import (
 	"github.com/progressdb/progressdb/server/internal/replica/replicatest"
 	"github.com/progressdb/progressdb/server/internal/retention"
 	"github.com/progressdb/progressdb/server/pkg/attachments"
+	"github.com/progressdb/progressdb/server/pkg/keystore"
 	"github.com/progressdb/progressdb/server/pkg/store"
 )
 
@@ -54,9 +55,9 @@ type testCluster struct {
 	// snapshot's install is: "adopt" (the unpacked state opened),
 	// "close" (the old store closing), "reopen" (the swapped folder).
 	hook func(node int, point string)
-	// wrapEffects, when set before a node starts, wraps the effects its
-	// stores apply.
-	wrapEffects func(node int, fx store.Effects) store.Effects
+	// wrapEffects, when set before a node starts, wraps the effects of
+	// each kind its stores apply.
+	wrapEffects func(node int, kind store.EffectKind, fx store.Effects) store.Effects
 	// sealed, when set before the nodes start, seals every store with a
 	// key store of its own beside it, replicated (sealed_test.go).
 	sealed *sealing
@@ -233,15 +234,25 @@ func (c *testCluster) trail(i int, g uint64) string {
 // commands it applies into the replica's trail, and a sealed store
 // apply its key store's commands, as serve's stores do.
 func (c *testCluster) setEffects(s *store.Store, i int, g uint64) error {
-	fx := retention.TrailEffects(c.trail(i, g), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if c.wrapEffects != nil {
-		fx = c.wrapEffects(i, fx)
+	effects := map[store.EffectKind]store.Effects{
+		store.EffectTrail: retention.TrailEffects(c.trail(i, g), slog.New(slog.NewTextHandler(io.Discard, nil))),
 	}
-	s.SetEffects(store.EffectTrail, fx)
 	if c.blobs {
-		s.SetEffects(store.EffectBlobs, attachments.ReplicaEffects(c.blobsDir(i, g), nil, slog.New(slog.DiscardHandler)))
+		effects[store.EffectBlobs] = attachments.ReplicaEffects(c.blobsDir(i, g), nil, slog.New(slog.DiscardHandler))
 	}
-	return replicateKeys(s)
+	if ks, ok := s.Sealer().(*keystore.KeyStore); ok && ks != nil {
+		if err := ks.ReplicateThrough(s); err != nil {
+			return err
+		}
+		effects[store.EffectKeys] = ks.ApplyOp
+	}
+	for kind, fx := range effects {
+		if c.wrapEffects != nil {
+			fx = c.wrapEffects(i, kind, fx)
+		}
+		s.SetEffects(kind, fx)
+	}
+	return nil
 }
 
 // blobsDir is replica (g, i)'s file:// folder of attachments.

@@ -82,22 +82,3 @@ func (c *testCluster) recover(i int, g uint64) error {
 	}
 	return replica.RecoverFolder(c.folder(i, g))
 }
-
-// replicateKeys makes a sealed store's key store propose its changes and
-// the store apply them, as serve does (app's replicateKeys).
-func replicateKeys(s *store.Store) error {
-	ks, ok := s.Sealer().(*keystore.KeyStore)
-	if !ok || ks == nil {
-		return nil
-	}
-	if err := ks.Replicate(func(ctx context.Context, op []byte, destroys bool) error {
-		if destroys {
-			return s.ProposeDestroy(ctx, store.EffectKeys, op)
-		}
-		return s.ProposeEffect(ctx, store.EffectKeys, op)
-	}); err != nil {
-		return err
-	}
-	s.SetEffects(store.EffectKeys, ks.ApplyOp)
-	return nil
-}
