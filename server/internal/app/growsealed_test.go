@@ -80,7 +80,7 @@ func TestSetReplicasGrowsASealedCluster(t *testing.T) {
 	next := waitLeader(t, etcd, shard, old.Term)
 	t.Logf("shard %d: leader %s (term %d), then %s (term %d)", shard, old.Node, old.Term, next.Node, next.Term)
 	for i, tid := range threads {
-		appendSealed(t, live[i%len(live)], tid)
+		appendBy(t, live[i%len(live)], tid, sealAuthor)
 		readSealed(t, live[(i+1)%len(live)], tid)
 	}
 
@@ -108,7 +108,7 @@ func TestSetReplicasGrowsASealedCluster(t *testing.T) {
 	live = append(live, startSealedNode(t, etcd, stopped.id, stopped.dir))
 	waitSets(t, c, k, 3)
 	for _, tid := range threads {
-		code, body := callRetrying(t, http.MethodGet, live[2].url()+"/v1/threads/"+tid+"/messages", "")
+		code, body := retryCall(t, http.MethodGet, live[2].url()+"/v1/threads/"+tid+"/messages", "", nil)
 		if code != http.StatusOK || strings.Contains(string(body), sealBody) || !strings.Contains(string(body), bystander) {
 			t.Fatalf("%s through %s, started again: %d %s", tid, stopped.id, code, body)
 		}
@@ -126,11 +126,12 @@ func TestSetReplicasGrowsASealedCluster(t *testing.T) {
 	}
 }
 
-// appendBy appends a message of author to thread tid through via.
+// appendBy appends a message of author to thread tid through via, as a
+// client does: a 503 or a 421 (a leader changing) is tried again.
 func appendBy(t *testing.T, via *testNode, tid, author string) {
 	t.Helper()
-	code, body := callRetrying(t, http.MethodPost, via.url()+"/v1/threads/"+tid+"/messages",
-		fmt.Sprintf(`{"author":%q,"body":{"text":"%s-%s"}}`, author, author, tid))
+	code, body := retryCall(t, http.MethodPost, via.url()+"/v1/threads/"+tid+"/messages",
+		fmt.Sprintf(`{"author":%q,"body":{"text":"%s-%s"}}`, author, author, tid), nil)
 	if code != http.StatusCreated {
 		t.Fatalf("append of %s to %s through %s: %d %s", author, tid, via.id, code, body)
 	}
