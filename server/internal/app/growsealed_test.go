@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,10 +105,13 @@ func TestSetReplicasGrowsASealedCluster(t *testing.T) {
 		}
 	}
 
-	// The stopped node catches up, then every replica's key store is
-	// read.
+	// The stopped node catches up (its trail holds the erasure's runs
+	// sealed: their footers come after the keys' destruction in the
+	// log), then every replica's key store is read.
 	live = append(live, startSealedNode(t, etcd, stopped.id, stopped.dir))
 	waitSets(t, c, k, 3)
+	waitFor(t, func() bool { return sealedRuns(t, filepath.Join(stopped.dir, "audit"), st.RunIDs) },
+		stopped.id+"'s trail to hold the erasure's runs sealed")
 	for _, tid := range threads {
 		code, body := retryCall(t, http.MethodGet, live[2].url()+"/v1/threads/"+tid+"/messages", "", nil)
 		if code != http.StatusOK || strings.Contains(string(body), sealBody) || !strings.Contains(string(body), bystander) {
@@ -124,6 +129,28 @@ func TestSetReplicasGrowsASealedCluster(t *testing.T) {
 			checkGrownKeys(t, path, tid, secret, fmt.Sprintf("%s's replica of shard %d", r.Node, s))
 		}
 	}
+}
+
+// sealedRuns reports whether the audit folder root holds a sealed file
+// (.jsonl) of every run of runs.
+func sealedRuns(t *testing.T, root string, runs []string) bool {
+	t.Helper()
+	var names []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".jsonl") {
+			names = append(names, d.Name())
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range runs {
+		if !slices.ContainsFunc(names, func(n string) bool { return strings.Contains(n, run) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // appendBy appends a message of author to thread tid through via, as a
