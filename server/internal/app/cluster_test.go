@@ -134,6 +134,19 @@ func call(t *testing.T, method, url, body string, h http.Header) (int, []byte) {
 	return code, b
 }
 
+// retryCall calls as the clients do on a replicated cluster: a 503 (a
+// leader being elected, or not yet serving its term) or a 421 (a node
+// that is not the shard's leader) is tried again, for at most 30 s.
+func retryCall(t *testing.T, method, url, body string, h http.Header) (int, []byte) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		code, got := call(t, method, url, body, h)
+		if code != http.StatusServiceUnavailable && code != http.StatusMisdirectedRequest || time.Now().After(deadline) {
+			return code, got
+		}
+	}
+}
+
 // openShard opens shard n of a stopped node's folder.
 func openShard(t *testing.T, n *testNode, shard int) *store.Store {
 	t.Helper()

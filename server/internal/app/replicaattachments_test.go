@@ -41,20 +41,6 @@ func markedFile(size int, marker string) []byte {
 	return b
 }
 
-// retryCall calls until the answer is not a 503 (a leader being
-// elected, or not yet serving its term), for at most 30 s.
-func retryCall(t *testing.T, method, url, body string, h http.Header) (int, []byte) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, got := call(t, method, url, body, h)
-		if code != http.StatusServiceUnavailable && code != http.StatusMisdirectedRequest || time.Now().After(deadline) {
-			return code, got
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // TestReplicatedAttachmentsSurviveTheLeader: on a replicated cluster
 // with the default file:// store, an upload's bytes reach every
 // replica's folder through the log: a replica down during the upload

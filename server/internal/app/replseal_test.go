@@ -64,22 +64,10 @@ func sealedThread(t *testing.T, via *testNode, id string) {
 
 func appendSealed(t *testing.T, via *testNode, id string) {
 	t.Helper()
-	code, body := callRetrying(t, http.MethodPost, via.url()+"/v1/threads/"+id+"/messages",
-		fmt.Sprintf(`{"author":"%s","body":{"text":"%s-%s"}}`, sealAuthor, sealBody, id))
+	code, body := retryCall(t, http.MethodPost, via.url()+"/v1/threads/"+id+"/messages",
+		fmt.Sprintf(`{"author":"%s","body":{"text":"%s-%s"}}`, sealAuthor, sealBody, id), nil)
 	if code != http.StatusCreated {
 		t.Fatalf("append to %s through %s: %d %s", id, via.id, code, body)
-	}
-}
-
-// callRetrying calls as a client does: a 503 (a shard's leader changing,
-// or not known yet to the node called) is tried again.
-func callRetrying(t *testing.T, method, url, body string) (int, []byte) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		code, b := call(t, method, url, body, nil)
-		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			return code, b
-		}
 	}
 }
 
@@ -182,7 +170,7 @@ func TestSealedReplicatedShards(t *testing.T) {
 	t.Logf("shard %d: leader %s (term %d), then %s (term %d)", shard, old.Node, old.Term, next.Node, next.Term)
 
 	// The purge, through a node, once the deletion is due.
-	if code, body := callRetrying(t, http.MethodDelete, nodes[0].url()+"/v1/threads/"+purged, ""); code != http.StatusNoContent {
+	if code, body := retryCall(t, http.MethodDelete, nodes[0].url()+"/v1/threads/"+purged, "", nil); code != http.StatusNoContent {
 		t.Fatalf("delete %s: %d %s", purged, code, body)
 	}
 	time.Sleep(1100 * time.Millisecond)

@@ -58,7 +58,7 @@ func TestSealedShardMovesUnderWrites(t *testing.T) {
 	for i, id := range threads {
 		sealedThread(t, nodes[i], id)
 	}
-	if code, body := callRetrying(t, http.MethodDelete, nodes[0].url()+"/v1/threads/"+purged, ""); code != http.StatusNoContent {
+	if code, body := retryCall(t, http.MethodDelete, nodes[0].url()+"/v1/threads/"+purged, "", nil); code != http.StatusNoContent {
 		t.Fatalf("delete %s: %d %s", purged, code, body)
 	}
 	time.Sleep(1100 * time.Millisecond)

@@ -52,7 +52,7 @@ func TestSealedReplicaDownDuringPurgeCatchesUp(t *testing.T) {
 	storetest.RequireAll(t, keysDir, "k:"+purged+":", wrapped)
 	before := shardIdentity(t, c, shard)
 
-	if code, body := callRetrying(t, http.MethodDelete, nodes[0].url()+"/v1/threads/"+purged, ""); code != http.StatusNoContent {
+	if code, body := retryCall(t, http.MethodDelete, nodes[0].url()+"/v1/threads/"+purged, "", nil); code != http.StatusNoContent {
 		t.Fatalf("delete %s: %d %s", purged, code, body)
 	}
 	time.Sleep(1100 * time.Millisecond)
