@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -196,12 +196,7 @@ func (b *shardBackups) Shard(n int) (api.Backups, bool) {
 func (b *shardBackups) Held() []int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	held := make([]int, 0, len(b.shards))
-	for n := range b.shards {
-		held = append(held, n)
-	}
-	sort.Ints(held)
-	return held
+	return slices.Sorted(maps.Keys(b.shards))
 }
 
 // List implements api.ShardBackups: every shard's backups under

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 
@@ -246,12 +247,7 @@ func (s *Shards) DBPath() string { return s.dbPath }
 func (s *Shards) Numbers() []int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	ns := make([]int, 0, len(s.stores))
-	for n := range s.stores {
-		ns = append(ns, n)
-	}
-	slices.Sort(ns)
-	return ns
+	return slices.Sorted(maps.Keys(s.stores))
 }
 
 // Close closes every shard and releases the cache. Closing twice does

@@ -55,15 +55,7 @@ func TestSnapshotInstallCrashHelper(t *testing.T) {
 	b := c.openRun(l, g, "run-b", started.Add(time.Hour))
 	c.records(b, 2, 2)
 	c.seal(b)
-	fmt.Printf("follower %d\n", f)
-	c.hook = func(node int, point string) {
-		if node == f && point == at {
-			fmt.Printf("at %s\n", point)
-			select {}
-		}
-	}
-	c.start(f)
-	select {}
+	c.stallAt(f, at)
 }
 
 // A follower killed (SIGKILL) in the middle of a snapshot's install
@@ -153,4 +145,19 @@ func checkTrailAfterCrash(t *testing.T, trail string, sealed int) {
 		t.Fatalf("the trail holds %d sealed files, %d verified, in progress %v (want %d), problems %v",
 			rep.Files, rep.Verified, rep.InProgress, sealed, rep.Problems)
 	}
+}
+
+// stallAt starts follower f and stalls its process forever at the named
+// point of its snapshot's install, saying so on standard output: the
+// test reading it then kills the process there.
+func (c *testCluster) stallAt(f int, at string) {
+	fmt.Printf("follower %d\n", f)
+	c.hook = func(node int, point string) {
+		if node == f && point == at {
+			fmt.Printf("at %s\n", point)
+			select {}
+		}
+	}
+	c.start(f)
+	select {}
 }

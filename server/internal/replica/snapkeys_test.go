@@ -84,15 +84,7 @@ func TestSealedSnapshotCrashHelper(t *testing.T) {
 		t.Fatalf("the leader's log starts at %d: the stopped replica, at %d, can catch up from it", first, had)
 	}
 	fmt.Printf("messages %d\n", messages)
-	fmt.Printf("follower %d\n", f)
-	c.hook = func(node int, point string) {
-		if node == f && point == at {
-			fmt.Printf("at %s\n", point)
-			select {}
-		}
-	}
-	c.start(f)
-	select {}
+	c.stallAt(f, at)
 }
 
 // retrying runs op on g's serving leader's store until it succeeds: a

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,12 +77,7 @@ func decodeSweep(p []byte) (sweepEffect, error) {
 func (b *Blobs) writingNames() []string {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
-	names := make([]string, 0, len(b.writing))
-	for name := range b.writing {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(b.writing))
 }
 
 // SweepLeftovers has every other replica of the shard remove its
