@@ -38,6 +38,13 @@ func TestReplicaEffectsAreIdempotent(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, temp)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the temporary file is left: %v", err)
 	}
+	// Sent again (a snapshot was taken during the upload): a replica
+	// whose blob is in place writes nothing.
+	apply(blobEffect{op: opChunk, name: temp, off: 0, data: data[:100]})
+	apply(blobEffect{op: opCommit, name: temp, off: int64(len(data)), to: name})
+	if _, err := os.Stat(filepath.Join(dir, temp)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a chunk sent again left a temporary file: %v", err)
+	}
 	apply(blobEffect{op: opDelete, name: name})
 	if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the deleted blob is there: %v", err)
