@@ -67,7 +67,8 @@ type replicaOptions struct {
 	reg     prometheus.Registerer
 	logger  *slog.Logger
 	onError func(error) // etcd errors, counted
-	// secrets are the cluster's: a snapshot's key store opens with them.
+	// secrets are the cluster's as read at start: a snapshot's key store
+	// opens with their receipt key (the replica secret is the runtime's).
 	secrets clusterSecrets
 }
 
@@ -126,7 +127,7 @@ func newReplicas(o replicaOptions) (*replicaRuntime, error) {
 		DeadAfter: o.cfg.Cluster.DeadAfter, Logger: o.logger,
 		Join: func(ctx context.Context, n int, r cluster.Replica) error {
 			fx := rr.effects(n)
-			return joinReplica(ctx, rr.host, rr.folders, n, r, fx, shardFolder(o, n, rr.trail(n), fx))
+			return joinReplica(ctx, rr.host, rr.folders, n, r, fx, rr.shardFolder(n, fx))
 		},
 		Grow: func(ctx context.Context, m cluster.Map, n int) error {
 			if rr.grower == nil {
@@ -242,7 +243,7 @@ func (r *replicaRuntime) startGroup(ctx context.Context, n int, rp cluster.Repli
 		return err
 	}
 	return r.host.AddGroup(ctx, replica.GroupConfig{Group: uint64(n), Replica: rp.ID, Peers: voters, Join: rp.Added,
-		Store: st, Folder: shardFolder(r.o, n, r.trail(n), fx)})
+		Store: st, Folder: r.shardFolder(n, fx)})
 }
 
 // running reports whether the host runs a group of shard n.
@@ -324,7 +325,11 @@ func (r *replicaRuntime) ReadIndex(ctx context.Context, n int) error {
 // shard's audit trail and a sealing node's key store of the shard are
 // replaced with it, and a file:// store's folder of the shard's blobs
 // goes with it.
-func shardFolder(o replicaOptions, n int, trail string, fx func(*store.Store) error) *replica.Folder {
+func (r *replicaRuntime) shardFolder(n int, fx func(*store.Store) error) *replica.Folder {
+	o, trail := r.o, r.trail(n)
+	// The replica secret is the runtime's, read when it ran: a node
+	// whose shards grew into groups after it started has none in o.
+	secrets := clusterSecrets{receipt: o.secrets.receipt, replica: r.secret}
 	shards := o.shards
 	dir := cluster.ShardDBPath(shards.DBPath(), n)
 	blobs := ""
@@ -348,7 +353,7 @@ func shardFolder(o replicaOptions, n int, trail string, fx func(*store.Store) er
 			if keys != "" {
 				cfg.KeystorePath = keys + replica.StagedSuffix
 			}
-			return store.Open(d, store.Options{Logger: o.logger, OpenSealer: sealerOpener(cfg, o.logger, KeepPlain, o.secrets)})
+			return store.Open(d, store.Options{Logger: o.logger, OpenSealer: sealerOpener(cfg, o.logger, KeepPlain, secrets)})
 		},
 		Close: func(*store.Store) error {
 			_, err := shards.Detach(n)
