@@ -40,14 +40,7 @@ func keyCreateCase() effectCase {
 		},
 		stall: func(_ []byte, n int) bool { return n == 1 },
 		made: func(t *testing.T, c *testCluster, f int, _ map[string]string) {
-			s, err := c.openStore(f, g)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if got := keyState(t, keyStoreOf(s)); got != "ann [{keykill-thread 1}] erasures []" {
-				t.Fatalf("the killed follower's key store holds %q: the op's effect was not made", got)
-			}
+			followerKeysAre(t, c, f, "ann [{keykill-thread 1}] erasures []", "the op's")
 		},
 		again: func(t *testing.T, c *testCluster, f int, notes map[string]string) {
 			for i, nd := range c.nodes {
@@ -84,14 +77,7 @@ func keyDestroyCase() effectCase {
 		},
 		stall: func(_ []byte, n int) bool { return n == 1 },
 		made: func(t *testing.T, c *testCluster, f int, _ map[string]string) {
-			s, err := c.openStore(f, g)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if got := keyState(t, keyStoreOf(s)); got != "ann [] erasures []" {
-				t.Fatalf("the killed follower's key store holds %q: the destroy's effect was not made", got)
-			}
+			followerKeysAre(t, c, f, "ann [] erasures []", "the destroy's")
 		},
 		again: func(t *testing.T, c *testCluster, _ int, notes map[string]string) {
 			ctx := context.Background()
@@ -285,4 +271,18 @@ func blobFiles(t *testing.T, dir string) map[string]int64 {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// followerKeysAre checks the killed follower f's key store, reopened,
+// against want: what the effect of the op named what leaves.
+func followerKeysAre(t *testing.T, c *testCluster, f int, want, what string) {
+	t.Helper()
+	s, err := c.openStore(f, effectCrashGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := keyState(t, keyStoreOf(s)); got != want {
+		t.Fatalf("the killed follower's key store holds %q: %s effect was not made", got, what)
+	}
 }
